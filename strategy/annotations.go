@@ -1,0 +1,91 @@
+package strategy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Annotation keys users write on a pod template or a workload.
+const (
+	// AnnotationStrategy holds the strategy.
+	AnnotationStrategy = "CustomPodScheduleStrategy"
+	// AnnotationStrategyAlias is the original project's later spelling, accepted so its
+	// users can switch without editing manifests.
+	AnnotationStrategyAlias = "custom-pod-schedule-strategy"
+	// AnnotationOptIn is the original project's opt-in switch; an explicit "false"
+	// turns the strategy off.
+	AnnotationOptIn = "UseCustomKubeScheduler"
+)
+
+// Keys the webhook writes on the pods it places.
+const (
+	// AnnotationSeat records the pod's seat (1-based), from which the ledger is rebuilt.
+	AnnotationSeat = "custom-kube-scheduler-webhook.io/seat"
+	// AnnotationTerm records the 1-based term the seat belongs to, for people and reports.
+	AnnotationTerm = "custom-kube-scheduler-webhook.io/term"
+	// LabelManaged marks placed pods so that caches can select just those.
+	LabelManaged = "custom-kube-scheduler-webhook.io/managed"
+	// AnnotationDeletionCost is read by the ReplicaSet controller on scale-down.
+	AnnotationDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
+)
+
+// Source is where a strategy was found while walking a pod's ownership chain.
+type Source struct {
+	// Present is set when some object of the chain carries a strategy annotation.
+	Present bool
+	// Raw is the annotation value (possibly empty, which Parse reports as a fault).
+	Raw string
+	// Key is the annotation key it was read from.
+	Key string
+	// Object names the object that carried it, e.g. "pod" or "Deployment shop/web".
+	Object string
+	// Disabled is set when an object in the chain says UseCustomKubeScheduler: "false".
+	Disabled bool
+	// Warnings collects oddities worth telling the user (an unreadable opt-in value,
+	// both spellings with different values).
+	Warnings []string
+}
+
+// Active reports whether a strategy was found and is not switched off.
+func (s Source) Active() bool { return s.Present && !s.Disabled }
+
+// AnnotatedObject is one link of an ownership chain: a name for messages and its
+// annotations.
+type AnnotatedObject struct {
+	Name        string
+	Annotations map[string]string
+}
+
+// Find walks objects in order (the pod first, then its workload) and returns the first
+// strategy found. An explicit UseCustomKubeScheduler "false" anywhere in the chain turns
+// it off, so one switch on the Deployment disables it for every pod.
+func Find(chain ...AnnotatedObject) Source {
+	var src Source
+	for _, obj := range chain {
+		if v, ok := obj.Annotations[AnnotationOptIn]; ok {
+			on, err := strconv.ParseBool(strings.TrimSpace(v))
+			switch {
+			case err != nil:
+				src.Warnings = append(src.Warnings, fmt.Sprintf("%s: %s value %q is neither true nor false; ignored", obj.Name, AnnotationOptIn, v))
+			case !on:
+				src.Disabled = true
+			}
+		}
+		if src.Present {
+			continue
+		}
+		canonical, hasCanonical := obj.Annotations[AnnotationStrategy]
+		alias, hasAlias := obj.Annotations[AnnotationStrategyAlias]
+		switch {
+		case hasCanonical:
+			src.Present, src.Raw, src.Key, src.Object = true, canonical, AnnotationStrategy, obj.Name
+			if hasAlias && strings.TrimSpace(alias) != strings.TrimSpace(canonical) {
+				src.Warnings = append(src.Warnings, fmt.Sprintf("%s: %s and %s differ; using %s", obj.Name, AnnotationStrategy, AnnotationStrategyAlias, AnnotationStrategy))
+			}
+		case hasAlias:
+			src.Present, src.Raw, src.Key, src.Object = true, alias, AnnotationStrategyAlias, obj.Name
+		}
+	}
+	return src
+}

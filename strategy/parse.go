@@ -1,0 +1,145 @@
+package strategy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// ParseError describes why a strategy is invalid. Term is 1-based and 0 when the fault
+// concerns the strategy as a whole; Part is the offending "key=value" part, if any.
+type ParseError struct {
+	Term   int
+	Text   string
+	Part   string
+	Reason string
+}
+
+// Error reads like: term 2 ("spot,weight=x"): weight "x" is not a non-negative integer.
+func (e *ParseError) Error() string {
+	if e.Term == 0 {
+		return "strategy: " + e.Reason
+	}
+	return fmt.Sprintf("term %d (%q): %s", e.Term, e.Text, e.Reason)
+}
+
+// Parse reads a CustomPodScheduleStrategy value. Terms are separated by ':', parts of a
+// term by ','; whitespace around parts is ignored. It never panics: every fault comes
+// back as a *ParseError naming the term, the part and the reason.
+func Parse(raw string) (*Strategy, error) {
+	if len(raw) > MaxLength {
+		return nil, &ParseError{Reason: fmt.Sprintf("value is %d bytes long; at most %d are accepted", len(raw), MaxLength)}
+	}
+	if strings.TrimSpace(raw) == "" {
+		return nil, &ParseError{Reason: "value is empty"}
+	}
+	texts := strings.Split(raw, ":")
+	if len(texts) > MaxTerms {
+		return nil, &ParseError{Reason: fmt.Sprintf("%d terms; at most %d are accepted", len(texts), MaxTerms)}
+	}
+	s := &Strategy{Terms: make([]Term, 0, len(texts))}
+	for i, text := range texts {
+		term, err := parseTerm(strings.TrimSpace(text))
+		if err != nil {
+			err.Term, err.Text = i+1, strings.TrimSpace(text)
+			return nil, err
+		}
+		s.Terms = append(s.Terms, term)
+	}
+	if s.totalWeight() == 0 {
+		return nil, &ParseError{Reason: "every term has weight 0, so pods past the bases would have nowhere to go; give at least one term a weight"}
+	}
+	return s, nil
+}
+
+// parseTerm parses one term; the caller fills in the term number and text of the error.
+func parseTerm(text string) (Term, *ParseError) {
+	if text == "" {
+		return Term{}, &ParseError{Reason: "term is empty (two ':' in a row, or a ':' at either end?)"}
+	}
+	var (
+		t                  Term
+		haveBase, haveWght bool
+		seen               = map[string]bool{}
+	)
+	for _, part := range strings.Split(text, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			return Term{}, &ParseError{Reason: "empty part (two ',' in a row, or a ',' at either end?)"}
+		}
+		key, value, ok := strings.Cut(part, "=")
+		if !ok {
+			return Term{}, &ParseError{Part: part, Reason: fmt.Sprintf("part %q is not key=value", part)}
+		}
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		switch lower := strings.ToLower(key); {
+		case key == keyBase || key == keyWeight:
+			if (key == keyBase && haveBase) || (key == keyWeight && haveWght) {
+				return Term{}, &ParseError{Part: part, Reason: fmt.Sprintf("%s is given twice", key)}
+			}
+			bound := MaxBase
+			if key == keyWeight {
+				bound = MaxWeight
+			}
+			n, err := parseBounded(key, value, bound)
+			if err != nil {
+				err.Part = part
+				return Term{}, err
+			}
+			if key == keyBase {
+				t.Base, haveBase = n, true
+			} else {
+				t.Weight, haveWght = n, true
+			}
+		case lower == keyBase || lower == keyWeight:
+			// "Base=2" would otherwise become a node label nothing carries and strand pods.
+			return Term{}, &ParseError{Part: part, Reason: fmt.Sprintf("%q is reserved and must be written in lower case", lower)}
+		default:
+			if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+				return Term{}, &ParseError{Part: part, Reason: fmt.Sprintf("label key %q is invalid: %s", key, errs[0])}
+			}
+			if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+				return Term{}, &ParseError{Part: part, Reason: fmt.Sprintf("label value %q of %q is invalid: %s", value, key, errs[0])}
+			}
+			if seen[key] {
+				return Term{}, &ParseError{Part: part, Reason: fmt.Sprintf("label key %q is given twice", key)}
+			}
+			seen[key] = true
+			t.Labels = append(t.Labels, Label{Key: key, Value: value})
+		}
+	}
+	if len(t.Labels) == 0 {
+		return Term{}, &ParseError{Reason: "term has no node label (key=value besides base and weight)"}
+	}
+	if !haveWght {
+		// A term with a base but no weight takes only its base: "on-demand,base=2:spot".
+		if haveBase {
+			t.Weight = 0
+		} else {
+			t.Weight = 1
+		}
+	}
+	return t, nil
+}
+
+// parseBounded accepts only plain decimal digits: no sign, no spaces, no hex.
+func parseBounded(key, value string, bound int) (int, *ParseError) {
+	if value == "" || strings.TrimLeft(value, "0123456789") != "" {
+		return 0, &ParseError{Reason: fmt.Sprintf("%s %q is not a non-negative integer", key, value)}
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil || n > bound {
+		return 0, &ParseError{Reason: fmt.Sprintf("%s %s is larger than %d", key, value, bound)}
+	}
+	return n, nil
+}
+
+func (s *Strategy) totalWeight() int {
+	total := 0
+	for _, t := range s.Terms {
+		total += t.Weight
+	}
+	return total
+}

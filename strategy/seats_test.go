@@ -1,0 +1,195 @@
+package strategy
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The reference vectors of SPEC section 3.
+func TestTargetReferenceVectors(t *testing.T) {
+	cases := []struct {
+		strategy string
+		want     map[int][]int
+	}{
+		{
+			strategy: "nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1",
+			want:     map[int][]int{1: {1, 0, 0}, 2: {1, 0, 1}, 5: {1, 2, 2}, 10: {1, 4, 5}, 11: {1, 5, 5}, 30: {1, 14, 15}},
+		},
+		{
+			strategy: "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3",
+			want:     map[int][]int{1: {1, 0}, 3: {2, 1}, 4: {2, 2}, 5: {3, 2}, 10: {4, 6}, 100: {26, 74}},
+		},
+		{
+			strategy: "a=1:b=1:c=1",
+			want:     map[int][]int{1: {0, 0, 1}, 2: {0, 1, 1}, 7: {2, 2, 3}},
+		},
+		{
+			strategy: "karpenter.sh/capacity-type=on-demand,base=2:karpenter.sh/capacity-type=spot",
+			want:     map[int][]int{10: {2, 8}},
+		},
+	}
+	for _, c := range cases {
+		s := mustParse(t, c.strategy)
+		for n, want := range c.want {
+			if got := s.Target(n); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: Target(%d) = %v, want %v", c.strategy, n, got, want)
+			}
+		}
+	}
+}
+
+func TestSeatsOrder(t *testing.T) {
+	s := mustParse(t, "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
+	// Bases first, then spot (3/1 > 1/1), then a tie 1/1 vs 3/3 goes to the later term.
+	want := []int{0, 0, 1, 1, 0, 1}
+	if got := s.Seats(6); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Seats(6) = %v, want %v", got, want)
+	}
+	for i, term := range want {
+		if got := s.TermOfSeat(i + 1); got != term {
+			t.Errorf("TermOfSeat(%d) = %d, want %d", i+1, got, term)
+		}
+	}
+	if s.TermOfSeat(0) != -1 || s.TermOfSeat(-3) != -1 {
+		t.Error("TermOfSeat of a seat below 1 must be -1")
+	}
+	if s.Seats(0) != nil || s.Seats(-1) != nil {
+		t.Error("Seats of a non-positive count must be empty")
+	}
+}
+
+func TestLowestFreeSeat(t *testing.T) {
+	cases := []struct {
+		held []int
+		want int
+	}{
+		{nil, 1},
+		{[]int{1, 2, 3}, 4},
+		{[]int{1, 3, 4}, 2},
+		{[]int{2, 3}, 1},
+	}
+	for _, c := range cases {
+		held := map[int]bool{}
+		for _, s := range c.held {
+			held[s] = true
+		}
+		if got := LowestFreeSeat(held); got != c.want {
+			t.Errorf("LowestFreeSeat(%v) = %d, want %d", c.held, got, c.want)
+		}
+	}
+}
+
+// randomStrategy builds a valid strategy string with 1..6 terms.
+func randomStrategy(r *rand.Rand) string {
+	n := 1 + r.IntN(6)
+	terms := make([]string, n)
+	anyWeight := false
+	for i := range terms {
+		parts := []string{"pool=p" + string(rune('a'+i))}
+		if r.IntN(3) == 0 {
+			parts = append(parts, "base="+strconv.Itoa(r.IntN(5)))
+		}
+		if r.IntN(2) == 0 {
+			w := r.IntN(6)
+			anyWeight = anyWeight || w > 0
+			parts = append(parts, "weight="+strconv.Itoa(w))
+		} else if !strings.Contains(strings.Join(parts, ","), "base=") {
+			anyWeight = true // default weight 1
+		}
+		terms[i] = strings.Join(parts, ",")
+	}
+	if !anyWeight {
+		terms[0] += ",weight=1"
+		if strings.Contains(terms[0], "weight=0") {
+			terms[0] = "pool=pa,weight=2"
+		}
+	}
+	return strings.Join(terms, ":")
+}
+
+// Properties of the seat sequence over many random strategies.
+func TestSeatSequenceProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 500 {
+		raw := randomStrategy(r)
+		s, err := Parse(raw)
+		if err != nil {
+			t.Fatalf("random strategy %q did not parse: %v", raw, err)
+		}
+		const maxN = 120
+		seats := s.Seats(maxN)
+		prev := make([]int, len(s.Terms))
+		for n := 1; n <= maxN; n++ {
+			got := s.Target(n)
+			sum := 0
+			for i, c := range got {
+				sum += c
+				// House monotone: going from n-1 to n adds exactly one seat.
+				if c < prev[i] {
+					t.Fatalf("%s: term %d lost a seat from N=%d to N=%d (%v -> %v)", raw, i+1, n-1, n, prev, got)
+				}
+			}
+			if sum != n {
+				t.Fatalf("%s: Target(%d) sums to %d", raw, n, sum)
+			}
+			// The prefix of the sequence is the target.
+			counts := make([]int, len(s.Terms))
+			for _, term := range seats[:n] {
+				counts[term]++
+			}
+			if !reflect.DeepEqual(counts, got) {
+				t.Fatalf("%s: Target(%d) = %v but first %d seats count %v", raw, n, got, n, counts)
+			}
+			prev = got
+		}
+		// Bases come first, in annotation order.
+		pos := 0
+		for i, term := range s.Terms {
+			for range term.Base {
+				if seats[pos] != i {
+					t.Fatalf("%s: seat %d belongs to term %d, want base of term %d", raw, pos+1, seats[pos]+1, i+1)
+				}
+				pos++
+			}
+		}
+		// A term with weight 0 gets only its base; weighted terms share the rest in
+		// proportion (Sainte-Laguë stays within one seat of the exact quota).
+		final := s.Target(maxN)
+		rest, totalWeight := maxN-s.TotalBase(), s.totalWeight()
+		for i, term := range s.Terms {
+			if term.Weight == 0 && final[i] != term.Base {
+				t.Fatalf("%s: weight-0 term %d holds %d seats, base is %d", raw, i+1, final[i], term.Base)
+			}
+			quota := float64(rest) * float64(term.Weight) / float64(totalWeight)
+			if d := float64(final[i]-term.Base) - quota; d > 1 || d < -1 {
+				t.Fatalf("%s: term %d holds %d weighted seats, quota %.2f", raw, i+1, final[i]-term.Base, quota)
+			}
+		}
+	}
+}
+
+func BenchmarkTermOfSeat(b *testing.B) {
+	s, err := Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3:nodesize=x,weight=7")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, seat := range []int{10, 200, 5000} {
+		b.Run("seat-"+strconv.Itoa(seat), func(b *testing.B) {
+			for b.Loop() {
+				s.TermOfSeat(seat)
+			}
+		})
+	}
+}
+
+func mustParse(t testing.TB, raw string) *Strategy {
+	t.Helper()
+	s, err := Parse(raw)
+	if err != nil {
+		t.Fatalf("Parse(%q): %v", raw, err)
+	}
+	return s
+}
