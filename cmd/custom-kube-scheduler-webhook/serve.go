@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+)
+
+const component = "custom-kube-scheduler-webhook"
+
+func newServeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the admission webhook (HTTPS: /mutate, /validate, /healthz, /readyz, /metrics)",
+		Long: `Run the admission webhook. Every setting is read from its environment variable
+and can be overridden by its flag.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadServeConfig(cmd.Flags())
+			if err != nil {
+				return usageError("%w", err)
+			}
+			log := logrus.New()
+			log.SetFormatter(&logrus.JSONFormatter{})
+			log.SetOutput(os.Stderr)
+			log.SetLevel(cfg.LogLevel)
+			return serve(cmd.Context(), cfg, log)
+		},
+	}
+	addSettingFlags(cmd.Flags(), serveSettings)
+	return cmd
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		// Like kubectl, KUBECONFIG may list several files.
+		rules := &clientcmd.ClientConfigLoadingRules{Precedence: filepath.SplitList(kubeconfig)}
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load Kubernetes client configuration: %w", err)
+	}
+	// Admission bursts trigger live lookups of new ReplicaSets; the defaults (5/10) are
+	// too tight for that.
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.UserAgent = component
+	return cfg, nil
+}
+
+func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
+	restCfg, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	certs, err := certwatcher.New(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		return fmt.Errorf("load serving certificate: %w", err)
+	}
+	go func() {
+		if err := certs.Start(ctx); err != nil {
+			log.WithError(err).Error("certificate watcher stopped")
+		}
+	}()
+
+	caches, err := webhook.NewCaches(client, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	caches.Start(ctx)
+	synced := make(chan struct{})
+	var ready atomic.Bool
+	go func() {
+		if err := caches.WaitForSync(ctx); err != nil {
+			log.WithError(err).Error("caches did not sync")
+			return
+		}
+		close(synced)
+		ready.Store(true)
+		log.Info("caches synced; ready")
+	}()
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+
+	metrics := webhook.NewMetrics()
+	entry := log.WithField("component", component)
+	mutator := &webhook.PodMutator{
+		Resolver:   caches.Resolver,
+		Ledger:     webhook.NewMemoryLedger(caches, cfg.ReservationTTL),
+		Recorder:   recorder,
+		Metrics:    metrics,
+		Namespaces: webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
+		Synced:     synced,
+		Log:        entry,
+	}
+	validator := &webhook.WorkloadValidator{WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
+	handlers := &webhook.Handlers{
+		Mutate:   mutator.Admit,
+		Validate: validator.Admit,
+		Ready: func() error {
+			if !ready.Load() {
+				return errors.New("caches not synced yet")
+			}
+			return nil
+		},
+		Metrics: metrics,
+		Log:     entry,
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.ListenAddress, err)
+	}
+	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace}).Info("starting")
+	return webhook.Serve(ctx, ln, handlers.Mux(), certs.GetCertificate, entry)
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,168 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+const ownerIndex = "controller-uid"
+
+// Caches holds the shared informers the webhook reads instead of calling the API server
+// per admission: placed pods (selected by the managed label, so unrelated pods are never
+// cached) and the workloads that own pods. Transform functions strip what is not read.
+type Caches struct {
+	workloads informers.SharedInformerFactory
+	pods      informers.SharedInformerFactory
+	podIndex  cache.Indexer
+	Resolver  *ListerResolver
+}
+
+// NewCaches builds the informers; call Start, then WaitForSync.
+func NewCaches(client kubernetes.Interface, resync time.Duration) (*Caches, error) {
+	c := &Caches{
+		workloads: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trimWorkload)),
+		pods: informers.NewSharedInformerFactoryWithOptions(client, resync,
+			informers.WithTransform(trimPod),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.LabelSelector = labels.Set{strategy.LabelManaged: "true"}.String()
+			})),
+	}
+	podInformer := c.pods.Core().V1().Pods().Informer()
+	if err := podInformer.AddIndexers(cache.Indexers{ownerIndex: indexByController}); err != nil {
+		return nil, fmt.Errorf("add pod owner index: %w", err)
+	}
+	c.podIndex = podInformer.GetIndexer()
+	apps := c.workloads.Apps().V1()
+	c.Resolver = &ListerResolver{
+		Client:       client,
+		ReplicaSets:  apps.ReplicaSets().Lister(),
+		Deployments:  apps.Deployments().Lister(),
+		StatefulSets: apps.StatefulSets().Lister(),
+	}
+	return c, nil
+}
+
+// Start runs the informers until ctx ends.
+func (c *Caches) Start(ctx context.Context) {
+	c.workloads.Start(ctx.Done())
+	c.pods.Start(ctx.Done())
+}
+
+// WaitForSync blocks until every informer has synced or ctx ends.
+func (c *Caches) WaitForSync(ctx context.Context) error {
+	for _, f := range []informers.SharedInformerFactory{c.workloads, c.pods} {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("cache of %v did not sync", typ)
+			}
+		}
+	}
+	return nil
+}
+
+// Held implements HeldSeats from the pod cache.
+func (c *Caches) Held(revision types.UID) map[int]bool {
+	objs, err := c.podIndex.ByIndex(ownerIndex, string(revision))
+	if err != nil {
+		return nil
+	}
+	held := make(map[int]bool, len(objs))
+	for _, o := range objs {
+		pod, ok := o.(*corev1.Pod)
+		if !ok || !HoldsSeat(pod) {
+			continue
+		}
+		if seat, ok := SeatOf(pod); ok {
+			held[seat] = true
+		}
+	}
+	return held
+}
+
+// HoldsSeat reports whether a pod occupies its seat: terminating, failed and succeeded
+// pods do not.
+func HoldsSeat(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded
+}
+
+// SeatOf reads the seat annotation of a placed pod.
+func SeatOf(pod *corev1.Pod) (int, bool) {
+	seat, err := strconv.Atoi(pod.Annotations[strategy.AnnotationSeat])
+	return seat, err == nil && seat > 0
+}
+
+func indexByController(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		return []string{string(ref.UID)}, nil
+	}
+	return nil, nil
+}
+
+// trimPod keeps what the ledger and reports read: identity, owner, seat annotations,
+// node name, phase and deletion. Everything else (containers, env, volumes) is dropped.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	kept := map[string]string{}
+	for _, k := range []string{strategy.AnnotationSeat, strategy.AnnotationTerm} {
+		if v, ok := pod.Annotations[k]; ok {
+			kept[k] = v
+		}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			Labels: pod.Labels, Annotations: kept, OwnerReferences: pod.OwnerReferences,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}, nil
+}
+
+// trimWorkload drops pod templates, managed fields and the last-applied copy from
+// ReplicaSets, Deployments and StatefulSets: only metadata (annotations, owners) and
+// replica counts are read.
+func trimWorkload(obj any) (any, error) {
+	meta := func(m metav1.ObjectMeta) metav1.ObjectMeta {
+		m.ManagedFields = nil
+		if _, ok := m.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
+			a := make(map[string]string, len(m.Annotations))
+			for k, v := range m.Annotations {
+				if k != corev1.LastAppliedConfigAnnotation {
+					a[k] = v
+				}
+			}
+			m.Annotations = a
+		}
+		return m
+	}
+	switch o := obj.(type) {
+	case *appsv1.ReplicaSet:
+		return &appsv1.ReplicaSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas}}, nil
+	case *appsv1.Deployment:
+		return &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.DeploymentSpec{Replicas: o.Spec.Replicas}}, nil
+	case *appsv1.StatefulSet:
+		return &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas, Ordinals: o.Spec.Ordinals}}, nil
+	}
+	return obj, nil
+}

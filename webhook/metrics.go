@@ -1,0 +1,55 @@
+package webhook
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Admission outcomes, the values of the "outcome" label.
+const (
+	OutcomePlaced   = "placed"   // pod patched onto a term
+	OutcomeSkipped  = "skipped"  // not ours to place (no strategy, blocklisted, UPDATE, ...)
+	OutcomeInvalid  = "invalid"  // the strategy does not parse; pod admitted unchanged
+	OutcomeConflict = "conflict" // the pod's nodeSelector contradicts the term; unchanged
+	OutcomeError    = "error"    // an internal fault; pod admitted unchanged
+	OutcomeAllowed  = "allowed"  // workload validation passed
+	OutcomeDenied   = "denied"   // workload validation rejected the object
+)
+
+// Metrics are the webhook's Prometheus metrics, registered on their own registry (no
+// global state), which also carries the Go and process collectors.
+type Metrics struct {
+	Registry   *prometheus.Registry
+	admissions *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	placements *prometheus.CounterVec
+	unserved   *prometheus.CounterVec
+}
+
+// NewMetrics creates and registers the metrics.
+func NewMetrics() *Metrics {
+	const ns = "custom_kube_scheduler_webhook"
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "admissions_total",
+			Help: "Admission requests handled, by webhook (mutate, validate) and outcome.",
+		}, []string{"webhook", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "admission_duration_seconds",
+			Help:    "Time to answer an admission request, by webhook.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"webhook"}),
+		placements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "placements_total",
+			Help: "Pods placed, by the node labels of the term they were placed on.",
+		}, []string{"term"}),
+		unserved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "unserved_terms_total",
+			Help: "Placements onto a term that no NodePool, node group or Ready node serves.",
+		}, []string{"term"}),
+	}
+	m.Registry.MustRegister(m.admissions, m.latency, m.placements, m.unserved,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

@@ -1,0 +1,269 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"github.com/sirupsen/logrus"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// Event reasons the webhook records on workloads.
+const (
+	ReasonInvalidStrategy      = "InvalidStrategy"
+	ReasonNodeSelectorConflict = "NodeSelectorConflict"
+	ReasonUnservedTerm         = "UnservedTerm"
+)
+
+// warningPrefix tells users which webhook a warning comes from.
+const warningPrefix = "custom-kube-scheduler-webhook: "
+
+// Capacity tells what serves a term's node labels.
+type Capacity interface {
+	// Taints returns the taints of the NodePools and node groups that serve labels (the
+	// pod needs tolerations for them) and whether anything, including a Ready node,
+	// serves labels at all.
+	Taints(labels map[string]string) (taints []corev1.Taint, served bool)
+}
+
+// NamespaceFilter decides which namespaces the webhook leaves alone.
+type NamespaceFilter struct {
+	// Blocklist holds BLOCKLISTED_NAMESPACE_LIST.
+	Blocklist map[string]bool
+	// Own is the webhook's own namespace, always skipped so it can never block itself.
+	Own string
+}
+
+// Skip reports whether pods of namespace ns are left alone.
+func (f NamespaceFilter) Skip(ns string) bool { return ns == f.Own || f.Blocklist[ns] }
+
+// PodMutator places new pods of workloads that carry a strategy: it picks the pod's
+// seat, and patches the seat's term into the pod's nodeSelector and tolerations.
+// A pod is never blocked: every fault admits it unchanged with a warning.
+type PodMutator struct {
+	Resolver   WorkloadResolver
+	Ledger     Ledger
+	Capacity   Capacity             // optional
+	Recorder   record.EventRecorder // optional
+	Metrics    *Metrics
+	Namespaces NamespaceFilter
+	// Synced is closed once the caches have synced; until then held seats are unknown,
+	// so admissions wait for it (bounded by the API server's timeout).
+	Synced <-chan struct{}
+	Log    logrus.FieldLogger
+}
+
+// Admit implements the mutating admission of pod CREATE requests.
+func (m *PodMutator) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	outcome, resp := m.admit(ctx, req)
+	m.Metrics.admissions.WithLabelValues("mutate", outcome).Inc()
+	return resp
+}
+
+func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionRequest) (string, *admissionv1.AdmissionResponse) {
+	// nodeSelector is immutable, so only CREATE of the pod itself is ours.
+	if req.Operation != admissionv1.Create || req.Kind.Kind != "Pod" || req.SubResource != "" || m.Namespaces.Skip(req.Namespace) {
+		return OutcomeSkipped, allow()
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return OutcomeError, allow(fmt.Sprintf("pod not placed: cannot read it: %v", err))
+	}
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return OutcomeSkipped, allow()
+	}
+	if _, seated := pod.Annotations[strategy.AnnotationSeat]; seated {
+		// Reinvocation or a pod copied from a placed one: placing it again would move it.
+		return OutcomeSkipped, allow()
+	}
+	own := strategy.AnnotatedObject{Name: "pod", Annotations: pod.Annotations}
+	owner := metav1.GetControllerOf(&pod)
+	switch {
+	case owner != nil && owner.Kind == "DaemonSet":
+		return OutcomeSkipped, allow()
+	case owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") || (owner.Kind != "ReplicaSet" && owner.Kind != "StatefulSet"):
+		if strategy.Find(own).Active() {
+			what := "a bare pod"
+			if owner != nil {
+				what = "a pod owned by a " + owner.Kind
+			}
+			return OutcomeSkipped, allow(fmt.Sprintf("strategy ignored: %s has no Deployment, ReplicaSet or StatefulSet to count seats in", what))
+		}
+		return OutcomeSkipped, allow()
+	}
+
+	log := m.Log.WithFields(logrus.Fields{"namespace": req.Namespace, "owner": owner.Kind + "/" + owner.Name, "uid": req.UID})
+	if m.Synced != nil {
+		select {
+		case <-m.Synced:
+		case <-ctx.Done():
+			return OutcomeError, allow("pod not placed: the webhook's caches have not synced yet")
+		}
+	}
+	w, err := m.Resolver.Resolve(ctx, req.Namespace, owner)
+	if err != nil {
+		log.WithError(err).Warn("cannot resolve the pod's workload; admitting it unchanged")
+		if strategy.Find(own).Active() {
+			return OutcomeError, allow(fmt.Sprintf("pod not placed: %v", err))
+		}
+		return OutcomeError, allow()
+	}
+	log = log.WithField("workload", w.Describe())
+	src := strategy.Find(append([]strategy.AnnotatedObject{own}, w.Chain...)...)
+	warnings := src.Warnings
+	if !src.Active() {
+		return OutcomeSkipped, allow(warnings...)
+	}
+	s, err := strategy.Parse(src.Raw)
+	if err != nil {
+		msg := fmt.Sprintf("%s on %s is invalid, pod not placed: %v", src.Key, src.Object, err)
+		m.event(req, w, corev1.EventTypeWarning, ReasonInvalidStrategy, msg)
+		log.WithError(err).Info("invalid strategy; admitting the pod unchanged")
+		return OutcomeInvalid, allow(append(warnings, msg)...)
+	}
+
+	seat, err := m.seat(ctx, req, w, &pod)
+	if err != nil {
+		log.WithError(err).Warn("cannot pick a seat; admitting the pod unchanged")
+		return OutcomeError, allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
+	}
+	termIndex := s.TermOfSeat(seat)
+	term := s.Terms[termIndex]
+	selector := term.LabelMap()
+	if conflicts := conflicting(pod.Spec.NodeSelector, selector); len(conflicts) > 0 {
+		m.release(ctx, req, w)
+		msg := fmt.Sprintf("pod not placed: its nodeSelector conflicts with term %d (%s) of %s: %s",
+			termIndex+1, term.LabelString(), w.Describe(), strings.Join(conflicts, ", "))
+		m.event(req, w, corev1.EventTypeWarning, ReasonNodeSelectorConflict, msg)
+		return OutcomeConflict, allow(append(warnings, msg)...)
+	}
+
+	var taints []corev1.Taint
+	if m.Capacity != nil {
+		var served bool
+		taints, served = m.Capacity.Taints(selector)
+		if !served {
+			msg := fmt.Sprintf("term %d (%s) of %s is served by no NodePool, node group or Ready node; the pod may stay Pending",
+				termIndex+1, term.LabelString(), w.Describe())
+			warnings = append(warnings, msg)
+			m.event(req, w, corev1.EventTypeWarning, ReasonUnservedTerm, msg)
+			if !isDryRun(req) {
+				m.Metrics.unserved.WithLabelValues(term.LabelString()).Inc()
+			}
+		}
+	}
+
+	p := &podPatch{pod: &pod}
+	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, selector)
+	p.addTolerations(missingTolerations(pod.Spec.Tolerations, taints))
+	annotations := map[string]string{
+		strategy.AnnotationSeat: strconv.Itoa(seat),
+		strategy.AnnotationTerm: strconv.Itoa(termIndex + 1),
+	}
+	// Lowest cost goes first on scale-down: the highest seats leave, the survivors are
+	// the target for the smaller count. StatefulSets already remove the highest ordinals.
+	if _, set := pod.Annotations[strategy.AnnotationDeletionCost]; !set && w.StatefulSet == nil {
+		annotations[strategy.AnnotationDeletionCost] = strconv.Itoa(-seat)
+	}
+	p.addToMap("/metadata/annotations", pod.Annotations, annotations)
+	p.addToMap("/metadata/labels", pod.Labels, map[string]string{strategy.LabelManaged: "true"})
+	patch, err := p.marshal()
+	if err != nil {
+		m.release(ctx, req, w)
+		return OutcomeError, allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
+	}
+	if !isDryRun(req) {
+		m.Metrics.placements.WithLabelValues(term.LabelString()).Inc()
+	}
+	log.WithFields(logrus.Fields{"seat": seat, "term": termIndex + 1, "labels": term.LabelString(), "dryRun": isDryRun(req)}).Debug("pod placed")
+	resp := allow(warnings...)
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = patch, &pt
+	return OutcomePlaced, resp
+}
+
+// seat picks the pod's seat: the ordinal for StatefulSet pods, otherwise the ledger's
+// lowest free seat (only looked at, not reserved, on dry-run).
+func (m *PodMutator) seat(ctx context.Context, req *admissionv1.AdmissionRequest, w *Workload, pod *corev1.Pod) (int, error) {
+	switch {
+	case w.StatefulSet != nil:
+		return statefulSetSeat(w.StatefulSet, pod)
+	case isDryRun(req):
+		return m.Ledger.Peek(ctx, w.Revision)
+	default:
+		return m.Ledger.Claim(ctx, w.Revision, req.UID)
+	}
+}
+
+func (m *PodMutator) release(ctx context.Context, req *admissionv1.AdmissionRequest, w *Workload) {
+	if w.StatefulSet == nil && !isDryRun(req) {
+		m.Ledger.Release(ctx, w.Revision, req.UID)
+	}
+}
+
+// event records an Event on the workload; dry-run requests leave no trace.
+func (m *PodMutator) event(req *admissionv1.AdmissionRequest, w *Workload, typ, reason, msg string) {
+	if m.Recorder == nil || isDryRun(req) {
+		return
+	}
+	ref := w.Ref
+	m.Recorder.Event(&ref, typ, reason, msg)
+}
+
+// conflicting lists the keys the pod already selects with another value than want.
+func conflicting(have, want map[string]string) []string {
+	var out []string
+	for k, v := range want {
+		if cur, ok := have[k]; ok && cur != v {
+			out = append(out, fmt.Sprintf("%s is %q, the term wants %q", k, cur, v))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// missingTolerations returns a toleration for every taint no existing toleration
+// already tolerates; an Exists toleration or a broader one the user wrote is kept as is.
+func missingTolerations(existing []corev1.Toleration, taints []corev1.Taint) []corev1.Toleration {
+	var add []corev1.Toleration
+	for i := range taints {
+		taint := &taints[i]
+		tolerated := false
+		for _, list := range [][]corev1.Toleration{existing, add} {
+			for j := range list {
+				// Comparison operators (Gt/Lt tolerations) are alpha: not enabled here.
+				tolerated = tolerated || list[j].ToleratesTaint(logr.Discard(), taint, false)
+			}
+		}
+		if tolerated {
+			continue
+		}
+		t := corev1.Toleration{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}
+		if taint.Value == "" {
+			t.Operator, t.Value = corev1.TolerationOpExists, ""
+		}
+		add = append(add, t)
+	}
+	return add
+}
+
+func isDryRun(req *admissionv1.AdmissionRequest) bool { return req.DryRun != nil && *req.DryRun }
+
+// allow admits the request unchanged, with warnings shown to the user by kubectl.
+func allow(warnings ...string) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{Allowed: true}
+	for _, w := range warnings {
+		resp.Warnings = append(resp.Warnings, warningPrefix+w)
+	}
+	return resp
+}

@@ -1,0 +1,80 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// patchOp is one RFC 6902 operation.
+//
+// Patches are built op by op rather than by diffing a re-marshalled pod against the
+// request (as controller-runtime's PatchResponseFromRaw does): a diff would emit
+// "remove" ops for any field this binary's API version does not know, silently dropping
+// it from newer clusters' pods. Only "add" is used, and only on keys that are absent.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// escapePointer escapes a map key for a JSON pointer (RFC 6901): "~" then "/".
+func escapePointer(key string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+}
+
+// podPatch collects additions to a pod and renders them as a JSON patch that merges:
+// existing nodeSelector keys, tolerations, labels and annotations are kept.
+type podPatch struct {
+	pod *corev1.Pod
+	ops []patchOp
+}
+
+// addToMap adds entries to the string map at path, whose current value is current.
+// A missing map is added whole; an existing one gets one op per key, never a
+// replacement. Keys come out sorted so the patch is deterministic.
+func (p *podPatch) addToMap(path string, current, add map[string]string) {
+	if len(add) == 0 {
+		return
+	}
+	if current == nil {
+		p.ops = append(p.ops, patchOp{Op: "add", Path: path, Value: add})
+		return
+	}
+	keys := make([]string, 0, len(add))
+	for k := range add {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if _, exists := current[k]; exists {
+			continue
+		}
+		p.ops = append(p.ops, patchOp{Op: "add", Path: path + "/" + escapePointer(k), Value: add[k]})
+	}
+}
+
+// addTolerations appends tolerations to /spec/tolerations.
+func (p *podPatch) addTolerations(add []corev1.Toleration) {
+	if len(add) == 0 {
+		return
+	}
+	if p.pod.Spec.Tolerations == nil {
+		p.ops = append(p.ops, patchOp{Op: "add", Path: "/spec/tolerations", Value: add})
+		return
+	}
+	for _, t := range add {
+		p.ops = append(p.ops, patchOp{Op: "add", Path: "/spec/tolerations/-", Value: t})
+	}
+}
+
+func (p *podPatch) marshal() ([]byte, error) {
+	b, err := json.Marshal(p.ops)
+	if err != nil {
+		return nil, fmt.Errorf("marshal JSON patch: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,295 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// issueCert returns a PEM certificate and key for 127.0.0.1, signed by itself.
+func issueCert(t testing.TB, serial int64) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "webhook-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// startServer serves handlers over HTTPS on an ephemeral port with a certificate
+// watched on disk, and returns the base URL, the cert paths and a client that trusts
+// any certificate the test issued (it pins nothing: rotation tests read the peer cert).
+func startServer(t *testing.T, h *Handlers) (url, certFile, keyFile string, client *http.Client) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	certPEM, keyPEM := issueCert(t, 1)
+	writeFile(t, certFile, certPEM)
+	writeFile(t, keyFile, keyPEM)
+	watcher, err := certwatcher.New(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = watcher.Start(ctx) }()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, h.Mux(), watcher.GetCertificate, quietLog()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		// Like the API server: HTTP/2, many admissions multiplexed on few connections.
+		ForceAttemptHTTP2: true,
+	}}
+	return "https://" + ln.Addr().String(), certFile, keyFile, client
+}
+
+func writeFile(t testing.TB, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func handlersFor(m *PodMutator) *Handlers {
+	return &Handlers{Mutate: m.Admit, Validate: m.Admit, Ready: func() error { return nil }, Metrics: m.Metrics, Log: quietLog()}
+}
+
+func postReview(client *http.Client, url string, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	review := admissionv1.AdmissionReview{Request: req}
+	review.APIVersion, review.Kind = "admission.k8s.io/v1", "AdmissionReview"
+	body, err := json.Marshal(review)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Post(url+"/mutate", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, errors.New(resp.Status)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	if out.Response == nil || out.Response.UID != req.UID {
+		return nil, errors.New("response does not carry the request UID")
+	}
+	return out.Response, nil
+}
+
+// 200 concurrent admissions for one ReplicaSet, before any pod exists, over real HTTPS:
+// seats 1..200 each exactly once, and the per-term counts are the target for 200.
+func TestConcurrentBurstOverHTTPSIsExact(t *testing.T) {
+	const n = 200
+	m, _, _ := newCluster(burstStrategy).mutator(t)
+	url, _, _, client := startServer(t, handlersFor(m))
+	s, _ := strategy.Parse(burstStrategy)
+
+	reqs := make([]*admissionv1.AdmissionRequest, n)
+	for i := range reqs {
+		reqs[i] = createRequest(t, rsPod())
+	}
+	resps := make([]*admissionv1.AdmissionResponse, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			resps[i], errs[i] = postReview(client, url, reqs[i])
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	seen := map[int]bool{}
+	counts := make([]int, len(s.Terms))
+	for i := range reqs {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		pod := applyPatch(t, reqs[i], resps[i])
+		seat, ok := SeatOf(pod)
+		if !ok || seen[seat] {
+			t.Fatalf("request %d: seat %d missing or handed out twice", i, seat)
+		}
+		seen[seat] = true
+		term := s.TermOfSeat(seat)
+		if !reflect.DeepEqual(pod.Spec.NodeSelector, s.Terms[term].LabelMap()) {
+			t.Fatalf("seat %d: nodeSelector %v is not term %d", seat, pod.Spec.NodeSelector, term+1)
+		}
+		counts[term]++
+	}
+	for seat := 1; seat <= n; seat++ {
+		if !seen[seat] {
+			t.Fatalf("seat %d was never handed out", seat)
+		}
+	}
+	if want := s.Target(n); !reflect.DeepEqual(counts, want) {
+		t.Fatalf("spread %v, want %v", counts, want)
+	}
+}
+
+func TestServerRejectsBadRequests(t *testing.T) {
+	m, _, _ := newCluster(burstStrategy).mutator(t)
+	url, _, _, client := startServer(t, handlersFor(m))
+	cases := map[string]string{
+		"not JSON":         "{{{",
+		"no request":       `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`,
+		"v1beta1":          `{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"x"}}`,
+		"body over limits": `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"` + strings.Repeat("x", maxBodyBytes) + `"}}`,
+	}
+	for name, body := range cases {
+		resp, err := client.Post(url+"/mutate", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400", name, resp.StatusCode)
+		}
+	}
+	resp, err := client.Get(url + "/mutate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /mutate: status %d, want 405", resp.StatusCode)
+	}
+}
+
+func TestAdmissionPanicAdmitsUnchanged(t *testing.T) {
+	h := &Handlers{
+		Mutate: func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			var m map[string]int
+			m["boom"]++ // a nil-map write: the kind of bug that must not block pods
+			return nil
+		},
+		Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog(),
+	}
+	url, _, _, client := startServer(t, h)
+	resp, err := postReview(client, url, createRequest(t, rsPod()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Allowed || resp.Patch != nil || len(resp.Warnings) != 1 {
+		t.Fatalf("want allowed, unchanged, one warning: %+v", resp)
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	ready := errors.New("caches not synced yet")
+	h := &Handlers{Ready: func() error { return ready }, Metrics: NewMetrics(), Log: quietLog()}
+	url, _, _, client := startServer(t, h)
+	status := func(path string) int {
+		resp, err := client.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := status("/healthz"); s != http.StatusOK {
+		t.Errorf("/healthz %d", s)
+	}
+	if s := status("/readyz"); s != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before sync %d, want 503", s)
+	}
+	ready = nil
+	if s := status("/readyz"); s != http.StatusOK {
+		t.Errorf("/readyz after sync %d", s)
+	}
+	if s := status("/metrics"); s != http.StatusOK {
+		t.Errorf("/metrics %d", s)
+	}
+}
+
+func TestTLSBelow12IsRefused(t *testing.T) {
+	h := &Handlers{Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog()}
+	url, _, _, _ := startServer(t, h)
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(url, "https://"), &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS11}) //nolint:gosec // the point of the test
+	if err == nil {
+		conn.Close()
+		t.Fatal("a TLS 1.1 handshake succeeded")
+	}
+}
+
+// A certificate rewritten on disk is served without a restart.
+func TestServingCertificateReloads(t *testing.T) {
+	h := &Handlers{Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog()}
+	url, certFile, keyFile, _ := startServer(t, h)
+	served := func() int64 {
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(url, "https://"), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the peer certificate only
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	if got := served(); got != 1 {
+		t.Fatalf("serial %d, want 1", got)
+	}
+	certPEM, keyPEM := issueCert(t, 2)
+	writeFile(t, keyFile, keyPEM)
+	writeFile(t, certFile, certPEM)
+	deadline := time.Now().Add(30 * time.Second)
+	for served() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the rotated certificate was not served within 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,80 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+func deploymentRequest(t *testing.T, op admissionv1.Operation, meta, template map[string]string, old map[string]string) *admissionv1.AdmissionRequest {
+	t.Helper()
+	encode := func(ann map[string]string) []byte {
+		d := appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: testNS, Annotations: ann}}
+		d.Spec.Template.Annotations = template
+		raw, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	req := &admissionv1.AdmissionRequest{
+		UID: "u", Kind: metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+		Namespace: testNS, Name: "web", Operation: op, Object: runtime.RawExtension{Raw: encode(meta)},
+	}
+	if old != nil {
+		req.OldObject = runtime.RawExtension{Raw: encode(old)}
+	}
+	return req
+}
+
+func TestWorkloadValidation(t *testing.T) {
+	bad := map[string]string{strategy.AnnotationStrategy: "spot=1,weight=x"}
+	good := map[string]string{strategy.AnnotationStrategy: burstStrategy}
+	v := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog()}
+	ctx := context.Background()
+
+	resp := v.Admit(ctx, deploymentRequest(t, admissionv1.Create, bad, nil, nil))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, `term 1 ("spot=1,weight=x"): weight "x" is not a non-negative integer`) {
+		t.Errorf("invalid strategy on CREATE: %+v", resp.Result)
+	}
+	resp = v.Admit(ctx, deploymentRequest(t, admissionv1.Create, nil, map[string]string{strategy.AnnotationStrategyAlias: "a"}, nil))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "pod template of Deployment shop/web") {
+		t.Errorf("invalid strategy in the pod template: %+v", resp.Result)
+	}
+	resp = v.Admit(ctx, deploymentRequest(t, admissionv1.Update, bad, nil, good))
+	if resp.Allowed {
+		t.Error("an UPDATE that introduces an invalid strategy is allowed")
+	}
+	resp = v.Admit(ctx, deploymentRequest(t, admissionv1.Update, bad, nil, bad))
+	if !resp.Allowed || len(resp.Warnings) != 1 {
+		t.Errorf("an UPDATE keeping an existing invalid strategy must warn, not block: %+v", resp)
+	}
+	resp = v.Admit(ctx, deploymentRequest(t, admissionv1.Create, good, nil, nil))
+	if !resp.Allowed || len(resp.Warnings) != 0 {
+		t.Errorf("valid strategy: %+v", resp)
+	}
+	resp = v.Admit(ctx, deploymentRequest(t, admissionv1.Create, map[string]string{strategy.AnnotationStrategy: "x", strategy.AnnotationOptIn: "false"}, nil, nil))
+	if !resp.Allowed {
+		t.Errorf("a switched-off strategy is not checked: %+v", resp)
+	}
+
+	warnOnly := &WorkloadValidator{WarnOnly: true, Metrics: NewMetrics(), Log: quietLog()}
+	resp = warnOnly.Admit(ctx, deploymentRequest(t, admissionv1.Create, bad, nil, nil))
+	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `weight "x"`) {
+		t.Errorf("warn mode: %+v", resp)
+	}
+
+	unserved := &WorkloadValidator{Capacity: fakeCapacity{served: false}, Metrics: NewMetrics(), Log: quietLog()}
+	resp = unserved.Admit(ctx, deploymentRequest(t, admissionv1.Create, good, nil, nil))
+	if !resp.Allowed || len(resp.Warnings) != 2 || !strings.Contains(resp.Warnings[1], "term 2 (karpenter.sh/capacity-type=spot)") {
+		t.Errorf("unserved terms are warnings: %+v", resp.Warnings)
+	}
+}

@@ -1,0 +1,161 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// Workload is what a pod's seat is counted in: the object users annotate, and the
+// revision whose pods share one seat sequence.
+type Workload struct {
+	// Ref names the object users see (the Deployment, StatefulSet or bare ReplicaSet);
+	// Events go to it.
+	Ref corev1.ObjectReference
+	// Revision is the counting unit: the ReplicaSet UID (one Deployment revision) or the
+	// StatefulSet UID.
+	Revision types.UID
+	// Chain lists the workload objects after the pod, nearest first in lookup order:
+	// a Deployment before its ReplicaSet, whose annotations are copies of it.
+	Chain []strategy.AnnotatedObject
+	// StatefulSet is set for StatefulSet pods, whose seat is their ordinal + 1.
+	StatefulSet *appsv1.StatefulSet
+}
+
+// Describe names the workload for messages, e.g. "Deployment shop/web".
+func (w *Workload) Describe() string {
+	return fmt.Sprintf("%s %s/%s", w.Ref.Kind, w.Ref.Namespace, w.Ref.Name)
+}
+
+// WorkloadResolver finds the workload behind a pod's controller reference.
+type WorkloadResolver interface {
+	Resolve(ctx context.Context, namespace string, owner *metav1.OwnerReference) (*Workload, error)
+}
+
+// ListerResolver resolves owners through informer listers and falls back to a live
+// GET when the cache has not seen the object yet: a Deployment's new ReplicaSet creates
+// its pods milliseconds after it is created itself.
+type ListerResolver struct {
+	Client       kubernetes.Interface
+	ReplicaSets  appslisters.ReplicaSetLister
+	Deployments  appslisters.DeploymentLister
+	StatefulSets appslisters.StatefulSetLister
+}
+
+// Resolve implements WorkloadResolver for ReplicaSet and StatefulSet owners.
+func (r *ListerResolver) Resolve(ctx context.Context, ns string, owner *metav1.OwnerReference) (*Workload, error) {
+	switch owner.Kind {
+	case "ReplicaSet":
+		rs, err := r.replicaSet(ctx, ns, owner.Name)
+		if err != nil {
+			return nil, err
+		}
+		if rs.UID != owner.UID {
+			return nil, fmt.Errorf("ReplicaSet %s/%s has UID %s, the pod names %s", ns, owner.Name, rs.UID, owner.UID)
+		}
+		w := &Workload{Revision: rs.UID}
+		rsObj := strategy.AnnotatedObject{Name: "ReplicaSet " + ns + "/" + rs.Name, Annotations: rs.Annotations}
+		if d := metav1.GetControllerOf(rs); d != nil && d.Kind == "Deployment" {
+			dep, err := r.deployment(ctx, ns, d.Name)
+			if err != nil {
+				return nil, err
+			}
+			w.Ref = objectRef("Deployment", dep.ObjectMeta)
+			w.Chain = []strategy.AnnotatedObject{{Name: w.Describe(), Annotations: dep.Annotations}, rsObj}
+			return w, nil
+		}
+		w.Ref = objectRef("ReplicaSet", rs.ObjectMeta)
+		w.Chain = []strategy.AnnotatedObject{rsObj}
+		return w, nil
+	case "StatefulSet":
+		sts, err := r.statefulSet(ctx, ns, owner.Name)
+		if err != nil {
+			return nil, err
+		}
+		w := &Workload{Revision: sts.UID, StatefulSet: sts, Ref: objectRef("StatefulSet", sts.ObjectMeta)}
+		w.Chain = []strategy.AnnotatedObject{{Name: w.Describe(), Annotations: sts.Annotations}}
+		return w, nil
+	default:
+		return nil, fmt.Errorf("pods owned by a %s are not placed (Deployment, ReplicaSet and StatefulSet are)", owner.Kind)
+	}
+}
+
+func (r *ListerResolver) replicaSet(ctx context.Context, ns, name string) (*appsv1.ReplicaSet, error) {
+	if rs, err := r.ReplicaSets.ReplicaSets(ns).Get(name); err == nil {
+		return rs, nil
+	} else if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("get ReplicaSet %s/%s from cache: %w", ns, name, err)
+	}
+	rs, err := r.Client.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get ReplicaSet %s/%s: %w", ns, name, err)
+	}
+	return rs, nil
+}
+
+func (r *ListerResolver) deployment(ctx context.Context, ns, name string) (*appsv1.Deployment, error) {
+	if d, err := r.Deployments.Deployments(ns).Get(name); err == nil {
+		return d, nil
+	} else if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("get Deployment %s/%s from cache: %w", ns, name, err)
+	}
+	d, err := r.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get Deployment %s/%s: %w", ns, name, err)
+	}
+	return d, nil
+}
+
+func (r *ListerResolver) statefulSet(ctx context.Context, ns, name string) (*appsv1.StatefulSet, error) {
+	if s, err := r.StatefulSets.StatefulSets(ns).Get(name); err == nil {
+		return s, nil
+	} else if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("get StatefulSet %s/%s from cache: %w", ns, name, err)
+	}
+	s, err := r.Client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get StatefulSet %s/%s: %w", ns, name, err)
+	}
+	return s, nil
+}
+
+func objectRef(kind string, m metav1.ObjectMeta) corev1.ObjectReference {
+	return corev1.ObjectReference{APIVersion: "apps/v1", Kind: kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+}
+
+// statefulSetSeat returns the seat of a StatefulSet pod: its ordinal + 1, counted from
+// the set's first ordinal. The controller removes the highest ordinals first and
+// replaces a pod under the same ordinal, so the seat sequence stays exact by itself.
+func statefulSetSeat(sts *appsv1.StatefulSet, pod *corev1.Pod) (int, error) {
+	raw, ok := pod.Labels[appsv1.PodIndexLabel]
+	if !ok {
+		prefix := sts.Name + "-"
+		if !strings.HasPrefix(pod.Name, prefix) {
+			return 0, fmt.Errorf("StatefulSet pod %q has no %s label and its name has no ordinal", pod.Name, appsv1.PodIndexLabel)
+		}
+		raw = strings.TrimPrefix(pod.Name, prefix)
+	}
+	ordinal, err := strconv.Atoi(raw)
+	if err != nil || ordinal < 0 {
+		return 0, fmt.Errorf("StatefulSet pod %q: ordinal %q is not a non-negative integer", pod.Name, raw)
+	}
+	start := 0
+	if sts.Spec.Ordinals != nil {
+		start = int(sts.Spec.Ordinals.Start)
+	}
+	if ordinal < start {
+		return 0, fmt.Errorf("StatefulSet pod %q: ordinal %d is below the set's start %d", pod.Name, ordinal, start)
+	}
+	return ordinal - start + 1, nil
+}
