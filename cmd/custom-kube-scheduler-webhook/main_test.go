@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
+)
+
+func run(args ...string) (stdout string, err error) {
+	cmd := newRootCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err = cmd.Execute()
+	return out.String(), err
+}
+
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func TestPlanJSON(t *testing.T) {
+	out, err := run("plan", "--replicas", "10", "--output", "json", "--strategy",
+		"nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc planDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var counts []int
+	for _, term := range doc.Terms {
+		counts = append(counts, term.Count)
+	}
+	if !reflect.DeepEqual(counts, []int{1, 4, 5}) || doc.Terms[0].Labels["nodesize"] != "od4vcpu16gb" || doc.Terms[0].Base != 1 || doc.Terms[2].Weight != 1 {
+		t.Fatalf("plan: %+v", doc)
+	}
+}
+
+func TestPlanText(t *testing.T) {
+	out, err := run("plan", "--replicas", "100", "--strategy", "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(lines[1], " 26") || !strings.HasSuffix(lines[2], " 74") {
+		t.Fatalf("plan text:\n%s", out)
+	}
+}
+
+func TestPlanBadInputExitsTwo(t *testing.T) {
+	cases := map[string][]string{
+		"invalid strategy": {"plan", "--strategy", "a=1,weight=x"},
+		"missing strategy": {"plan", "--replicas", "3"},
+		"negative":         {"plan", "--strategy", "a=1", "--replicas", "-1"},
+		"bad output":       {"plan", "--strategy", "a=1", "-o", "yaml"},
+		"unknown flag":     {"plan", "--bogus"},
+		"not a number":     {"plan", "--strategy", "a=1", "--replicas", "ten"},
+	}
+	for name, args := range cases {
+		_, err := run(args...)
+		if code := exitCode(err); code != 2 {
+			t.Errorf("%s: exit %d (%v), want 2", name, code, err)
+		}
+	}
+	_, err := run("plan", "--strategy", "a=1,weight=x")
+	if err == nil || err.Error() != `term 1 ("a=1,weight=x"): weight "x" is not a non-negative integer` {
+		t.Errorf("message: %v", err)
+	}
+}
+
+func serveFlags(t *testing.T, args ...string) *pflag.FlagSet {
+	t.Helper()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	addSettingFlags(fs, serveSettings)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+func TestServeConfigDefaults(t *testing.T) {
+	for _, s := range serveSettings {
+		t.Setenv(s.env, "")
+	}
+	cfg, err := loadServeConfig(serveFlags(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LogLevel != logrus.InfoLevel || !reflect.DeepEqual(cfg.Blocklist, map[string]bool{"kube-system": true, "kube-public": true}) ||
+		cfg.ListenAddress != ":9443" || cfg.ReservationTTL != 30*time.Second || cfg.WarnOnly || cfg.SelfCert ||
+		cfg.Namespace != "custom-kube-scheduler-webhook" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+func TestServeConfigEnvironmentThenFlags(t *testing.T) {
+	t.Setenv("LOG_LEVEL", "DEBUG")
+	t.Setenv("BLOCKLISTED_NAMESPACE_LIST", " kube-system , default,, team-a ")
+	t.Setenv("RESERVATION_TTL", "45s")
+	t.Setenv("VALIDATION_MODE", "warn")
+	t.Setenv("LISTEN_ADDRESS", ":8443")
+	cfg, err := loadServeConfig(serveFlags(t, "--listen-address", "127.0.0.1:9999"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LogLevel != logrus.DebugLevel || cfg.ReservationTTL != 45*time.Second || !cfg.WarnOnly {
+		t.Fatalf("environment not read: %+v", cfg)
+	}
+	if want := map[string]bool{"kube-system": true, "default": true, "team-a": true}; !reflect.DeepEqual(cfg.Blocklist, want) {
+		t.Fatalf("blocklist %v, want %v", cfg.Blocklist, want)
+	}
+	if cfg.ListenAddress != "127.0.0.1:9999" {
+		t.Fatalf("a given flag overrides the environment: %s", cfg.ListenAddress)
+	}
+}
+
+func TestServeConfigErrors(t *testing.T) {
+	cases := map[string]string{
+		"LOG_LEVEL":                  "loud",
+		"RESERVATION_TTL":            "soon",
+		"NODEGROUP_REFRESH_INTERVAL": "-5m",
+		"VALIDATION_MODE":            "maybe",
+		"CERT_MODE":                  "magic",
+	}
+	for env, value := range cases {
+		t.Run(env, func(t *testing.T) {
+			t.Setenv(env, value)
+			_, err := loadServeConfig(serveFlags(t))
+			if err == nil || !strings.Contains(err.Error(), env) {
+				t.Fatalf("%s=%s: error %v does not name the setting", env, value, err)
+			}
+		})
+	}
+	// The seed's "INFO" and empty value still work.
+	t.Setenv("LOG_LEVEL", "INFO")
+	if _, err := loadServeConfig(serveFlags(t)); err != nil {
+		t.Fatal(err)
+	}
+}
