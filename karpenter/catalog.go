@@ -1,0 +1,284 @@
+package karpenter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
+)
+
+// DefaultDiscoveryInterval is how often Catalog looks for the NodePool API
+// while it is not served (Karpenter not installed yet).
+const DefaultDiscoveryInterval = time.Minute
+
+// NodeGroupSource is a view of EKS managed node groups;
+// *nodegroups.Cache implements it.
+type NodeGroupSource interface {
+	// Run keeps the view fresh until ctx is done.
+	Run(ctx context.Context)
+	// HasSynced reports whether a first refresh finished.
+	HasSynced() bool
+	// Groups returns the current view.
+	Groups() []nodegroups.Group
+}
+
+// Options configure a Catalog.
+type Options struct {
+	// Kube lists and watches Nodes and discovers the NodePool API. Required.
+	Kube kubernetes.Interface
+	// Dynamic watches karpenter.sh/v1 NodePools; nil leaves NodePools out.
+	Dynamic dynamic.Interface
+	// NodeGroups is the EKS managed node group view; nil leaves node groups
+	// out (no cluster name configured).
+	NodeGroups NodeGroupSource
+	// Matcher decides what serves a term; NewMatcher() when nil.
+	Matcher *Matcher
+	// Log receives informer and discovery problems; discarded when nil.
+	Log logrus.FieldLogger
+	// ResyncPeriod of the informers; 0 disables resync, which matching does
+	// not need.
+	ResyncPeriod time.Duration
+	// DiscoveryInterval is how often to look for the NodePool API while it
+	// is absent; DefaultDiscoveryInterval when zero.
+	DiscoveryInterval time.Duration
+}
+
+// NodePool watch states.
+const (
+	poolsUnknown  int32 = iota // not looked for yet, or discovery failing
+	poolsAbsent                // API not served: nothing to wait for
+	poolsWatching              // informer started
+)
+
+// Catalog knows the NodePools, EKS managed node groups and Ready Nodes of the
+// cluster and tells which of them serve a term. Create it with NewCatalog,
+// start it once with Run, and wait for HasSynced before trusting Serving.
+// Safe for concurrent use.
+type Catalog struct {
+	matcher       *Matcher
+	log           logrus.FieldLogger
+	discovery     discovery.DiscoveryInterface
+	nodes         cache.SharedIndexInformer
+	pools         cache.SharedIndexInformer // nil when NodePools are off
+	poolState     atomic.Int32
+	groups        NodeGroupSource // nil when node groups are off
+	discoveryTick time.Duration
+}
+
+// NewCatalog builds a Catalog; nothing is listed or watched before Run.
+func NewCatalog(o Options) (*Catalog, error) {
+	if o.Kube == nil {
+		return nil, errors.New("karpenter: Options.Kube is required")
+	}
+	c := &Catalog{
+		matcher:       o.Matcher,
+		log:           o.Log,
+		discovery:     o.Kube.Discovery(),
+		groups:        o.NodeGroups,
+		discoveryTick: o.DiscoveryInterval,
+	}
+	if c.matcher == nil {
+		c.matcher = NewMatcher()
+	}
+	if c.log == nil {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		c.log = l
+	}
+	if c.discoveryTick <= 0 {
+		c.discoveryTick = DefaultDiscoveryInterval
+	}
+	var err error
+	if c.nodes, err = newNodeInformer(o.Kube, o.ResyncPeriod); err != nil {
+		return nil, err
+	}
+	if o.Dynamic != nil {
+		if c.pools, err = newNodePoolInformer(o.Dynamic, o.ResyncPeriod); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Run watches Nodes and NodePools and refreshes node groups until ctx is
+// done. Call it once. When the NodePool API is not served (Karpenter not
+// installed) it looks for it every DiscoveryInterval and starts watching once
+// it appears; meanwhile NodePools do not hold HasSynced back.
+func (c *Catalog) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { c.nodes.RunWithContext(ctx) })
+	if c.pools != nil {
+		wg.Go(func() { c.runNodePools(ctx) })
+	}
+	if c.groups != nil {
+		wg.Go(func() { c.groups.Run(ctx) })
+	}
+	wg.Wait()
+}
+
+func (c *Catalog) runNodePools(ctx context.Context) {
+	var lastErr string
+	for {
+		served, err := c.nodePoolAPIServed()
+		switch {
+		case err != nil:
+			if err.Error() != lastErr {
+				c.log.WithError(err).Warn("looking for the NodePool API failed; retrying")
+				lastErr = err.Error()
+			}
+		case served:
+			c.poolState.Store(poolsWatching)
+			c.log.Info("watching Karpenter NodePools")
+			c.pools.RunWithContext(ctx)
+			return
+		default:
+			if c.poolState.Swap(poolsAbsent) != poolsAbsent {
+				c.log.Infof("%s nodepools not served (Karpenter not installed?); looking again every %s", NodePoolGroupVersion, c.discoveryTick)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.discoveryTick):
+		}
+	}
+}
+
+func (c *Catalog) nodePoolAPIServed() (bool, error) {
+	list, err := c.discovery.ServerResourcesForGroupVersion(NodePoolGroupVersion)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discovering %s: %w", NodePoolGroupVersion, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == nodePoolGVR().Resource {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// HasSynced reports whether Nodes and NodePools have been listed (or the
+// NodePool API was found absent) and the first node group refresh finished.
+func (c *Catalog) HasSynced() bool {
+	if !c.nodes.HasSynced() {
+		return false
+	}
+	if c.pools != nil {
+		switch c.poolState.Load() {
+		case poolsUnknown:
+			return false
+		case poolsWatching:
+			if !c.pools.HasSynced() {
+				return false
+			}
+		}
+	}
+	return c.groups == nil || c.groups.HasSynced()
+}
+
+// Serving returns the capacity that can carry a pod whose nodeSelector holds
+// term: NodePools (not being deleted, not reported not-Ready), usable EKS
+// managed node groups, then Ready schedulable Nodes that belong to none of
+// the NodePools and node groups already listed. Each kind is sorted by name.
+// An empty result means nothing can run the term's pods: typically a typo in
+// a label. The Taints in the result are copies.
+func (c *Catalog) Serving(term map[string]string) []Source {
+	var out []Source
+	pools, groups := sets.New[string](), sets.New[string]()
+
+	if c.pools != nil {
+		for _, obj := range c.pools.GetStore().List() {
+			np, ok := obj.(*karpv1.NodePool)
+			if !ok || !nodePoolUsable(np) {
+				continue
+			}
+			if err := c.matcher.NodePool(np, term); err != nil {
+				continue
+			}
+			pools.Insert(np.Name)
+			out = append(out, Source{Kind: KindNodePool, Name: np.Name, Taints: copyTaints(np.Spec.Template.Spec.Taints)})
+		}
+	}
+	if c.groups != nil {
+		for _, g := range c.groups.Groups() {
+			if !g.Usable() || c.matcher.NodeGroup(g, term) != nil {
+				continue
+			}
+			groups.Insert(g.Name)
+			out = append(out, Source{Kind: KindNodeGroup, Name: g.Name, Taints: copyTaints(g.Taints)})
+		}
+	}
+	for _, obj := range c.nodes.GetStore().List() {
+		n, ok := obj.(*corev1.Node)
+		if !ok || !nodeUsable(n) {
+			continue
+		}
+		if pools.Has(n.Labels[karpv1.NodePoolLabelKey]) || groups.Has(n.Labels[nodegroups.LabelNodeGroup]) {
+			continue
+		}
+		if c.matcher.Node(n.Labels, term) != nil {
+			continue
+		}
+		out = append(out, Source{Kind: KindNode, Name: n.Name, Taints: copyTaints(n.Spec.Taints)})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if ki, kj := kindOrder(out[i].Kind), kindOrder(out[j].Kind); ki != kj {
+			return ki < kj
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// NodePools returns the watched NodePools (typed, shared with the cache: do
+// not modify), e.g. for explaining why none serves a term.
+func (c *Catalog) NodePools() []*karpv1.NodePool {
+	if c.pools == nil {
+		return nil
+	}
+	objs := c.pools.GetStore().List()
+	out := make([]*karpv1.NodePool, 0, len(objs))
+	for _, obj := range objs {
+		if np, ok := obj.(*karpv1.NodePool); ok {
+			out = append(out, np)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func kindOrder(kind string) int {
+	switch kind {
+	case KindNodePool:
+		return 0
+	case KindNodeGroup:
+		return 1
+	}
+	return 2
+}
+
+func copyTaints(t []corev1.Taint) []corev1.Taint {
+	if len(t) == 0 {
+		return nil
+	}
+	return append([]corev1.Taint(nil), t...)
+}

@@ -1,0 +1,116 @@
+//go:build e2e
+
+package karpenter
+
+// Run against a cluster with Karpenter's CRDs installed (scripts/localcluster):
+//
+//	KUBECONFIG=.localcluster/kubeconfig go test -tags e2e -run E2E ./karpenter/
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+)
+
+func TestE2ENodePoolInformer(t *testing.T) {
+	path := os.Getenv("KUBECONFIG")
+	if path == "" {
+		t.Fatal("KUBECONFIG must point at the test cluster")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatalf("loading %s: %v", path, err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const kwokCPU = "karpenter.kwok.sh/instance-cpu"
+	c, err := NewCatalog(Options{Kube: kube, Dynamic: dyn, Matcher: NewMatcher(kwokCPU)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "catalog sync", c.HasSynced)
+	if served, err := c.nodePoolAPIServed(); err != nil || !served {
+		t.Fatalf("the cluster does not serve %s nodepools (served=%v, err=%v): install Karpenter's CRDs", NodePoolGroupVersion, served, err)
+	}
+
+	name := fmt.Sprintf("e2e-catalog-%d", time.Now().UnixNano()%1_000_000)
+	size := name + "-size"
+	np := pool(name, map[string]string{"nodesize": size},
+		req(capType, corev1.NodeSelectorOpIn, "spot"),
+		req(kwokCPU, karpv1.NodeSelectorOpGte, "4"))
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: "karpenter.kwok.sh", Kind: "KWOKNodeClass", Name: "default"}
+	np.Spec.Template.Spec.Taints = []corev1.Taint{{Key: "capacity", Value: "spot", Effect: corev1.TaintEffectNoSchedule}}
+	np.Spec.Template.Spec.StartupTaints = []corev1.Taint{{Key: "e2e-startup", Effect: corev1.TaintEffectNoSchedule}}
+	res := dyn.Resource(nodePoolGVR())
+	if _, err := res.Create(ctx, unstructuredPool(t, np), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating NodePool %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+
+	served := func(tm map[string]string) bool {
+		for _, s := range c.Serving(tm) {
+			if s.Kind == KindNodePool && s.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	match := term("nodesize", size, capType, "spot", kwokCPU, "8")
+	waitFor(t, "the new NodePool to serve its term", func() bool {
+		if served(match) {
+			return true
+		}
+		for _, p := range c.NodePools() {
+			if p.Name == name && !nodePoolUsable(p) {
+				t.Fatalf("NodePool %s reported not Ready by Karpenter (is KWOKNodeClass default missing?): %+v", name, p.Status.Conditions)
+			}
+		}
+		return false
+	})
+	for _, tm := range []map[string]string{
+		term("nodesize", size, capType, "on-demand"),
+		term("nodesize", size, kwokCPU, "2"),
+		term("nodesize", size+"-typo"),
+	} {
+		if served(tm) {
+			t.Errorf("NodePool %s serves %v", name, tm)
+		}
+	}
+	var sources []Source
+	for _, s := range c.Serving(match) {
+		if s.Name == name {
+			sources = append(sources, s)
+		}
+	}
+	want := []corev1.Toleration{{Key: "capacity", Operator: corev1.TolerationOpEqual, Value: "spot", Effect: corev1.TaintEffectNoSchedule}}
+	if got := TolerationsFor(sources); !reflect.DeepEqual(got, want) {
+		t.Errorf("tolerations = %+v, want %+v", got, want)
+	}
+
+	if err := res.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting NodePool %s: %v", name, err)
+	}
+	waitFor(t, "the deleted NodePool to stop serving", func() bool { return !served(match) })
+}

@@ -1,0 +1,138 @@
+package karpenter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+)
+
+// NodePoolGroupVersion is the API group/version of the NodePools watched.
+const NodePoolGroupVersion = "karpenter.sh/v1"
+
+func nodePoolGVR() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1", Resource: "nodepools"}
+}
+
+// newNodePoolInformer watches NodePools through the dynamic client and
+// stores them as typed *karpv1.NodePool, converted once per event rather than
+// on every admission.
+func newNodePoolInformer(client dynamic.Interface, resync time.Duration) (cache.SharedIndexInformer, error) {
+	res := client.Resource(nodePoolGVR())
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return res.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return res.Watch(ctx, opts)
+		},
+	}
+	// The wrapper tells the reflector when a client (a fake one in tests)
+	// cannot stream the initial list as watch events.
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &unstructured.Unstructured{}, resync, cache.Indexers{})
+	if err := inf.SetTransform(toNodePool); err != nil {
+		return nil, fmt.Errorf("setting NodePool transform: %w", err)
+	}
+	return inf, nil
+}
+
+// toNodePool converts an unstructured NodePool to the typed one. Tombstones
+// and objects that are already typed pass through.
+func toNodePool(obj interface{}) (interface{}, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	np := &karpv1.NodePool{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), np); err != nil {
+		return nil, fmt.Errorf("converting NodePool %q: %w", u.GetName(), err)
+	}
+	np.ManagedFields = nil
+	return np, nil
+}
+
+// newNodeInformer watches Nodes, keeping only what matching needs.
+func newNodeInformer(client kubernetes.Interface, resync time.Duration) (cache.SharedIndexInformer, error) {
+	nodes := client.CoreV1().Nodes()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return nodes.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return nodes.Watch(ctx, opts)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, resync, cache.Indexers{})
+	if err := inf.SetTransform(slimNode); err != nil {
+		return nil, fmt.Errorf("setting Node transform: %w", err)
+	}
+	return inf, nil
+}
+
+// slimNode keeps a Node's name, labels, taints, unschedulable flag, deletion
+// time and Ready condition: images, addresses, capacity and managed fields
+// would make the cache many times larger on a big cluster.
+func slimNode(obj interface{}) (interface{}, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              n.Name,
+			UID:               n.UID,
+			ResourceVersion:   n.ResourceVersion,
+			Labels:            n.Labels,
+			DeletionTimestamp: n.DeletionTimestamp,
+		},
+		Spec: corev1.NodeSpec{Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable},
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			slim.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+			break
+		}
+	}
+	return slim, nil
+}
+
+// nodeUsable reports whether a node can take new pods: Ready, not cordoned,
+// not being deleted.
+func nodeUsable(n *corev1.Node) bool {
+	if n.DeletionTimestamp != nil || n.Spec.Unschedulable {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// nodePoolUsable mirrors the provisioner's filter, except that a pool whose
+// Ready condition is not reported yet counts: Karpenter reconciles a new pool
+// within seconds, and a pod admitted meanwhile should still be sent there.
+// Pools being deleted or explicitly not Ready (e.g. a missing node class) do
+// not count.
+func nodePoolUsable(np *karpv1.NodePool) bool {
+	if np.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range np.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status != metav1.ConditionFalse
+		}
+	}
+	return true
+}
