@@ -8,13 +8,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/go-logr/logr"
 	"github.com/sirupsen/logrus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -30,10 +30,10 @@ const warningPrefix = "custom-kube-scheduler-webhook: "
 
 // Capacity tells what serves a term's node labels.
 type Capacity interface {
-	// Taints returns the taints of the NodePools and node groups that serve labels (the
-	// pod needs tolerations for them) and whether anything, including a Ready node,
-	// serves labels at all.
-	Taints(labels map[string]string) (taints []corev1.Taint, served bool)
+	// Tolerations returns the tolerations a pod selecting labels needs for the taints
+	// of the NodePools and node groups that serve them, and whether anything,
+	// including a Ready node, serves labels at all.
+	Tolerations(labels map[string]string) (tolerations []corev1.Toleration, served bool)
 }
 
 // NamespaceFilter decides which namespaces the webhook leaves alone.
@@ -148,10 +148,10 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 		return OutcomeConflict, allow(append(warnings, msg)...)
 	}
 
-	var taints []corev1.Taint
+	var needed []corev1.Toleration
 	if m.Capacity != nil {
 		var served bool
-		taints, served = m.Capacity.Taints(selector)
+		needed, served = m.Capacity.Tolerations(selector)
 		if !served {
 			msg := fmt.Sprintf("term %d (%s) of %s is served by no NodePool, node group or Ready node; the pod may stay Pending",
 				termIndex+1, term.LabelString(), w.Describe())
@@ -165,7 +165,9 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 
 	p := &podPatch{pod: &pod}
 	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, selector)
-	p.addTolerations(missingTolerations(pod.Spec.Tolerations, taints))
+	// MergeTolerations keeps the pod's own tolerations first and in order; what follows
+	// them is what the pod lacks.
+	p.addTolerations(karpenter.MergeTolerations(pod.Spec.Tolerations, needed)[len(pod.Spec.Tolerations):])
 	annotations := map[string]string{
 		strategy.AnnotationSeat: strconv.Itoa(seat),
 		strategy.AnnotationTerm: strconv.Itoa(termIndex + 1),
@@ -230,31 +232,6 @@ func conflicting(have, want map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// missingTolerations returns a toleration for every taint no existing toleration
-// already tolerates; an Exists toleration or a broader one the user wrote is kept as is.
-func missingTolerations(existing []corev1.Toleration, taints []corev1.Taint) []corev1.Toleration {
-	var add []corev1.Toleration
-	for i := range taints {
-		taint := &taints[i]
-		tolerated := false
-		for _, list := range [][]corev1.Toleration{existing, add} {
-			for j := range list {
-				// Comparison operators (Gt/Lt tolerations) are alpha: not enabled here.
-				tolerated = tolerated || list[j].ToleratesTaint(logr.Discard(), taint, false)
-			}
-		}
-		if tolerated {
-			continue
-		}
-		t := corev1.Toleration{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}
-		if taint.Value == "" {
-			t.Operator, t.Value = corev1.TolerationOpExists, ""
-		}
-		add = append(add, t)
-	}
-	return add
 }
 
 func isDryRun(req *admissionv1.AdmissionRequest) bool { return req.DryRun != nil && *req.DryRun }

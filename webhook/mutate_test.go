@@ -110,10 +110,10 @@ func TestSkips(t *testing.T) {
 
 func TestMergesNodeSelectorAndTolerations(t *testing.T) {
 	m, _, _ := newCluster(burstStrategy).mutator(t)
-	m.Capacity = fakeCapacity{taints: []corev1.Taint{
-		{Key: "karpenter.sh/capacity-type", Value: "on-demand", Effect: corev1.TaintEffectNoSchedule},
-		{Key: "dedicated", Effect: corev1.TaintEffectNoExecute},
-		{Key: "team", Value: "a", Effect: corev1.TaintEffectNoSchedule},
+	m.Capacity = fakeCapacity{tolerations: []corev1.Toleration{
+		{Key: "karpenter.sh/capacity-type", Operator: corev1.TolerationOpEqual, Value: "on-demand", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "dedicated", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: "team", Operator: corev1.TolerationOpEqual, Value: "a", Effect: corev1.TaintEffectNoSchedule},
 	}, served: true}
 	pod := rsPod()
 	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/arch": "arm64", "karpenter.sh/capacity-type": "on-demand"}
@@ -299,11 +299,13 @@ func TestMalformedStrategies(t *testing.T) {
 }
 
 type fakeCapacity struct {
-	taints []corev1.Taint
-	served bool
+	tolerations []corev1.Toleration
+	served      bool
 }
 
-func (f fakeCapacity) Taints(map[string]string) ([]corev1.Taint, bool) { return f.taints, f.served }
+func (f fakeCapacity) Tolerations(map[string]string) ([]corev1.Toleration, bool) {
+	return f.tolerations, f.served
+}
 
 // expectUnchanged asserts an allowed response without patch; warning, if not empty,
 // must appear in one of its warnings.

@@ -84,7 +84,7 @@ func (v *WorkloadValidator) admit(req *admissionv1.AdmissionRequest) *admissionv
 	}
 	if v.Capacity != nil {
 		for i, term := range s.Terms {
-			if _, served := v.Capacity.Taints(term.LabelMap()); !served {
+			if _, served := v.Capacity.Tolerations(term.LabelMap()); !served {
 				warnings = append(warnings, fmt.Sprintf("term %d (%s) of %s is served by no NodePool, node group or Ready node; its pods may stay Pending", i+1, term.LabelString(), name))
 			}
 		}

@@ -52,6 +52,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
-	root.AddCommand(newServeCommand(), newPlanCommand())
+	root.AddCommand(newServeCommand(), newPlanCommand(), newSpreadCommand())
 	return root
 }

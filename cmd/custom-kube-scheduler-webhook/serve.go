@@ -13,14 +13,18 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
@@ -98,11 +102,20 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		return err
 	}
 	caches.Start(ctx)
+	catalog, err := newCatalog(ctx, cfg, restCfg, client, log)
+	if err != nil {
+		return err
+	}
+	go catalog.Run(ctx)
 	synced := make(chan struct{})
 	var ready atomic.Bool
 	go func() {
 		if err := caches.WaitForSync(ctx); err != nil {
 			log.WithError(err).Error("caches did not sync")
+			return
+		}
+		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced) {
+			log.Error("NodePool, node group and node views did not sync")
 			return
 		}
 		close(synced)
@@ -117,8 +130,10 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 
 	metrics := webhook.NewMetrics()
 	entry := log.WithField("component", component)
+	capacity := catalogCapacity{catalog}
 	mutator := &webhook.PodMutator{
 		Resolver:   caches.Resolver,
+		Capacity:   capacity,
 		Ledger:     webhook.NewMemoryLedger(caches, cfg.ReservationTTL),
 		Recorder:   recorder,
 		Metrics:    metrics,
@@ -126,7 +141,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Synced:     synced,
 		Log:        entry,
 	}
-	validator := &webhook.WorkloadValidator{WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
+	validator := &webhook.WorkloadValidator{Capacity: capacity, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
 	handlers := &webhook.Handlers{
 		Mutate:   mutator.Admit,
 		Validate: validator.Admit,
@@ -145,6 +160,40 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	}
 	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace}).Info("starting")
 	return webhook.Serve(ctx, ln, handlers.Mux(), certs.GetCertificate, entry)
+}
+
+// newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,
+// lists the cluster's EKS managed node groups.
+func newCatalog(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, log *logrus.Logger) (*karpenter.Catalog, error) {
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("create dynamic client: %w", err)
+	}
+	opts := karpenter.Options{Kube: client, Dynamic: dyn, Log: log.WithField("component", "catalog")}
+	if cfg.EKSClusterName != "" {
+		eks, err := nodegroups.NewClient(ctx, nodegroups.ClientOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
+		}
+		groups, err := nodegroups.New(eks, nodegroups.Config{ClusterName: cfg.EKSClusterName, Interval: cfg.NodeGroupRefresh, Log: log.WithField("component", "nodegroups")})
+		if err != nil {
+			return nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
+		}
+		opts.NodeGroups = groups
+	}
+	catalog, err := karpenter.NewCatalog(opts)
+	if err != nil {
+		return nil, fmt.Errorf("create capacity catalog: %w", err)
+	}
+	return catalog, nil
+}
+
+// catalogCapacity adapts the catalog to what the admission handlers ask.
+type catalogCapacity struct{ catalog *karpenter.Catalog }
+
+func (c catalogCapacity) Tolerations(labels map[string]string) ([]corev1.Toleration, bool) {
+	sources := c.catalog.Serving(labels)
+	return karpenter.TolerationsFor(sources), len(sources) > 0
 }
 
 func keys(m map[string]bool) []string {

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+)
+
+// Report is the `spread` document: one entry per workload that carries a strategy.
+type Report struct {
+	Workloads []WorkloadReport `json:"workloads"`
+}
+
+// WorkloadReport compares a workload's current revision with the strategy's target.
+type WorkloadReport struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Replicas  int    `json:"replicas"`
+	// Revision is the ReplicaSet whose pods are counted (Deployments), or the
+	// workload's own name.
+	Revision string       `json:"revision"`
+	Strategy string       `json:"strategy"`
+	Error    string       `json:"error,omitempty"`
+	Terms    []TermReport `json:"terms,omitempty"`
+	// Unplaced counts live pods of the revision that carry no seat (created while the
+	// webhook was unreachable, or with a conflicting nodeSelector).
+	Unplaced int `json:"unplaced"`
+	// OtherRevisions counts live pods of older ReplicaSets (a rollout in progress).
+	OtherRevisions int `json:"otherRevisions"`
+	// Exact is true when every term holds its target and nothing is unplaced.
+	Exact bool `json:"exact"`
+}
+
+// TermReport is one term's row.
+type TermReport struct {
+	Term           int               `json:"term"`
+	Labels         map[string]string `json:"labels"`
+	Target         int               `json:"target"`
+	Placed         int               `json:"placed"`
+	Running        int               `json:"running"`
+	Pending        int               `json:"pending"`
+	PendingReasons []string          `json:"pendingReasons,omitempty"`
+	ServedBy       []string          `json:"servedBy"`
+	Nodes          []NodeReport      `json:"nodes"`
+}
+
+// NodeReport says how many of a term's pods run on one node, and its capacity type.
+type NodeReport struct {
+	Name         string `json:"name"`
+	CapacityType string `json:"capacityType,omitempty"`
+	Pods         int    `json:"pods"`
+}
+
+// clusterState is what `spread` lists from the API server.
+type clusterState struct {
+	Deployments  []appsv1.Deployment
+	StatefulSets []appsv1.StatefulSet
+	ReplicaSets  []appsv1.ReplicaSet
+	Pods         []corev1.Pod
+	Nodes        map[string]*corev1.Node
+	// ServedBy names the capacity serving a term's labels; nil leaves it out.
+	ServedBy func(labels map[string]string) []string
+}
+
+// buildReport computes the report for every workload in st that carries an active
+// strategy; only names the workload filter keeps are reported.
+func buildReport(st *clusterState, keep func(kind, name string) bool) Report {
+	podsByOwner := map[types.UID][]*corev1.Pod{}
+	for i := range st.Pods {
+		pod := &st.Pods[i]
+		if ref := metav1.GetControllerOf(pod); ref != nil && webhook.HoldsSeat(pod) {
+			podsByOwner[ref.UID] = append(podsByOwner[ref.UID], pod)
+		}
+	}
+	rsByDeployment := map[types.UID][]*appsv1.ReplicaSet{}
+	var report Report
+	for i := range st.ReplicaSets {
+		rs := &st.ReplicaSets[i]
+		if ref := metav1.GetControllerOf(rs); ref != nil && ref.Kind == "Deployment" {
+			rsByDeployment[ref.UID] = append(rsByDeployment[ref.UID], rs)
+			continue
+		}
+		if keep("ReplicaSet", rs.Name) {
+			report.add(st, "ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, rs.Spec.Replicas, rs.Name, podsByOwner[rs.UID], 0)
+		}
+	}
+	for i := range st.Deployments {
+		d := &st.Deployments[i]
+		if !keep("Deployment", d.Name) {
+			continue
+		}
+		current, others := currentRevision(rsByDeployment[d.UID])
+		var pods []*corev1.Pod
+		revision := ""
+		if current != nil {
+			pods, revision = podsByOwner[current.UID], current.Name
+		}
+		older := 0
+		for _, rs := range others {
+			older += len(podsByOwner[rs.UID])
+		}
+		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, pods, older)
+	}
+	for i := range st.StatefulSets {
+		s := &st.StatefulSets[i]
+		if keep("StatefulSet", s.Name) {
+			report.add(st, "StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, s.Spec.Replicas, s.Name, podsByOwner[s.UID], 0)
+		}
+	}
+	sort.Slice(report.Workloads, func(i, j int) bool {
+		a, b := report.Workloads[i], report.Workloads[j]
+		return a.Namespace+"/"+a.Kind+"/"+a.Name < b.Namespace+"/"+b.Kind+"/"+b.Name
+	})
+	return report
+}
+
+// currentRevision picks a Deployment's newest ReplicaSet by its revision annotation.
+func currentRevision(sets []*appsv1.ReplicaSet) (*appsv1.ReplicaSet, []*appsv1.ReplicaSet) {
+	revision := func(rs *appsv1.ReplicaSet) int {
+		n, _ := strconv.Atoi(rs.Annotations["deployment.kubernetes.io/revision"])
+		return n
+	}
+	sort.Slice(sets, func(i, j int) bool { return revision(sets[i]) > revision(sets[j]) })
+	if len(sets) == 0 {
+		return nil, nil
+	}
+	return sets[0], sets[1:]
+}
+
+func (r *Report) add(st *clusterState, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, pods []*corev1.Pod, older int) {
+	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
+	src := strategy.Find(
+		strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: template},
+		strategy.AnnotatedObject{Name: name, Annotations: meta.Annotations},
+	)
+	if !src.Active() {
+		return
+	}
+	w := WorkloadReport{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Replicas: 1, Revision: revision, Strategy: src.Raw, OtherRevisions: older}
+	if replicas != nil {
+		w.Replicas = int(*replicas)
+	}
+	s, err := strategy.Parse(src.Raw)
+	if err != nil {
+		w.Error = err.Error()
+		r.Workloads = append(r.Workloads, w)
+		return
+	}
+	target := s.Target(w.Replicas)
+	nodes := make([]map[string]int, len(s.Terms))
+	for i, t := range s.Terms {
+		w.Terms = append(w.Terms, TermReport{Term: i + 1, Labels: t.LabelMap(), Target: target[i], ServedBy: []string{}, Nodes: []NodeReport{}})
+		if st.ServedBy != nil {
+			w.Terms[i].ServedBy = st.ServedBy(t.LabelMap())
+		}
+		nodes[i] = map[string]int{}
+	}
+	for _, pod := range pods {
+		i := termOf(s, pod)
+		if i < 0 {
+			w.Unplaced++
+			continue
+		}
+		row := &w.Terms[i]
+		row.Placed++
+		switch pod.Status.Phase {
+		case corev1.PodRunning:
+			row.Running++
+		case corev1.PodPending:
+			row.Pending++
+			if reason := pendingReason(pod); reason != "" && !slices.Contains(row.PendingReasons, reason) {
+				row.PendingReasons = append(row.PendingReasons, reason)
+			}
+		}
+		if pod.Spec.NodeName != "" {
+			nodes[i][pod.Spec.NodeName]++
+		}
+	}
+	w.Exact = w.Unplaced == 0
+	for i := range w.Terms {
+		row := &w.Terms[i]
+		w.Exact = w.Exact && row.Placed == row.Target
+		for name, count := range nodes[i] {
+			row.Nodes = append(row.Nodes, NodeReport{Name: name, CapacityType: capacityType(st.Nodes[name]), Pods: count})
+		}
+		sort.Slice(row.Nodes, func(a, b int) bool { return row.Nodes[a].Name < row.Nodes[b].Name })
+	}
+	r.Workloads = append(r.Workloads, w)
+}
+
+// termOf finds the term a placed pod is on: the term whose labels its nodeSelector
+// carries (the truth the scheduler acts on), else its term annotation.
+func termOf(s *strategy.Strategy, pod *corev1.Pod) int {
+	if _, placed := webhook.SeatOf(pod); !placed {
+		return -1
+	}
+	for i, t := range s.Terms {
+		match := true
+		for _, l := range t.Labels {
+			if v, ok := pod.Spec.NodeSelector[l.Key]; !ok || v != l.Value {
+				match = false
+				break
+			}
+		}
+		if match {
+			return i
+		}
+	}
+	if n, err := strconv.Atoi(pod.Annotations[strategy.AnnotationTerm]); err == nil && n >= 1 && n <= len(s.Terms) {
+		return n - 1
+	}
+	return -1
+}
+
+// pendingReason is the scheduler's word on a pending pod, if it said anything.
+func pendingReason(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return strings.TrimSpace(c.Reason + ": " + c.Message)
+		}
+	}
+	return ""
+}
+
+// capacityType reads a node's capacity type from Karpenter's or EKS's label.
+func capacityType(n *corev1.Node) string {
+	if n == nil {
+		return ""
+	}
+	if v, ok := n.Labels["karpenter.sh/capacity-type"]; ok {
+		return v
+	}
+	return strings.ToLower(strings.ReplaceAll(n.Labels["eks.amazonaws.com/capacityType"], "_", "-"))
+}

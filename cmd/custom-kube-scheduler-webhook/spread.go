@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
+)
+
+type spreadOptions struct {
+	kubeconfig, context, namespace, output string
+	allNamespaces                          bool
+}
+
+func newSpreadCommand() *cobra.Command {
+	var o spreadOptions
+	cmd := &cobra.Command{
+		Use:   "spread [deployment/NAME | statefulset/NAME | replicaset/NAME | NAME]",
+		Short: "Show, per term, the target and the actual pods of workloads that carry a strategy",
+		Long: `Show how each workload that carries a CustomPodScheduleStrategy is spread: per
+term the target for the current replica count, the pods placed there (Running,
+Pending with the scheduler's reason), their nodes and capacity type, and the
+NodePools, node groups or nodes that serve the term. Only the current revision
+is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
+		Example: `  custom-kube-scheduler-webhook spread -n demo
+  custom-kube-scheduler-webhook spread -n demo deployment/alpine -o json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.output != "text" && o.output != "json" {
+				return usageError("--output must be text or json, got %q", o.output)
+			}
+			keep := func(string, string) bool { return true }
+			if len(args) == 1 {
+				kind, name, err := parseWorkloadArg(args[0])
+				if err != nil {
+					return usageError("%w", err)
+				}
+				keep = func(k, n string) bool { return n == name && (kind == "" || strings.EqualFold(kind, k)) }
+			}
+			report, err := collectSpread(cmd.Context(), o, keep)
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 && len(report.Workloads) == 0 {
+				return fmt.Errorf("%s: not found, or it carries no active %s", args[0], "CustomPodScheduleStrategy")
+			}
+			return writeSpread(cmd.OutOrStdout(), report, o.output)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&o.context, "context", "", "the kubeconfig context to use")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace (default: the context's namespace)")
+	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "report workloads of every namespace")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// parseWorkloadArg reads "deployment/web", "deploy/web", "sts/db", "rs/x" or "web".
+func parseWorkloadArg(arg string) (kind, name string, err error) {
+	k, n, found := strings.Cut(arg, "/")
+	if !found {
+		return "", arg, nil
+	}
+	switch strings.ToLower(k) {
+	case "deployment", "deployments", "deploy":
+		return "Deployment", n, nil
+	case "statefulset", "statefulsets", "sts":
+		return "StatefulSet", n, nil
+	case "replicaset", "replicasets", "rs":
+		return "ReplicaSet", n, nil
+	}
+	return "", "", fmt.Errorf("unknown workload kind %q: want deployment, statefulset or replicaset", k)
+}
+
+func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name string) bool) (Report, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
+	restCfg, err := loader.ClientConfig()
+	if err != nil {
+		return Report{}, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	ns := o.namespace
+	if ns == "" {
+		if ns, _, err = loader.Namespace(); err != nil {
+			return Report{}, fmt.Errorf("read the context's namespace: %w", err)
+		}
+	}
+	if o.allNamespaces {
+		ns = metav1.NamespaceAll
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return Report{}, fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return Report{}, fmt.Errorf("create dynamic client: %w", err)
+	}
+
+	st := &clusterState{Nodes: map[string]*corev1.Node{}}
+	apps := client.AppsV1()
+	deployments, err := apps.Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Report{}, fmt.Errorf("list Deployments: %w", err)
+	}
+	statefulSets, err := apps.StatefulSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Report{}, fmt.Errorf("list StatefulSets: %w", err)
+	}
+	replicaSets, err := apps.ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Report{}, fmt.Errorf("list ReplicaSets: %w", err)
+	}
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Report{}, fmt.Errorf("list Pods: %w", err)
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Report{}, fmt.Errorf("list Nodes: %w", err)
+	}
+	st.Deployments, st.StatefulSets, st.ReplicaSets, st.Pods = deployments.Items, statefulSets.Items, replicaSets.Items, pods.Items
+	for i := range nodes.Items {
+		st.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+
+	// The same catalog the webhook uses says what serves each term.
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	catalog, err := karpenter.NewCatalog(karpenter.Options{Kube: client, Dynamic: dyn, Log: quiet})
+	if err != nil {
+		return Report{}, fmt.Errorf("create capacity catalog: %w", err)
+	}
+	catalogCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go catalog.Run(catalogCtx)
+	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelSync()
+	if cache.WaitForCacheSync(syncCtx.Done(), catalog.HasSynced) {
+		st.ServedBy = func(labels map[string]string) []string {
+			var names []string
+			for _, s := range catalog.Serving(labels) {
+				names = append(names, s.String())
+			}
+			return names
+		}
+	}
+	return buildReport(st, keep), nil
+}
+
+func writeSpread(w io.Writer, r Report, output string) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+		return nil
+	}
+	if len(r.Workloads) == 0 {
+		_, err := fmt.Fprintln(w, "No workload here carries an active CustomPodScheduleStrategy.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, wl := range r.Workloads {
+		if i > 0 {
+			fmt.Fprintln(tw)
+		}
+		fmt.Fprintf(tw, "%s %s/%s\treplicas %d\trevision %s\n", wl.Kind, wl.Namespace, wl.Name, wl.Replicas, orDash(wl.Revision))
+		if wl.Error != "" {
+			fmt.Fprintf(tw, "  invalid strategy: %s\n", wl.Error)
+			continue
+		}
+		fmt.Fprintln(tw, "TERM\tLABELS\tTARGET\tPLACED\tRUNNING\tPENDING\tSERVED BY\tNODES")
+		for _, t := range wl.Terms {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", t.Term, labelString(t.Labels), t.Target, t.Placed, t.Running, t.Pending,
+				orDash(strings.Join(t.ServedBy, ",")), orDash(nodeList(t.Nodes)))
+			for _, reason := range t.PendingReasons {
+				fmt.Fprintf(tw, "\t  pending: %s\n", reason)
+			}
+		}
+		verdict := "exact"
+		if !wl.Exact {
+			verdict = "NOT exact"
+		}
+		fmt.Fprintf(tw, "spread %s; unplaced pods %d; pods of older revisions %d\n", verdict, wl.Unplaced, wl.OtherRevisions)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+func labelString(labels map[string]string) string {
+	parts := make([]string, 0, len(labels))
+	for k, v := range labels {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func nodeList(nodes []NodeReport) string {
+	parts := make([]string, len(nodes))
+	for i, n := range nodes {
+		parts[i] = fmt.Sprintf("%s(%s)x%d", n.Name, orDash(n.CapacityType), n.Pods)
+	}
+	return strings.Join(parts, " ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
