@@ -73,6 +73,25 @@ func (c *Caches) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
+// OnSeatVisible calls fn whenever the pod cache shows a live pod holding a seat.
+func (c *Caches) OnSeatVisible(fn func(revision types.UID, seat int)) error {
+	notify := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			if revision, seat, ok := seatOfPod(pod); ok {
+				fn(revision, seat)
+			}
+		}
+	}
+	_, err := c.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, obj any) { notify(obj) },
+	})
+	if err != nil {
+		return fmt.Errorf("watch placed pods: %w", err)
+	}
+	return nil
+}
+
 // Held implements HeldSeats from the pod cache.
 func (c *Caches) Held(revision types.UID) map[int]bool {
 	objs, err := c.podIndex.ByIndex(ownerIndex, string(revision))

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -138,6 +140,7 @@ func TestServeConfigErrors(t *testing.T) {
 		"NODEGROUP_REFRESH_INTERVAL": "-5m",
 		"VALIDATION_MODE":            "maybe",
 		"CERT_MODE":                  "magic",
+		"LEDGER":                     "disk",
 	}
 	for env, value := range cases {
 		t.Run(env, func(t *testing.T) {
@@ -152,5 +155,27 @@ func TestServeConfigErrors(t *testing.T) {
 	t.Setenv("LOG_LEVEL", "INFO")
 	if _, err := loadServeConfig(serveFlags(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// readmeRow is the README configuration-table row of a setting.
+func readmeRow(s setting) string {
+	def := "`" + s.def + "`"
+	if s.def == "" {
+		def = "(empty)"
+	}
+	return fmt.Sprintf("| `%s` | `--%s` | %s | %s |", s.env, s.key, def, s.usage)
+}
+
+// The README's configuration table lists every setting exactly as the code has it.
+func TestREADMEConfigurationTable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range serveSettings {
+		if row := readmeRow(s); !strings.Contains(string(readme), row+"\n") {
+			t.Errorf("README lacks the row\n%s", row)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -107,6 +108,10 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		return err
 	}
 	go catalog.Run(ctx)
+	ledger, ledgerSynced, err := newLedger(ctx, cfg, client, caches, log)
+	if err != nil {
+		return err
+	}
 	synced := make(chan struct{})
 	var ready atomic.Bool
 	go func() {
@@ -114,7 +119,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 			log.WithError(err).Error("caches did not sync")
 			return
 		}
-		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced) {
+		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, ledgerSynced) {
 			log.Error("NodePool, node group and node views did not sync")
 			return
 		}
@@ -134,7 +139,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	mutator := &webhook.PodMutator{
 		Resolver:   caches.Resolver,
 		Capacity:   capacity,
-		Ledger:     webhook.NewMemoryLedger(caches, cfg.ReservationTTL),
+		Ledger:     ledger,
 		Recorder:   recorder,
 		Metrics:    metrics,
 		Namespaces: webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
@@ -160,6 +165,22 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	}
 	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace}).Info("starting")
 	return webhook.Serve(ctx, ln, handlers.Mux(), certs.GetCertificate, entry)
+}
+
+// newLedger returns the seat ledger LEDGER asks for, and what its readiness waits on.
+func newLedger(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, caches *webhook.Caches, log *logrus.Logger) (webhook.Ledger, cache.InformerSynced, error) {
+	if !cfg.LeaseLedger {
+		return webhook.NewMemoryLedger(caches, cfg.ReservationTTL), func() bool { return true }, nil
+	}
+	ledger, err := webhook.NewLeaseLedger(client, cfg.Namespace, caches, cfg.ReservationTTL, log.WithField("component", "ledger"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := caches.OnSeatVisible(func(revision types.UID, seat int) { ledger.SeatVisible(ctx, revision, seat) }); err != nil {
+		return nil, nil, err
+	}
+	ledger.Start(ctx)
+	return ledger, ledger.HasSynced, nil
 }
 
 // newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,
