@@ -86,6 +86,20 @@ func NewLeaseLedger(client kubernetes.Interface, namespace string, held HeldSeat
 		return nil, fmt.Errorf("add lease revision index: %w", err)
 	}
 	l.leases = inf.GetIndexer()
+	// Once the informer shows a Lease, the pending mark for its seat has done its job;
+	// left in place it would block the seat after the Lease is deleted.
+	seen := func(obj any) {
+		lease, ok := obj.(*coordinationv1.Lease)
+		if !ok {
+			return
+		}
+		if seat, err := strconv.Atoi(lease.Labels[labelSeat]); err == nil {
+			l.unmark(types.UID(lease.Labels[labelRevision]), seat)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) }}); err != nil {
+		return nil, fmt.Errorf("watch seat leases: %w", err)
+	}
 	return l, nil
 }
 
@@ -305,6 +319,9 @@ func (l *LeaseLedger) unmark(revision types.UID, seat int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.pending[revision], seat)
+	if len(l.pending[revision]) == 0 {
+		delete(l.pending, revision)
+	}
 }
 
 func (l *LeaseLedger) expired(lease *coordinationv1.Lease) bool {

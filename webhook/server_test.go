@@ -75,12 +75,6 @@ func startServer(t *testing.T, h *Handlers) (url, certFile, keyFile string, clie
 	}
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, ln, h.Mux(), watcher.GetCertificate, quietLog()) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
 	client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
@@ -88,6 +82,13 @@ func startServer(t *testing.T, h *Handlers) (url, certFile, keyFile string, clie
 		// Like the API server: HTTP/2, many admissions multiplexed on few connections.
 		ForceAttemptHTTP2: true,
 	}}
+	t.Cleanup(func() {
+		client.CloseIdleConnections() // as a client going away would, before the server stops
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
 	return "https://" + ln.Addr().String(), certFile, keyFile, client
 }
 
