@@ -178,16 +178,16 @@ func writeSpread(w io.Writer, r Report, output string) error {
 		_, err := fmt.Fprintln(w, "No workload here carries an active CustomPodScheduleStrategy.")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for i, wl := range r.Workloads {
 		if i > 0 {
-			fmt.Fprintln(tw)
+			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(tw, "%s %s/%s\treplicas %d\trevision %s\n", wl.Kind, wl.Namespace, wl.Name, wl.Replicas, orDash(wl.Revision))
+		fmt.Fprintf(w, "%s %s/%s  replicas %d  revision %s\n", wl.Kind, wl.Namespace, wl.Name, wl.Replicas, orDash(wl.Revision))
 		if wl.Error != "" {
-			fmt.Fprintf(tw, "  invalid strategy: %s\n", wl.Error)
+			fmt.Fprintf(w, "  invalid strategy: %s\n", wl.Error)
 			continue
 		}
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TERM\tLABELS\tTARGET\tPLACED\tRUNNING\tPENDING\tSERVED BY\tNODES")
 		for _, t := range wl.Terms {
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", t.Term, labelString(t.Labels), t.Target, t.Placed, t.Running, t.Pending,
@@ -196,14 +196,16 @@ func writeSpread(w io.Writer, r Report, output string) error {
 				fmt.Fprintf(tw, "\t  pending: %s\n", reason)
 			}
 		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
 		verdict := "exact"
 		if !wl.Exact {
 			verdict = "NOT exact"
 		}
-		fmt.Fprintf(tw, "spread %s; unplaced pods %d; pods of older revisions %d\n", verdict, wl.Unplaced, wl.OtherRevisions)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("write report: %w", err)
+		if _, err := fmt.Fprintf(w, "spread %s; unplaced pods %d; pods of older revisions %d\n", verdict, wl.Unplaced, wl.OtherRevisions); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
 	}
 	return nil
 }
