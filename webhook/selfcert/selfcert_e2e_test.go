@@ -18,8 +18,10 @@ package selfcert
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -34,6 +36,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
 const e2eWait = 2 * time.Minute
@@ -118,6 +121,11 @@ func TestE2ESelfManagedCertificates(t *testing.T) {
 	// 3. The files on disk follow the Secret.
 	cur := waitFilesMatchSecret(ctx, t, cs, cfg)
 
+	// A server that reloads the files the way `serve` does (controller-runtime's
+	// certwatcher) and a client that trusts only the injected caBundle, as the API server.
+	addr := serveFiles(ctx, t, cfg)
+	served1 := waitServed(ctx, t, addr, ca1, cfg.dnsNames()[0], nil)
+
 	// 4. Rotation without restart: the serving cert changes in the Secret and on disk,
 	// signed by the same CA, which the webhook configurations still carry.
 	s2 := waitSecret(ctx, t, cs, cfg, func(s *corev1.Secret) bool {
@@ -135,6 +143,10 @@ func TestE2ESelfManagedCertificates(t *testing.T) {
 		t.Fatal("files still hold the first certificate")
 	}
 	waitCABundle(ctx, t, cs, whName, ca1)
+	// The same running server now presents a rotated certificate, still trusted.
+	waitServed(ctx, t, addr, ca1, cfg.dnsNames()[0], func(c *x509.Certificate) bool {
+		return !c.Equal(served1)
+	})
 
 	// 5. A deleted Secret comes back with a new CA, and the caBundle follows it.
 	if err := cs.CoreV1().Secrets(ns).Delete(ctx, cfg.SecretName, metav1.DeleteOptions{}); err != nil {
@@ -146,6 +158,55 @@ func TestE2ESelfManagedCertificates(t *testing.T) {
 	waitCABundle(ctx, t, cs, whName, s3.Data["ca.crt"])
 	last := waitFilesMatchSecret(ctx, t, cs, cfg)
 	verifyServing(t, s3.Data["ca.crt"], last.Data["tls.crt"], cfg.dnsNames()[0])
+}
+
+// serveFiles runs a TLS server on 127.0.0.1 whose certificate comes from CertDir
+// through certwatcher, and returns its address.
+func serveFiles(ctx context.Context, t *testing.T, cfg Config) string {
+	t.Helper()
+	certPath, keyPath := cfg.certFiles()
+	cw, err := certwatcher.New(certPath, keyPath)
+	if err != nil {
+		t.Fatalf("certwatcher: %v", err)
+	}
+	cw.WithWatchInterval(time.Second)
+	go func() { _ = cw.Start(ctx) }()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cw.GetCertificate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
+
+// waitServed dials addr until the presented certificate verifies against caPEM for
+// dnsName and cond (if any) holds, and returns it.
+func waitServed(ctx context.Context, t *testing.T, addr string, caPEM []byte, dnsName string, cond func(*x509.Certificate) bool) *x509.Certificate {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	var got *x509.Certificate
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, e2eWait, true, func(context.Context) (bool, error) {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: dnsName})
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		defer conn.Close()
+		c := conn.ConnectionState().PeerCertificates[0]
+		if cond != nil && !cond(c) {
+			return false, nil
+		}
+		got = c
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("server at %s never presented the expected certificate (last error: %v): %v", addr, lastErr, err)
+	}
+	return got
 }
 
 // createWebhookConfigs registers configurations that the API server never calls (their

@@ -1,0 +1,125 @@
+{{/* Chart name. */}}
+{{- define "cksw.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name used for every object (<= 63 chars, DNS label). */}}
+{{- define "cksw.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "cksw.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "cksw.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cksw.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "cksw.labels" -}}
+helm.sh/chart: {{ include "cksw.chart" . }}
+{{ include "cksw.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: admission-webhook
+app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "cksw.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "cksw.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Secret with the serving certificate (all modes). */}}
+{{- define "cksw.certSecretName" -}}
+{{- if eq .Values.certMode "secret-provided" }}
+{{- required "certs.existingSecret is required when certMode=secret-provided" .Values.certs.existingSecret }}
+{{- else }}
+{{- default (printf "%s-certs" (include "cksw.fullname" .)) .Values.certs.secretName }}
+{{- end }}
+{{- end }}
+
+{{- define "cksw.priorityClassName" -}}
+{{- if .Values.priorityClassName }}
+{{- .Values.priorityClassName }}
+{{- else if .Values.priorityClass.create }}
+{{- include "cksw.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{- define "cksw.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Fail early on values that would render a broken install. */}}
+{{- define "cksw.validate" -}}
+{{- if not (has .Values.certMode (list "self" "cert-manager" "secret-provided")) }}
+{{- fail (printf "certMode must be self, cert-manager or secret-provided, not %q" .Values.certMode) }}
+{{- end }}
+{{- if and (eq .Values.certMode "secret-provided") (not .Values.certs.caBundle) }}
+{{- fail "certs.caBundle (base64 PEM of the CA) is required when certMode=secret-provided" }}
+{{- end }}
+{{- end }}
+
+{{/*
+namespaceSelector shared by both webhooks: never the release namespace, kube-system or
+the blocklist (the API server then does not call at all), ANDed with the user's selector.
+*/}}
+{{- define "cksw.namespaceSelector" -}}
+{{- $excluded := concat (list .Release.Namespace "kube-system") .Values.blocklistedNamespaces | uniq }}
+{{- $user := .Values.namespaceSelector | default dict }}
+{{- with $user.matchLabels }}
+matchLabels:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values:
+      {{- toYaml $excluded | nindent 6 }}
+  {{- with $user.matchExpressions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{/* Annotation that tells cert-manager's cainjector where the CA comes from. */}}
+{{- define "cksw.webhookAnnotations" -}}
+{{- if eq .Values.certMode "cert-manager" }}
+annotations:
+  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "cksw.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* clientConfig of a webhook; $path is /mutate or /validate. */}}
+{{- define "cksw.clientConfig" -}}
+{{- $ := index . 0 }}
+{{- $path := index . 1 }}
+clientConfig:
+  service:
+    name: {{ include "cksw.fullname" $ }}
+    namespace: {{ $.Release.Namespace }}
+    path: {{ $path }}
+    port: {{ $.Values.service.port }}
+  {{- if eq $.Values.certMode "secret-provided" }}
+  caBundle: {{ $.Values.certs.caBundle }}
+  {{- end }}
+{{- end }}

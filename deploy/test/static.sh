@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Deploy checks that need no cluster:
+#   ShellCheck on every shell script of the repo; helm lint and helm template of the chart
+#   with default and non-default values (and what the rendered objects must say);
+#   deploy/manifests drift; Dockerfile rules (plus hadolint when installed);
+#   build_and_push.sh --dry-run output; the helper scripts' --help.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# shellcheck source-path=SCRIPTDIR source=testlib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/testlib.sh"
+cd "$REPO_ROOT"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== shellcheck"
+mapfile -t scripts < <(find . \( -path ./.git -o -path ./.localcluster -o -path ./bin \) -prune -o -name '*.sh' -print | sort)
+if [[ -f .ci/run ]]; then scripts+=(.ci/run); fi
+if shellcheck -x "${scripts[@]}"; then
+  pass "shellcheck: ${#scripts[@]} scripts"
+else
+  fail "shellcheck (see above)"
+fi
+
+echo "== helm lint / template"
+ensure_helm
+NS=cksw-test
+render() { # NAME [helm args...] -> $tmp/NAME.yaml
+  local name=$1
+  shift
+  helm_template "$CHART_NAME" "$NS" "$@" >"$tmp/$name.yaml" 2>"$tmp/$name.err"
+}
+check "helm lint --strict (default values)" "$HELM" lint --strict --kube-version "$RENDER_KUBE_VERSION" "$CHART_DIR"
+check "helm template (default values)" render default
+for values in deploy/test/values/*.yaml; do
+  name=$(basename "$values" .yaml)
+  check "helm lint --strict -f $values" "$HELM" lint --strict --kube-version "$RENDER_KUBE_VERSION" -f "$values" "$CHART_DIR"
+  check "helm template -f $values" render "$name" -f "$values"
+done
+check "helm template with a ServiceMonitor" render servicemonitor --set metrics.serviceMonitor.enabled=true
+check "ServiceMonitor scrapes /metrics over HTTPS" matches "$(tr -d '\n' <<<"$(docs ServiceMonitor <"$tmp/servicemonitor.yaml")")" 'path: /metrics +scheme: https'
+check_not "no ServiceMonitor by default" grep -q '^kind: ServiceMonitor' "$tmp/default.yaml"
+check_not "certMode=bogus is refused" render bad1 --set certMode=bogus
+check_not "secret-provided without caBundle is refused" render bad2 --set certMode=secret-provided --set certs.existingSecret=x
+check_not "logLevel outside the schema is refused" render bad3 --set logLevel=loud
+check_not "timeoutSeconds above 30 is refused" render bad4 --set timeoutSeconds=31
+
+d=$(cat "$tmp/default.yaml")
+dep=$(docs Deployment <<<"$d")
+mwc=$(docs MutatingWebhookConfiguration <<<"$d")
+vwc=$(docs ValidatingWebhookConfiguration <<<"$d")
+echo "-- default values: Deployment"
+check "2 replicas" matches "$dep" '^  replicas: 2$'
+check "runAsNonRoot" contains "$dep" "runAsNonRoot: true"
+check "runs as 65532" contains "$dep" "runAsUser: 65532"
+check "readOnlyRootFilesystem" contains "$dep" "readOnlyRootFilesystem: true"
+check "no privilege escalation" contains "$dep" "allowPrivilegeEscalation: false"
+check "drops ALL capabilities" matches "$dep" '^ +- ALL$'
+check "seccomp RuntimeDefault" contains "$dep" "type: RuntimeDefault"
+check "requests and limits" matches "$(tr -d '\n' <<<"$dep")" 'limits: +memory: 256Mi +requests: +cpu: 100m'
+check "liveness on HTTPS /healthz" matches "$(tr -d '\n' <<<"$dep")" 'livenessProbe: +httpGet: +scheme: HTTPS +path: /healthz +port: https'
+check "readiness on HTTPS /readyz" matches "$(tr -d '\n' <<<"$dep")" 'readinessProbe: +httpGet: +scheme: HTTPS +path: /readyz +port: https'
+check "container port 9443" contains "$dep" "containerPort: 9443"
+for env in LOG_LEVEL BLOCKLISTED_NAMESPACE_LIST LISTEN_ADDRESS TLS_CERT_FILE TLS_KEY_FILE POD_NAMESPACE \
+  LEDGER RESERVATION_TTL VALIDATION_MODE EKS_CLUSTER_NAME NODEGROUP_REFRESH_INTERVAL CERT_MODE CERT_SECRET_NAME \
+  SERVICE_NAME MUTATING_WEBHOOK_CONFIGURATION VALIDATING_WEBHOOK_CONFIGURATION; do
+  check "env $env" contains "$dep" "- name: $env"
+done
+check "BLOCKLISTED_NAMESPACE_LIST default" matches "$(tr -d '\n' <<<"$dep")" 'BLOCKLISTED_NAMESPACE_LIST +value: "kube-system,kube-public"'
+check "POD_NAMESPACE from the downward API" matches "$(tr -d '\n' <<<"$dep")" 'POD_NAMESPACE +valueFrom: +fieldRef: +fieldPath: metadata.namespace'
+check "CERT_MODE self" matches "$(tr -d '\n' <<<"$dep")" 'CERT_MODE +value: "self"'
+check "zone spread" contains "$dep" "topologyKey: topology.kubernetes.io/zone"
+check "hostname spread" contains "$dep" "topologyKey: kubernetes.io/hostname"
+check "priority class of the chart" contains "$dep" "priorityClassName: $CHART_NAME"
+check "PriorityClass object" matches "$(docs PriorityClass <<<"$d")" '^value: 1000000$'
+check "PDB minAvailable 1" contains "$(docs PodDisruptionBudget <<<"$d")" "minAvailable: 1"
+check "Service 443 -> https" matches "$(tr -d '\n' <<<"$(docs Service <<<"$d")")" 'port: 443 +targetPort: https'
+check "self mode: empty Secret created" matches "$(docs Secret <<<"$d")" '^type: Opaque$'
+check_not "self mode: Secret carries no data" matches "$(docs Secret <<<"$d")" '^data:'
+
+echo "-- default values: webhook configurations"
+check "pods webhook: path /mutate" contains "$mwc" "path: /mutate"
+check "pods webhook: failurePolicy Ignore" contains "$mwc" "failurePolicy: Ignore"
+check "pods webhook: timeoutSeconds 5" contains "$mwc" "timeoutSeconds: 5"
+check "pods webhook: sideEffects None" contains "$mwc" "sideEffects: None"
+check "pods webhook: CREATE only" contains "$mwc" 'operations: ["CREATE"]'
+check "pods webhook: pods only" contains "$mwc" 'resources: ["pods"]'
+check "pods webhook: admissionReviewVersions v1" contains "$mwc" 'admissionReviewVersions: ["v1"]'
+check "pods webhook: reinvocationPolicy Never" contains "$mwc" "reinvocationPolicy: Never"
+check "pods webhook: own namespace and kube-system excluded" matches "$(tr -d '\n' <<<"$mwc")" "key: kubernetes.io/metadata.name +operator: NotIn +values: +- $NS +- kube-system"
+check "pods webhook: objectSelector" contains "$mwc" "objectSelector:"
+check "pods webhook: skips seated pods" contains "$mwc" "'custom-kube-scheduler-webhook.io/seat' in object.metadata.annotations"
+check "pods webhook: skips DaemonSet pods" contains "$mwc" "r.kind == 'DaemonSet'"
+check "pods webhook: skips mirror pods" contains "$mwc" "kubernetes.io/config.mirror"
+check "workloads webhook: path /validate" contains "$vwc" "path: /validate"
+check "workloads webhook: failurePolicy Ignore" contains "$vwc" "failurePolicy: Ignore"
+check "workloads webhook: CREATE and UPDATE" contains "$vwc" 'operations: ["CREATE", "UPDATE"]'
+check "workloads webhook: deployments, statefulsets, replicasets" contains "$vwc" 'resources: ["deployments", "statefulsets", "replicasets"]'
+check "workloads webhook: only objects with a strategy" contains "$vwc" "'custom-pod-schedule-strategy' in object.spec.template.metadata.annotations"
+check_not "self mode: no static caBundle" contains "$mwc$vwc" "caBundle"
+
+echo "-- default values: RBAC"
+cr=$(docs ClusterRole <<<"$d")
+role=$(docs Role <<<"$d")
+check_not "no ClusterRole rule on secrets" contains "$cr" '"secrets"'
+check_not "no wildcard in any rule" matches "$cr$role" '"\*"'
+check_not "no delete verb cluster-wide" contains "$cr" '"delete"'
+check_not "never bound to cluster-admin" contains "$d" "name: cluster-admin"
+check "pods/nodes list+watch" matches "$(tr -d '\n' <<<"$cr")" 'resources: \["pods", "nodes"\] +verbs: \["list", "watch"\]'
+check "nodepools list+watch" matches "$(tr -d '\n' <<<"$cr")" 'apiGroups: \["karpenter.sh"\] +resources: \["nodepools"\] +verbs: \["list", "watch"\]'
+check "LEDGER lease by default" matches "$(tr -d '\n' <<<"$dep")" 'LEDGER +value: "lease"'
+check "leases in its own namespace (Role, not ClusterRole)" matches "$(tr -d '\n' <<<"$role")" 'resources: \["leases"\] +verbs: \["get", "list", "watch", "create", "update", "delete"\]'
+check_not "no ClusterRole rule on leases" contains "$cr" '"leases"'
+check "own Secret by resourceNames" matches "$(tr -d '\n' <<<"$role")" "resources: \[\"secrets\"\] +resourceNames: \[\"$CHART_NAME-certs\"\]"
+check "own webhook configurations by resourceNames" matches "$(tr -d '\n' <<<"$cr")" "webhookconfigurations\"\] +resourceNames: \[\"$CHART_NAME\"\]"
+
+echo "-- cert-manager"
+cm=$(cat "$tmp/cert-manager.yaml")
+check "self-signed Issuer and CA Issuer" test "$(docs Issuer <<<"$cm" | count_docs)" -eq 2
+check "CA and serving Certificate" test "$(docs Certificate <<<"$cm" | count_docs)" -eq 2
+check "CA Certificate isCA" contains "$(docs Certificate "$CHART_NAME-ca" <<<"$cm")" "isCA: true"
+check "serving cert for the Service" contains "$(docs Certificate "$CHART_NAME" <<<"$cm")" "- $CHART_NAME.$NS.svc"
+check "inject-ca-from on the mutating configuration" contains "$(docs MutatingWebhookConfiguration <<<"$cm")" "cert-manager.io/inject-ca-from: $NS/$CHART_NAME"
+check "validating webhook can be turned off" test -z "$(docs ValidatingWebhookConfiguration <<<"$cm")"
+check "matchConditions can be turned off" test -z "$(grep matchConditions <<<"$cm" || true)"
+check "no secret RBAC with cert-manager" test -z "$(grep -F '"secrets"' <<<"$cm" || true)"
+check "CERT_MODE file with cert-manager" matches "$(tr -d '\n' <<<"$cm")" 'CERT_MODE +value: "file"'
+check "Namespace object when namespace.create" test "$(docs Namespace <<<"$cm" | count_docs)" -eq 1
+ci=$(cat "$tmp/cert-manager-issuer.yaml")
+check "existing ClusterIssuer: no chart Issuers" test "$(docs Issuer <<<"$ci" | count_docs)" -eq 0
+check "existing ClusterIssuer referenced" matches "$(tr -d '\n' <<<"$(docs Certificate <<<"$ci")")" 'issuerRef: +group: cert-manager.io +kind: ClusterIssuer +name: internal-ca'
+check "inject-ca-from on the validating configuration" contains "$(docs ValidatingWebhookConfiguration <<<"$ci")" "cert-manager.io/inject-ca-from: $NS/$CHART_NAME"
+check "custom serving Secret mounted" contains "$(docs Deployment <<<"$ci")" "secretName: webhook-serving-cert"
+
+echo "-- secret-provided"
+sp=$(cat "$tmp/secret-provided.yaml")
+check "caBundle on both configurations" test "$(grep -c 'caBundle: LS0t' <<<"$sp")" -eq 2
+check "existing Secret mounted" contains "$(docs Deployment <<<"$sp")" "secretName: my-webhook-tls"
+check "no ServiceAccount when create=false" test "$(docs ServiceAccount <<<"$sp" | count_docs)" -eq 0
+check "no PDB when disabled" test "$(docs PodDisruptionBudget <<<"$sp" | count_docs)" -eq 0
+
+echo "-- non-default values"
+nd=$(cat "$tmp/nondefault-self.yaml")
+ndd=$(tr -d '\n' <<<"$(docs Deployment <<<"$nd")")
+check "fullnameOverride" contains "$nd" "name: cksw"
+check "image by digest" contains "$nd" 'image: "123456789012.dkr.ecr.eu-west-1.amazonaws.com/custom-kube-scheduler-webhook@sha256:0000000000000000000000000000000000000000000000000000000000000001"'
+check "IRSA role annotation" contains "$(docs ServiceAccount <<<"$nd")" "eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/custom-kube-scheduler-webhook"
+check "EKS cluster name" matches "$ndd" 'EKS_CLUSTER_NAME +value: "prod-eu-west-1"'
+check "AWS region" matches "$ndd" 'AWS_REGION +value: "eu-west-1"'
+check "log level" matches "$ndd" 'LOG_LEVEL +value: "debug"'
+check "validation mode" matches "$ndd" 'VALIDATION_MODE +value: "warn"'
+check "blocklist" matches "$ndd" 'BLOCKLISTED_NAMESPACE_LIST +value: "kube-system,kube-public,kube-node-lease,monitoring"'
+check "blocklist left out of namespaceSelector" matches "$(tr -d '\n' <<<"$(docs MutatingWebhookConfiguration <<<"$nd")")" '- kube-node-lease +- monitoring'
+check "user namespaceSelector kept" contains "$nd" "custom-kube-scheduler-webhook.io/enabled: \"true\""
+check "timeoutSeconds 3" test "$(grep -c 'timeoutSeconds: 3' <<<"$nd")" -eq 2
+check "objectSelector dropped with null" test -z "$(grep objectSelector <<<"$nd" || true)"
+check "given priorityClassName, no PriorityClass" test "$(docs PriorityClass <<<"$nd" | count_docs)" -eq 0
+check "priorityClassName" contains "$nd" "priorityClassName: system-cluster-critical"
+check "3 replicas" matches "$ndd" 'replicas: 3'
+check "PDB minAvailable 2" contains "$(docs PodDisruptionBudget <<<"$nd")" "minAvailable: 2"
+check "nodeSelector" contains "$nd" "karpenter.sh/capacity-type: on-demand"
+check "hostNetwork" matches "$ndd" 'hostNetwork: true +dnsPolicy: ClusterFirstWithHostNet'
+check "containerPort 10260 and listen address follow" matches "$ndd" 'LISTEN_ADDRESS +value: ":10260"'
+check "extra Role rules" matches "$(tr -d '\n' <<<"$(docs Role <<<"$nd")")" 'resourceNames: +- cksw-extra'
+check "memory ledger: no lease rule" test -z "$(grep -F '"leases"' <<<"$nd" || true)"
+
+echo "== deploy/manifests drift"
+check "deploy/manifests matches the chart (deploy/render.sh --check)" deploy/render.sh --check
+
+echo "== Dockerfile"
+df=$(cat Dockerfile)
+check "golang builder pinned to a version" matches "$df" '^ARG GO_VERSION=[0-9]+\.[0-9]+\.[0-9]+$'
+# shellcheck disable=SC2016 # literal Dockerfile text
+check "builder on BUILDPLATFORM" contains "$df" 'FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}'
+check "runtime distroless static nonroot pinned by digest" matches "$df" '^ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot@sha256:[0-9a-f]{64}$'
+check "no unpinned FROM" test -z "$(grep -E '^FROM [^$ -]+:latest' Dockerfile || true)"
+check "CGO disabled" contains "$df" "CGO_ENABLED=0"
+# shellcheck disable=SC2016 # literal Dockerfile text
+check "cross-compiles with TARGETOS/TARGETARCH" contains "$df" 'GOOS=$TARGETOS GOARCH=$TARGETARCH'
+check "go build -trimpath -ldflags \"-s -w\"" contains "$df" 'go build -trimpath -ldflags "-s -w"'
+check "builds ./cmd/custom-kube-scheduler-webhook" matches "$df" 'go build .* \./cmd/custom-kube-scheduler-webhook$'
+check "USER 65532" matches "$df" '^USER 65532(:65532)?$'
+check "ENTRYPOINT is the binary" matches "$df" '^ENTRYPOINT \["/usr/local/bin/custom-kube-scheduler-webhook"\]$'
+check "serve by default" matches "$df" '^CMD \["serve"\]$'
+check ".dockerignore keeps .git out" matches "$(cat .dockerignore)" '^\.git$'
+# BuildKit's lint rules (those of `docker build --check`), from the small module in
+# deploy/test/dockerfile-lint; hadolint too where it happens to be installed.
+if (cd deploy/test/dockerfile-lint && go build -o "$tmp/dockerfile-lint" .); then
+  check "BuildKit lint rules: Dockerfile" "$tmp/dockerfile-lint" Dockerfile
+  printf 'FROM golang:1 as Build\nCMD echo hi\n' >"$tmp/Dockerfile.bad"
+  check_not "BuildKit lint rules catch a bad Dockerfile" "$tmp/dockerfile-lint" "$tmp/Dockerfile.bad"
+else
+  fail "building deploy/test/dockerfile-lint"
+fi
+if command -v hadolint >/dev/null 2>&1; then
+  check "hadolint Dockerfile" hadolint Dockerfile
+fi
+
+echo "== build_and_push.sh --dry-run"
+# aws and docker on PATH only record that they were called: a dry run must call neither.
+mkdir -p "$tmp/fakebin"
+for tool in aws docker; do
+  printf '#!/bin/sh\necho "%s $*" >>"%s/called"\nexit 1\n' "$tool" "$tmp" >"$tmp/fakebin/$tool"
+  chmod +x "$tmp/fakebin/$tool"
+done
+sha=$(git rev-parse HEAD | cut -c1-12)
+out=$(PATH="$tmp/fakebin:$PATH" AWS_ACCOUNT_ID=123456789012 AWS_REGION=eu-west-1 ./build_and_push.sh --dry-run --version 1.2.3 2>&1) ||
+  fail "build_and_push.sh --dry-run exited non-zero"
+reg=123456789012.dkr.ecr.eu-west-1.amazonaws.com
+img=$reg/custom-kube-scheduler-webhook
+check "no aws/docker call in dry run" test ! -e "$tmp/called"
+check "describes the ECR repository" contains "$out" "+ aws ecr describe-repositories --repository-names custom-kube-scheduler-webhook --region eu-west-1"
+check "creates it with scan on push and immutable tags" contains "$out" "+ aws ecr create-repository --repository-name custom-kube-scheduler-webhook --region eu-west-1 --image-scanning-configuration scanOnPush=true --image-tag-mutability IMMUTABLE"
+check "logs in to ECR" contains "$out" "+ aws ecr get-login-password --region eu-west-1 | docker login --username AWS --password-stdin $reg"
+check "buildx multi-arch push" matches "$out" "^\+ docker buildx build .*--platform linux/amd64,linux/arm64 .*--push \.$"
+check "tagged with the git SHA" matches "$out" "--tag $img:$sha(-dirty)? "
+check "tagged with the version" contains "$out" "--tag $img:1.2.3 "
+out=$(PATH="$tmp/fakebin:$PATH" env -u AWS_ACCOUNT_ID -u AWS_REGION -u AWS_DEFAULT_REGION ./build_and_push.sh --dry-run 2>&1) ||
+  fail "build_and_push.sh --dry-run without account/region exited non-zero"
+check "account from sts in dry run" contains "$out" "+ aws sts get-caller-identity --query Account --output text"
+check "region from aws configure in dry run" contains "$out" "+ aws configure get region"
+check "still no aws/docker call" test ! -e "$tmp/called"
+check "--help" ./build_and_push.sh --help
+check_not "unknown option refused" ./build_and_push.sh --bogus
+check_not "bad version tag refused" ./build_and_push.sh --dry-run --version 'a b'
+
+echo "== helper scripts"
+check "scripts/check-spread.sh --help" scripts/check-spread.sh --help
+check "scripts/webhook-logs.sh --help" scripts/webhook-logs.sh --help
+logs=$(scripts/webhook-logs.sh --dry-run)
+check "webhook logs follow every replica by label" matches "$logs" "^kubectl logs --namespace custom-kube-scheduler-webhook --selector app.kubernetes.io/name=custom-kube-scheduler-webhook .*--prefix.* --follow$"
+check "deploy/render.sh --help" deploy/render.sh --help
+
+finish
