@@ -27,6 +27,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
 )
 
 const component = "custom-kube-scheduler-webhook"
@@ -88,6 +89,11 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	if cfg.SelfCert {
+		if err := startSelfCert(ctx, cfg, restCfg, log); err != nil {
+			return err
+		}
+	}
 	certs, err := certwatcher.New(cfg.TLSCertFile, cfg.TLSKeyFile)
 	if err != nil {
 		return fmt.Errorf("load serving certificate: %w", err)
@@ -165,6 +171,29 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	}
 	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace}).Info("starting")
 	return webhook.Serve(ctx, ln, handlers.Mux(), certs.GetCertificate, entry)
+}
+
+// startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,
+// writes them where the certificate watcher reads them, keeps the webhook
+// configurations' caBundle current and rotates; it returns once the files exist.
+func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, log *logrus.Logger) error {
+	if filepath.Dir(cfg.TLSCertFile) != filepath.Dir(cfg.TLSKeyFile) {
+		return usageError("CERT_MODE=self writes the certificate and key into one directory: TLS_CERT_FILE and TLS_KEY_FILE must share it")
+	}
+	ready, err := selfcert.Start(ctx, selfcert.Config{
+		Namespace: cfg.Namespace, SecretName: cfg.CertSecretName, ServiceName: cfg.ServiceName,
+		CertDir: filepath.Dir(cfg.TLSCertFile), CertName: filepath.Base(cfg.TLSCertFile), KeyName: filepath.Base(cfg.TLSKeyFile),
+		MutatingWebhookName: cfg.MutatingConfig, ValidatingWebhookName: cfg.ValidatingConfig,
+	}, restCfg, log.WithField("component", "selfcert"))
+	if err != nil {
+		return fmt.Errorf("self-managed certificates: %w", err)
+	}
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for self-managed certificates: %w", ctx.Err())
+	}
 }
 
 // newLedger returns the seat ledger LEDGER asks for, and what its readiness waits on.
