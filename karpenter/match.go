@@ -48,6 +48,14 @@ func AWSWellKnownLabels() []string {
 	}
 }
 
+// KWOKWellKnownLabels returns the labels Karpenter's kwok test provider
+// (sigs.k8s.io/karpenter/kwok, used by the local cluster) registers as well
+// known. Pass them to NewMatcher when running against that provider.
+func KWOKWellKnownLabels() []string {
+	const kwok = "karpenter.kwok.sh/"
+	return []string{kwok + "instance-size", kwok + "instance-family", kwok + "instance-cpu", kwok + "instance-memory"}
+}
+
 // Matcher holds the rules that decide whether a NodePool, a node group or a
 // node can carry a term. It is immutable and safe for concurrent use.
 type Matcher struct {
@@ -61,7 +69,7 @@ type Matcher struct {
 // kubernetes.io/os, node.kubernetes.io/instance-type, topology zone and
 // region, ...), the AWS provider's (AWSWellKnownLabels) and extra: labels
 // that another cloud provider resolves itself (for Karpenter's kwok provider,
-// karpenter.kwok.sh/instance-cpu and friends).
+// KWOKWellKnownLabels).
 func NewMatcher(extra ...string) *Matcher {
 	wk := sets.New[string](karpv1.WellKnownLabels.UnsortedList()...)
 	wk.Insert(AWSWellKnownLabels()...)

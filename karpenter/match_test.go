@@ -123,7 +123,7 @@ func TestMatcherNodePool(t *testing.T) {
 }
 
 func TestMatcherNodePoolExtraWellKnown(t *testing.T) {
-	m := NewMatcher(kwokCPU)
+	m := NewMatcher(KWOKWellKnownLabels()...)
 	if err := m.NodePool(pool("plain", nil), term(kwokCPU, "4")); err != nil {
 		t.Fatalf("extra well-known label refused: %v", err)
 	}

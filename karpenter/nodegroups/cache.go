@@ -17,6 +17,10 @@ import (
 // DefaultInterval is the refresh interval used when Config.Interval is zero.
 const DefaultInterval = 5 * time.Minute
 
+// maxRefreshTime bounds one refresh (all pages and describes, retries
+// included) so that a hanging endpoint cannot hold readiness or the loop.
+const maxRefreshTime = time.Minute
+
 // API is the part of the EKS client the cache uses; *eks.Client implements it.
 type API interface {
 	eks.ListNodegroupsAPIClient
@@ -86,13 +90,21 @@ func New(api API, cfg Config) (*Cache, error) {
 	}, nil
 }
 
-// Run refreshes at once and then every interval until ctx is done. Failures
+// Run refreshes at once and then every interval until ctx is done, each
+// refresh bounded by the interval or a minute, whichever is shorter. Failures
 // are logged and kept in Status; they never stop the loop.
 func (c *Cache) Run(ctx context.Context) {
 	ticker := time.NewTicker(c.interval)
 	defer ticker.Stop()
+	timeout := min(c.interval, maxRefreshTime)
 	for {
-		if err := c.Refresh(ctx); err != nil && ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		err := c.Refresh(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			c.log.WithField("groups", c.Status().Groups).Debug("refreshed EKS node groups")
+		case ctx.Err() == nil:
 			c.log.WithError(err).Warn("refreshing EKS node groups failed; keeping the last good view")
 		}
 		select {
