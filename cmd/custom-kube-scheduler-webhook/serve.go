@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bombsimon/logrusr/v4"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +23,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
@@ -48,6 +51,10 @@ and can be overridden by its flag.`,
 			log.SetFormatter(&logrus.JSONFormatter{})
 			log.SetOutput(os.Stderr)
 			log.SetLevel(cfg.LogLevel)
+			// client-go (klog) and controller-runtime (certwatcher, cert-controller) log
+			// through logr: send both to the same JSON log.
+			klog.SetLogger(logrusr.New(log.WithField("component", "client-go")))
+			ctrllog.SetLogger(logrusr.New(log.WithField("component", "controller-runtime")))
 			return serve(cmd.Context(), cfg, log)
 		},
 	}

@@ -30,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -117,8 +116,8 @@ func (c *Config) dnsNames() []string {
 // and the CA was injected into the webhook configurations; the server may start
 // listening earlier but should report not-ready until then.
 //
-// Start forwards controller-runtime's global logger to log (first caller wins), since
-// cert-controller logs through it. A rotator that stops with an error is rebuilt with
+// cert-controller logs through controller-runtime's global logger, which the program
+// sets (serve does, to its JSON log); log receives this package's own messages. A rotator that stops with an error is rebuilt with
 // backoff, so a transient API outage does not end rotation for the life of the pod.
 func Start(ctx context.Context, cfg Config, restCfg *rest.Config, log logrus.FieldLogger) (<-chan struct{}, error) {
 	cfg.defaults()
@@ -132,7 +131,6 @@ func Start(ctx context.Context, cfg Config, restCfg *rest.Config, log logrus.Fie
 		return nil, fmt.Errorf("selfcert: creating cert dir: %w", err)
 	}
 	log = log.WithField("component", "selfcert")
-	ctrllog.SetLogger(newLogr(log))
 
 	scoped := scopedConfig(restCfg, cfg)
 	clientset, err := kubernetes.NewForConfig(scoped)
