@@ -121,7 +121,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		return err
 	}
 	go catalog.Run(ctx)
-	ledger, ledgerSynced, err := newLedger(ctx, cfg, client, caches, log)
+	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, log)
 	if err != nil {
 		return err
 	}
@@ -204,11 +204,21 @@ func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 }
 
 // newLedger returns the seat ledger LEDGER asks for, and what its readiness waits on.
-func newLedger(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, caches *webhook.Caches, log *logrus.Logger) (webhook.Ledger, cache.InformerSynced, error) {
+func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, log *logrus.Logger) (webhook.Ledger, cache.InformerSynced, error) {
 	if !cfg.LeaseLedger {
 		return webhook.NewMemoryLedger(caches, cfg.ReservationTTL), func() bool { return true }, nil
 	}
-	ledger, err := webhook.NewLeaseLedger(client, cfg.Namespace, caches, cfg.ReservationTTL, log.WithField("component", "ledger"))
+	// The ledger writes at most one Lease create and one delete per pod the API server
+	// is itself creating, on the admission's critical path: a client-side limit would
+	// only queue claims past the webhook timeout (pods then admitted unplaced). The API
+	// server's priority and fairness protects it instead.
+	ledgerCfg := rest.CopyConfig(restCfg)
+	ledgerCfg.QPS = -1
+	ledgerClient, err := kubernetes.NewForConfig(ledgerCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create ledger client: %w", err)
+	}
+	ledger, err := webhook.NewLeaseLedger(ledgerClient, cfg.Namespace, caches, cfg.ReservationTTL, log.WithField("component", "ledger"))
 	if err != nil {
 		return nil, nil, err
 	}
