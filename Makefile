@@ -1,0 +1,66 @@
+# custom-kube-scheduler-webhook
+#
+#   make demo         local cluster + webhook + sample Deployment + spread report
+#   make demo-down    stop the demo: no process of ours left, no state in the repo
+#   make test         go vet, unit tests, deploy checks, then end-to-end tests on a local cluster
+#
+# The local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+# kwok, Karpenter's kwok provider) is built once into
+# ${XDG_CACHE_HOME:-~/.cache}/custom-kube-scheduler-webhook; see scripts/localcluster/README.md.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+BIN_DIR := $(CURDIR)/bin
+WEBHOOK_BIN := $(BIN_DIR)/custom-kube-scheduler-webhook
+LC := scripts/localcluster
+
+.PHONY: build vet test test-unit test-deploy test-e2e demo demo-down cluster-up cluster-down lint-scripts
+
+## build: the product binaries into ./bin
+build:
+	$(GO) build -o $(BIN_DIR)/ ./cmd/...
+
+## vet: go vet, including the tests that need a cluster (build tag e2e)
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./...
+
+## test-unit: unit tests (the nested scripts/localcluster/kbin module is not part of ./...)
+test-unit:
+	$(GO) test ./...
+
+## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down
+test-e2e: build
+	E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash $(LC)/run-e2e.sh
+
+## test-deploy: chart lint and render, manifest drift, shellcheck, Dockerfile checks,
+## build_and_push.sh --dry-run, and the binary built with the Dockerfile's flags
+test-deploy:
+	deploy/test/static.sh
+	deploy/test/build-binary.sh
+
+## test: everything CI runs; stops at the first failure, the e2e cluster is always torn down
+test: vet test-unit test-deploy test-e2e
+
+## demo: one command from a fresh clone (first run builds Kubernetes: minutes)
+demo:
+	WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/demo.sh
+
+## demo-down: stop the demo webhook and cluster by recorded PID, remove their state
+demo-down:
+	bash $(LC)/down.sh
+
+## cluster-up / cluster-down: only the local cluster (LOCALCLUSTER_DIR, LOCALCLUSTER_PORT_OFFSET)
+cluster-up:
+	bash $(LC)/build.sh
+	bash $(LC)/up.sh
+
+cluster-down:
+	bash $(LC)/down.sh
+
+## lint-scripts: shellcheck the shell scripts (deploy/test/static.sh checks every one)
+lint-scripts:
+	shellcheck -x $(LC)/*.sh scripts/*.sh deploy/*.sh deploy/test/*.sh build_and_push.sh .ci/run

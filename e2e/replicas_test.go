@@ -1,0 +1,127 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Two webhook replicas behind a round-robin balancer, as behind a Service: a
+// Deployment created at 200 replicas is still exact, although the concurrent
+// admissions of one ReplicaSet are split between two processes: both run
+// LEDGER=lease, so their seat reservations are Leases in the API server.
+func TestTwoWebhookReplicasBurst200(t *testing.T) {
+	ctx := context.Background()
+	second := env.webhook.replica(env.webhook.port+1, filepath.Join(env.dir, "logs", "webhook-e2e-replica2.log"))
+	if err := second.start(ctx); err != nil {
+		t.Fatalf("starting a second webhook replica: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := second.stop(); err != nil {
+			t.Errorf("stopping the second replica: %v", err)
+		}
+	})
+	lb := startBalancer(t, env.webhook.port+2, env.webhook.port, second.port)
+	if err := env.registerAt(ctx, "full", lb.port); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.register(context.Background(), "full"); err != nil {
+			t.Errorf("registering the single webhook again: %v", err)
+		}
+	})
+
+	ns := newNamespace(ctx, t, "e2e-replicas")
+	d := deployment(ns, "fanout", capacityStrategy, 200, true)
+	createDeployment(ctx, t, d)
+	assertExactSpread(ctx, t, capacityStrategy, settled(ctx, t, ns, d.Name, 200))
+	for i, n := range lb.served() {
+		if n == 0 {
+			t.Errorf("replica %d served no admission: the burst did not exercise both replicas", i+1)
+		}
+	}
+	t.Logf("admissions per replica (including canaries): %v", lb.served())
+}
+
+// balancer is a TLS-terminating reverse proxy that sends each request to the next
+// backend in turn (per request, not per connection: the API server multiplexes
+// its webhook calls over few connections).
+type balancer struct {
+	port   int
+	counts []atomic.Int64
+}
+
+func (b *balancer) served() []int64 {
+	out := make([]int64, len(b.counts))
+	for i := range b.counts {
+		out[i] = b.counts[i].Load()
+	}
+	return out
+}
+
+func startBalancer(t *testing.T, port int, backends ...int) *balancer {
+	t.Helper()
+	pki := filepath.Join(env.dir, "pki")
+	pem, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
+	if err != nil {
+		t.Fatalf("reading CA: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatal("no certificate in ca.crt")
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "webhook.crt"), filepath.Join(pki, "webhook.key"))
+	if err != nil {
+		t.Fatalf("loading webhook cert: %v", err)
+	}
+	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	b := &balancer{port: port, counts: make([]atomic.Int64, len(backends))}
+	proxies := make([]*httputil.ReverseProxy, len(backends))
+	for i, p := range backends {
+		target := &url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", p)}
+		proxies[i] = &httputil.ReverseProxy{
+			Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(target) },
+			Transport: transport,
+		}
+	}
+	var next atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := int(next.Add(1)-1) % len(proxies)
+		b.counts[i].Add(1)
+		proxies[i].ServeHTTP(w, r)
+	})
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatalf("balancer listen: %v", err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() {
+		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("balancer: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		transport.CloseIdleConnections()
+	})
+	return b
+}

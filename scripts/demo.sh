@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One-command demo (make demo): a local Kubernetes + Karpenter (kwok) cluster, the
+# webhook as a local process registered by URL, the seed's sample Deployment
+# (10 replicas, 1 on-demand + spot split 4 / 5), and a spread report.
+# The cluster keeps running afterwards; `make demo-down` stops everything.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=localcluster/lib.sh
+source "$(dirname "$0")/localcluster/lib.sh"
+
+NS=demo
+DEPLOY=alpine
+WEBHOOK_BIN=${WEBHOOK_BIN:-$REPO_ROOT/bin/custom-kube-scheduler-webhook}
+export WEBHOOK_BIN
+
+trap 'echo; echo "demo failed. Logs: $LOGS/  Stop everything: make demo-down" >&2' ERR
+
+lc_log "== 1/6 local-cluster binaries (Kubernetes, kwok, Karpenter): cached after the first run"
+bash "$LC_SCRIPTS/build.sh"
+
+lc_log "== 2/6 building custom-kube-scheduler-webhook"
+(cd "$REPO_ROOT" && go build -o "$(dirname "$WEBHOOK_BIN")/" ./cmd/...)
+
+lc_log "== 3/6 starting the cluster (etcd, apiserver, controllers, scheduler, kwok, Karpenter)"
+bash "$LC_SCRIPTS/up.sh"
+
+lc_log "== 4/6 starting the webhook as a local process"
+# Restart, so a re-run serves the binary just built.
+bash "$LC_SCRIPTS/webhook.sh" stop >/dev/null
+bash "$LC_SCRIPTS/webhook.sh" start
+
+lc_log "== 5/6 registering it (MutatingWebhookConfiguration by URL, CA from the cluster PKI)"
+bash "$LC_SCRIPTS/register-webhook.sh"
+
+lc_log "== 6/6 applying the sample Deployment $NS/$DEPLOY and waiting for Karpenter nodes"
+lc_kubectl apply -f "$LC_SCRIPTS/sample-deployment.yaml" >/dev/null
+lc_kubectl -n "$NS" rollout status "deployment/$DEPLOY" --timeout=300s >/dev/null
+all_running() {
+	local want
+	want=$(lc_kubectl -n "$NS" get deployment "$DEPLOY" -o jsonpath='{.spec.replicas}')
+	[[ $(lc_kubectl -n "$NS" get pods -l app=alpine -o json |
+		jq '[.items[] | select(.metadata.deletionTimestamp == null and .status.phase == "Running")] | length') == "$want" ]]
+}
+LC_WAIT_SECONDS=300 lc_wait all_running
+lc_log "all pods Running"
+echo
+bash "$LC_SCRIPTS/spread-report.sh" "$NS" "$DEPLOY"
+echo
+echo "The same from the product's own report (custom-kube-scheduler-webhook spread):"
+"$WEBHOOK_BIN" spread --kubeconfig "$KUBECONFIG_FILE" -n "$NS" "deployment/$DEPLOY"
+echo
+cat <<EOF
+The cluster is still running. To use it:
+  export KUBECONFIG=$KUBECONFIG_FILE
+  kubectl get nodes -L karpenter.sh/nodepool,karpenter.sh/capacity-type,nodesize
+  kubectl -n $NS scale deployment $DEPLOY --replicas=30 && bin/custom-kube-scheduler-webhook spread -n $NS
+Webhook log: $LOGS/webhook.log
+Stop everything (processes and state): make demo-down
+EOF

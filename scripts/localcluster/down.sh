@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Stop the local cluster started by up.sh (and a webhook started by webhook.sh):
+# each daemon by its recorded PID only, newest first. Then remove the cluster's
+# state (PKI, etcd data, logs, kubeconfig) unless LOCALCLUSTER_KEEP_STATE=1.
+# Safe to run when nothing is running.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+[[ -d $LOCALCLUSTER_DIR ]] || exit 0
+
+# Webhook processes first (webhook.sh's, and those the e2e tests record), so no
+# admission is attempted against a half-stopped cluster.
+for f in "$PIDS"/webhook*.pid; do
+	[[ -e $f ]] || continue
+	lc_stop "$(basename "$f" .pid)"
+done
+for ((i = ${#LC_COMPONENTS[@]} - 1; i >= 0; i--)); do
+	lc_stop "${LC_COMPONENTS[i]}"
+done
+
+if [[ ${LOCALCLUSTER_KEEP_STATE:-0} == 1 ]]; then
+	echo "state kept in $LOCALCLUSTER_DIR"
+	exit 0
+fi
+# Only what up.sh/webhook.sh write, so a nested state dir of another cluster
+# (e.g. the e2e cluster in .localcluster/e2e) survives.
+rm -rf "$PKI" "$PIDS" "$LOGS" "$LOCALCLUSTER_DIR/etcd" "$LOCALCLUSTER_DIR/apiserver-certs"
+rm -f "$KUBECONFIG_FILE" "$LOCALCLUSTER_DIR/kwok-stages.yaml" "$LOCALCLUSTER_DIR/port-offset" \
+	"$LOCALCLUSTER_DIR/webhook-registration.yaml"
+rmdir "$LOCALCLUSTER_DIR" 2>/dev/null || true

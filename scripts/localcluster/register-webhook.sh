@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Register a webhook that runs as a local process (webhook.sh) with the local cluster:
+# a MutatingWebhookConfiguration for pods (and a ValidatingWebhookConfiguration for
+# workloads) by URL https://127.0.0.1:$WEBHOOK_PORT, with the cluster CA as caBundle.
+# The shape follows the Helm chart (deploy/chart/.../templates/webhooks.yaml):
+# failurePolicy Ignore, sideEffects None, pod CREATE only, short timeout,
+# reinvocationPolicy Never, own namespace and kube-system excluded.
+#
+# WEBHOOK_FILTERS=full (default) also adds the chart's call filters: blocklisted
+# namespaces in the namespaceSelector, the managed-label objectSelector and the CEL
+# matchConditions. WEBHOOK_FILTERS=minimal leaves them out, so every pod CREATE
+# outside kube-system and the webhook namespace reaches the webhook (the e2e tests
+# use it to check the webhook's own skipping logic).
+#
+# The API server picks up a new configuration through a watch, so this polls with a
+# canary (a server-side dry-run pod create) until the response shows the webhook's patch.
+# `register-webhook.sh delete` removes the configurations.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+NAME=custom-kube-scheduler-webhook
+[[ -s $KUBECONFIG_FILE ]] || lc_die "no cluster in $LOCALCLUSTER_DIR: run scripts/localcluster/up.sh"
+
+if [[ ${1:-} == delete ]]; then
+	lc_kubectl delete mutatingwebhookconfiguration "$NAME" --ignore-not-found >/dev/null
+	lc_kubectl delete validatingwebhookconfiguration "$NAME" --ignore-not-found >/dev/null
+	lc_log "webhook configurations deleted"
+	exit 0
+fi
+
+FILTERS=${WEBHOOK_FILTERS:-full}
+TIMEOUT_SECONDS=${WEBHOOK_TIMEOUT_SECONDS:-5}
+CA_BUNDLE=$(base64 -w0 <"$PKI/ca.crt")
+URL=https://127.0.0.1:$WEBHOOK_PORT
+
+# Namespaces the API server never sends: kube-system, the webhook's own namespace
+# and, with full filters, the blocklist the webhook is configured with.
+excluded=(kube-system "$WEBHOOK_NAMESPACE")
+if [[ $FILTERS == full ]]; then
+	IFS=, read -ra bl <<<"${BLOCKLISTED_NAMESPACE_LIST:-kube-system,kube-public}"
+	for ns in "${bl[@]}"; do
+		ns=${ns// /}
+		[[ -n $ns && " ${excluded[*]} " != *" $ns "* ]] && excluded+=("$ns")
+	done
+elif [[ $FILTERS != minimal ]]; then
+	lc_die "WEBHOOK_FILTERS must be full or minimal (got '$FILTERS')"
+fi
+excluded_json=$(printf '%s\n' "${excluded[@]}" | jq -R . | jq -sc .)
+
+pod_filters=""
+workload_filters=""
+if [[ $FILTERS == full ]]; then
+	pod_filters=$(
+		cat <<'EOF'
+    objectSelector:
+      matchExpressions:
+        - {key: custom-kube-scheduler-webhook.io/managed, operator: DoesNotExist}
+    matchConditions:
+      - name: not-seated
+        expression: >-
+          !has(object.metadata.annotations) ||
+          !('custom-kube-scheduler-webhook.io/seat' in object.metadata.annotations)
+      - name: not-mirror-pod
+        expression: >-
+          !has(object.metadata.annotations) ||
+          !('kubernetes.io/config.mirror' in object.metadata.annotations)
+      - name: not-daemonset-pod
+        expression: >-
+          !has(object.metadata.ownerReferences) ||
+          !object.metadata.ownerReferences.exists(r, r.kind == 'DaemonSet')
+      - name: may-have-strategy
+        expression: >-
+          (has(object.metadata.annotations) &&
+            ('CustomPodScheduleStrategy' in object.metadata.annotations ||
+             'custom-pod-schedule-strategy' in object.metadata.annotations)) ||
+          (has(object.metadata.ownerReferences) &&
+            object.metadata.ownerReferences.exists(r, r.kind == 'ReplicaSet' || r.kind == 'StatefulSet'))
+EOF
+	)
+	workload_filters=$(
+		cat <<'EOF'
+    matchConditions:
+      - name: has-strategy
+        expression: >-
+          (has(object.metadata.annotations) &&
+            ('CustomPodScheduleStrategy' in object.metadata.annotations ||
+             'custom-pod-schedule-strategy' in object.metadata.annotations)) ||
+          (has(object.spec.template) && has(object.spec.template.metadata) &&
+            has(object.spec.template.metadata.annotations) &&
+            ('CustomPodScheduleStrategy' in object.spec.template.metadata.annotations ||
+             'custom-pod-schedule-strategy' in object.spec.template.metadata.annotations))
+EOF
+	)
+fi
+
+MANIFEST=$LOCALCLUSTER_DIR/webhook-registration.yaml
+cat >"$MANIFEST" <<EOF
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: $NAME
+  labels: {app.kubernetes.io/name: $NAME, app.kubernetes.io/managed-by: localcluster}
+webhooks:
+  - name: pods.custom-kube-scheduler-webhook.io
+    admissionReviewVersions: ["v1"]
+    clientConfig: {url: "$URL/mutate", caBundle: "$CA_BUNDLE"}
+    rules:
+      - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"], scope: Namespaced}
+    failurePolicy: Ignore
+    matchPolicy: Equivalent
+    sideEffects: None
+    timeoutSeconds: $TIMEOUT_SECONDS
+    reinvocationPolicy: Never
+    namespaceSelector:
+      matchExpressions:
+        - {key: kubernetes.io/metadata.name, operator: NotIn, values: $excluded_json}
+$pod_filters
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: $NAME
+  labels: {app.kubernetes.io/name: $NAME, app.kubernetes.io/managed-by: localcluster}
+webhooks:
+  - name: workloads.custom-kube-scheduler-webhook.io
+    admissionReviewVersions: ["v1"]
+    clientConfig: {url: "$URL/validate", caBundle: "$CA_BUNDLE"}
+    rules:
+      - {apiGroups: ["apps"], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["deployments", "statefulsets", "replicasets"], scope: Namespaced}
+    failurePolicy: Ignore
+    matchPolicy: Equivalent
+    sideEffects: None
+    timeoutSeconds: $TIMEOUT_SECONDS
+    namespaceSelector:
+      matchExpressions:
+        - {key: kubernetes.io/metadata.name, operator: NotIn, values: $excluded_json}
+$workload_filters
+EOF
+# Server-side apply with one field manager: switching filter sets drops the fields
+# the other set had, without a window where no configuration exists.
+lc_kubectl apply --server-side --force-conflicts --field-manager=localcluster -f "$MANIFEST" >/dev/null
+lc_log "webhook registered: $URL/mutate and /validate (filters: $FILTERS, excluded namespaces: ${excluded[*]})"
+
+# Canary: a server-side dry-run create of a pod owned by a ReplicaSet that carries a
+# one-term strategy and has 0 replicas (a bare pod has no workload to count seats in,
+# so the webhook leaves it alone). Registered and called <=> the returned pod has
+# the term's label in its nodeSelector. A dry run reserves no seat.
+CANARY_NS=${WEBHOOK_CANARY_NAMESPACE:-webhook-canary}
+lc_kubectl apply --server-side --field-manager=localcluster -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: $CANARY_NS}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: webhook-canary
+  namespace: $CANARY_NS
+  annotations:
+    CustomPodScheduleStrategy: karpenter.sh/capacity-type=on-demand
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: webhook-canary}}
+  template:
+    metadata: {labels: {app: webhook-canary}}
+    spec:
+      containers: [{name: canary, image: registry.k8s.io/pause:3.10}]
+EOF
+CANARY_RS_UID=$(lc_kubectl -n "$CANARY_NS" get replicaset webhook-canary -o jsonpath='{.metadata.uid}')
+canary() {
+	lc_kubectl create --dry-run=server -o json -f - <<EOF | jq -e '.spec.nodeSelector["karpenter.sh/capacity-type"] == "on-demand"'
+apiVersion: v1
+kind: Pod
+metadata:
+  generateName: webhook-canary-
+  namespace: $CANARY_NS
+  labels: {app: webhook-canary}
+  ownerReferences:
+    - {apiVersion: apps/v1, kind: ReplicaSet, name: webhook-canary, uid: "$CANARY_RS_UID", controller: true}
+spec:
+  containers: [{name: canary, image: registry.k8s.io/pause:3.10}]
+EOF
+}
+if ! LC_WAIT_SECONDS=${WEBHOOK_CANARY_SECONDS:-60} lc_wait canary; then
+	lc_die "the canary pod was not mutated: is the webhook serving on $URL? (see $LOGS/webhook.log)"
+fi
+lc_log "canary pod mutated: the API server calls the webhook"

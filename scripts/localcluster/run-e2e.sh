@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Bring up a dedicated local cluster, run every test that needs a real cluster against
+# it (the Go end-to-end tests of e2e/, the API-server tests of karpenter/ and webhook/,
+# and deploy/test/cluster.sh), and always tear it down, also on failure or interrupt.
+# The e2e cluster has its own state dir and port offset, so it can run beside a
+# demo cluster. On failure the tail of every component log is printed first.
+# Env: E2E_CLUSTER_DIR (default <repo>/.localcluster/e2e), E2E_PORT_OFFSET (100),
+# E2E_TIMEOUT (go test -timeout, default 45m), E2E_RUN (go test -run), E2E_WEBHOOK_BIN,
+# E2E_KEEP=1 (keep test namespaces).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+export LOCALCLUSTER_DIR=${E2E_CLUSTER_DIR:-$repo/.localcluster/e2e}
+export LOCALCLUSTER_PORT_OFFSET=${E2E_PORT_OFFSET:-100}
+
+dump_logs() {
+	local f
+	for f in "$LOCALCLUSTER_DIR"/logs/*.log; do
+		[[ -s $f ]] || continue
+		echo "===== tail of $f"
+		tail -n 30 "$f"
+	done
+}
+teardown() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if ((rc != 0)); then
+		dump_logs >&2 || true
+	fi
+	bash "$here/down.sh" || true
+	# The default e2e dir is nested in .localcluster: drop the parent too once empty.
+	[[ -n ${E2E_CLUSTER_DIR:-} ]] || rmdir "$repo/.localcluster" 2>/dev/null || true
+	exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+bash "$here/build.sh"
+bash "$here/up.sh"
+
+args=(-tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-45m}")
+[[ -n ${E2E_RUN:-} ]] && args+=(-run "$E2E_RUN")
+cd "$repo"
+go test "${args[@]}" ./e2e/
+# The packages' own API-server tests (their unit tests already ran in test-unit).
+KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig go test "${args[@]}" -run 'TestE2E|OnAPIServer' ./karpenter/ ./webhook/
+KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig bash deploy/test/cluster.sh
