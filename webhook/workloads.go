@@ -92,42 +92,34 @@ func (r *ListerResolver) Resolve(ctx context.Context, ns string, owner *metav1.O
 }
 
 func (r *ListerResolver) replicaSet(ctx context.Context, ns, name string) (*appsv1.ReplicaSet, error) {
-	if rs, err := r.ReplicaSets.ReplicaSets(ns).Get(name); err == nil {
-		return rs, nil
-	} else if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("get ReplicaSet %s/%s from cache: %w", ns, name, err)
-	}
-	rs, err := r.Client.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("get ReplicaSet %s/%s: %w", ns, name, err)
-	}
-	return rs, nil
+	return cachedOrLive(ctx, "ReplicaSet", ns, name, r.ReplicaSets.ReplicaSets(ns).Get, r.Client.AppsV1().ReplicaSets(ns).Get)
 }
 
 func (r *ListerResolver) deployment(ctx context.Context, ns, name string) (*appsv1.Deployment, error) {
-	if d, err := r.Deployments.Deployments(ns).Get(name); err == nil {
-		return d, nil
-	} else if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("get Deployment %s/%s from cache: %w", ns, name, err)
-	}
-	d, err := r.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("get Deployment %s/%s: %w", ns, name, err)
-	}
-	return d, nil
+	return cachedOrLive(ctx, "Deployment", ns, name, r.Deployments.Deployments(ns).Get, r.Client.AppsV1().Deployments(ns).Get)
 }
 
 func (r *ListerResolver) statefulSet(ctx context.Context, ns, name string) (*appsv1.StatefulSet, error) {
-	if s, err := r.StatefulSets.StatefulSets(ns).Get(name); err == nil {
-		return s, nil
-	} else if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("get StatefulSet %s/%s from cache: %w", ns, name, err)
+	return cachedOrLive(ctx, "StatefulSet", ns, name, r.StatefulSets.StatefulSets(ns).Get, r.Client.AppsV1().StatefulSets(ns).Get)
+}
+
+// cachedOrLive reads an object from its lister, and from the API server when the cache
+// has not seen it yet.
+func cachedOrLive[T any](ctx context.Context, kind, ns, name string,
+	cached func(name string) (T, error),
+	live func(ctx context.Context, name string, opts metav1.GetOptions) (T, error),
+) (T, error) {
+	obj, err := cached(name)
+	if err == nil {
+		return obj, nil
 	}
-	s, err := r.Client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("get StatefulSet %s/%s: %w", ns, name, err)
+	if !apierrors.IsNotFound(err) {
+		return obj, fmt.Errorf("get %s %s/%s from cache: %w", kind, ns, name, err)
 	}
-	return s, nil
+	if obj, err = live(ctx, name, metav1.GetOptions{}); err != nil {
+		return obj, fmt.Errorf("get %s %s/%s: %w", kind, ns, name, err)
+	}
+	return obj, nil
 }
 
 func objectRef(kind string, m metav1.ObjectMeta) corev1.ObjectReference {

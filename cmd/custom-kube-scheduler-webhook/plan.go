@@ -68,12 +68,7 @@ func writePlan(w io.Writer, s *strategy.Strategy, replicas int, output string) e
 		doc.Terms = append(doc.Terms, planTerm{Term: i + 1, Labels: t.LabelMap(), Base: t.Base, Weight: t.Weight, Count: count})
 	}
 	if output == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(doc); err != nil {
-			return fmt.Errorf("write plan: %w", err)
-		}
-		return nil
+		return writeJSON(w, doc)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TERM\tLABELS\tBASE\tWEIGHT\tPODS")
@@ -82,6 +77,16 @@ func writePlan(w io.Writer, s *strategy.Strategy, replicas int, output string) e
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write plan: %w", err)
+	}
+	return nil
+}
+
+// writeJSON writes v as indented JSON, the -o json form of every subcommand.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write JSON: %w", err)
 	}
 	return nil
 }

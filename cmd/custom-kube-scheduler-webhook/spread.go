@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -167,12 +166,7 @@ func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name st
 
 func writeSpread(w io.Writer, r Report, output string) error {
 	if output == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			return fmt.Errorf("write report: %w", err)
-		}
-		return nil
+		return writeJSON(w, r)
 	}
 	if len(r.Workloads) == 0 {
 		_, err := fmt.Fprintln(w, "No workload here carries an active CustomPodScheduleStrategy.")
