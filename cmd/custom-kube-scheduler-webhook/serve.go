@@ -116,7 +116,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		return err
 	}
 	caches.Start(ctx)
-	catalog, err := newCatalog(ctx, cfg, restCfg, client, log)
+	catalog, groups, err := newCatalog(ctx, cfg, restCfg, client, log)
 	if err != nil {
 		return err
 	}
@@ -147,6 +147,11 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 
 	metrics := webhook.NewMetrics()
+	if groups != nil {
+		if err := registerNodeGroupMetrics(metrics.Registry, groups.Status); err != nil {
+			return err
+		}
+	}
 	entry := log.WithField("component", component)
 	capacity := catalogCapacity{catalog}
 	mutator := &webhook.PodMutator{
@@ -231,28 +236,28 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 
 // newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,
 // lists the cluster's EKS managed node groups.
-func newCatalog(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, log *logrus.Logger) (*karpenter.Catalog, error) {
+func newCatalog(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, log *logrus.Logger) (*karpenter.Catalog, *nodegroups.Cache, error) {
 	dyn, err := dynamic.NewForConfig(restCfg)
 	if err != nil {
-		return nil, fmt.Errorf("create dynamic client: %w", err)
+		return nil, nil, fmt.Errorf("create dynamic client: %w", err)
 	}
+	var groups *nodegroups.Cache
 	opts := karpenter.Options{Kube: client, Dynamic: dyn, Log: log.WithField("component", "catalog")}
 	if cfg.EKSClusterName != "" {
 		eks, err := nodegroups.NewClient(ctx, nodegroups.ClientOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
+			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
 		}
-		groups, err := nodegroups.New(eks, nodegroups.Config{ClusterName: cfg.EKSClusterName, Interval: cfg.NodeGroupRefresh, Log: log.WithField("component", "nodegroups")})
-		if err != nil {
-			return nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
+		if groups, err = nodegroups.New(eks, nodegroups.Config{ClusterName: cfg.EKSClusterName, Interval: cfg.NodeGroupRefresh, Log: log.WithField("component", "nodegroups")}); err != nil {
+			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
 		}
 		opts.NodeGroups = groups
 	}
 	catalog, err := karpenter.NewCatalog(opts)
 	if err != nil {
-		return nil, fmt.Errorf("create capacity catalog: %w", err)
+		return nil, nil, fmt.Errorf("create capacity catalog: %w", err)
 	}
-	return catalog, nil
+	return catalog, groups, nil
 }
 
 // catalogCapacity adapts the catalog to what the admission handlers ask.
