@@ -73,18 +73,40 @@ func (c *Caches) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
-// OnSeatVisible calls fn whenever the pod cache shows a live pod holding a seat.
-func (c *Caches) OnSeatVisible(fn func(revision types.UID, seat int)) error {
+// OnPlacedPods calls visible whenever the pod cache shows a live placed pod, and gone
+// when a placed pod stops holding its seat (terminating, finished or deleted).
+func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) error {
 	notify := func(obj any) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			if revision, seat, ok := seatOfPod(pod); ok {
-				fn(revision, seat)
-			}
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		if _, placed := SeatOf(pod); !placed {
+			return
+		}
+		if HoldsSeat(pod) {
+			visible(pod)
+		} else {
+			gone(pod)
 		}
 	}
 	_, err := c.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    notify,
 		UpdateFunc: func(_, obj any) { notify(obj) },
+		DeleteFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				gone(pod)
+				return
+			}
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				if pod, ok := tomb.Obj.(*corev1.Pod); ok {
+					gone(pod)
+				}
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("watch placed pods: %w", err)

@@ -26,7 +26,11 @@ import (
 const (
 	labelRevision = "custom-kube-scheduler-webhook.io/revision"
 	labelSeat     = "custom-kube-scheduler-webhook.io/seat"
-	revisionIndex = "revision"
+	// Annotations of a fulfilled Lease: the pod holding its seat.
+	annPodUID       = "custom-kube-scheduler-webhook.io/pod-uid"
+	annPodName      = "custom-kube-scheduler-webhook.io/pod-name"
+	annPodNamespace = "custom-kube-scheduler-webhook.io/pod-namespace"
+	revisionIndex   = "revision"
 	// maxClaimAttempts bounds the seats one claim tries when other replicas keep
 	// winning the race; far more than a burst across a handful of replicas needs.
 	maxClaimAttempts = 1000
@@ -36,9 +40,15 @@ const (
 // coordination.k8s.io Lease in the webhook's own namespace, named after the revision and
 // the seat: creating it is atomic, so two replicas can never hand out the same seat
 // (the loser gets AlreadyExists and tries the next one). The way OpenKruise's
-// WorkloadSpread keeps its subset status, the record lives in the API server and is
-// short-lived: a Lease is deleted as soon as a pod carrying its seat is visible (the pod
-// is then the record), and one whose pod never appears expires after the TTL.
+// WorkloadSpread keeps its subset status, the record lives in the API server.
+//
+// A Lease lives as long as its pod. Once a replica sees the pod it records the pod on
+// the Lease ("fulfilled"); the Lease is deleted when that pod goes. It is not deleted
+// when the pod appears: replicas watch Leases and pods on separate streams, so another
+// replica may see the Lease vanish before it sees the pod, and take the seat again.
+// A Lease whose pod never appears expires after the TTL. A seat blocked only by a
+// fulfilled Lease whose pod this replica cannot see is checked with a live GET of the
+// pod, so a deleted pod's replacement gets its seat even before the Lease is gone.
 type LeaseLedger struct {
 	client    kubernetes.Interface
 	namespace string
@@ -57,6 +67,15 @@ type LeaseLedger struct {
 	// mine remembers this replica's own claims by admission UID until they expire, so a
 	// Release or a retry right after a Claim does not depend on the informer's lag.
 	mine map[types.UID]claim
+	// checked remembers, by Lease UID, fulfilled Leases whose pod a live GET found
+	// (alive: true) or found gone and whose Lease was deleted (alive: false), so the
+	// informers' lag does not cost a GET per claim.
+	checked map[types.UID]check
+}
+
+type check struct {
+	alive   bool
+	expires time.Time
 }
 
 type claim struct {
@@ -70,7 +89,7 @@ type claim struct {
 func NewLeaseLedger(client kubernetes.Interface, namespace string, held HeldSeats, ttl time.Duration, log logrus.FieldLogger) (*LeaseLedger, error) {
 	l := &LeaseLedger{
 		client: client, namespace: namespace, held: held, ttl: ttl, now: time.Now, log: log,
-		pending: map[types.UID]map[int]time.Time{}, mine: map[types.UID]claim{},
+		pending: map[types.UID]map[int]time.Time{}, mine: map[types.UID]claim{}, checked: map[types.UID]check{},
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = labels.Set{strategy.LabelManaged: "true"}.String()
@@ -125,22 +144,65 @@ func (l *LeaseLedger) HasSynced() bool {
 	return l.factory.Coordination().V1().Leases().Informer().HasSynced()
 }
 
-// SeatVisible is called when the pod cache shows a pod holding seat of revision: its
-// Lease has done its job and is deleted (in the background: this runs on an informer's
-// event path), so that when the pod goes the seat is free at once.
-func (l *LeaseLedger) SeatVisible(ctx context.Context, revision types.UID, seat int) {
-	name := leaseName(revision, seat)
-	if _, exists, _ := l.leases.GetByKey(l.namespace + "/" + name); !exists {
+// PodVisible is called when the pod cache shows a live placed pod: its Lease, if still
+// unfulfilled, records the pod (in the background: this runs on an informer's event path).
+func (l *LeaseLedger) PodVisible(ctx context.Context, pod *corev1.Pod) {
+	lease := l.leaseOf(pod)
+	if lease == nil || lease.Annotations[annPodUID] != "" {
+		return
+	}
+	lease = lease.DeepCopy()
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[annPodUID], lease.Annotations[annPodName], lease.Annotations[annPodNamespace] = string(pod.UID), pod.Name, pod.Namespace
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := l.client.CoordinationV1().Leases(l.namespace).Update(ctx, lease, metav1.UpdateOptions{})
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			l.log.WithError(err).WithField("lease", lease.Name).Debug("cannot record the pod on its seat lease")
+		}
+	}()
+}
+
+// PodGone is called when a placed pod stops holding its seat: the Lease recording that
+// very pod is deleted, so the seat is free for the replacement. A Lease of another pod
+// (a replacement already admitted for the seat) is left alone.
+func (l *LeaseLedger) PodGone(ctx context.Context, pod *corev1.Pod) {
+	lease := l.leaseOf(pod)
+	if lease == nil || lease.Annotations[annPodUID] != string(pod.UID) {
 		return
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		err := l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			l.log.WithError(err).WithField("lease", name).Debug("cannot delete a fulfilled seat lease; it will expire")
-		}
+		l.deleteLease(ctx, lease)
 	}()
+}
+
+// leaseOf returns the cached Lease of a placed pod's seat, if any.
+func (l *LeaseLedger) leaseOf(pod *corev1.Pod) *coordinationv1.Lease {
+	ref := metav1.GetControllerOf(pod)
+	seat, ok := SeatOf(pod)
+	if ref == nil || !ok {
+		return nil
+	}
+	obj, exists, _ := l.leases.GetByKey(l.namespace + "/" + leaseName(ref.UID, seat))
+	lease, _ := obj.(*coordinationv1.Lease)
+	if !exists {
+		return nil
+	}
+	return lease
+}
+
+// deleteLease deletes exactly this Lease (UID precondition), never a newer one of the
+// same seat.
+func (l *LeaseLedger) deleteLease(ctx context.Context, lease *coordinationv1.Lease) {
+	err := l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		l.log.WithError(err).WithField("lease", lease.Name).Debug("cannot delete a seat lease")
+	}
 }
 
 // Claim implements Ledger.
@@ -150,9 +212,28 @@ func (l *LeaseLedger) Claim(ctx context.Context, revision, admission types.UID) 
 	}
 	for range maxClaimAttempts {
 		l.mu.Lock()
-		seat := strategy.LowestFreeSeat(l.takenLocked(revision))
-		l.markLocked(revision, seat)
+		taken, unseen := l.takenLocked(revision)
+		seat := strategy.LowestFreeSeat(taken)
+		var verify []*coordinationv1.Lease
+		for _, lease := range unseen {
+			if seatLabel(lease) < seat {
+				verify = append(verify, lease)
+			}
+		}
+		if len(verify) == 0 {
+			l.markLocked(revision, seat)
+		}
 		l.mu.Unlock()
+		if len(verify) > 0 {
+			// A lower seat is blocked only by the Lease of a pod this replica cannot see:
+			// ask the API server whether the pod is still there, then look again.
+			for _, lease := range verify {
+				if err := l.verify(ctx, lease); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		}
 
 		err := l.create(ctx, revision, seat, admission)
 		if err == nil {
@@ -178,7 +259,25 @@ func (l *LeaseLedger) Claim(ctx context.Context, revision, admission types.UID) 
 func (l *LeaseLedger) Peek(_ context.Context, revision types.UID) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return strategy.LowestFreeSeat(l.takenLocked(revision)), nil
+	taken, _ := l.takenLocked(revision)
+	return strategy.LowestFreeSeat(taken), nil
+}
+
+// verify GETs the pod a fulfilled Lease records: if it is gone (or another pod, or no
+// longer holding its seat) the Lease is deleted, else the Lease stands.
+func (l *LeaseLedger) verify(ctx context.Context, lease *coordinationv1.Lease) error {
+	pod, err := l.client.CoreV1().Pods(lease.Annotations[annPodNamespace]).Get(ctx, lease.Annotations[annPodName], metav1.GetOptions{})
+	alive := err == nil && string(pod.UID) == lease.Annotations[annPodUID] && HoldsSeat(pod)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("check the pod of seat lease %s: %w", lease.Name, err)
+	}
+	if !alive {
+		l.deleteLease(ctx, lease)
+	}
+	l.mu.Lock()
+	l.checked[lease.UID] = check{alive: alive, expires: l.now().Add(l.ttl)}
+	l.mu.Unlock()
+	return nil
 }
 
 // Release implements Ledger: the admission's Lease is deleted if it still holds it.
@@ -233,8 +332,8 @@ func (l *LeaseLedger) takeOverExpired(ctx context.Context, revision types.UID, s
 		return false, fmt.Errorf("read seat lease %d: %w", seat, err)
 	case ptr.Deref(lease.Spec.HolderIdentity, "") == string(admission):
 		return true, nil
-	case !l.expired(lease) || l.held.Held(revision)[seat]:
-		return false, nil
+	case lease.Annotations[annPodUID] != "" || !l.expired(lease) || l.held.Held(revision)[seat]:
+		return false, nil // fulfilled, live, or its pod is visible
 	}
 	now := metav1.NewMicroTime(l.now())
 	lease.Spec.HolderIdentity, lease.Spec.AcquireTime, lease.Spec.RenewTime = ptr.To(string(admission)), &now, &now
@@ -274,29 +373,45 @@ func (l *LeaseLedger) heldBy(revision, admission types.UID) (int, bool) {
 }
 
 // takenLocked is held ∪ live Leases ∪ pending marks. A pending mark ends once the Lease
-// or the pod shows up in a cache, or at expiry.
-func (l *LeaseLedger) takenLocked(revision types.UID) map[int]bool {
-	taken := l.held.Held(revision)
+// or the pod shows up in a cache, or at expiry. unseen lists the fulfilled Leases whose
+// pod the pod cache does not show (lag, or the pod is gone) and that no recent live
+// check settled: they count as taken until verified.
+func (l *LeaseLedger) takenLocked(revision types.UID) (taken map[int]bool, unseen []*coordinationv1.Lease) {
+	taken = l.held.Held(revision)
 	if taken == nil {
 		taken = map[int]bool{}
 	}
+	held := make(map[int]bool, len(taken))
+	for seat := range taken {
+		held[seat] = true
+	}
+	now := l.now()
 	visible := map[int]bool{}
 	objs, _ := l.leases.ByIndex(revisionIndex, string(revision))
 	for _, o := range objs {
 		lease, ok := o.(*coordinationv1.Lease)
-		if !ok {
+		seat := seatLabel(lease)
+		if !ok || seat < 1 {
 			continue
 		}
-		if seat, err := strconv.Atoi(lease.Labels[labelSeat]); err == nil {
-			visible[seat] = true
+		visible[seat] = true
+		switch c, known := l.checked[lease.UID]; {
+		case lease.Annotations[annPodUID] == "":
 			if !l.expired(lease) {
 				taken[seat] = true
 			}
+		case held[seat]:
+		case known && now.Before(c.expires):
+			if c.alive {
+				taken[seat] = true
+			}
+		default:
+			taken[seat] = true
+			unseen = append(unseen, lease)
 		}
 	}
-	now := l.now()
 	for seat, expires := range l.pending[revision] {
-		if visible[seat] || taken[seat] || now.After(expires) {
+		if visible[seat] || held[seat] || now.After(expires) {
 			delete(l.pending[revision], seat)
 			continue
 		}
@@ -305,7 +420,18 @@ func (l *LeaseLedger) takenLocked(revision types.UID) map[int]bool {
 	if len(l.pending[revision]) == 0 {
 		delete(l.pending, revision)
 	}
-	return taken
+	return taken, unseen
+}
+
+func seatLabel(lease *coordinationv1.Lease) int {
+	if lease == nil {
+		return 0
+	}
+	seat, err := strconv.Atoi(lease.Labels[labelSeat])
+	if err != nil {
+		return 0
+	}
+	return seat
 }
 
 func (l *LeaseLedger) markLocked(revision types.UID, seat int) {
@@ -331,38 +457,40 @@ func (l *LeaseLedger) expired(lease *coordinationv1.Lease) bool {
 	return l.now().After(lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second))
 }
 
-// sweep deletes Leases that expired a whole TTL ago: their pod was never created, or
-// their revision is gone.
+// sweep deletes unfulfilled Leases that expired a whole TTL ago (their pod was never
+// created), and fulfilled ones whose pod a live GET finds gone (a deletion this replica
+// missed, e.g. while no replica was running).
 func (l *LeaseLedger) sweep(ctx context.Context) {
+	now := l.now()
 	l.mu.Lock()
 	for uid, c := range l.mine {
-		if l.now().After(c.expires) {
+		if now.After(c.expires) {
 			delete(l.mine, uid)
+		}
+	}
+	for uid, c := range l.checked {
+		if now.After(c.expires) {
+			delete(l.checked, uid)
 		}
 	}
 	l.mu.Unlock()
 	for _, o := range l.leases.List() {
 		lease, ok := o.(*coordinationv1.Lease)
-		if !ok || lease.Spec.RenewTime == nil || !l.now().After(lease.Spec.RenewTime.Add(2*l.ttl)) {
+		if !ok || lease.Spec.RenewTime == nil || !now.After(lease.Spec.RenewTime.Add(2*l.ttl)) {
 			continue
 		}
-		err := l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &lease.ResourceVersion}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			l.log.WithError(err).WithField("lease", lease.Name).Debug("cannot sweep an expired seat lease")
+		if lease.Annotations[annPodUID] == "" {
+			l.deleteLease(ctx, lease)
+			continue
+		}
+		if revision := types.UID(lease.Labels[labelRevision]); !l.held.Held(revision)[seatLabel(lease)] {
+			if err := l.verify(ctx, lease); err != nil {
+				l.log.WithError(err).WithField("lease", lease.Name).Debug("cannot check a seat lease's pod")
+			}
 		}
 	}
 }
 
 func leaseName(revision types.UID, seat int) string {
 	return fmt.Sprintf("seat-%s-%d", revision, seat)
-}
-
-// seatOfPod reads the revision and seat of a placed pod, for SeatVisible.
-func seatOfPod(pod *corev1.Pod) (types.UID, int, bool) {
-	ref := metav1.GetControllerOf(pod)
-	seat, ok := SeatOf(pod)
-	if ref == nil || !ok || !HoldsSeat(pod) {
-		return "", 0, false
-	}
-	return ref.UID, seat, true
 }

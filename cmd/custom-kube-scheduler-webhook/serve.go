@@ -14,7 +14,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -227,7 +226,9 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := caches.OnSeatVisible(func(revision types.UID, seat int) { ledger.SeatVisible(ctx, revision, seat) }); err != nil {
+	visible := func(pod *corev1.Pod) { ledger.PodVisible(ctx, pod) }
+	gone := func(pod *corev1.Pod) { ledger.PodGone(ctx, pod) }
+	if err := caches.OnPlacedPods(visible, gone); err != nil {
 		return nil, nil, err
 	}
 	ledger.Start(ctx)
