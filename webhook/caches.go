@@ -76,20 +76,27 @@ func (c *Caches) WaitForSync(ctx context.Context) error {
 // OnPlacedPods calls visible whenever the pod cache shows a live placed pod, and gone
 // when a placed pod stops holding its seat (terminating, finished or deleted).
 func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) error {
-	notify := func(obj any) {
+	// placedPod returns the placed pod an event is about; a deletion may come as a
+	// tombstone when the watch missed it.
+	placedPod := func(obj any) *corev1.Pod {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
-			return
+			return nil
 		}
 		if _, placed := SeatOf(pod); !placed {
-			return
+			return nil
 		}
-		if HoldsSeat(pod) {
+		return pod
+	}
+	notify := func(obj any) {
+		switch pod := placedPod(obj); {
+		case pod == nil:
+		case HoldsSeat(pod):
 			visible(pod)
-		} else {
+		default:
 			gone(pod)
 		}
 	}
@@ -97,14 +104,8 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) error {
 		AddFunc:    notify,
 		UpdateFunc: func(_, obj any) { notify(obj) },
 		DeleteFunc: func(obj any) {
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod := placedPod(obj); pod != nil {
 				gone(pod)
-				return
-			}
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				if pod, ok := tomb.Obj.(*corev1.Pod); ok {
-					gone(pod)
-				}
 			}
 		},
 	})

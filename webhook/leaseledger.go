@@ -108,12 +108,8 @@ func NewLeaseLedger(client kubernetes.Interface, namespace string, held HeldSeat
 	// Once the informer shows a Lease, the pending mark for its seat has done its job;
 	// left in place it would block the seat after the Lease is deleted.
 	seen := func(obj any) {
-		lease, ok := obj.(*coordinationv1.Lease)
-		if !ok {
-			return
-		}
-		if seat, err := strconv.Atoi(lease.Labels[labelSeat]); err == nil {
-			l.unmark(types.UID(lease.Labels[labelRevision]), seat)
+		if lease, ok := obj.(*coordinationv1.Lease); ok && seatLabel(lease) > 0 {
+			l.unmark(types.UID(lease.Labels[labelRevision]), seatLabel(lease))
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) }}); err != nil {
@@ -290,15 +286,11 @@ func (l *LeaseLedger) Release(ctx context.Context, revision, admission types.UID
 	delete(l.mine, admission)
 	delete(l.pending[revision], seat)
 	l.mu.Unlock()
-	name := leaseName(revision, seat)
-	lease, err := l.client.CoordinationV1().Leases(l.namespace).Get(ctx, name, metav1.GetOptions{})
+	lease, err := l.client.CoordinationV1().Leases(l.namespace).Get(ctx, leaseName(revision, seat), metav1.GetOptions{})
 	if err != nil || ptr.Deref(lease.Spec.HolderIdentity, "") != string(admission) {
 		return
 	}
-	err = l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		l.log.WithError(err).WithField("lease", name).Debug("cannot release a seat lease; it will expire")
-	}
+	l.deleteLease(ctx, lease)
 }
 
 func (l *LeaseLedger) create(ctx context.Context, revision types.UID, seat int, admission types.UID) error {

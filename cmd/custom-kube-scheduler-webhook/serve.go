@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/bombsimon/logrusr/v4"
@@ -125,18 +124,16 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		return err
 	}
 	synced := make(chan struct{})
-	var ready atomic.Bool
 	go func() {
 		if err := caches.WaitForSync(ctx); err != nil {
 			log.WithError(err).Error("caches did not sync")
 			return
 		}
 		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, ledgerSynced) {
-			log.Error("NodePool, node group and node views did not sync")
+			log.Error("NodePool, node group, node and seat lease views did not sync")
 			return
 		}
 		close(synced)
-		ready.Store(true)
 		log.Info("caches synced; ready")
 	}()
 
@@ -168,10 +165,12 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Mutate:   mutator.Admit,
 		Validate: validator.Admit,
 		Ready: func() error {
-			if !ready.Load() {
+			select {
+			case <-synced:
+				return nil
+			default:
 				return errors.New("caches not synced yet")
 			}
-			return nil
 		},
 		Metrics: metrics,
 		Log:     entry,
