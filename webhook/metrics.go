@@ -24,6 +24,7 @@ type Metrics struct {
 	latency    *prometheus.HistogramVec
 	placements *prometheus.CounterVec
 	unserved   *prometheus.CounterVec
+	refused    *prometheus.CounterVec
 }
 
 // NewMetrics creates and registers the metrics.
@@ -48,8 +49,12 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "unserved_terms_total",
 			Help: "Placements onto a term that no NodePool, node group or Ready node serves.",
 		}, []string{"term"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "admissions_refused_total",
+			Help: "Admission requests refused before they were read, by webhook and HTTP status (413: body over the cap; 429: no room in flight in time).",
+		}, []string{"webhook", "status"}),
 	}
-	m.Registry.MustRegister(m.admissions, m.latency, m.placements, m.unserved,
+	m.Registry.MustRegister(m.admissions, m.latency, m.placements, m.unserved, m.refused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -4,22 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 	admissionv1 "k8s.io/api/admission/v1"
 )
-
-// maxBodyBytes caps an AdmissionReview: the API server's own request limit is 3 MiB and
-// a review carries the object and, for UPDATE, the old object.
-const maxBodyBytes = 7 << 20
 
 // AdmitFunc answers one admission request.
 type AdmitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
@@ -32,13 +27,17 @@ type Handlers struct {
 	Ready   func() error
 	Metrics *Metrics
 	Log     logrus.FieldLogger
+	// Limits bound in-flight admissions and their bodies (zero values: defaults).
+	Limits AdmissionLimits
 }
 
 // Mux routes /mutate, /validate, /healthz, /readyz and /metrics.
 func (h *Handlers) Mux() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /mutate", h.admission("mutate", h.Mutate))
-	mux.Handle("POST /validate", h.admission("validate", h.Validate))
+	// One gate for both webhooks: they share the process's memory.
+	gate := newAdmissionGate(h.Limits)
+	mux.Handle("POST /mutate", h.admission("mutate", h.Mutate, gate))
+	mux.Handle("POST /validate", h.admission("validate", h.Validate, gate))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := h.Ready(); err != nil {
@@ -54,13 +53,20 @@ func (h *Handlers) Mux() http.Handler {
 // admission decodes an admission.k8s.io/v1 AdmissionReview, calls admit and writes the
 // review back with the request's UID. A panic inside admit admits the object unchanged
 // with a warning: a bug in this webhook must not block workloads.
-func (h *Handlers) admission(name string, admit AdmitFunc) http.Handler {
+func (h *Handlers) admission(name string, admit AdmitFunc, gate *admissionGate) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		defer func() { h.Metrics.latency.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
 
+		leave, refused := gate.enter(r.Context(), r)
+		if refused != nil {
+			h.Metrics.refused.WithLabelValues(name, strconv.Itoa(refused.status)).Inc()
+			refuse(w, refused)
+			return
+		}
+		defer leave()
 		var review admissionv1.AdmissionReview
-		body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 		if err := json.NewDecoder(body).Decode(&review); err != nil {
 			http.Error(w, "cannot decode AdmissionReview: "+err.Error(), http.StatusBadRequest)
 			return
@@ -104,34 +110,8 @@ func (h *Handlers) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// Serve runs an HTTPS server on ln until ctx ends, then shuts it down gracefully.
-// getCertificate is consulted on every handshake, so rotated certificates are served
-// without a restart.
+// Serve runs an HTTPS server on ln until ctx ends, then shuts it down gracefully
+// without a drain period (see ServeDrain).
 func Serve(ctx context.Context, ln net.Listener, handler http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), log logrus.FieldLogger) error {
-	srv := &http.Server{
-		Handler:           handler,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate},
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-	}
-	log.WithField("address", ln.Addr().String()).Info("serving HTTPS")
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(ln, "", "") }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve HTTPS: %w", err)
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil {
-		return fmt.Errorf("shut down HTTPS server: %w", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve HTTPS: %w", err)
-	}
-	return nil
+	return ServeDrain(ctx, ln, handler, getCertificate, Drain{}, log)
 }

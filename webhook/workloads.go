@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,11 +47,22 @@ type WorkloadResolver interface {
 // ListerResolver resolves owners through informer listers and falls back to a live
 // GET when the cache has not seen the object yet: a Deployment's new ReplicaSet creates
 // its pods milliseconds after it is created itself.
+//
+// Live lookups are what a forged review naming an unknown ReplicaSet costs, so they are
+// bounded: the cache gets CacheGrace to show the object first (a real owner appears
+// there within milliseconds, a forged one never), at most LiveSlots lookups run at once
+// (one more fails at once, the pod is admitted unplaced), and Client should be a client
+// of its own with its own rate limit, so the informers, the ledger and Events never
+// wait behind them.
 type ListerResolver struct {
 	Client       kubernetes.Interface
 	ReplicaSets  appslisters.ReplicaSetLister
 	Deployments  appslisters.DeploymentLister
 	StatefulSets appslisters.StatefulSetLister
+	// CacheGrace is how long to wait for the cache before a live lookup (0: no wait).
+	CacheGrace time.Duration
+	// LiveSlots bounds concurrent live lookups (nil: unbounded); its capacity is the bound.
+	LiveSlots chan struct{}
 }
 
 // Resolve implements WorkloadResolver for ReplicaSet and StatefulSet owners.
@@ -92,20 +104,23 @@ func (r *ListerResolver) Resolve(ctx context.Context, ns string, owner *metav1.O
 }
 
 func (r *ListerResolver) replicaSet(ctx context.Context, ns, name string) (*appsv1.ReplicaSet, error) {
-	return cachedOrLive(ctx, "ReplicaSet", ns, name, r.ReplicaSets.ReplicaSets(ns).Get, r.Client.AppsV1().ReplicaSets(ns).Get)
+	return cachedOrLive(ctx, r, "ReplicaSet", ns, name, r.ReplicaSets.ReplicaSets(ns).Get, r.Client.AppsV1().ReplicaSets(ns).Get)
 }
 
 func (r *ListerResolver) deployment(ctx context.Context, ns, name string) (*appsv1.Deployment, error) {
-	return cachedOrLive(ctx, "Deployment", ns, name, r.Deployments.Deployments(ns).Get, r.Client.AppsV1().Deployments(ns).Get)
+	return cachedOrLive(ctx, r, "Deployment", ns, name, r.Deployments.Deployments(ns).Get, r.Client.AppsV1().Deployments(ns).Get)
 }
 
 func (r *ListerResolver) statefulSet(ctx context.Context, ns, name string) (*appsv1.StatefulSet, error) {
-	return cachedOrLive(ctx, "StatefulSet", ns, name, r.StatefulSets.StatefulSets(ns).Get, r.Client.AppsV1().StatefulSets(ns).Get)
+	return cachedOrLive(ctx, r, "StatefulSet", ns, name, r.StatefulSets.StatefulSets(ns).Get, r.Client.AppsV1().StatefulSets(ns).Get)
 }
 
+// cacheGracePoll is how often the cache is looked at again during CacheGrace.
+const cacheGracePoll = 10 * time.Millisecond
+
 // cachedOrLive reads an object from its lister, and from the API server when the cache
-// has not seen it yet.
-func cachedOrLive[T any](ctx context.Context, kind, ns, name string,
+// has not seen it yet (within r.CacheGrace), bounded by r.LiveSlots.
+func cachedOrLive[T any](ctx context.Context, r *ListerResolver, kind, ns, name string,
 	cached func(name string) (T, error),
 	live func(ctx context.Context, name string, opts metav1.GetOptions) (T, error),
 ) (T, error) {
@@ -115,6 +130,33 @@ func cachedOrLive[T any](ctx context.Context, kind, ns, name string,
 	}
 	if !apierrors.IsNotFound(err) {
 		return obj, fmt.Errorf("get %s %s/%s from cache: %w", kind, ns, name, err)
+	}
+	if r.CacheGrace > 0 {
+		deadline := time.NewTimer(r.CacheGrace)
+		tick := time.NewTicker(cacheGracePoll)
+		defer deadline.Stop()
+		defer tick.Stop()
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return obj, fmt.Errorf("get %s %s/%s: %w", kind, ns, name, ctx.Err())
+			case <-deadline.C:
+				break wait
+			case <-tick.C:
+				if obj, err = cached(name); err == nil {
+					return obj, nil
+				}
+			}
+		}
+	}
+	if r.LiveSlots != nil {
+		select {
+		case r.LiveSlots <- struct{}{}:
+			defer func() { <-r.LiveSlots }()
+		default:
+			return obj, fmt.Errorf("get %s %s/%s: not in the cache, and %d live lookups are already running", kind, ns, name, cap(r.LiveSlots))
+		}
 	}
 	if obj, err = live(ctx, name, metav1.GetOptions{}); err != nil {
 		return obj, fmt.Errorf("get %s %s/%s: %w", kind, ns, name, err)

@@ -2,12 +2,16 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // setting is one configuration value of `serve`: read from its environment variable,
@@ -35,6 +39,12 @@ var serveSettings = []setting{
 	{"service-name", "SERVICE_NAME", "custom-kube-scheduler-webhook", "with cert-mode self: the Service the serving certificate is issued for"},
 	{"mutating-webhook-configuration", "MUTATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: MutatingWebhookConfiguration whose caBundle is kept current"},
 	{"validating-webhook-configuration", "VALIDATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: ValidatingWebhookConfiguration whose caBundle is kept current"},
+	{"shutdown-drain", "SHUTDOWN_DRAIN", "5s", "on SIGTERM: /readyz fails at once, admissions are still served this long (until the endpoint removal has spread), then in-flight ones finish; 0 stops at once"},
+	{"max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS", "64", "admissions handled at once; more wait ADMISSION_QUEUE_WAIT, then get 429 (the failure policy applies)"},
+	{"max-inflight-body-bytes", "MAX_INFLIGHT_BODY_BYTES", "24Mi", "sum of AdmissionReview bodies handled at once (one body is capped at 3 MiB + 64 KiB); bounds admission memory"},
+	{"admission-queue-wait", "ADMISSION_QUEUE_WAIT", "1s", "how long an admission waits for room under the two limits above"},
+	{"live-lookup-qps", "LIVE_LOOKUP_QPS", "20", "rate of live GETs of workloads the cache has not seen yet (own client: the informers, the ledger and Events never wait behind them)"},
+	{"live-lookup-concurrency", "LIVE_LOOKUP_CONCURRENCY", "8", "live workload GETs at once; one more admits its pod unplaced at once"},
 }
 
 // serveConfig is the validated configuration of `serve`.
@@ -56,6 +66,10 @@ type serveConfig struct {
 	ServiceName      string
 	MutatingConfig   string
 	ValidatingConfig string
+	ShutdownDrain    time.Duration
+	Limits           webhook.AdmissionLimits
+	LiveLookupQPS    float32
+	LiveLookups      int
 }
 
 func addSettingFlags(flags *pflag.FlagSet, settings []setting) {
@@ -115,6 +129,28 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 	default:
 		return nil, fmt.Errorf("VALIDATION_MODE %q: want reject or warn", mode)
 	}
+	if c.ShutdownDrain, err = time.ParseDuration(strings.TrimSpace(v.GetString("shutdown-drain"))); err != nil || c.ShutdownDrain < 0 {
+		return nil, fmt.Errorf("SHUTDOWN_DRAIN %q: want a duration such as 5s, or 0", v.GetString("shutdown-drain"))
+	}
+	if c.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
+		return nil, err
+	}
+	q, err := resource.ParseQuantity(strings.TrimSpace(v.GetString("max-inflight-body-bytes")))
+	if err != nil || q.Value() < webhook.MaxBodyBytes {
+		return nil, fmt.Errorf("MAX_INFLIGHT_BODY_BYTES %q: want a byte quantity such as 24Mi, at least one maximum body (%d bytes)", v.GetString("max-inflight-body-bytes"), webhook.MaxBodyBytes)
+	}
+	c.Limits.MaxInFlightBytes = q.Value()
+	if c.Limits.QueueWait, err = positiveDuration(v, "admission-queue-wait", "ADMISSION_QUEUE_WAIT"); err != nil {
+		return nil, err
+	}
+	qps, err := strconv.ParseFloat(strings.TrimSpace(v.GetString("live-lookup-qps")), 32)
+	if err != nil || qps <= 0 {
+		return nil, fmt.Errorf("LIVE_LOOKUP_QPS %q: want a positive number", v.GetString("live-lookup-qps"))
+	}
+	c.LiveLookupQPS = float32(qps)
+	if c.LiveLookups, err = positiveInt(v, "live-lookup-concurrency", "LIVE_LOOKUP_CONCURRENCY"); err != nil {
+		return nil, err
+	}
 	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("cert-mode"))); mode {
 	case "file", "self":
 		c.SelfCert = mode == "self"
@@ -130,6 +166,14 @@ func positiveDuration(v *viper.Viper, key, env string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s %q: want a positive duration such as 30s or 5m", env, v.GetString(key))
 	}
 	return d, nil
+}
+
+func positiveInt(v *viper.Viper, key, env string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v.GetString(key)))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s %q: want a positive integer", env, v.GetString(key))
+	}
+	return n, nil
 }
 
 // parseList splits a comma-separated list, tolerating spaces and empty items.

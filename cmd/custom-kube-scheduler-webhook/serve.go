@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bombsimon/logrusr/v4"
@@ -82,7 +84,12 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
+// cacheGrace is how long an admission waits for the informer to show an unknown owner
+// before a live lookup: a real ReplicaSet shows up within milliseconds.
+const cacheGrace = 250 * time.Millisecond
+
+// serve runs the webhook until stop ends, then drains (see webhook.Drain).
+func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	restCfg, err := restConfig(cfg.Kubeconfig)
 	if err != nil {
 		return err
@@ -91,8 +98,22 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// The stop signal starts the drain; the caches, the ledger and the certificate watcher
+	// keep running on ctx until the server has stopped, or stop at once if it never started.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(stop))
 	defer cancel()
+	var (
+		startMu sync.Mutex
+		started bool
+	)
+	go func() {
+		<-stop.Done()
+		startMu.Lock()
+		defer startMu.Unlock()
+		if !started {
+			cancel()
+		}
+	}()
 
 	if cfg.SelfCert {
 		if err := startSelfCert(ctx, cfg, restCfg, log); err != nil {
@@ -113,6 +134,17 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Live lookups of owners the cache has not seen get a client of their own: forged
+	// reviews naming unknown ReplicaSets then cannot use up the shared client's rate.
+	liveCfg := rest.CopyConfig(restCfg)
+	liveCfg.QPS, liveCfg.Burst = cfg.LiveLookupQPS, int(2*cfg.LiveLookupQPS)+1
+	liveClient, err := kubernetes.NewForConfig(liveCfg)
+	if err != nil {
+		return fmt.Errorf("create live lookup client: %w", err)
+	}
+	caches.Resolver.Client = liveClient
+	caches.Resolver.CacheGrace = cacheGrace
+	caches.Resolver.LiveSlots = make(chan struct{}, cfg.LiveLookups)
 	caches.Start(ctx)
 	catalog, groups, err := newCatalog(ctx, cfg, restCfg, client, log)
 	if err != nil {
@@ -161,10 +193,14 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Log:        entry,
 	}
 	validator := &webhook.WorkloadValidator{Capacity: capacity, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
+	var draining atomic.Bool
 	handlers := &webhook.Handlers{
 		Mutate:   mutator.Admit,
 		Validate: validator.Admit,
 		Ready: func() error {
+			if draining.Load() {
+				return errors.New("shutting down")
+			}
 			select {
 			case <-synced:
 				return nil
@@ -174,13 +210,22 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		},
 		Metrics: metrics,
 		Log:     entry,
+		Limits:  cfg.Limits,
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.ListenAddress, err)
 	}
 	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace}).Info("starting")
-	return webhook.Serve(ctx, ln, handlers.Mux(), certs.GetCertificate, entry)
+	startMu.Lock()
+	started = stop.Err() == nil
+	startMu.Unlock()
+	if !started {
+		_ = ln.Close()
+		return nil
+	}
+	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() { draining.Store(true) }}
+	return webhook.ServeDrain(stop, ln, handlers.Mux(), certs.GetCertificate, drain, entry)
 }
 
 // startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,

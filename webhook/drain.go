@@ -1,0 +1,74 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Drain says how the server stops. A webhook that closes its port at once fails every
+// admission the API server still sends it until the endpoint removal reaches the API
+// server (pods then go through unplaced under failurePolicy Ignore): instead, readiness
+// drops first, the server keeps serving for Period, then stops accepting and lets
+// in-flight requests finish (at most Timeout).
+type Drain struct {
+	// Period is how long the server keeps serving after the stop signal.
+	Period time.Duration
+	// Timeout bounds the wait for in-flight requests after Period.
+	Timeout time.Duration
+	// Begin is called once, when the stop signal arrives (e.g. to fail /readyz).
+	Begin func()
+}
+
+// ServeDrain runs an HTTPS server on ln until stop ends, then drains as d says.
+// getCertificate is consulted on every handshake, so rotated certificates are served
+// without a restart.
+func ServeDrain(stop context.Context, ln net.Listener, handler http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), d Drain, log logrus.FieldLogger) error {
+	srv := &http.Server{
+		Handler:           handler,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate},
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	log.WithField("address", ln.Addr().String()).Info("serving HTTPS")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve HTTPS: %w", err)
+	case <-stop.Done():
+	}
+	if d.Begin != nil {
+		d.Begin()
+	}
+	if d.Period > 0 {
+		// Connections are closed after their current request, so clients that keep
+		// them open (the API server does) reconnect to a replica that stays.
+		srv.SetKeepAlivesEnabled(false)
+		log.WithField("drain", d.Period.String()).Info("stop signal: not ready; serving until the endpoint removal has spread")
+		time.Sleep(d.Period)
+	}
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		return fmt.Errorf("shut down HTTPS server: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve HTTPS: %w", err)
+	}
+	log.Info("in-flight requests finished; stopped")
+	return nil
+}
