@@ -118,6 +118,20 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 		}
 	}
 
+	// The webhook runs as deployed: as the chart's ServiceAccount with the chart's RBAC
+	// (scripts/localcluster/webhook-rbac.sh, run by up.sh); cluster-admin is the driver's.
+	webhookKubeconfig := os.Getenv("E2E_WEBHOOK_KUBECONFIG")
+	if webhookKubeconfig == "" {
+		webhookKubeconfig = filepath.Join(dir, "webhook-kubeconfig")
+		rbac := exec.CommandContext(ctx, "bash", filepath.Join(repo, "scripts", "localcluster", "webhook-rbac.sh"))
+		rbac.Env = append(os.Environ(), "LOCALCLUSTER_DIR="+dir)
+		rbac.Stdout, rbac.Stderr = os.Stderr, os.Stderr
+		if err := rbac.Run(); err != nil {
+			_ = os.RemoveAll(tmp)
+			return nil, nil, fmt.Errorf("giving the webhook the chart's RBAC: %w", err)
+		}
+	}
+
 	pki := filepath.Join(dir, "pki")
 	wh := &webhookProcess{
 		bin:  bin,
@@ -130,8 +144,11 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 			fmt.Sprintf("LISTEN_ADDRESS=127.0.0.1:%d", port),
 			"TLS_CERT_FILE=" + filepath.Join(pki, "webhook.crt"),
 			"TLS_KEY_FILE=" + filepath.Join(pki, "webhook.key"),
-			"KUBECONFIG=" + kubeconfig,
+			"KUBECONFIG=" + webhookKubeconfig,
 			"POD_NAMESPACE=" + webhookNamespace,
+			// Short, so stopping a replica does not slow the suite down; the rollout
+			// test sets its own.
+			"SHUTDOWN_DRAIN=500ms",
 			// As the Helm chart runs it: seat reservations are Leases in the API server,
 			// shared by every replica (TestTwoWebhookReplicasBurst200 runs two).
 			"LEDGER=lease",

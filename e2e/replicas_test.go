@@ -62,6 +62,53 @@ func TestTwoWebhookReplicasBurst200(t *testing.T) {
 type balancer struct {
 	port   int
 	counts []atomic.Int64
+	// ready holds each backend's last /readyz answer (all ready until watchReadiness).
+	ready []atomic.Bool
+	// failed counts requests the proxy could not complete (answered 502).
+	failed   atomic.Int64
+	backends []int
+	ca       *x509.CertPool
+}
+
+// total is the number of requests sent to any backend.
+func (b *balancer) total() int64 {
+	var n int64
+	for i := range b.counts {
+		n += b.counts[i].Load()
+	}
+	return n
+}
+
+// watchReadiness polls every backend's /readyz each interval and sends requests only
+// to those that answer 200, as an endpoint controller keeps only Ready pods in a
+// Service (if none is ready, every backend gets requests).
+func (b *balancer) watchReadiness(t *testing.T, interval time.Duration) {
+	t.Helper()
+	hc := &http.Client{Timeout: interval, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.ca, MinVersion: tls.VersionTLS12}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done; hc.CloseIdleConnections() })
+	go func() {
+		defer close(done)
+		for {
+			for i, p := range b.backends {
+				ok := false
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", p), nil)
+				if err == nil {
+					if resp, err := hc.Do(req); err == nil {
+						resp.Body.Close()
+						ok = resp.StatusCode == http.StatusOK
+					}
+				}
+				b.ready[i].Store(ok)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
+		}
+	}()
 }
 
 func (b *balancer) served() []int64 {
@@ -88,18 +135,31 @@ func startBalancer(t *testing.T, port int, backends ...int) *balancer {
 		t.Fatalf("loading webhook cert: %v", err)
 	}
 	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-	b := &balancer{port: port, counts: make([]atomic.Int64, len(backends))}
+	b := &balancer{port: port, counts: make([]atomic.Int64, len(backends)), ready: make([]atomic.Bool, len(backends)), backends: backends, ca: pool}
 	proxies := make([]*httputil.ReverseProxy, len(backends))
 	for i, p := range backends {
+		b.ready[i].Store(true)
 		target := &url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", p)}
 		proxies[i] = &httputil.ReverseProxy{
 			Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(target) },
 			Transport: transport,
+			ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+				b.failed.Add(1)
+				t.Logf("balancer: backend %d: %v", p, err)
+				w.WriteHeader(http.StatusBadGateway)
+			},
 		}
 	}
 	var next atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		i := int(next.Add(1)-1) % len(proxies)
+		start := int(next.Add(1) - 1)
+		i := start % len(proxies)
+		for k := range proxies { // the next ready backend, in turn
+			if j := (start + k) % len(proxies); b.ready[j].Load() {
+				i = j
+				break
+			}
+		}
 		b.counts[i].Add(1)
 		proxies[i].ServeHTTP(w, r)
 	})

@@ -27,5 +27,6 @@ fi
 # (e.g. the e2e cluster in .localcluster/e2e) survives.
 rm -rf "$PKI" "$PIDS" "$LOGS" "$LOCALCLUSTER_DIR/etcd" "$LOCALCLUSTER_DIR/apiserver-certs"
 rm -f "$KUBECONFIG_FILE" "$LOCALCLUSTER_DIR/kwok-stages.yaml" "$LOCALCLUSTER_DIR/port-offset" \
-	"$LOCALCLUSTER_DIR/webhook-registration.yaml"
+	"$LOCALCLUSTER_DIR/webhook-registration.yaml" "$LOCALCLUSTER_DIR/audit-policy.yaml" \
+	"$LOCALCLUSTER_DIR/webhook-kubeconfig" "$LOCALCLUSTER_DIR/webhook-rbac.yaml"
 rmdir "$LOCALCLUSTER_DIR" 2>/dev/null || true

@@ -106,6 +106,19 @@ lc_log "etcd healthy (127.0.0.1:$ETCD_CLIENT_PORT)"
 
 # --- kube-apiserver. ServiceAccount admission is off (no token controller races);
 # TaintNodesByCondition is off so kwok nodes never carry the not-ready taint.
+# The audit log records every request of the webhook's ServiceAccount (Metadata level:
+# verb, resource, namespace, name, response code), so check-webhook-rbac.sh can hold
+# each one against the chart's RBAC.
+AUDIT_POLICY=$LOCALCLUSTER_DIR/audit-policy.yaml
+cat >"$AUDIT_POLICY" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+    users: ["system:serviceaccount:$WEBHOOK_NAMESPACE:custom-kube-scheduler-webhook"]
+  - level: None
+EOF
 lc_start kube-apiserver "$KUBE_BIN_DIR/kube-apiserver" \
 	--etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
 	--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
@@ -116,7 +129,8 @@ lc_start kube-apiserver "$KUBE_BIN_DIR/kube-apiserver" \
 	--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
 	--service-cluster-ip-range=10.0.0.0/24 --authorization-mode=Node,RBAC --allow-privileged=true \
 	--disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
-	--endpoint-reconciler-type=none --profiling=false
+	--endpoint-reconciler-type=none --profiling=false \
+	--audit-policy-file="$AUDIT_POLICY" --audit-log-path="$LOGS/audit.log" --audit-log-format=json
 lc_wait curl -sf --cacert "$PKI/ca.crt" "https://127.0.0.1:$APISERVER_PORT/readyz" ||
 	lc_die "kube-apiserver not ready; see $LOGS/kube-apiserver.log"
 lc_log "kube-apiserver ready (https://127.0.0.1:$APISERVER_PORT)"
@@ -179,4 +193,6 @@ nodepools_ready() {
 }
 lc_wait nodepools_ready || lc_die "NodePools not Ready; see $LOGS/karpenter.log"
 lc_log "Karpenter ready; NodePools: $(lc_kubectl get nodepools -o name | sed 's#.*/##' | tr '\n' ' ')"
+# The webhook's identity: the chart's ServiceAccount and RBAC, and a kubeconfig for it.
+bash "$LC_SCRIPTS/webhook-rbac.sh"
 lc_log "cluster up. export KUBECONFIG=$KUBECONFIG_FILE"

@@ -5,7 +5,9 @@
 #   webhook.sh stop    stop it by its recorded PID
 # Env: WEBHOOK_BIN (default <repo>/bin/custom-kube-scheduler-webhook), LOG_LEVEL
 # (default debug), BLOCKLISTED_NAMESPACE_LIST (default kube-system,kube-public),
-# WEBHOOK_PORT (default 9443 + port offset). Logs go to logs/webhook.log.
+# WEBHOOK_PORT (default 9443 + port offset), WEBHOOK_KUBECONFIG (default the chart's
+# ServiceAccount from webhook-rbac.sh: the webhook runs with the chart's RBAC, as
+# deployed), SHUTDOWN_DRAIN (default 2s). Logs go to logs/webhook.log.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -16,6 +18,13 @@ case ${1:-} in
 start)
 	[[ -s $KUBECONFIG_FILE ]] || lc_die "no cluster in $LOCALCLUSTER_DIR: run scripts/localcluster/up.sh"
 	[[ -x $WEBHOOK_BIN ]] || lc_die "$WEBHOOK_BIN not built: run make build"
+	if [[ -z ${WEBHOOK_KUBECONFIG:-} ]]; then
+		WEBHOOK_KUBECONFIG=$LOCALCLUSTER_DIR/webhook-kubeconfig
+		# A cluster started before webhook-rbac.sh existed, or a token that expired.
+		if ! kubectl --kubeconfig "$WEBHOOK_KUBECONFIG" auth whoami >/dev/null 2>&1; then
+			bash "$LC_SCRIPTS/webhook-rbac.sh"
+		fi
+	fi
 	if lc_pid_alive webhook; then
 		lc_log "webhook already running (pid $(<"$PIDS/webhook.pid"))"
 		exit 0
@@ -25,7 +34,8 @@ start)
 		BLOCKLISTED_NAMESPACE_LIST="${BLOCKLISTED_NAMESPACE_LIST:-kube-system,kube-public}" \
 		LISTEN_ADDRESS="127.0.0.1:$WEBHOOK_PORT" \
 		TLS_CERT_FILE="$PKI/webhook.crt" TLS_KEY_FILE="$PKI/webhook.key" \
-		KUBECONFIG="$KUBECONFIG_FILE" POD_NAMESPACE="$WEBHOOK_NAMESPACE" \
+		KUBECONFIG="$WEBHOOK_KUBECONFIG" POD_NAMESPACE="$WEBHOOK_NAMESPACE" \
+		SHUTDOWN_DRAIN="${SHUTDOWN_DRAIN:-2s}" \
 		"$WEBHOOK_BIN" serve
 	# env execs the binary, so the recorded PID is the webhook's own.
 	basename "$WEBHOOK_BIN" >"$PIDS/webhook.cmd"
