@@ -73,7 +73,8 @@ check "zone spread" contains "$dep" "topologyKey: topology.kubernetes.io/zone"
 check "hostname spread" contains "$dep" "topologyKey: kubernetes.io/hostname"
 check "priority class of the chart" contains "$dep" "priorityClassName: $CHART_NAME"
 check "PriorityClass object" matches "$(docs PriorityClass <<<"$d")" '^value: 1000000$'
-check "PDB minAvailable 1" contains "$(docs PodDisruptionBudget <<<"$d")" "minAvailable: 1"
+check "PDB maxUnavailable 1 (never blocks a drain)" contains "$(docs PodDisruptionBudget <<<"$d")" "maxUnavailable: 1"
+check_not "PDB: no minAvailable by default" contains "$(docs PodDisruptionBudget <<<"$d")" "minAvailable"
 check "Service 443 -> https" matches "$(tr -d '\n' <<<"$(docs Service <<<"$d")")" 'port: 443 +targetPort: https'
 check "self mode: empty Secret created" matches "$(docs Secret <<<"$d")" '^type: Opaque$'
 check_not "self mode: Secret carries no data" matches "$(docs Secret <<<"$d")" '^data:'
@@ -82,7 +83,10 @@ echo "-- default values: webhook configurations"
 check "pods webhook: path /mutate" contains "$mwc" "path: /mutate"
 check "pods webhook: failurePolicy Ignore" contains "$mwc" "failurePolicy: Ignore"
 check "pods webhook: timeoutSeconds 5" contains "$mwc" "timeoutSeconds: 5"
-check "pods webhook: sideEffects None" contains "$mwc" "sideEffects: None"
+check "pods webhook: sideEffects NoneOnDryRun" contains "$mwc" "sideEffects: NoneOnDryRun"
+check "workloads webhook: sideEffects NoneOnDryRun" contains "$vwc" "sideEffects: NoneOnDryRun"
+check_not "no webhook claims sideEffects None" matches "$d" 'sideEffects: None$'
+check "Karpenter's namespace excluded by default" matches "$(tr -d '\n' <<<"$mwc")" "operator: NotIn +values: +- $NS +- kube-system +- karpenter"
 check "pods webhook: CREATE only" contains "$mwc" 'operations: ["CREATE"]'
 check "pods webhook: pods only" contains "$mwc" 'resources: ["pods"]'
 check "pods webhook: admissionReviewVersions v1" contains "$mwc" 'admissionReviewVersions: ["v1"]'
@@ -157,12 +161,44 @@ check "objectSelector dropped with null" test -z "$(grep objectSelector <<<"$nd"
 check "given priorityClassName, no PriorityClass" test "$(docs PriorityClass <<<"$nd" | count_docs)" -eq 0
 check "priorityClassName" contains "$nd" "priorityClassName: system-cluster-critical"
 check "3 replicas" matches "$ndd" 'replicas: 3'
-check "PDB minAvailable 2" contains "$(docs PodDisruptionBudget <<<"$nd")" "minAvailable: 2"
+check "PDB minAvailable 2 (below replicas)" contains "$(docs PodDisruptionBudget <<<"$nd")" "minAvailable: 2"
 check "nodeSelector" contains "$nd" "karpenter.sh/capacity-type: on-demand"
 check "hostNetwork" matches "$ndd" 'hostNetwork: true +dnsPolicy: ClusterFirstWithHostNet'
 check "containerPort 10260 and listen address follow" matches "$ndd" 'LISTEN_ADDRESS +value: ":10260"'
 check "extra Role rules" matches "$(tr -d '\n' <<<"$(docs Role <<<"$nd")")" 'resourceNames: +- cksw-extra'
 check "memory ledger: no lease rule" test -z "$(grep -F '"leases"' <<<"$nd" || true)"
+
+echo "-- risky combinations, drain, limits, NetworkPolicy"
+check_not "installing into kube-system is refused" helm_template "$CHART_NAME" kube-system
+check_not "failurePolicy=Fail without karpenterNamespace is refused" render bad5 --set failurePolicy=Fail --set karpenterNamespace=
+check_not "failurePolicy=Fail with 1 replica is refused" render bad6 --set failurePolicy=Fail --set replicas=1
+check_not "failurePolicy=Fail without the PDB is refused" render bad7 --set failurePolicy=Fail --set podDisruptionBudget.enabled=false
+check "failurePolicy=Fail with the defaults renders" render fail --set failurePolicy=Fail
+check "failurePolicy=Fail renders Fail" contains "$(cat "$tmp/fail.yaml")" "failurePolicy: Fail"
+check_not "PDB minAvailable >= replicas is refused" render bad8 --set replicas=1 --set podDisruptionBudget.minAvailable=1
+check "replicas 1: the PDB still allows one eviction" render one --set replicas=1
+check "replicas 1: maxUnavailable 1" contains "$(docs PodDisruptionBudget <"$tmp/one.yaml")" "maxUnavailable: 1"
+check "karpenterNamespace=kube-system renders" render ks --set karpenterNamespace=kube-system
+check_not "grace period shorter than drain + timeout is refused" render bad9 --set terminationGracePeriodSeconds=15
+check "SHUTDOWN_DRAIN from shutdownDrainSeconds" matches "$(tr -d '\n' <<<"$dep")" 'SHUTDOWN_DRAIN +value: "10s"'
+check "terminationGracePeriodSeconds 30" contains "$dep" "terminationGracePeriodSeconds: 30"
+check "MAX_INFLIGHT_ADMISSIONS" matches "$(tr -d '\n' <<<"$dep")" 'MAX_INFLIGHT_ADMISSIONS +value: "64"'
+check "MAX_INFLIGHT_BODY_BYTES" matches "$(tr -d '\n' <<<"$dep")" 'MAX_INFLIGHT_BODY_BYTES +value: "24Mi"'
+check_not "no NetworkPolicy by default" grep -q '^kind: NetworkPolicy' "$tmp/default.yaml"
+check_not "NetworkPolicy without apiServerCIDRs is refused" render bad10 --set networkPolicy.enabled=true
+check "NetworkPolicy renders" render netpol --set networkPolicy.enabled=true --set 'networkPolicy.apiServerCIDRs={10.0.0.0/16,10.1.0.0/16}' \
+  --set-json 'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]'
+np=$(tr -d '\n' <<<"$(docs NetworkPolicy <"$tmp/netpol.yaml")")
+check "NetworkPolicy: ingress only" contains "$np" 'policyTypes: ["Ingress"]'
+check "NetworkPolicy: the API server's CIDRs" matches "$np" 'ipBlock: +cidr: "10.0.0.0/16" +- ipBlock: +cidr: "10.1.0.0/16"'
+check "NetworkPolicy: metrics peers" contains "$np" "kubernetes.io/metadata.name: monitoring"
+check "NetworkPolicy: the container port" matches "$np" 'ports: +- protocol: TCP +port: 9443'
+
+nf=$(cat "$tmp/networkpolicy-fail.yaml")
+check "values file: NetworkPolicy with the subnets" matches "$(tr -d '\n' <<<"$(docs NetworkPolicy <<<"$nf")")" 'cidr: "192.168.0.0/19" +- ipBlock: +cidr: "192.168.32.0/19"'
+check "values file: failurePolicy Fail on both webhooks" test "$(grep -c 'failurePolicy: Fail' <<<"$nf")" -eq 2
+check "values file: PDB minAvailable 2 of 3" contains "$(docs PodDisruptionBudget <<<"$nf")" "minAvailable: 2"
+check "values file: drain 15s" matches "$(tr -d '\n' <<<"$(docs Deployment <<<"$nf")")" 'SHUTDOWN_DRAIN +value: "15s"'
 
 echo "== deploy/manifests drift"
 check "deploy/manifests matches the chart (deploy/render.sh --check)" deploy/render.sh --check

@@ -3,7 +3,7 @@
 # a MutatingWebhookConfiguration for pods (and a ValidatingWebhookConfiguration for
 # workloads) by URL https://127.0.0.1:$WEBHOOK_PORT, with the cluster CA as caBundle.
 # The shape follows the Helm chart (deploy/chart/.../templates/webhooks.yaml):
-# failurePolicy Ignore, sideEffects None, pod CREATE only, short timeout,
+# failurePolicy Ignore, sideEffects NoneOnDryRun, pod CREATE only, short timeout,
 # reinvocationPolicy Never, own namespace and kube-system excluded.
 #
 # WEBHOOK_FILTERS=full (default) also adds the chart's call filters: blocklisted
@@ -109,7 +109,7 @@ webhooks:
       - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"], scope: Namespaced}
     failurePolicy: Ignore
     matchPolicy: Equivalent
-    sideEffects: None
+    sideEffects: NoneOnDryRun
     timeoutSeconds: $TIMEOUT_SECONDS
     reinvocationPolicy: Never
     namespaceSelector:
@@ -130,7 +130,7 @@ webhooks:
       - {apiGroups: ["apps"], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["deployments", "statefulsets", "replicasets"], scope: Namespaced}
     failurePolicy: Ignore
     matchPolicy: Equivalent
-    sideEffects: None
+    sideEffects: NoneOnDryRun
     timeoutSeconds: $TIMEOUT_SECONDS
     namespaceSelector:
       matchExpressions:

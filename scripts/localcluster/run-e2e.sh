@@ -41,9 +41,12 @@ bash "$here/up.sh"
 args=(-tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-45m}")
 [[ -n ${E2E_RUN:-} ]] && args+=(-run "$E2E_RUN")
 cd "$repo"
-go test "${args[@]}" ./e2e/
-# Every request the webhook made during the suite, held against the chart's RBAC.
+e2e_rc=0
+go test "${args[@]}" ./e2e/ || e2e_rc=$?
+# Every request the webhook made during the suite, held against the chart's RBAC; also
+# after a failed suite (a missing permission is often why it failed).
 bash "$here/check-webhook-rbac.sh"
+((e2e_rc == 0)) || exit "$e2e_rc"
 # The packages' own API-server tests (their unit tests already ran in test-unit).
 KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig go test "${args[@]}" -run 'TestE2E|OnAPIServer' ./karpenter/ ./webhook/
 KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig bash deploy/test/cluster.sh

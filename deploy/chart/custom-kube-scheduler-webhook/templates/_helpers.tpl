@@ -78,6 +78,31 @@ app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
 {{- if and (eq .Values.certMode "secret-provided") (not .Values.certs.caBundle) }}
 {{- fail "certs.caBundle (base64 PEM of the CA) is required when certMode=secret-provided" }}
 {{- end }}
+{{- if eq .Release.Namespace "kube-system" }}
+{{- fail "do not install into kube-system: the webhook's namespaced Role (Leases, its Secret) would then reach Karpenter's and the control plane's Leases there; use a namespace of its own" }}
+{{- end }}
+{{- if eq .Values.failurePolicy "Fail" }}
+{{- if not .Values.karpenterNamespace }}
+{{- fail "failurePolicy=Fail needs karpenterNamespace (kube-system or karpenter, where Karpenter runs): a webhook that is down would otherwise block Karpenter's own pods, and with them the nodes the webhook needs" }}
+{{- end }}
+{{- if lt (int .Values.replicas) 2 }}
+{{- fail "failurePolicy=Fail needs replicas >= 2: with one replica every restart, upgrade or node drain blocks pod creation in the cluster" }}
+{{- end }}
+{{- if not .Values.podDisruptionBudget.enabled }}
+{{- fail "failurePolicy=Fail needs podDisruptionBudget.enabled: a drain could otherwise evict every replica at once and block pod creation" }}
+{{- end }}
+{{- end }}
+{{- with .Values.podDisruptionBudget }}
+{{- if and .enabled .minAvailable (not (kindIs "string" .minAvailable)) (ge (int .minAvailable) (int $.Values.replicas)) }}
+{{- fail (printf "podDisruptionBudget.minAvailable=%v with replicas=%v blocks every voluntary eviction (a Karpenter drain would hang): lower it, or use maxUnavailable" .minAvailable $.Values.replicas) }}
+{{- end }}
+{{- end }}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (add (int .Values.shutdownDrainSeconds) (int .Values.timeoutSeconds) 5) }}
+{{- fail (printf "terminationGracePeriodSeconds=%v must cover shutdownDrainSeconds + timeoutSeconds + 5 = %v, or in-flight admissions are cut off" .Values.terminationGracePeriodSeconds (add (int .Values.shutdownDrainSeconds) (int .Values.timeoutSeconds) 5)) }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled (not .Values.networkPolicy.apiServerCIDRs) }}
+{{- fail "networkPolicy.enabled needs networkPolicy.apiServerCIDRs (on EKS: the CIDRs of the subnets the cluster's control-plane ENIs are in, or the VPC CIDR)" }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -85,7 +110,7 @@ namespaceSelector shared by both webhooks: never the release namespace, kube-sys
 the blocklist (the API server then does not call at all), ANDed with the user's selector.
 */}}
 {{- define "cksw.namespaceSelector" -}}
-{{- $excluded := concat (list .Release.Namespace "kube-system") .Values.blocklistedNamespaces | uniq }}
+{{- $excluded := concat (list .Release.Namespace "kube-system") (compact (list .Values.karpenterNamespace)) .Values.blocklistedNamespaces | uniq }}
 {{- $user := .Values.namespaceSelector | default dict }}
 {{- with $user.matchLabels }}
 matchLabels:
