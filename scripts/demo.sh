@@ -23,7 +23,7 @@ lc_log "== 2/6 building custom-kube-scheduler-webhook"
 lc_log "== 3/6 starting the cluster (etcd, apiserver, controllers, scheduler, kwok, Karpenter)"
 bash "$LC_SCRIPTS/up.sh"
 
-lc_log "== 4/6 starting the webhook as a local process"
+lc_log "== 4/6 starting the webhook as a local process, as the chart's ServiceAccount with the chart's RBAC"
 # Restart, so a re-run serves the binary just built.
 bash "$LC_SCRIPTS/webhook.sh" stop >/dev/null
 bash "$LC_SCRIPTS/webhook.sh" start
@@ -47,6 +47,10 @@ bash "$LC_SCRIPTS/spread-report.sh" "$NS" "$DEPLOY"
 echo
 echo "The same from the product's own report (custom-kube-scheduler-webhook spread):"
 "$WEBHOOK_BIN" spread --kubeconfig "$KUBECONFIG_FILE" -n "$NS" "deployment/$DEPLOY"
+echo
+# The webhook ran as the chart's ServiceAccount: was every request it made allowed?
+bash "$LC_SCRIPTS/check-webhook-rbac.sh" >/dev/null
+lc_log "every request of the webhook was allowed by the chart's RBAC (scripts/localcluster/check-webhook-rbac.sh)"
 echo
 cat <<EOF
 The cluster is still running. To use it:

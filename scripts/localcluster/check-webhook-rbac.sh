@@ -61,10 +61,10 @@ if [[ -s $tmp/denied ]]; then
 	# Denied without a name: ask again with the names the requests used.
 	jq -c --slurpfile d "$tmp/denied" '
 		select(.objectRef) as $e
-		| select(any($d[]; .resourceAttributes.verb == $e.verb and .resourceAttributes.resource == $e.objectRef.resource
-			and .resourceAttributes.group == ($e.objectRef.apiGroup // "")
-			and .resourceAttributes.subresource == ($e.objectRef.subresource // "")
-			and .resourceAttributes.namespace == ($e.objectRef.namespace // "")))' "$tmp/events" >"$tmp/named-events"
+		| select(any($d[].resourceAttributes // empty; .verb == $e.verb and .resource == $e.objectRef.resource
+			and (.group // "") == ($e.objectRef.apiGroup // "")
+			and (.subresource // "") == ($e.objectRef.subresource // "")
+			and (.namespace // "") == ($e.objectRef.namespace // "")))' "$tmp/events" >"$tmp/named-events"
 	jq -c '.nonResourceAttributes // empty' "$tmp/denied" >"$tmp/denied-nonresource"
 	: >"$tmp/denied-named"
 	if [[ -s $tmp/named-events ]]; then
@@ -73,13 +73,13 @@ if [[ -s $tmp/denied ]]; then
 	fi
 	if [[ -s $tmp/denied-named || -s $tmp/denied-nonresource ]]; then
 		echo "FAIL requests of $user that the chart's RBAC does not allow:" >&2
-		jq -r '(.resourceAttributes // empty | "\(.verb) \(if .group == "" then "" else .group + "/" end)\(.resource)\(if .subresource == "" then "" else "/" + .subresource end) namespace=\(if .namespace == "" then "(cluster)" else .namespace end) name=\(.name // "")")' "$tmp/denied-named" | sort -u >&2
+		jq -r '.resourceAttributes // empty | "\(.verb) \(if (.group // "") == "" then "" else .group + "/" end)\(.resource)\(if (.subresource // "") == "" then "" else "/" + .subresource end) namespace=\(.namespace // "(cluster)") name=\(.name // "")"' "$tmp/denied-named" | sort -u >&2
 		jq -r '"\(.verb) \(.path) (non-resource)"' "$tmp/denied-nonresource" >&2
 		status=1
 	fi
 fi
 if ((status == 0)); then
 	lc_log "RBAC check: $total requests of $user ($distinct distinct verb/resource/namespace) all allowed by the chart's RBAC; none Forbidden"
-	jq -r '.items[].spec | (.resourceAttributes // empty | "  \(.verb) \(if .group == "" then "" else .group + "/" end)\(.resource)\(if .subresource == "" then "" else "/" + .subresource end)"), (.nonResourceAttributes // empty | "  \(.verb) \(.path)")' "$tmp/sars.json" | sort | uniq -c
+	jq -r '.items[].spec | (.resourceAttributes // empty | "  \(.verb) \(if .group == "" then "" else .group + "/" end)\(.resource)\(if .subresource == "" then "" else "/" + .subresource end) in \(if .namespace == "" then "(all namespaces or cluster)" else "a namespace" end)"), (.nonResourceAttributes // empty | "  \(.verb) \(.path)")' "$tmp/sars.json" | sort | uniq -c
 fi
 exit "$status"
