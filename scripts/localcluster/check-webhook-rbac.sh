@@ -9,12 +9,13 @@
 #     webhook-rbac.sh), or
 #   - the log holds no request at all (the webhook did not run as its ServiceAccount).
 # Run it after the webhook has done its work (run-e2e.sh runs it after the e2e suite).
-# Env: LOCALCLUSTER_DIR, AUDIT_LOG (default $LOCALCLUSTER_DIR/logs/audit.log).
+# Env: LOCALCLUSTER_DIR, AUDIT_LOG (default $LOCALCLUSTER_DIR/logs/audit.jsonl; not *.log, so
+# run-e2e.sh does not print its tail among the component logs on failure).
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-AUDIT_LOG=${AUDIT_LOG:-$LOGS/audit.log}
+AUDIT_LOG=${AUDIT_LOG:-$LOGS/audit.jsonl}
 [[ -s $AUDIT_LOG ]] || lc_die "no request of the webhook in $AUDIT_LOG: did it run with $LOCALCLUSTER_DIR/webhook-kubeconfig?"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -130,7 +130,7 @@ lc_start kube-apiserver "$KUBE_BIN_DIR/kube-apiserver" \
 	--service-cluster-ip-range=10.0.0.0/24 --authorization-mode=Node,RBAC --allow-privileged=true \
 	--disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
 	--endpoint-reconciler-type=none --profiling=false \
-	--audit-policy-file="$AUDIT_POLICY" --audit-log-path="$LOGS/audit.log" --audit-log-format=json
+	--audit-policy-file="$AUDIT_POLICY" --audit-log-path="$LOGS/audit.jsonl" --audit-log-format=json
 lc_wait curl -sf --cacert "$PKI/ca.crt" "https://127.0.0.1:$APISERVER_PORT/readyz" ||
 	lc_die "kube-apiserver not ready; see $LOGS/kube-apiserver.log"
 lc_log "kube-apiserver ready (https://127.0.0.1:$APISERVER_PORT)"
