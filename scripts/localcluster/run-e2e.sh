@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bring up a dedicated local cluster, run every test that needs a real cluster against
-# it (the Go end-to-end tests of e2e/, the API-server tests of karpenter/ and webhook/,
+# it (the Go end-to-end tests of e2e/, then the check of every request the webhook made
+# against the chart's RBAC (check-webhook-rbac.sh), the API-server tests of karpenter/ and webhook/,
 # and deploy/test/cluster.sh), and always tear it down, also on failure or interrupt.
 # The e2e cluster has its own state dir and port offset, so it can run beside a
 # demo cluster. On failure the tail of every component log is printed first.
