@@ -6,6 +6,9 @@
 #     objects are left out of that apply and reported.
 #  2. the chart's RBAC, applied for real under a test release, allows what the webhook
 #     uses and denies the rest (`kubectl auth can-i --as` its ServiceAccount).
+#  2b. scripts/localcluster/check-webhook-rbac.sh (every request the webhook made in the
+#     e2e suite, checked against the chart's RBAC) passes on allowed requests and fails on
+#     a request the chart does not allow or one answered 403 (synthetic audit logs).
 #  3. the self-managed certificate mode runs against the API server as that
 #     ServiceAccount (impersonated): Secret created, caBundle injected, serving cert
 #     rotated without restart (go test -tags e2e ./webhook/selfcert). SKIP_SELFCERT_E2E=1
@@ -180,6 +183,31 @@ denied get configmaps --all-namespaces
 denied create clusterrolebindings.rbac.authorization.k8s.io
 denied impersonate users
 denied '*' '*' --all-namespaces
+
+echo "== the check of the webhook's requests against the chart's RBAC (scripts/localcluster/check-webhook-rbac.sh)"
+# Synthetic audit logs of this test release's ServiceAccount: what the chart allows
+# passes; a request it does not allow, or one answered 403, fails the check.
+lcdir=$tmp/lc
+mkdir -p "$lcdir/logs"
+ln -s "$(cd "$(dirname "$KUBECONFIG")" && pwd)/$(basename "$KUBECONFIG")" "$lcdir/kubeconfig"
+groups="[\"system:serviceaccounts\",\"system:serviceaccounts:$rns\",\"system:authenticated\"]"
+event() { # VERB URI CODE [OBJECTREF-JSON]
+  printf '{"stage":"ResponseComplete","verb":"%s","requestURI":"%s","user":{"username":"%s","groups":%s},%s"responseStatus":{"code":%s}}\n' \
+    "$1" "$2" "$sa" "$groups" "${4:+\"objectRef\":$4,}" "$3"
+}
+allowed_log() {
+  event list /api/v1/pods 200 '{"resource":"pods","apiVersion":"v1"}'
+  event create "/apis/coordination.k8s.io/v1/namespaces/$rns/leases" 201 "{\"resource\":\"leases\",\"namespace\":\"$rns\",\"apiGroup\":\"coordination.k8s.io\"}"
+  event get "/apis/coordination.k8s.io/v1/namespaces/$rns/leases/seat-1" 404 "{\"resource\":\"leases\",\"namespace\":\"$rns\",\"name\":\"seat-1\",\"apiGroup\":\"coordination.k8s.io\"}"
+  event get /version 200
+}
+rbac_check() { LOCALCLUSTER_DIR=$lcdir AUDIT_LOG=$1 bash scripts/localcluster/check-webhook-rbac.sh; }
+allowed_log >"$tmp/audit-ok.jsonl"
+{ allowed_log; event get /api/v1/namespaces/default/pods/web-1 200 '{"resource":"pods","namespace":"default","name":"web-1","apiVersion":"v1"}'; } >"$tmp/audit-denied.jsonl"
+{ allowed_log; event list /api/v1/nodes 403 '{"resource":"nodes","apiVersion":"v1"}'; } >"$tmp/audit-403.jsonl"
+check "requests the chart allows pass" rbac_check "$tmp/audit-ok.jsonl"
+check_not "a request the chart does not allow (get pods) fails" rbac_check "$tmp/audit-denied.jsonl"
+check_not "a request answered 403 fails" rbac_check "$tmp/audit-403.jsonl"
 
 if [[ ${SKIP_SELFCERT_E2E:-} == 1 ]]; then
   echo "skip: self-managed certificate e2e (SKIP_SELFCERT_E2E=1)"
