@@ -132,9 +132,6 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 			"TLS_KEY_FILE=" + filepath.Join(pki, "webhook.key"),
 			"KUBECONFIG=" + kubeconfig,
 			"POD_NAMESPACE=" + webhookNamespace,
-			// As the Helm chart runs it: seat reservations are Leases in the API server,
-			// shared by every replica (TestTwoWebhookReplicasBurst200 runs two).
-			"LEDGER=lease",
 		},
 	}
 	c := &cluster{dir: dir, repo: repo, client: client, webhook: wh}
@@ -147,7 +144,7 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 		}
 		_ = os.RemoveAll(tmp)
 	}
-	// The lease ledger keeps its Leases in the webhook's own namespace.
+	// The seat ledger keeps its records in the webhook's own namespace.
 	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: webhookNamespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		cleanup()
