@@ -273,6 +273,12 @@ func TestIdleRecordIsSwept(t *testing.T) {
 	if _, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{}); err != nil {
 		t.Fatalf("a fresh record was swept: %v", err)
 	}
+	// The sweep deletes the version its informer shows (a newer one is not idle).
+	waitFor(t, "the informer to show the record's last version", func() bool {
+		rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
+		obj, ok, _ := l.records.GetStore().GetByKey(ledgerNS + "/" + recordName(shopRS.UID))
+		return err == nil && ok && obj.(*coordinationv1.Lease).ResourceVersion == rec.ResourceVersion
+	})
 	clock.Step(2*time.Minute + time.Second)
 	before := writes.ok.Load()
 	l.Sweep(ctx)
