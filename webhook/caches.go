@@ -75,8 +75,10 @@ func (c *Caches) WaitForSync(ctx context.Context) error {
 }
 
 // OnPlacedPods calls visible whenever the pod cache shows a live placed pod, and gone
-// when a placed pod stops holding its seat (terminating, finished or deleted).
-func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) error {
+// when a placed pod stops holding its seat (terminating, finished or deleted). The
+// returned function reports whether the handlers have been given every pod of the
+// initial list (a handler added to a running informer catches up on its own).
+func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) (cache.InformerSynced, error) {
 	// placedPod returns the placed pod an event is about; a deletion may come as a
 	// tombstone when the watch missed it.
 	placedPod := func(obj any) *corev1.Pod {
@@ -101,7 +103,7 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) error {
 			gone(pod)
 		}
 	}
-	_, err := c.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := c.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    notify,
 		UpdateFunc: func(_, obj any) { notify(obj) },
 		DeleteFunc: func(obj any) {
@@ -111,9 +113,9 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("watch placed pods: %w", err)
+		return nil, fmt.Errorf("watch placed pods: %w", err)
 	}
-	return nil
+	return reg.HasSynced, nil
 }
 
 // Held returns the seats held by the live placed pods of a revision (pods of its own

@@ -87,11 +87,12 @@ func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *Sea
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone); err != nil {
+	podsSeen, err := caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ledger.Start(ctx)
-	if !cache.WaitForCacheSync(syncCtx.Done(), ledger.HasSynced) {
+	if !cache.WaitForCacheSync(syncCtx.Done(), ledger.HasSynced, podsSeen) {
 		t.Fatal("seat record informer did not sync")
 	}
 	return &PodMutator{

@@ -226,11 +226,13 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone); err != nil {
+	podsSeen, err := caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone)
+	if err != nil {
 		return nil, nil, err
 	}
 	ledger.Start(ctx)
-	return ledger, ledger.HasSynced, nil
+	// Ready only once the ledger has counted every placed pod and read every record.
+	return ledger, func() bool { return podsSeen() && ledger.HasSynced() }, nil
 }
 
 // newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,
