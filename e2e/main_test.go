@@ -149,9 +149,6 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 			// Short, so stopping a replica does not slow the suite down; the rollout
 			// test sets its own.
 			"SHUTDOWN_DRAIN=500ms",
-			// As the Helm chart runs it: seat reservations are Leases in the API server,
-			// shared by every replica (TestTwoWebhookReplicasBurst200 runs two).
-			"LEDGER=lease",
 		},
 	}
 	c := &cluster{dir: dir, repo: repo, client: client, webhook: wh}
@@ -164,7 +161,7 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 		}
 		_ = os.RemoveAll(tmp)
 	}
-	// The lease ledger keeps its Leases in the webhook's own namespace.
+	// The seat ledger keeps its records in the webhook's own namespace.
 	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: webhookNamespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		cleanup()

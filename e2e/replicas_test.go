@@ -3,15 +3,15 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -21,8 +21,8 @@ import (
 
 // Two webhook replicas behind a round-robin balancer, as behind a Service: a
 // Deployment created at 200 replicas is still exact, although the concurrent
-// admissions of one ReplicaSet are split between two processes: both run
-// LEDGER=lease, so their seat reservations are Leases in the API server.
+// admissions of one ReplicaSet are split between two processes, whose seat
+// reservations are group-committed to one record per revision in the API server.
 func TestTwoWebhookReplicasBurst200(t *testing.T) {
 	ctx := context.Background()
 	second := env.webhook.replica(env.webhook.port+1, filepath.Join(env.dir, "logs", "webhook-e2e-replica2.log"))
@@ -58,13 +58,15 @@ func TestTwoWebhookReplicasBurst200(t *testing.T) {
 
 // balancer is a TLS-terminating reverse proxy that sends each request to the next
 // backend in turn (per request, not per connection: the API server multiplexes
-// its webhook calls over few connections).
+// its webhook calls over few connections). A request whose backend fails (killed,
+// port closed) goes to the next one, as a Service does once the endpoint is gone
+// and the API server retries a reset call.
 type balancer struct {
 	port   int
 	counts []atomic.Int64
 	// ready holds each backend's last /readyz answer (all ready until watchReadiness).
 	ready []atomic.Bool
-	// failed counts requests the proxy could not complete (answered 502).
+	// failed counts calls a backend failed to answer (each then went to the next).
 	failed   atomic.Int64
 	backends []int
 	ca       *x509.CertPool
@@ -134,34 +136,53 @@ func startBalancer(t *testing.T, port int, backends ...int) *balancer {
 	if err != nil {
 		t.Fatalf("loading webhook cert: %v", err)
 	}
-	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 100}
 	b := &balancer{port: port, counts: make([]atomic.Int64, len(backends)), ready: make([]atomic.Bool, len(backends)), backends: backends, ca: pool}
-	proxies := make([]*httputil.ReverseProxy, len(backends))
-	for i, p := range backends {
+	for i := range backends {
 		b.ready[i].Store(true)
-		target := &url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", p)}
-		proxies[i] = &httputil.ReverseProxy{
-			Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(target) },
-			Transport: transport,
-			ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-				b.failed.Add(1)
-				t.Logf("balancer: backend %d: %v", p, err)
-				w.WriteHeader(http.StatusBadGateway)
-			},
-		}
 	}
 	var next atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := int(next.Add(1) - 1)
-		i := start % len(proxies)
-		for k := range proxies { // the next ready backend, in turn
-			if j := (start + k) % len(proxies); b.ready[j].Load() {
-				i = j
-				break
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		first := int(next.Add(1) - 1)
+		// Ready backends in turn first, then the others: a request whose backend fails
+		// (killed, port closed) goes to the next one, as the API server retries a
+		// reset call; every such failure is counted.
+		order := make([]int, 0, 2*len(backends))
+		for _, wantReady := range []bool{true, false} {
+			for k := range backends {
+				if i := (first + k) % len(backends); b.ready[i].Load() == wantReady {
+					order = append(order, i)
+				}
 			}
 		}
-		b.counts[i].Add(1)
-		proxies[i].ServeHTTP(w, r)
+		for _, i := range order {
+			out, err := http.NewRequestWithContext(r.Context(), r.Method, fmt.Sprintf("https://127.0.0.1:%d%s", backends[i], r.URL.RequestURI()), bytes.NewReader(body))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			out.Header = r.Header.Clone()
+			resp, err := transport.RoundTrip(out)
+			if err != nil {
+				b.failed.Add(1)
+				t.Logf("balancer: backend %d: %v", backends[i], err)
+				continue
+			}
+			b.counts[i].Add(1)
+			for k, v := range resp.Header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(resp.StatusCode)
+			_, _ = io.Copy(w, resp.Body)
+			resp.Body.Close()
+			return
+		}
+		http.Error(w, "no backend answered", http.StatusBadGateway)
 	})
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {

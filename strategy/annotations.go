@@ -26,6 +26,9 @@ const (
 	AnnotationTerm = "custom-kube-scheduler-webhook.io/term"
 	// LabelManaged marks placed pods so that caches can select just those.
 	LabelManaged = "custom-kube-scheduler-webhook.io/managed"
+	// AnnotationReservation records the seat ledger's reservation the pod fulfils (the
+	// admission UID), so that every webhook replica seeing the pod can end it.
+	AnnotationReservation = "custom-kube-scheduler-webhook.io/reservation"
 	// AnnotationDeletionCost is read by the ReplicaSet controller on scale-down.
 	AnnotationDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
 )

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -18,7 +17,9 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-const ownerIndex = "controller-uid"
+// ownerIndex indexes pods by namespace and controller UID: a pod naming a workload's
+// UID from another namespace never counts for it.
+const ownerIndex = "namespace/controller-uid"
 
 // Caches holds the shared informers the webhook reads instead of calling the API server
 // per admission: placed pods (selected by the managed label, so unrelated pods are never
@@ -74,8 +75,10 @@ func (c *Caches) WaitForSync(ctx context.Context) error {
 }
 
 // OnPlacedPods calls visible whenever the pod cache shows a live placed pod, and gone
-// when a placed pod stops holding its seat (terminating, finished or deleted).
-func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) error {
+// when a placed pod stops holding its seat (terminating, finished or deleted). The
+// returned function reports whether the handlers have been given every pod of the
+// initial list (a handler added to a running informer catches up on its own).
+func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) (cache.InformerSynced, error) {
 	// placedPod returns the placed pod an event is about; a deletion may come as a
 	// tombstone when the watch missed it.
 	placedPod := func(obj any) *corev1.Pod {
@@ -100,7 +103,7 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) error {
 			gone(pod)
 		}
 	}
-	_, err := c.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := c.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    notify,
 		UpdateFunc: func(_, obj any) { notify(obj) },
 		DeleteFunc: func(obj any) {
@@ -110,14 +113,15 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("watch placed pods: %w", err)
+		return nil, fmt.Errorf("watch placed pods: %w", err)
 	}
-	return nil
+	return reg.HasSynced, nil
 }
 
-// Held implements HeldSeats from the pod cache.
-func (c *Caches) Held(revision types.UID) map[int]bool {
-	objs, err := c.podIndex.ByIndex(ownerIndex, string(revision))
+// Held returns the seats held by the live placed pods of a revision (pods of its own
+// namespace only).
+func (c *Caches) Held(revision Revision) map[int]bool {
+	objs, err := c.podIndex.ByIndex(ownerIndex, revision.Namespace+"/"+string(revision.UID))
 	if err != nil {
 		return nil
 	}
@@ -152,7 +156,7 @@ func indexByController(obj any) ([]string, error) {
 		return nil, nil
 	}
 	if ref := metav1.GetControllerOf(pod); ref != nil {
-		return []string{string(ref.UID)}, nil
+		return []string{pod.Namespace + "/" + string(ref.UID)}, nil
 	}
 	return nil, nil
 }
@@ -165,7 +169,7 @@ func trimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	kept := map[string]string{}
-	for _, k := range []string{strategy.AnnotationSeat, strategy.AnnotationTerm} {
+	for _, k := range []string{strategy.AnnotationSeat, strategy.AnnotationTerm, strategy.AnnotationReservation} {
 		if v, ok := pod.Annotations[k]; ok {
 			kept[k] = v
 		}

@@ -17,12 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 const (
+	ledgerNS        = "custom-kube-scheduler-webhook"
 	testNS          = "shop"
 	burstStrategy   = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
 	seedStrategy    = "nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1"
@@ -64,9 +66,10 @@ func controllerRef(kind, name string, uid types.UID) metav1.OwnerReference {
 }
 
 // mutator builds a PodMutator on synced informer caches over the fake clientset.
-func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *MemoryLedger) {
+func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *SeatLedger) {
 	t.Helper()
 	client := fake.NewClientset(c.objects...)
+	withOptimisticConcurrency(client)
 	caches, err := NewCaches(client, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +83,18 @@ func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *Mem
 		t.Fatal(err)
 	}
 	recorder := record.NewFakeRecorder(1000)
-	ledger := NewMemoryLedger(caches, time.Minute)
+	ledger, err := NewSeatLedger(client, ledgerNS, time.Minute, quietLog(), LedgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podsSeen, err := caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger.Start(ctx)
+	if !cache.WaitForCacheSync(syncCtx.Done(), ledger.HasSynced, podsSeen) {
+		t.Fatal("seat record informer did not sync")
+	}
 	return &PodMutator{
 		Resolver:   caches.Resolver,
 		Ledger:     ledger,

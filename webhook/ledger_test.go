@@ -2,131 +2,386 @@ package webhook
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// heldMap is a HeldSeats whose pods the test moves in and out.
-type heldMap struct {
-	mu    sync.Mutex
-	seats map[types.UID]map[int]bool
-}
+var shopRS = Revision{Namespace: testNS, UID: "rs"}
 
-func (h *heldMap) Held(rev types.UID) map[int]bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := map[int]bool{}
-	for s := range h.seats[rev] {
-		out[s] = true
+// ledgers starts n SeatLedgers (n webhook replicas) on one API server, in namespace ns.
+func ledgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts LedgerOptions) []*SeatLedger {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	out := make([]*SeatLedger, n)
+	for i := range out {
+		l, err := NewSeatLedger(client, ns, time.Minute, quietLog(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Start(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), l.HasSynced) {
+			t.Fatal("seat record informer did not sync")
+		}
+		out[i] = l
 	}
 	return out
 }
 
-func (h *heldMap) set(rev types.UID, seats ...int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.seats[rev] = map[int]bool{}
-	for _, s := range seats {
-		h.seats[rev][s] = true
-	}
-}
-
-func TestLedgerClaims(t *testing.T) {
-	ctx := context.Background()
-	held := &heldMap{seats: map[types.UID]map[int]bool{}}
-	held.set("rs", 1, 2, 4)
-	l := NewMemoryLedger(held, time.Minute)
-	clock := time.Unix(1000, 0)
-	l.now = func() time.Time { return clock }
-
-	claim := func(uid types.UID) int {
-		seat, err := l.Claim(ctx, "rs", uid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return seat
-	}
-	if s := claim("a"); s != 3 {
-		t.Fatalf("lowest free seat is 3, got %d", s)
-	}
-	if s := claim("a"); s != 3 {
-		t.Fatalf("a retried admission keeps seat 3, got %d", s)
-	}
-	if s := claim("b"); s != 5 {
-		t.Fatalf("next free seat is 5, got %d", s)
-	}
-	if s, _ := l.Peek(ctx, "rs"); s != 6 {
-		t.Fatalf("Peek = %d, want 6", s)
-	}
-	if s, _ := l.Peek(ctx, "other"); s != 1 {
-		t.Fatalf("revisions are separate: Peek = %d, want 1", s)
-	}
-	l.Release(ctx, "rs", "b")
-	if s := claim("c"); s != 5 {
-		t.Fatalf("a released seat is handed out again, got %d", s)
-	}
-
-	// Pod of "a" (seat 3) shows up, then is deleted: the seat is free at once, not at
-	// the reservation's expiry.
-	held.set("rs", 1, 2, 3, 4)
-	if s := claim("d"); s != 6 {
-		t.Fatalf("got %d, want 6", s)
-	}
-	held.set("rs", 1, 2, 4)
-	if s := claim("e"); s != 3 {
-		t.Fatalf("a deleted pod's seat goes to the next pod, got %d", s)
-	}
-
-	// A reservation whose pod never appears expires.
-	clock = clock.Add(2 * time.Minute)
-	if s := claim("f"); s != 3 {
-		t.Fatalf("after expiry the lowest free seat is 3 again, got %d", s)
-	}
-	if n := l.Reservations(); n != 1 {
-		t.Fatalf("%d reservations left, want 1", n)
-	}
-}
-
-func TestLedgerConcurrentClaimsAreDistinct(t *testing.T) {
-	l := NewMemoryLedger(&heldMap{seats: map[types.UID]map[int]bool{}}, time.Minute)
-	const n = 500
+// burst claims n seats of revision concurrently, spread round-robin over the ledgers,
+// and checks they are exactly 1..n.
+func burst(t testing.TB, ls []*SeatLedger, revision Revision, n int) {
+	t.Helper()
 	seats := make([]int, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			seats[i], _ = l.Claim(context.Background(), "rs", types.UID(rune(i)+'0'))
-		}()
+		wg.Go(func() {
+			seats[i], errs[i] = ls[i%len(ls)].Claim(context.Background(), revision, types.UID(fmt.Sprintf("%s-admission-%d", revision.UID, i)))
+		})
 	}
 	wg.Wait()
 	seen := map[int]bool{}
-	for _, s := range seats {
+	for i, s := range seats {
+		if errs[i] != nil {
+			t.Fatalf("claim %d: %v", i, errs[i])
+		}
 		if s < 1 || s > n || seen[s] {
-			t.Fatalf("seat %d out of range or handed out twice", s)
+			t.Fatalf("seat %d handed out twice or out of 1..%d", s, n)
 		}
 		seen[s] = true
 	}
 }
 
-func BenchmarkLedgerClaim(b *testing.B) {
-	held := &heldMap{seats: map[types.UID]map[int]bool{}}
-	seats := make([]int, 500)
-	for i := range seats {
-		seats[i] = i + 1
-	}
-	held.set("rs", seats...)
-	l := NewMemoryLedger(held, time.Minute)
-	i := 0
-	for b.Loop() {
-		i++
-		uid := types.UID(string(rune(i)))
-		if _, err := l.Claim(context.Background(), "rs", uid); err != nil {
-			b.Fatal(err)
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
 		}
-		l.Release(context.Background(), "rs", uid)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// placed is a live pod of revision holding seat, fulfilling reservation id.
+func placed(name string, revision Revision, seat int, id types.UID) *corev1.Pod {
+	ann := map[string]string{strategy.AnnotationSeat: fmt.Sprint(seat)}
+	if id != "" {
+		ann[strategy.AnnotationReservation] = string(id)
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Namespace: revision.Namespace, UID: types.UID(name), Annotations: ann,
+		Labels:          map[string]string{strategy.LabelManaged: "true"},
+		OwnerReferences: []metav1.OwnerReference{controllerRef("ReplicaSet", "web", revision.UID)},
+	}}
+}
+
+func claim(t testing.TB, l *SeatLedger, revision Revision, id types.UID) int {
+	t.Helper()
+	seat, err := l.Claim(context.Background(), revision, id)
+	if err != nil {
+		t.Fatalf("claim %s: %v", id, err)
+	}
+	return seat
+}
+
+func TestSeatLedgerOneReplica(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{Clock: clock})[0]
+	ctx := context.Background()
+
+	for _, s := range []int{1, 2, 4} {
+		l.PodVisible(placed(fmt.Sprint("old-", s), shopRS, s, ""))
+	}
+	if s := claim(t, l, shopRS, "a"); s != 3 {
+		t.Fatalf("lowest free seat is 3, got %d", s)
+	}
+	if s := claim(t, l, shopRS, "a"); s != 3 {
+		t.Fatalf("a retried admission keeps seat 3, got %d", s)
+	}
+	if s := claim(t, l, shopRS, "b"); s != 5 {
+		t.Fatalf("next free seat is 5, got %d", s)
+	}
+	if s, _ := l.Peek(ctx, shopRS); s != 6 {
+		t.Fatalf("Peek = %d, want 6", s)
+	}
+	if s, _ := l.Peek(ctx, Revision{Namespace: testNS, UID: "other"}); s != 1 {
+		t.Fatalf("revisions are separate: Peek = %d, want 1", s)
+	}
+	l.Release(ctx, shopRS, "b")
+	waitFor(t, "the release to be written", func() bool { s, _ := l.Peek(ctx, shopRS); return s == 5 })
+	if s := claim(t, l, shopRS, "c"); s != 5 {
+		t.Fatalf("a released seat is handed out again, got %d", s)
+	}
+
+	// The pod of "a" (seat 3) shows up, then is deleted: the seat is free at once, not
+	// at the reservation's expiry.
+	podA := placed("pod-a", shopRS, 3, "a")
+	l.PodVisible(podA)
+	if s := claim(t, l, shopRS, "d"); s != 6 {
+		t.Fatalf("got %d, want 6", s)
+	}
+	l.PodGone(podA)
+	if s := claim(t, l, shopRS, "e"); s != 3 {
+		t.Fatalf("a deleted pod's seat goes to the next pod, got %d", s)
+	}
+	// A pod that goes terminating frees its seat too (seen as gone with the seat).
+	l.PodGone(placed("old-2", shopRS, 2, ""))
+	if s := claim(t, l, shopRS, "f"); s != 2 {
+		t.Fatalf("a terminating pod's seat goes to the next pod, got %d", s)
+	}
+
+	// Reservations whose pods never appear expire: seats 5 (c), 6 (d), 3 (e), 2 (f).
+	clock.Step(2 * time.Minute)
+	if s := claim(t, l, shopRS, "g"); s != 2 {
+		t.Fatalf("after expiry the lowest free seat is 2 again, got %d", s)
+	}
+	if n := l.Reservations(); n != 1 {
+		t.Fatalf("%d reservations counted, want 1", n)
+	}
+	// The write that made "g" pruned the expired ones from the record.
+	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeReservations(rec.Annotations[annReservations]); len(got) != 1 || got[idHash("g")] == nil {
+		t.Fatalf("record holds %v, want only g's reservation", rec.Annotations[annReservations])
+	}
+}
+
+func TestSeatLedgerAcrossReplicasIsExact(t *testing.T) {
+	client := fake.NewClientset()
+	writes := withOptimisticConcurrency(client)
+	burst(t, ledgers(t, client, ledgerNS, 3, LedgerOptions{}), shopRS, 200)
+	t.Logf("200 claims over 3 replicas: %d record writes, %d conflicts", writes.ok.Load(), writes.conflicts.Load())
+	if n := writes.ok.Load(); n > 20 {
+		t.Errorf("%d record writes for 200 claims, want at most 20 (0.1 per pod)", n)
+	}
+}
+
+// The race of two watch streams: replica a has seen the pod of a reservation, replica
+// b has not. b must not hand the pod's seat out again, so a never removes the
+// reservation from the record because it saw the pod; the reservation ends for b when b
+// sees the pod, or at expiry.
+func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{})
+	a, lagging := ls[0], ls[1]
+	ctx := context.Background()
+
+	if s := claim(t, a, shopRS, "r1"); s != 1 {
+		t.Fatalf("first claim got %d", s)
+	}
+	pod1 := placed("p1", shopRS, 1, "r1")
+	a.PodVisible(pod1)
+	// a writes again: r1 must stay in the record although a saw its pod.
+	if s := claim(t, a, shopRS, "r2"); s != 2 {
+		t.Fatalf("second claim got %d", s)
+	}
+	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if decodeReservations(rec.Annotations[annReservations])[idHash("r1")] == nil {
+		t.Fatal("r1 was pruned from the record when its pod was seen")
+	}
+	waitFor(t, "the lagging replica to see r2", func() bool { s, _ := lagging.Peek(ctx, shopRS); return s == 3 })
+	if s := claim(t, lagging, shopRS, "r3"); s != 3 {
+		t.Fatalf("a replica not seeing p1 got seat %d, want 3", s)
+	}
+
+	// p1 is deleted. a frees seat 1 at once; the lagging replica sees the pod and its
+	// deletion (in order, on its own pod watch) and frees it too.
+	a.PodGone(pod1)
+	if s, _ := a.Peek(ctx, shopRS); s != 1 {
+		t.Fatalf("replica a: the deleted pod's seat is not free: Peek = %d", s)
+	}
+	if s, _ := lagging.Peek(ctx, shopRS); s != 4 {
+		t.Fatalf("the lagging replica, not seeing p1 yet, must keep seat 1 reserved: Peek = %d", s)
+	}
+	lagging.PodVisible(pod1)
+	lagging.PodGone(pod1)
+	if s := claim(t, lagging, shopRS, "r4"); s != 1 {
+		t.Fatalf("the replacement got seat %d, want 1 (where the lost pod was)", s)
+	}
+	waitFor(t, "replica a to see r4", func() bool { s, _ := a.Peek(ctx, shopRS); return s == 4 })
+}
+
+// Tenant isolation: pods of another namespace naming the victim ReplicaSet's UID in a
+// controller reference neither hold the victim's seats nor end its reservations.
+func TestSeatsCountOnlyTheWorkloadsOwnPods(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{})[0]
+	attacker := Revision{Namespace: "attacker", UID: shopRS.UID}
+	l.PodVisible(placed("forged-1", attacker, 1, ""))
+	l.PodVisible(placed("forged-2", attacker, 2, ""))
+	if s := claim(t, l, shopRS, "victim-1"); s != 1 {
+		t.Fatalf("forged pods in another namespace took seats: the victim's first pod got %d", s)
+	}
+	// A forged pod claiming the victim's reservation does not end it.
+	l.PodVisible(placed("forged-3", attacker, 1, "victim-1"))
+	if s := claim(t, l, shopRS, "victim-2"); s != 2 {
+		t.Fatalf("a forged pod ended the victim's reservation: next seat %d, want 2", s)
+	}
+
+	// The pod cache's view is isolated the same way.
+	caches, err := NewCaches(fake.NewClientset(placed("forged", attacker, 1, ""), placed("own", shopRS, 3, "")), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	caches.Start(ctx)
+	if err := caches.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held := caches.Held(shopRS); len(held) != 1 || !held[3] {
+		t.Fatalf("Held = %v, want only seat 3", held)
+	}
+}
+
+func TestIdleRecordIsSwept(t *testing.T) {
+	client := fake.NewClientset()
+	writes := withOptimisticConcurrency(client)
+	clock := clocktesting.NewFakeClock(time.Now())
+	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{Clock: clock})[0]
+	ctx := context.Background()
+	burst(t, []*SeatLedger{l}, shopRS, 20)
+	l.Sweep(ctx)
+	if _, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{}); err != nil {
+		t.Fatalf("a fresh record was swept: %v", err)
+	}
+	// The sweep deletes the version its informer shows (a newer one is not idle).
+	waitFor(t, "the informer to show the record's last version", func() bool {
+		rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
+		obj, ok, _ := l.records.GetStore().GetByKey(ledgerNS + "/" + recordName(shopRS.UID))
+		return err == nil && ok && obj.(*coordinationv1.Lease).ResourceVersion == rec.ResourceVersion
+	})
+	clock.Step(2*time.Minute + time.Second)
+	before := writes.ok.Load()
+	l.Sweep(ctx)
+	if _, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{}); err == nil {
+		t.Fatal("an idle record was kept")
+	}
+	if n := writes.ok.Load() - before; n != 1 {
+		t.Fatalf("sweeping took %d writes, want 1", n)
+	}
+	waitFor(t, "the revision's state to be dropped", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.revs) == 0
+	})
+	// A new claim after the sweep creates the record again.
+	if s := claim(t, l, shopRS, "later"); s != 1 {
+		t.Fatalf("claim after sweep got %d", s)
+	}
+}
+
+func TestReservationsEncoding(t *testing.T) {
+	exp := time.Unix(1_800_000_000, 0)
+	in := map[uint64]*entry{idHash("a"): {seat: 1, expires: exp}, idHash("b"): {seat: 4000, expires: exp}}
+	enc := encodeReservations(in)
+	out := decodeReservations(enc + ",junk,1:zz:,0:1:1")
+	if len(out) != 2 || out[idHash("a")].seat != 1 || out[idHash("b")].seat != 4000 || !out[idHash("b")].expires.Equal(exp) {
+		t.Fatalf("round trip of %q: %v", enc, out)
+	}
+	if per := len(enc) / 2; per > 26 {
+		t.Fatalf("%d bytes per reservation", per)
+	}
+}
+
+// The seat choice alone, with N seats held by pods and one freed and taken again each
+// iteration: O(log N).
+func BenchmarkLowestFreeSeat(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprint("held=", n), func(b *testing.B) {
+			s := (&SeatLedger{revs: map[Revision]*revState{}, clock: clocktesting.NewFakeClock(time.Now()), ttl: time.Minute}).state(shopRS)
+			for i := 1; i <= n; i++ {
+				s.take(i)
+			}
+			now := time.Now()
+			i := 0
+			for b.Loop() {
+				i++
+				freed := 1 + (i*7919)%n
+				s.untake(freed)
+				if got := s.lowest(now); got != freed {
+					b.Fatalf("lowest = %d, want %d", got, freed)
+				}
+				s.take(freed)
+			}
+		})
+	}
+}
+
+// instantLeases answers Lease writes at once, without storing them: what is left of a
+// Claim is the ledger's own work (seat choice, record encoding, bookkeeping).
+func instantLeases(c *fake.Clientset) {
+	var rv atomic.Uint64
+	c.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		switch a.GetVerb() {
+		case "create", "update":
+			obj := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			obj.ResourceVersion = strconv.FormatUint(rv.Add(1), 10)
+			return true, obj, nil
+		}
+		return false, nil, nil
+	})
+}
+
+// A whole Claim on one replica with N seats held by pods, the API server's writes
+// answered at once (instantLeases): each iteration deletes one held pod, claims (and
+// gets its seat), and sees the new pod. The fake clock moves so reservations expire and
+// the record stays at about 100 reservations.
+func BenchmarkClaim(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprint("held=", n), func(b *testing.B) {
+			client := fake.NewClientset()
+			instantLeases(client)
+			clock := clocktesting.NewFakeClock(time.Now())
+			l := ledgers(b, client, ledgerNS, 1, LedgerOptions{Clock: clock, Linger: time.Nanosecond})[0]
+			pods := make([]*corev1.Pod, n+1)
+			for i := 1; i <= n; i++ {
+				pods[i] = placed(fmt.Sprint("held-", i), shopRS, i, "")
+				l.PodVisible(pods[i])
+			}
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				victim := 1 + (i*7919)%n
+				l.PodGone(pods[victim])
+				id := types.UID(fmt.Sprint("adm-", i))
+				seat, err := l.Claim(context.Background(), shopRS, id)
+				if err != nil || seat != victim {
+					b.Fatalf("claim got %d (%v), want %d", seat, err, victim)
+				}
+				pods[victim] = placed(fmt.Sprint("pod-", i), shopRS, seat, id)
+				l.PodVisible(pods[victim])
+				clock.Step(600 * time.Millisecond)
+			}
+		})
 	}
 }

@@ -177,6 +177,10 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 	if _, set := pod.Annotations[strategy.AnnotationDeletionCost]; !set && w.StatefulSet == nil {
 		annotations[strategy.AnnotationDeletionCost] = strconv.Itoa(-seat)
 	}
+	if w.StatefulSet == nil {
+		// Whichever webhook replica sees the pod first ends the reservation.
+		annotations[strategy.AnnotationReservation] = string(req.UID)
+	}
 	p.addToMap("/metadata/annotations", pod.Annotations, annotations)
 	p.addToMap("/metadata/labels", pod.Labels, map[string]string{strategy.LabelManaged: "true"})
 	patch, err := p.marshal()
@@ -201,15 +205,15 @@ func (m *PodMutator) seat(ctx context.Context, req *admissionv1.AdmissionRequest
 	case w.StatefulSet != nil:
 		return statefulSetSeat(w.StatefulSet, pod)
 	case isDryRun(req):
-		return m.Ledger.Peek(ctx, w.Revision)
+		return m.Ledger.Peek(ctx, Revision{Namespace: req.Namespace, UID: w.Revision})
 	default:
-		return m.Ledger.Claim(ctx, w.Revision, req.UID)
+		return m.Ledger.Claim(ctx, Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID)
 	}
 }
 
 func (m *PodMutator) release(ctx context.Context, req *admissionv1.AdmissionRequest, w *Workload) {
 	if w.StatefulSet == nil && !isDryRun(req) {
-		m.Ledger.Release(ctx, w.Revision, req.UID)
+		m.Ledger.Release(ctx, Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +30,6 @@ var serveSettings = []setting{
 	{"tls-key-file", "TLS_KEY_FILE", "/etc/webhook/certs/tls.key", "serving key (PEM); reloaded when it changes"},
 	{"kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty means in-cluster configuration"},
 	{"webhook-namespace", "POD_NAMESPACE", "custom-kube-scheduler-webhook", "the webhook's own namespace, never mutated"},
-	{"ledger", "LEDGER", "memory", "where seat reservations live: memory (exact with one replica) or lease (Leases in the webhook namespace, exact with several replicas)"},
 	{"reservation-ttl", "RESERVATION_TTL", "30s", "how long a seat handed to an admitted pod stays reserved until the pod is seen"},
 	{"validation-mode", "VALIDATION_MODE", "reject", "invalid strategy on a workload at apply time: reject or warn"},
 	{"eks-cluster-name", "EKS_CLUSTER_NAME", "", "EKS cluster whose managed node groups serve terms; empty turns node-group lookups off"},
@@ -57,7 +57,6 @@ type serveConfig struct {
 	Kubeconfig       string
 	Namespace        string
 	ReservationTTL   time.Duration
-	LeaseLedger      bool
 	WarnOnly         bool
 	EKSClusterName   string
 	NodeGroupRefresh time.Duration
@@ -70,6 +69,8 @@ type serveConfig struct {
 	Limits           webhook.AdmissionLimits
 	LiveLookupQPS    float32
 	LiveLookups      int
+	// Deprecations are warnings about settings that no longer do anything.
+	Deprecations []string
 }
 
 func addSettingFlags(flags *pflag.FlagSet, settings []setting) {
@@ -117,11 +118,15 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 	if c.NodeGroupRefresh, err = positiveDuration(v, "nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL"); err != nil {
 		return nil, err
 	}
-	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("ledger"))); mode {
-	case "memory", "lease":
-		c.LeaseLedger = mode == "lease"
-	default:
-		return nil, fmt.Errorf("LEDGER %q: want memory or lease", mode)
+	// LEDGER chose between two ledgers; one remains, exact with any number of replicas.
+	// The old values still start the webhook (with a warning); anything else is a typo.
+	if ledger, set := os.LookupEnv("LEDGER"); set {
+		switch mode := strings.ToLower(strings.TrimSpace(ledger)); mode {
+		case "", "memory", "lease":
+			c.Deprecations = append(c.Deprecations, fmt.Sprintf("LEDGER=%s is deprecated and ignored: the one seat ledger keeps its records in the API server and is exact with any number of replicas", mode))
+		default:
+			return nil, fmt.Errorf("LEDGER %q: deprecated setting, leave it unset (memory and lease are accepted and ignored)", mode)
+		}
 	}
 	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("validation-mode"))); mode {
 	case "reject", "warn":

@@ -158,6 +158,20 @@ func TestServeConfigErrors(t *testing.T) {
 	}
 }
 
+// LEDGER is gone: its old values start the webhook with a deprecation warning.
+func TestDeprecatedLedgerSetting(t *testing.T) {
+	for _, v := range []string{"memory", "lease"} {
+		t.Setenv("LEDGER", v)
+		cfg, err := loadServeConfig(serveFlags(t))
+		if err != nil {
+			t.Fatalf("LEDGER=%s: %v", v, err)
+		}
+		if len(cfg.Deprecations) != 1 || !strings.Contains(cfg.Deprecations[0], "LEDGER="+v+" is deprecated") {
+			t.Fatalf("LEDGER=%s: deprecations %v", v, cfg.Deprecations)
+		}
+	}
+}
+
 // readmeRow is the README configuration-table row of a setting.
 func readmeRow(s setting) string {
 	def := "`" + s.def + "`"

@@ -162,7 +162,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 			return
 		}
 		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, ledgerSynced) {
-			log.Error("NodePool, node group, node and seat lease views did not sync")
+			log.Error("NodePool, node group, node and seat record views did not sync")
 			return
 		}
 		close(synced)
@@ -216,6 +216,9 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.ListenAddress, err)
 	}
+	for _, msg := range cfg.Deprecations {
+		entry.Warn(msg)
+	}
 	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace}).Info("starting")
 	startMu.Lock()
 	started = stop.Err() == nil
@@ -251,32 +254,30 @@ func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	}
 }
 
-// newLedger returns the seat ledger LEDGER asks for, and what its readiness waits on.
+// newLedger returns the seat ledger, fed by the placed-pod cache, and what its
+// readiness waits on.
 func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, log *logrus.Logger) (webhook.Ledger, cache.InformerSynced, error) {
-	if !cfg.LeaseLedger {
-		return webhook.NewMemoryLedger(caches, cfg.ReservationTTL), func() bool { return true }, nil
-	}
-	// The ledger writes at most one Lease create and one delete per pod the API server
-	// is itself creating, on the admission's critical path: a client-side limit would
-	// only queue claims past the webhook timeout (pods then admitted unplaced). The API
-	// server's priority and fairness protects it instead.
+	// The ledger writes about one record Update per batch of claims, on the admission's
+	// critical path: a client-side limit would only queue claims past the webhook
+	// timeout (pods then admitted unplaced). The API server's priority and fairness
+	// protects it instead.
 	ledgerCfg := rest.CopyConfig(restCfg)
 	ledgerCfg.QPS = -1
 	ledgerClient, err := kubernetes.NewForConfig(ledgerCfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create ledger client: %w", err)
 	}
-	ledger, err := webhook.NewLeaseLedger(ledgerClient, cfg.Namespace, caches, cfg.ReservationTTL, log.WithField("component", "ledger"))
+	ledger, err := webhook.NewSeatLedger(ledgerClient, cfg.Namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), webhook.LedgerOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
-	visible := func(pod *corev1.Pod) { ledger.PodVisible(ctx, pod) }
-	gone := func(pod *corev1.Pod) { ledger.PodGone(ctx, pod) }
-	if err := caches.OnPlacedPods(visible, gone); err != nil {
+	podsSeen, err := caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone)
+	if err != nil {
 		return nil, nil, err
 	}
 	ledger.Start(ctx)
-	return ledger, ledger.HasSynced, nil
+	// Ready only once the ledger has counted every placed pod and read every record.
+	return ledger, func() bool { return podsSeen() && ledger.HasSynced() }, nil
 }
 
 // newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,

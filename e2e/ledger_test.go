@@ -1,0 +1,199 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// replicasBehindBalancer starts n-1 more webhook processes beside the suite's own, a
+// round-robin balancer in front of all n, and registers the balancer. Everything is
+// undone at the end of the test.
+func replicasBehindBalancer(ctx context.Context, t *testing.T, n int) ([]*webhookProcess, *balancer) {
+	t.Helper()
+	procs := []*webhookProcess{env.webhook}
+	ports := []int{env.webhook.port}
+	for i := 1; i < n; i++ {
+		r := env.webhook.replica(env.webhook.port+i, filepath.Join(env.dir, "logs", fmt.Sprintf("webhook-e2e-replica%d.log", i+1)))
+		if err := r.start(ctx); err != nil {
+			t.Fatalf("starting webhook replica %d: %v", i+1, err)
+		}
+		t.Cleanup(func() {
+			if err := r.stop(); err != nil {
+				t.Errorf("stopping webhook replica %d: %v", i+1, err)
+			}
+		})
+		procs, ports = append(procs, r), append(ports, r.port)
+	}
+	lb := startBalancer(t, env.webhook.port+n, ports...)
+	if err := env.registerAt(ctx, "full", lb.port); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.register(context.Background(), "full"); err != nil {
+			t.Errorf("registering the single webhook again: %v", err)
+		}
+	})
+	return procs, lb
+}
+
+// Three webhook replicas behind round-robin take a 500-pod burst; one of them is
+// SIGKILLed in the middle of it. Its in-flight admissions are retried on the others
+// (same admission UID), and the result is exact.
+func TestThreeReplicasBurst500OneKilled(t *testing.T) {
+	ctx := context.Background()
+	procs, lb := replicasBehindBalancer(ctx, t, 3)
+	ns := newNamespace(ctx, t, "e2e-ledger-kill")
+	d := deployment(ns, "burst", capacityStrategy, 500, true)
+	createDeployment(ctx, t, d)
+	// Kill the third replica once about a third of the burst went through.
+	start := lb.total()
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return lb.total()-start >= 150, nil
+	})
+	if err != nil {
+		t.Fatalf("the burst did not reach 150 admissions: %v", err)
+	}
+	if err := procs[2].kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("replica 3 SIGKILLed after %d admissions; per replica %v", lb.total()-start, lb.served())
+	assertExactSpread(ctx, t, capacityStrategy, settled(ctx, t, ns, d.Name, 500))
+	t.Logf("admissions per replica (including canaries): %v", lb.served())
+}
+
+// The issue's reproduction: the seed strategy at 30, scaled to 12 six seconds later,
+// then to 40 six seconds after that, through two replicas. Seats freed by the
+// scale-down are handed out again at once: 1/19/20.
+func TestScaleUpDownUpWithinSeconds(t *testing.T) {
+	ctx := context.Background()
+	replicasBehindBalancer(ctx, t, 2)
+	ns := newNamespace(ctx, t, "e2e-ledger-updown")
+	d := deployment(ns, "svc", seedStrategy, 30, true)
+	createDeployment(ctx, t, d)
+	time.Sleep(6 * time.Second)
+	scaleDeployment(ctx, t, ns, d.Name, 12)
+	time.Sleep(6 * time.Second)
+	scaleDeployment(ctx, t, ns, d.Name, 40)
+	if got := assertExactSpread(ctx, t, seedStrategy, settled(ctx, t, ns, d.Name, 40)); fmt.Sprint(got) != "[1 19 20]" {
+		t.Errorf("per-term counts %v, want [1 19 20]", got)
+	}
+}
+
+// Five random pods of a fresh 41-replica Deployment are deleted a few seconds after it
+// settled, well within the reservation TTL: the replacements take the freed seats.
+func TestReplacementsTakeFreedSeatsWithinTTL(t *testing.T) {
+	ctx := context.Background()
+	replicasBehindBalancer(ctx, t, 2)
+	ns := newNamespace(ctx, t, "e2e-ledger-replace")
+	d := deployment(ns, "svc", seedStrategy, 41, true)
+	createDeployment(ctx, t, d)
+	before := settled(ctx, t, ns, d.Name, 41)
+	assertExactSpread(ctx, t, seedStrategy, before)
+	time.Sleep(3 * time.Second)
+	bySeat := podsBySeat(before)
+	victims := rand.Perm(41)[:5]
+	for i := range victims {
+		victims[i]++
+		if err := env.client.CoreV1().Pods(ns).Delete(ctx, bySeat[victims[i]].Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("deleting the pod of seat %d: %v", victims[i], err)
+		}
+	}
+	after := settled(ctx, t, ns, d.Name, 41)
+	assertExactSpread(ctx, t, seedStrategy, after)
+	afterBySeat := podsBySeat(after)
+	for _, seat := range victims {
+		if p, ok := afterBySeat[seat]; !ok || p.Name == bySeat[seat].Name {
+			t.Errorf("seat %d was not refilled by a replacement", seat)
+		}
+	}
+	t.Logf("deleted the pods of seats %v; all refilled", victims)
+}
+
+// Tenant isolation: pods in another namespace carrying the managed label, seats 1 and
+// 2 and a controller reference to the victim ReplicaSet's UID must not take its
+// seats. The victim's first pod still gets seat 1 (its on-demand base).
+func TestForgedPodsInAnotherNamespaceTakeNoSeat(t *testing.T) {
+	ctx := context.Background()
+	victimNS := newNamespace(ctx, t, "e2e-victim")
+	attacker := newNamespace(ctx, t, "attacker")
+	d := deployment(victimNS, "shop", seedStrategy, 0, true)
+	createDeployment(ctx, t, d)
+	var rs *appsv1.ReplicaSet
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := env.client.AppsV1().ReplicaSets(victimNS).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(d.Spec.Selector.MatchLabels).String()})
+		if err != nil || len(list.Items) == 0 {
+			return false, nil
+		}
+		rs = &list.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no ReplicaSet for %s: %v", d.Name, err)
+	}
+	// The garbage collector deletes pods whose apps/v1 owner is not in their namespace
+	// within a second, so the forged reference names an API group it cannot resolve
+	// (it then retries forever and leaves the pods alone); the webhook's pod index
+	// never looked at the group. The finalizer keeps the pods visible should it
+	// delete them anyway, so the test can tell whether they were live at admission.
+	const finalizer = "e2e.custom-kube-scheduler-webhook.io/keep"
+	var forged []string
+	for seat := 1; seat <= 2; seat++ {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("forged-%d", seat), Namespace: attacker, Finalizers: []string{finalizer},
+				Labels:      map[string]string{labelManaged: "true", "app": "forged"},
+				Annotations: map[string]string{annSeat: fmt.Sprint(seat), annTerm: "1"},
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: "forged.example.com/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr(true),
+				}},
+			},
+			Spec: podTemplate("forged", nil).Spec,
+		}
+		if _, err := env.client.CoreV1().Pods(attacker).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating forged pod: %v", err)
+		}
+		forged = append(forged, p.Name)
+		t.Cleanup(func() {
+			_, _ = env.client.CoreV1().Pods(attacker).Patch(context.Background(), p.Name, "application/json-patch+json",
+				[]byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+		})
+	}
+	scaleDeployment(ctx, t, victimNS, d.Name, 1)
+	var victim *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := env.client.CoreV1().Pods(victimNS).List(ctx, metav1.ListOptions{LabelSelector: "app=shop"})
+		if err != nil || len(list.Items) == 0 {
+			return false, nil
+		}
+		victim = &list.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the victim's pod was not created: %v", err)
+	}
+	live := 0
+	for _, name := range forged {
+		p, err := env.client.CoreV1().Pods(attacker).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.DeletionTimestamp == nil {
+			live++
+		}
+	}
+	if seat := victim.Annotations[annSeat]; seat != "1" {
+		t.Fatalf("the victim's first pod got seat %q, want 1: pods of namespace %s took its seats", seat, attacker)
+	}
+	if live != len(forged) {
+		t.Fatalf("only %d of %d forged pods were still live after the victim's admission: the test proves nothing", live, len(forged))
+	}
+}
