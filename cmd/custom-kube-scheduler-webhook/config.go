@@ -8,6 +8,9 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 )
 
 // setting is one configuration value of `serve`: read from its environment variable,
@@ -35,6 +38,10 @@ var serveSettings = []setting{
 	{"service-name", "SERVICE_NAME", "custom-kube-scheduler-webhook", "with cert-mode self: the Service the serving certificate is issued for"},
 	{"mutating-webhook-configuration", "MUTATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: MutatingWebhookConfiguration whose caBundle is kept current"},
 	{"validating-webhook-configuration", "VALIDATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: ValidatingWebhookConfiguration whose caBundle is kept current"},
+	{"converge", "CONVERGE", "on", "on: the elected replica runs the convergence and capacity-fallback loop; off: placement at admission only"},
+	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
+	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
+	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
 }
 
 // serveConfig is the validated configuration of `serve`.
@@ -56,6 +63,10 @@ type serveConfig struct {
 	ServiceName      string
 	MutatingConfig   string
 	ValidatingConfig string
+	Converge         bool
+	FallbackAfter    time.Duration
+	FallbackCooldown time.Duration
+	MaxUnavailable   intstr.IntOrString
 }
 
 func addSettingFlags(flags *pflag.FlagSet, settings []setting) {
@@ -120,6 +131,22 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		c.SelfCert = mode == "self"
 	default:
 		return nil, fmt.Errorf("CERT_MODE %q: want file or self", mode)
+	}
+	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("converge"))); mode {
+	case "on", "true", "off", "false":
+		c.Converge = mode == "on" || mode == "true"
+	default:
+		return nil, fmt.Errorf("CONVERGE %q: want on or off", mode)
+	}
+	if c.FallbackAfter, err = positiveDuration(v, "fallback-after", "FALLBACK_AFTER"); err != nil {
+		return nil, err
+	}
+	if c.FallbackCooldown, err = positiveDuration(v, "fallback-cooldown", "FALLBACK_COOLDOWN"); err != nil {
+		return nil, err
+	}
+	c.MaxUnavailable = intstr.Parse(strings.TrimSpace(v.GetString("converge-max-unavailable")))
+	if _, err := converge.Budget(c.MaxUnavailable, 10); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
