@@ -335,7 +335,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		l.cfg.Metrics.marks.WithLabelValues(s.Terms[t].LabelString()).Inc()
 		gone := func(x int) bool { _, ok := active[x]; return ok }
 		msg := fmt.Sprintf("term %d (%s) unavailable for %s: %s; %s", t+1, s.Terms[t].LabelString(),
-			st.Until.Sub(now).Round(time.Second), reason, fallbackSummary(s, gone))
+			st.Until.Sub(now).Round(time.Second), reason, fallbackSummary(s.Place(n, gone)))
 		l.event(w, corev1.EventTypeWarning, ReasonTermUnavailable, msg)
 		log.WithFields(logrus.Fields{"term": t + 1, "until": st.Until, "strikes": st.Strikes}).Warn(msg)
 	}
@@ -347,7 +347,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	if placement.Stuck {
 		if !l.stuckSaid[rev.uid] {
 			l.stuckSaid[rev.uid] = true
-			msg := "every weighted term is unavailable: pods stay where they are until one is back (" + unavailableList(s, active) + ")"
+			msg := "no term with a weight or a base is available: pods stay where they are until one is back (" + unavailableList(s, active) + ")"
 			l.event(w, corev1.EventTypeWarning, ReasonNoFallback, msg)
 			log.Warn(msg)
 		}
@@ -378,7 +378,11 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	for _, p := range live {
 		seat, ok := webhook.SeatOf(p)
 		if !ok {
-			moves = append(moves, move{pod: p, reason: MoveUnplaced, why: "it was admitted without a seat (the webhook was unreachable)"})
+			// A pod whose own nodeSelector contradicts a term was left unplaced on
+			// purpose; its replacement would be too, so moving it would only churn.
+			if !selectorConflicts(s, p.Spec.NodeSelector) {
+				moves = append(moves, move{pod: p, reason: MoveUnplaced, why: "it was admitted without a seat (the webhook was unreachable)"})
+			}
 			continue
 		}
 		if p.Annotations[strategy.AnnotationFallbackFrom] != "" {
@@ -592,6 +596,18 @@ func (l *Loop) event(w *webhook.Workload, typ, reason, msg string) {
 	l.cfg.Recorder.Event(&ref, typ, reason, msg)
 }
 
+// selectorConflicts reports whether sel sets a key of some term to another value.
+func selectorConflicts(s *strategy.Strategy, sel map[string]string) bool {
+	for _, t := range s.Terms {
+		for _, l := range t.Labels {
+			if v, ok := sel[l.Key]; ok && v != l.Value {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // termOf is the 0-based term a placed pod was placed on (its term annotation), or -1.
 func termOf(p *corev1.Pod, terms int) int {
 	n, err := strconv.Atoi(p.Annotations[strategy.AnnotationTerm])
@@ -649,20 +665,25 @@ func termLabels(s *strategy.Strategy, t int) string {
 }
 
 // fallbackSummary says where unavailable terms' seats go: "placing its seats on term 1".
-func fallbackSummary(s *strategy.Strategy, gone func(int) bool) string {
-	var avail []string
-	for i, t := range s.Terms {
-		if t.Weight > 0 && !gone(i) {
-			avail = append(avail, strconv.Itoa(i+1))
+func fallbackSummary(p strategy.Placement) string {
+	if p.Stuck {
+		return "no other term with a weight or a base is available: pods stay where they are"
+	}
+	seen := map[int]bool{}
+	var to []string
+	for seat := 1; seat <= len(p.Terms); seat++ {
+		if t := p.Terms[seat-1]; p.Fallback(seat) && !seen[t] {
+			seen[t] = true
+			to = append(to, strconv.Itoa(t+1))
 		}
 	}
-	switch len(avail) {
+	switch len(to) {
 	case 0:
-		return "no weighted term is available: pods stay where they are"
+		return "its seats go to the available terms"
 	case 1:
-		return "placing its seats on term " + avail[0]
+		return "placing its seats on term " + to[0]
 	}
-	return "placing its seats on terms " + strings.Join(avail, ", ") + " by their weights"
+	return "placing its seats on terms " + strings.Join(to, ", ")
 }
 
 func unavailableList(s *strategy.Strategy, active map[int]TermState) string {

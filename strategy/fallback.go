@@ -5,7 +5,8 @@ package strategy
 // number; only the term it is placed on changes. The fallback seats, counted in seat
 // order, are shared among the available weighted terms by the same Sainte-Laguë rule,
 // over their weights only (bases are not repeated), so the k-th fallback seat goes
-// where the k-th seat of that smaller strategy goes. The rule is pure: the same
+// where the k-th seat of that smaller strategy goes; with no weighted term available,
+// among the available terms with a base, by their bases. The rule is pure: the same
 // strategy, seat count and unavailable set give the same placement everywhere.
 
 // Placement says where the seats of a strategy are placed while some terms are
@@ -15,8 +16,8 @@ type Placement struct {
 	Terms []int
 	// Own holds the 0-based term that owns each seat under the strategy.
 	Own []int
-	// Stuck is set when some seat's own term is unavailable and no weighted term is
-	// available to take it: such seats stay on their own term.
+	// Stuck is set when some seat's own term is unavailable and no term with a weight
+	// or a base is available to take it: such seats stay on their own term.
 	Stuck bool
 }
 
@@ -36,14 +37,27 @@ func (p Placement) Counts(terms int) []int {
 	return out
 }
 
-// available returns the smaller strategy of the available weighted terms (weights
-// only) and, per term of it, the index of the term in s.
+// available returns the smaller strategy the fallback seats are shared by, and per
+// term of it the index of the term in s: the available weighted terms, by their
+// weights. When no weighted term is available, the available terms that carry a base
+// take the seats, by their bases: the user chose that capacity for the workload, and
+// Pending pods serve nobody (a strategy such as "on-demand,base=1:spot,weight=3" has
+// only spot weighted). Only when neither is left does the fallback have nowhere to go.
 func (s *Strategy) available(unavailable func(term int) bool) (*Strategy, []int) {
 	sub := &Strategy{}
 	var index []int
 	for i, t := range s.Terms {
 		if t.Weight > 0 && !unavailable(i) {
 			sub.Terms = append(sub.Terms, Term{Labels: t.Labels, Weight: t.Weight})
+			index = append(index, i)
+		}
+	}
+	if len(sub.Terms) > 0 {
+		return sub, index
+	}
+	for i, t := range s.Terms {
+		if t.Base > 0 && !unavailable(i) {
+			sub.Terms = append(sub.Terms, Term{Labels: t.Labels, Weight: t.Base})
 			index = append(index, i)
 		}
 	}
@@ -86,8 +100,8 @@ func (s *Strategy) Place(n int, unavailable func(term int) bool) Placement {
 
 // FallbackTerm returns the 0-based term seat (1-based) is placed on while the terms
 // unavailable reports cannot be had, and whether that is a fallback (not the seat's own
-// term). stuck is set when the seat's own term is unavailable but no weighted term is
-// available: the seat then stays on its own term. It costs one Target and one
+// term). stuck is set when the seat's own term is unavailable but no term with a
+// weight or a base is available: the seat then stays on its own term. It costs one Target and one
 // TermOfSeat of each strategy, not a walk over the seats.
 func (s *Strategy) FallbackTerm(seat int, unavailable func(term int) bool) (term int, fallback, stuck bool) {
 	own := s.TermOfSeat(seat)

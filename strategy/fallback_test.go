@@ -18,9 +18,13 @@ func TestFallbackPlacement(t *testing.T) {
 	}{
 		{"nothing unavailable", capacity, 5, nil, []int{0, 1, 1, 1, 1}, false},
 		// Term 2 (spot) gone, term 1 has weight 0 by default: every weighted term is
-		// unavailable, pods stay where they are.
-		{"every weighted term unavailable", capacity, 4, []int{1}, []int{0, 1, 1, 1}, true},
-		{"only a base term left is still stuck", three, 3, []int{1, 2}, []int{0, 2, 1}, true},
+		// unavailable, so the term with a base takes the seats.
+		{"every weighted term unavailable: base terms take them", capacity, 4, []int{1}, []int{0, 0, 0, 0}, false},
+		{"every weighted term unavailable, by bases", "a=1,base=1:b=1,base=2:c=1,weight=1", 6, []int{2}, []int{0, 1, 1, 1, 0, 1}, false},
+		// Nothing with a weight or a base left: pods stay where they are.
+		{"every term unavailable", capacity, 4, []int{0, 1}, []int{0, 1, 1, 1}, true},
+		{"every weighted term and the base term unavailable", three, 3, []int{0, 1, 2}, []int{0, 2, 1}, true},
+		{"a weight-0 term without base takes nothing", "a=1,weight=0:b=1,weight=1", 2, []int{1}, []int{1, 1}, true},
 		// One spot pool gone: its seats go to the other spot pool (the only available
 		// weighted term), the base stays.
 		{"one of two weighted terms", three, 6, []int{2}, []int{0, 1, 1, 1, 1, 1}, false},

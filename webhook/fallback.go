@@ -39,7 +39,7 @@ func (m *PodMutator) placeSeat(s *strategy.Strategy, w *Workload, seat, own int)
 	term, fallback, stuck := s.FallbackTerm(seat, func(t int) bool { _, ok := gone[t]; return ok })
 	switch {
 	case stuck || term < 0:
-		p.warning = fmt.Sprintf("term %d (%s) of %s is unavailable (%s) and no other weighted term is available: the pod is placed on it anyway",
+		p.warning = fmt.Sprintf("term %d (%s) of %s is unavailable (%s) and no other term with a weight or a base is available: the pod is placed on it anyway",
 			own+1, s.Terms[own].LabelString(), w.Describe(), gone[own])
 	case fallback:
 		p.term, p.from, p.fallback = term, own, true
