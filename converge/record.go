@@ -244,6 +244,9 @@ func (r *Records) update(ctx context.Context, revision types.UID, workload strin
 	})
 }
 
+// DecodeRecord reads a record from its Lease (for reports that list them).
+func DecodeRecord(lease *coordinationv1.Lease) (*Record, error) { return decodeRecord(lease) }
+
 func decodeRecord(lease *coordinationv1.Lease) (*Record, error) {
 	rec := &Record{Revision: types.UID(lease.Labels[LabelRevision]), Workload: lease.Annotations[AnnotationWorkload], Terms: map[int]TermState{}}
 	raw, ok := lease.Annotations[AnnotationTerms]

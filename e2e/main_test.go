@@ -135,6 +135,10 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 			// As the Helm chart runs it: seat reservations are Leases in the API server,
 			// shared by every replica (TestTwoWebhookReplicasBurst200 runs two).
 			"LEDGER=lease",
+			// The convergence loop runs in the processes the converge tests start, with
+			// short settings; this one only places pods (it still reads the
+			// unavailability records, so fallback seats are placed by it).
+			"CONVERGE=off",
 		},
 	}
 	c := &cluster{dir: dir, repo: repo, client: client, webhook: wh}

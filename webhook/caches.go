@@ -174,7 +174,8 @@ func indexByController(obj any) ([]string, error) {
 }
 
 // trimPod keeps what the ledger, the convergence loop and reports read: identity, owner,
-// seat annotations, node name, phase, deletion, and the Ready and PodScheduled
+// seat annotations, node name and selector (a few labels: the term it is on), phase,
+// deletion, and the Ready and PodScheduled
 // conditions without their messages (the loop's readiness and stranded-pod checks).
 // Everything else (containers, env, volumes) is dropped.
 func trimPod(obj any) (any, error) {
@@ -194,7 +195,7 @@ func trimPod(obj any) (any, error) {
 			Labels: pod.Labels, Annotations: kept, OwnerReferences: pod.OwnerReferences,
 			DeletionTimestamp: pod.DeletionTimestamp, CreationTimestamp: pod.CreationTimestamp,
 		},
-		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName, NodeSelector: pod.Spec.NodeSelector},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase, Conditions: trimConditions(pod.Status.Conditions)},
 	}, nil
 }
