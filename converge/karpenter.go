@@ -2,6 +2,7 @@ package converge
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -96,9 +97,24 @@ func karpenterWord(events []corev1.Event) string {
 	if best == nil {
 		return ""
 	}
-	msg := strings.TrimPrefix(best.Message, "Failed to schedule pod, ")
-	if len(msg) > 300 {
-		msg = msg[:300] + "..."
+	// The message joins one clause per NodePool tried; keep those that say why it
+	// cannot launch (not the pools the pod was never compatible with).
+	var kept []string
+	for _, clause := range strings.Split(strings.TrimPrefix(best.Message, "Failed to schedule pod, "), "; ") {
+		lower := strings.ToLower(clause)
+		if strings.HasPrefix(lower, "incompatible requirements") {
+			continue
+		}
+		for _, s := range unlaunchable {
+			if strings.Contains(lower, s) && !slices.Contains(kept, clause) {
+				kept = append(kept, clause)
+				break
+			}
+		}
+	}
+	msg := strings.Join(kept, "; ")
+	if len(msg) > 400 {
+		msg = msg[:400] + "..."
 	}
 	return "Karpenter: " + msg
 }

@@ -486,7 +486,7 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 		if isReady(m.pod) {
 			cost = 1
 		}
-		if unavailable+cost > budget {
+		if cost > 0 && unavailable+cost > budget {
 			left++
 			blockedBy = fmt.Sprintf("%d of %d pods unavailable, budget %d", unavailable, rev.replicas, budget)
 			continue
