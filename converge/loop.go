@@ -283,6 +283,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	// Detection: terms whose placed pods cannot get a node.
 	rec := l.cfg.Records.Get(rev.uid)
 	active := rec.Active(now)
+	struck := false
 	stranded := map[int][]*corev1.Pod{}
 	waiting := map[int][]*corev1.Pod{}
 	for _, p := range live {
@@ -332,6 +333,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 			active = map[int]TermState{}
 		}
 		active[t] = st
+		struck = true
 		l.cfg.Metrics.marks.WithLabelValues(s.Terms[t].LabelString()).Inc()
 		gone := func(x int) bool { _, ok := active[x]; return ok }
 		msg := fmt.Sprintf("term %d (%s) unavailable for %s: %s; %s", t+1, s.Terms[t].LabelString(),
@@ -431,6 +433,12 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		}
 	}
 	res.off = len(moves) > 0 || len(stranded) > 0
+	if struck {
+		// Give every replica's informer a pass to see the new record before the
+		// evicted pods' replacements are admitted, or they would strand again.
+		res.pending = len(moves)
+		return res
+	}
 	if len(moves) == 0 {
 		delete(l.blockedSaid, rev.uid)
 		return res
