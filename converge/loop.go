@@ -34,6 +34,7 @@ const (
 	ReasonNoFallback      = "NoFallbackTerm"
 	ReasonConverge        = "Converge"
 	ReasonConvergeBlocked = "ConvergeBlocked"
+	ReasonTermBack        = "TermAvailable"
 )
 
 // Reasons for a move, the values of the evictions metric's "reason" label.
@@ -82,6 +83,8 @@ type Loop struct {
 	evicted     map[types.UID]time.Time // pods evicted, until the cache shows them gone
 	offSince    map[types.UID]time.Time // revision not at its placement since
 	suspect     map[types.UID]int       // passes a revision had fewer placed pods than replicas
+	listed      map[types.UID]time.Time // last live listing of a revision's pods
+	said        map[string]bool         // "term back" said, per revision, term and cool-down end
 	stuckSaid   map[types.UID]bool
 	blockedSaid map[types.UID]string
 }
@@ -100,7 +103,9 @@ func NewLoop(cfg Config) (*Loop, error) {
 	if _, err := Budget(cfg.MaxUnavailable, 10); err != nil {
 		return nil, err
 	}
-	return &Loop{cfg: cfg}, nil
+	l := &Loop{cfg: cfg}
+	l.reset()
+	return l, nil
 }
 
 // Budget is how many of replicas pods may be unavailable at once: max, an int or a
@@ -128,8 +133,7 @@ func max1(n int) int {
 
 // Run makes a pass every interval until ctx ends.
 func (l *Loop) Run(ctx context.Context) {
-	l.evicted, l.offSince, l.suspect = map[types.UID]time.Time{}, map[types.UID]time.Time{}, map[types.UID]int{}
-	l.stuckSaid, l.blockedSaid = map[types.UID]bool{}, map[types.UID]string{}
+	l.reset()
 	l.cfg.Metrics.leader.Set(1)
 	defer l.cfg.Metrics.leader.Set(0)
 	l.cfg.Log.Info("convergence loop started")
@@ -144,6 +148,13 @@ func (l *Loop) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// reset forgets what an earlier term of leadership remembered.
+func (l *Loop) reset() {
+	l.evicted, l.offSince, l.suspect = map[types.UID]time.Time{}, map[types.UID]time.Time{}, map[types.UID]int{}
+	l.stuckSaid, l.blockedSaid = map[types.UID]bool{}, map[types.UID]string{}
+	l.listed, l.said = map[types.UID]time.Time{}, map[string]bool{}
 }
 
 // revision is one counting unit the loop looks at.
@@ -181,6 +192,11 @@ func (l *Loop) Pass(ctx context.Context) {
 	for uid := range l.offSince {
 		if !seen[uid] {
 			delete(l.offSince, uid)
+		}
+	}
+	for key := range l.said {
+		if uid, _, _ := strings.Cut(key, "/"); !seen[types.UID(uid)] {
+			delete(l.said, key)
 		}
 	}
 	for uid, at := range l.evicted {
@@ -360,16 +376,21 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	// Unplaced pods (admitted while the webhook was unreachable) carry no managed label,
 	// so they are not cached: list the revision's pods only when the replica count says
 	// some pods are not among the placed ones, twice in a row (a burst being admitted).
+	// While the count stays short with nothing unplaced found (pods that cannot be
+	// created, a quota), list at most every 10 s.
 	if placedLive < n {
 		l.suspect[rev.uid]++
 	} else {
 		delete(l.suspect, rev.uid)
+		delete(l.listed, rev.uid)
 	}
-	var unplaced []*corev1.Pod
-	if l.suspect[rev.uid] >= 2 {
-		unplaced, err = l.unplaced(ctx, rev)
+	if last, ok := l.listed[rev.uid]; l.suspect[rev.uid] >= 2 && (!ok || now.Sub(last) >= 10*time.Second) {
+		unplaced, err := l.unplaced(ctx, rev)
 		if err != nil {
 			log.WithError(err).Warn("cannot list the revision's pods")
+		}
+		if len(unplaced) == 0 {
+			l.listed[rev.uid] = now
 		}
 		live = append(live, unplaced...)
 	}
@@ -406,6 +427,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 			m.reason = MoveStranded
 			m.why = fmt.Sprintf("term %d (%s) is unavailable; its seat %d goes to term %d (%s)", have+1, termLabels(s, have), seat, want+1, termLabels(s, want))
 		case from == want+1:
+			l.termBack(w, rev.uid, s, want, rec)
 			m.reason = MoveReturn
 			m.why = fmt.Sprintf("seat %d's own term %d (%s) is available again; moving it back from term %d", seat, want+1, termLabels(s, want), have+1)
 		default:
@@ -525,6 +547,23 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 		delete(l.blockedSaid, rev.uid)
 	}
 	return left
+}
+
+// termBack says once per cool-down that a term is tried again.
+func (l *Loop) termBack(w *webhook.Workload, uid types.UID, s *strategy.Strategy, term int, rec *Record) {
+	key := string(uid) + "/" + strconv.Itoa(term)
+	if rec != nil {
+		if st, ok := rec.Terms[term]; ok {
+			key += "/" + st.Until.String()
+		}
+	}
+	if l.said[key] {
+		return
+	}
+	l.said[key] = true
+	msg := fmt.Sprintf("term %d (%s) is tried again after its cool-down: moving its seats back from the fallback, a few pods at a time", term+1, termLabels(s, term))
+	l.event(w, corev1.EventTypeNormal, ReasonTermBack, msg)
+	l.cfg.Log.WithField("workload", w.Describe()).Info(msg)
 }
 
 // blocked says once per distinct situation why moves wait.

@@ -154,8 +154,6 @@ func newWorld(t *testing.T, replicas int, pods []*corev1.Pod) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.loop.evicted, w.loop.offSince, w.loop.suspect = map[types.UID]time.Time{}, map[types.UID]time.Time{}, map[types.UID]int{}
-	w.loop.stuckSaid, w.loop.blockedSaid = map[types.UID]bool{}, map[types.UID]string{}
 	return w
 }
 
@@ -297,5 +295,34 @@ func TestOptOut(t *testing.T) {
 	w.loop.Pass(ctx)
 	if got := w.evictions(); len(got) != 0 {
 		t.Fatalf("evicted %v from an opted-out workload", got)
+	}
+}
+
+// A seat above the replica count while a lower seat is free moves (its replacement
+// takes the free seat).
+func TestSeatAboveReplicaCount(t *testing.T) {
+	w := newWorld(t, 3, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), pod(2, 2, "spot", true, 0), pod(4, 2, "spot", true, 0)})
+	w.loop.Pass(context.Background())
+	if got := w.evictions(); len(got) != 1 || got[0] != "web-4" {
+		t.Fatalf("evicted %v, want web-4 (seat 4 of 3 while seat 3 is free)", got)
+	}
+}
+
+// Pods admitted without a seat (the webhook was down) are found by the replica count
+// and moved, once the shortfall has been seen on two passes.
+func TestUnplacedPodsMove(t *testing.T) {
+	unplaced := pod(9, 1, "", true, 0)
+	unplaced.Name, unplaced.UID = "web-unplaced", "pod-unplaced"
+	delete(unplaced.Labels, strategy.LabelManaged)
+	unplaced.Annotations, unplaced.Spec.NodeSelector = nil, nil
+	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), unplaced})
+	ctx := context.Background()
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v on the first pass that saw the shortfall", got)
+	}
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 1 || got[0] != "web-unplaced" {
+		t.Fatalf("evicted %v, want the unplaced pod", got)
 	}
 }

@@ -38,7 +38,7 @@ var serveSettings = []setting{
 	{"service-name", "SERVICE_NAME", "custom-kube-scheduler-webhook", "with cert-mode self: the Service the serving certificate is issued for"},
 	{"mutating-webhook-configuration", "MUTATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: MutatingWebhookConfiguration whose caBundle is kept current"},
 	{"validating-webhook-configuration", "VALIDATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: ValidatingWebhookConfiguration whose caBundle is kept current"},
-	{"converge", "CONVERGE", "on", "on: the elected replica runs the convergence and capacity-fallback loop; off: placement at admission only"},
+	{"converge", "CONVERGE", "on", "on: the elected replica runs the convergence and capacity-fallback loop; off: placement at admission only (unavailable terms another replica's loop recorded are still honoured with the lease ledger)"},
 	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
 	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},

@@ -124,15 +124,23 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	records := converge.NewRecords(client, cfg.Namespace)
-	records.Start(ctx)
+	// The loop's records of unavailable terms are Leases in the webhook's namespace, read
+	// whenever the webhook may use Leases there (the loop runs, or the Lease ledger):
+	// admission honours records another replica's loop wrote.
+	var records *converge.Records
+	recordsSynced := func() bool { return true }
+	if cfg.Converge || cfg.LeaseLedger {
+		records = converge.NewRecords(client, cfg.Namespace)
+		records.Start(ctx)
+		recordsSynced = records.HasSynced
+	}
 	synced := make(chan struct{})
 	go func() {
 		if err := caches.WaitForSync(ctx); err != nil {
 			log.WithError(err).Error("caches did not sync")
 			return
 		}
-		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, ledgerSynced, records.HasSynced) {
+		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, ledgerSynced, recordsSynced) {
 			log.Error("NodePool, node group, node and seat lease views did not sync")
 			return
 		}
@@ -162,8 +170,9 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Namespaces: webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		Synced:     synced,
 		Log:        entry,
-
-		Availability: records,
+	}
+	if records != nil {
+		mutator.Availability = records
 	}
 	if err := startConverge(ctx, cfg, client, caches, records, recorder, metrics, synced, log); err != nil {
 		return err
