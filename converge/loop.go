@@ -164,6 +164,9 @@ type revision struct {
 	kind                string // ReplicaSet or StatefulSet
 	replicas            int
 	templateAnnotations map[string]string
+	// rolling is set while older ReplicaSets of the Deployment still have replicas: the
+	// rollout is moving pods itself, so the loop moves none that are Ready.
+	rolling bool
 }
 
 // Pass looks at every current revision once.
@@ -221,18 +224,26 @@ func (l *Loop) revisions() []revision {
 	if err != nil {
 		l.cfg.Log.WithError(err).Warn("cannot list ReplicaSets from the cache")
 	}
+	active := map[types.UID]int{} // ReplicaSets with replicas, per Deployment
+	for _, rs := range sets {
+		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" && rs.Spec.Replicas != nil && *rs.Spec.Replicas > 0 {
+			active[owner.UID]++
+		}
+	}
 	for _, rs := range sets {
 		if rs.Spec.Replicas == nil || *rs.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(rs.Namespace) {
 			continue
 		}
+		rolling := false
 		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" {
 			d, err := r.Deployments.Deployments(rs.Namespace).Get(owner.Name)
 			if err != nil || d.UID != owner.UID || d.Annotations[revisionAnnotation] != rs.Annotations[revisionAnnotation] {
 				continue
 			}
+			rolling = active[owner.UID] > 1
 		}
 		out = append(out, revision{uid: rs.UID, namespace: rs.Namespace, name: rs.Name, kind: "ReplicaSet",
-			replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations})
+			replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations, rolling: rolling})
 	}
 	statefulSets, err := r.StatefulSets.List(labels.Everything())
 	if err != nil {
@@ -299,6 +310,11 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	// Detection: terms whose placed pods cannot get a node.
 	rec := l.cfg.Records.Get(rev.uid)
 	active := rec.Active(now)
+	for t := range active {
+		if t >= len(s.Terms) {
+			delete(active, t) // a record older than a strategy with fewer terms
+		}
+	}
 	struck := false
 	stranded := map[int][]*corev1.Pod{}
 	waiting := map[int][]*corev1.Pod{}
@@ -492,6 +508,9 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 	if err != nil {
 		return len(moves)
 	}
+	if rev.rolling {
+		budget = 0
+	}
 	ready := 0
 	for _, p := range live {
 		if isReady(p) && !l.wasEvicted(p) {
@@ -519,6 +538,9 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 		if cost > 0 && unavailable+cost > budget {
 			left++
 			blockedBy = fmt.Sprintf("%d of %d pods unavailable, budget %d", unavailable, rev.replicas, budget)
+			if rev.rolling {
+				blockedBy = "a rollout is in progress"
+			}
 			continue
 		}
 		err := l.evict(ctx, m.pod)
