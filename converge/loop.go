@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -78,6 +79,9 @@ type Config struct {
 // Loop is the convergence loop; run it on the elected replica only.
 type Loop struct {
 	cfg Config
+	// running is held by Run: after a lost and regained leadership the new Run waits
+	// for the old one's last pass.
+	running sync.Mutex
 	// What the loop remembers between passes of one term of leadership; a new leader
 	// starts afresh from the API server.
 	evicted     map[types.UID]time.Time // pods evicted, until the cache shows them gone
@@ -133,6 +137,8 @@ func max1(n int) int {
 
 // Run makes a pass every interval until ctx ends.
 func (l *Loop) Run(ctx context.Context) {
+	l.running.Lock()
+	defer l.running.Unlock()
 	l.reset()
 	l.cfg.Metrics.leader.Set(1)
 	defer l.cfg.Metrics.leader.Set(0)
