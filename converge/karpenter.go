@@ -15,18 +15,22 @@ import (
 )
 
 // Karpenter (v1) says on the pod itself when it cannot launch capacity for it: a
-// Warning Event, reason FailedScheduling, from the "karpenter" controller, whose
-// message names the NodePools and why ("all available instance types exceed limits
-// for nodepool", "node limits have been exhausted for nodepool", "no nodepools found",
-// incompatible requirements). The kube-scheduler's own FailedScheduling events have
-// another source and are not read.
+// Warning Event, reason FailedScheduling, from the "karpenter" controller, whose message
+// joins one clause per NodePool tried ("all available instance types exceed limits for
+// nodepool (NodePool=spot)", "node limits have been exhausted for nodepool", "no
+// nodepools found", or "incompatible requirements, key ..." for a pool that cannot serve
+// the pod at all). Checked on Karpenter v1.14 with its kwok provider. The
+// kube-scheduler's own FailedScheduling events have another source and are not read.
 var unlaunchable = []string{
 	"exceed limits for nodepool",
 	"limits have been exhausted",
 	"no nodepools found",
 	"insufficient capacity",
-	"incompatible with nodepool",
-	"did not tolerate",
+}
+
+// incompatible marks a clause about a NodePool that cannot serve the pod at all.
+func incompatible(clause string) bool {
+	return strings.Contains(clause, "incompatible") || strings.Contains(clause, "did not tolerate")
 }
 
 // KarpenterSignals reads Karpenter's FailedScheduling Events of pending pods.
@@ -79,7 +83,9 @@ func (k *KarpenterSignals) Unlaunchable(ctx context.Context, _ map[string]string
 	return karpenterWord(list.Items)
 }
 
-// karpenterWord returns Karpenter's latest unlaunchable message among events, "" if none.
+// karpenterWord returns Karpenter's latest word among events on why it cannot launch
+// for the pod, "" if it said nothing of the kind: the clauses about limits or capacity,
+// or, when every NodePool is incompatible, that no NodePool can serve it.
 func karpenterWord(events []corev1.Event) string {
 	var best *corev1.Event
 	for i := range events {
@@ -87,22 +93,21 @@ func karpenterWord(events []corev1.Event) string {
 		if e.Source.Component != "karpenter" && e.ReportingController != "karpenter" {
 			continue
 		}
-		msg := strings.ToLower(e.Message)
-		for _, s := range unlaunchable {
-			if strings.Contains(msg, s) && (best == nil || eventTime(e).After(eventTime(best))) {
-				best = e
-			}
+		if best == nil || eventTime(e).After(eventTime(best)) {
+			best = e
 		}
 	}
-	if best == nil {
+	if best == nil || !strings.HasPrefix(best.Message, "Failed to schedule pod") {
 		return ""
 	}
-	// The message joins one clause per NodePool tried; keep those that say why it
-	// cannot launch (not the pools the pod was never compatible with).
-	var kept []string
+	var kept, clauses []string
 	for _, clause := range strings.Split(strings.TrimPrefix(best.Message, "Failed to schedule pod, "), "; ") {
+		if clause = strings.TrimSpace(clause); clause == "" {
+			continue
+		}
+		clauses = append(clauses, clause)
 		lower := strings.ToLower(clause)
-		if strings.HasPrefix(lower, "incompatible requirements") {
+		if incompatible(lower) {
 			continue
 		}
 		for _, s := range unlaunchable {
@@ -112,7 +117,15 @@ func karpenterWord(events []corev1.Event) string {
 			}
 		}
 	}
-	msg := strings.Join(kept, "; ")
+	var msg string
+	switch {
+	case len(kept) > 0:
+		msg = strings.Join(kept, "; ")
+	case len(clauses) > 0 && !slices.ContainsFunc(clauses, func(c string) bool { return !incompatible(strings.ToLower(c)) }):
+		msg = "no NodePool is compatible (" + clauses[0] + ")"
+	default:
+		return ""
+	}
 	if len(msg) > 400 {
 		msg = msg[:400] + "..."
 	}

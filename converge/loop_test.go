@@ -76,6 +76,19 @@ func TestKarpenterWord(t *testing.T) {
 	if got := karpenterWord([]corev1.Event{ev("karpenter", "Pod should schedule on: nodeclaim/x", now)}); got != "" {
 		t.Errorf("a Nominated message is no unlaunchable word: %q", got)
 	}
+	// As Karpenter v1.14 says it for a label no NodePool can set.
+	got = karpenterWord([]corev1.Event{ev("karpenter", `Failed to schedule pod, incompatible requirements, label "nodesize" does not have known values; incompatible requirements, key nodesize, nodesize In [typo] not in nodesize In [spot8vcpu32gb]; `, now)})
+	if want := `Karpenter: no NodePool is compatible (incompatible requirements, label "nodesize" does not have known values)`; got != want {
+		t.Errorf("karpenterWord = %q, want %q", got, want)
+	}
+	// The latest word counts: a pool that could not launch before may have room now.
+	got = karpenterWord([]corev1.Event{
+		ev("karpenter", "Failed to schedule pod, all available instance types exceed limits for nodepool (NodePool=spot)", now.Add(-time.Minute)),
+		ev("karpenter", "Failed to schedule pod, incompatible requirements, key a; something else entirely", now),
+	})
+	if got != "" {
+		t.Errorf("karpenterWord = %q, want nothing from the latest event", got)
+	}
 }
 
 const (

@@ -44,10 +44,11 @@ var spotPools = []string{"spot", "spot-4vcpu-16gb", "spot-8vcpu-32gb"}
 
 // startConverger starts one more `serve` process that runs the convergence loop (the
 // shared webhook runs with CONVERGE=off), listening on the shared port + delta.
-func startConverger(ctx context.Context, t *testing.T, name string, delta int) *webhookProcess {
+func startConverger(ctx context.Context, t *testing.T, name string, delta int, extraEnv ...string) *webhookProcess {
 	t.Helper()
 	p := env.webhook.replica(env.webhook.port+delta, filepath.Join(env.dir, "logs", "webhook-e2e-"+name+".log"))
 	p.env = append(p.env, "CONVERGE=on", "FALLBACK_AFTER="+fallbackAfter.String(), "FALLBACK_COOLDOWN="+fallbackCooldown.String())
+	p.env = append(p.env, extraEnv...)
 	if err := p.start(ctx); err != nil {
 		t.Fatalf("starting converger %s: %v", name, err)
 	}
@@ -492,4 +493,38 @@ func TestAnnotationChangeConverges(t *testing.T) {
 		t.Errorf("a new revision was rolled out (%s); the test wants the annotation change alone", d.Annotations["deployment.kubernetes.io/revision"])
 	}
 	assertExactSpread(ctx, t, next, settled(ctx, t, ns, "reannotated", replicas))
+}
+
+// A term no NodePool can serve (a label typo) is marked unavailable on Karpenter's word,
+// long before FALLBACK_AFTER (here 10 minutes): its seats go to the other term.
+func TestKarpenterSaysNoNodePoolFits(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(ctx, t, "e2e-nopool")
+	startConverger(ctx, t, "converge-nopool", 10, "FALLBACK_AFTER=10m")
+	const strat = "nodesize=no-such-size,weight=1:karpenter.sh/capacity-type=on-demand,weight=1"
+	start := time.Now()
+	createDeployment(ctx, t, deployment(ns, "nopool", strat, 4, true))
+	var state string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=nopool"})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		state = fmt.Sprintf("%d of %d Running", running, len(list.Items))
+		return running == 4 && len(list.Items) == 4, nil
+	})
+	if err != nil {
+		t.Fatalf("pods of the unservable term never moved: %s", state)
+	}
+	t.Logf("MEASURED unservable term -> all Running on the fallback: %s", time.Since(start).Round(time.Second))
+	msgs := eventsWith(ctx, t, ns, "nopool", "TermUnavailable")
+	if len(msgs) == 0 || !strings.Contains(msgs[0], "no NodePool is compatible") {
+		t.Errorf("TermUnavailable events %q, want Karpenter's word that no NodePool is compatible", msgs)
+	}
 }
