@@ -200,11 +200,13 @@ func trimPod(obj any) (any, error) {
 	}, nil
 }
 
-// trimConditions keeps the Ready and PodScheduled conditions, without message.
+// trimConditions keeps what the convergence loop reads, without messages: Ready when
+// true (readiness) and PodScheduled when false (since when a pod is unschedulable); so a
+// Running pod keeps one condition and a Pending one at most one.
 func trimConditions(conds []corev1.PodCondition) []corev1.PodCondition {
 	var out []corev1.PodCondition
 	for _, c := range conds {
-		if c.Type == corev1.PodReady || c.Type == corev1.PodScheduled {
+		if (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue) || (c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse) {
 			out = append(out, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime})
 		}
 	}
