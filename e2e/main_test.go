@@ -149,6 +149,10 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 			// Short, so stopping a replica does not slow the suite down; the rollout
 			// test sets its own.
 			"SHUTDOWN_DRAIN=500ms",
+			// The convergence loop runs in the processes the converge tests start, with
+			// short settings; this one only places pods (it still reads the
+			// unavailability records, so fallback seats are placed by it).
+			"CONVERGE=off",
 		},
 	}
 	c := &cluster{dir: dir, repo: repo, client: client, webhook: wh}

@@ -24,6 +24,10 @@ const (
 	AnnotationSeat = "custom-kube-scheduler-webhook.io/seat"
 	// AnnotationTerm records the 1-based term the seat belongs to, for people and reports.
 	AnnotationTerm = "custom-kube-scheduler-webhook.io/term"
+	// AnnotationFallbackFrom records, on a pod placed off its seat's own term because
+	// that term was unavailable, the 1-based term that owns the seat (AnnotationTerm
+	// then names the term used).
+	AnnotationFallbackFrom = "custom-kube-scheduler-webhook.io/fallback-from"
 	// LabelManaged marks placed pods so that caches can select just those.
 	LabelManaged = "custom-kube-scheduler-webhook.io/managed"
 	// AnnotationReservation records the seat ledger's reservation the pod fulfils (the

@@ -138,6 +138,23 @@ func (c *Caches) Held(revision Revision) map[int]bool {
 	return held
 }
 
+// PodsOf returns the cached placed pods of revision (a ReplicaSet or StatefulSet, pods
+// of its own namespace only), terminating ones included. The pods are shared: do not
+// modify them.
+func (c *Caches) PodsOf(revision Revision) []*corev1.Pod {
+	objs, err := c.podIndex.ByIndex(ownerIndex, revision.Namespace+"/"+string(revision.UID))
+	if err != nil {
+		return nil
+	}
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if pod, ok := o.(*corev1.Pod); ok {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
 // HoldsSeat reports whether a pod occupies its seat: terminating, failed and succeeded
 // pods do not.
 func HoldsSeat(pod *corev1.Pod) bool {
@@ -161,15 +178,18 @@ func indexByController(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// trimPod keeps what the ledger and reports read: identity, owner, seat annotations,
-// node name, phase and deletion. Everything else (containers, env, volumes) is dropped.
+// trimPod keeps what the ledger, the convergence loop and reports read: identity, owner,
+// seat annotations, node name and selector (a few labels: the term it is on), phase,
+// deletion, and the Ready and PodScheduled
+// conditions without their messages (the loop's readiness and stranded-pod checks).
+// Everything else (containers, env, volumes) is dropped.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
 	kept := map[string]string{}
-	for _, k := range []string{strategy.AnnotationSeat, strategy.AnnotationTerm, strategy.AnnotationReservation} {
+	for _, k := range []string{strategy.AnnotationSeat, strategy.AnnotationTerm, strategy.AnnotationReservation, strategy.AnnotationFallbackFrom} {
 		if v, ok := pod.Annotations[k]; ok {
 			kept[k] = v
 		}
@@ -178,16 +198,44 @@ func trimPod(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			Labels: pod.Labels, Annotations: kept, OwnerReferences: pod.OwnerReferences,
-			DeletionTimestamp: pod.DeletionTimestamp,
+			DeletionTimestamp: pod.DeletionTimestamp, CreationTimestamp: pod.CreationTimestamp,
 		},
-		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName},
-		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName, NodeSelector: pod.Spec.NodeSelector},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase, Conditions: trimConditions(pod.Status.Conditions)},
 	}, nil
 }
 
+// trimConditions keeps what the convergence loop reads, without messages: Ready when
+// true (readiness) and PodScheduled when false (since when a pod is unschedulable); so a
+// Running pod keeps one condition and a Pending one at most one.
+func trimConditions(conds []corev1.PodCondition) []corev1.PodCondition {
+	var out []corev1.PodCondition
+	for _, c := range conds {
+		if (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue) || (c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse) {
+			out = append(out, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime})
+		}
+	}
+	return out
+}
+
+// templateAnnotations keeps the strategy annotations of a pod template: the
+// convergence loop reads a revision's strategy as admission reads its pods'.
+func templateAnnotations(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+	var kept map[string]string
+	for _, k := range []string{strategy.AnnotationStrategy, strategy.AnnotationStrategyAlias, strategy.AnnotationOptIn} {
+		if v, ok := t.Annotations[k]; ok {
+			if kept == nil {
+				kept = map[string]string{}
+			}
+			kept[k] = v
+		}
+	}
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: kept}}
+}
+
 // trimWorkload drops pod templates, managed fields and the last-applied copy from
-// ReplicaSets, Deployments and StatefulSets: only metadata (annotations, owners) and
-// replica counts are read.
+// ReplicaSets, Deployments and StatefulSets: only metadata (annotations, owners),
+// replica counts and the template's strategy annotations are read.
 func trimWorkload(obj any) (any, error) {
 	meta := func(m metav1.ObjectMeta) metav1.ObjectMeta {
 		m.ManagedFields = nil
@@ -204,11 +252,11 @@ func trimWorkload(obj any) (any, error) {
 	}
 	switch o := obj.(type) {
 	case *appsv1.ReplicaSet:
-		return &appsv1.ReplicaSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas}}, nil
+		return &appsv1.ReplicaSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas, Template: templateAnnotations(o.Spec.Template)}}, nil
 	case *appsv1.Deployment:
-		return &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.DeploymentSpec{Replicas: o.Spec.Replicas}}, nil
+		return &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.DeploymentSpec{Replicas: o.Spec.Replicas, Template: templateAnnotations(o.Spec.Template)}}, nil
 	case *appsv1.StatefulSet:
-		return &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas, Ordinals: o.Spec.Ordinals}}, nil
+		return &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas, Ordinals: o.Spec.Ordinals, Template: templateAnnotations(o.Spec.Template)}}, nil
 	}
 	return obj, nil
 }

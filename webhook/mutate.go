@@ -61,6 +61,10 @@ type PodMutator struct {
 	// so admissions wait for it (bounded by the API server's timeout).
 	Synced <-chan struct{}
 	Log    logrus.FieldLogger
+
+	// Availability says which terms are unavailable, so their seats go to the fallback
+	// (optional: without it every term is taken as available).
+	Availability Availability
 }
 
 // Admit implements the mutating admission of pod CREATE requests.
@@ -138,6 +142,11 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 		return OutcomeError, allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
 	}
 	termIndex := s.TermOfSeat(seat)
+	placed := m.placeSeat(s, w, seat, termIndex)
+	if placed.warning != "" {
+		warnings = append(warnings, placed.warning)
+	}
+	termIndex = placed.term
 	term := s.Terms[termIndex]
 	selector := term.LabelMap()
 	if conflicts := conflicting(pod.Spec.NodeSelector, selector); len(conflicts) > 0 {
@@ -171,6 +180,9 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 	annotations := map[string]string{
 		strategy.AnnotationSeat: strconv.Itoa(seat),
 		strategy.AnnotationTerm: strconv.Itoa(termIndex + 1),
+	}
+	if placed.fallback {
+		annotations[strategy.AnnotationFallbackFrom] = strconv.Itoa(placed.from + 1)
 	}
 	// Lowest cost goes first on scale-down: the highest seats leave, the survivors are
 	// the target for the smaller count. StatefulSets already remove the highest ordinals.

@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
@@ -45,6 +47,10 @@ var serveSettings = []setting{
 	{"admission-queue-wait", "ADMISSION_QUEUE_WAIT", "1s", "how long an admission waits for room under the two limits above"},
 	{"live-lookup-qps", "LIVE_LOOKUP_QPS", "20", "rate of live GETs of workloads the cache has not seen yet (own client: the informers, the ledger and Events never wait behind them)"},
 	{"live-lookup-concurrency", "LIVE_LOOKUP_CONCURRENCY", "8", "live workload GETs at once; one more admits its pod unplaced at once"},
+	{"converge", "CONVERGE", "on", "on: the elected replica runs the convergence and capacity-fallback loop; off: placement at admission only (unavailable terms another replica's loop recorded are still honoured)"},
+	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
+	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
+	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
 }
 
 // serveConfig is the validated configuration of `serve`.
@@ -71,6 +77,10 @@ type serveConfig struct {
 	LiveLookups      int
 	// Deprecations are warnings about settings that no longer do anything.
 	Deprecations []string
+	Converge         bool
+	FallbackAfter    time.Duration
+	FallbackCooldown time.Duration
+	MaxUnavailable   intstr.IntOrString
 }
 
 func addSettingFlags(flags *pflag.FlagSet, settings []setting) {
@@ -161,6 +171,22 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		c.SelfCert = mode == "self"
 	default:
 		return nil, fmt.Errorf("CERT_MODE %q: want file or self", mode)
+	}
+	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("converge"))); mode {
+	case "on", "true", "off", "false":
+		c.Converge = mode == "on" || mode == "true"
+	default:
+		return nil, fmt.Errorf("CONVERGE %q: want on or off", mode)
+	}
+	if c.FallbackAfter, err = positiveDuration(v, "fallback-after", "FALLBACK_AFTER"); err != nil {
+		return nil, err
+	}
+	if c.FallbackCooldown, err = positiveDuration(v, "fallback-cooldown", "FALLBACK_COOLDOWN"); err != nil {
+		return nil, err
+	}
+	c.MaxUnavailable = intstr.Parse(strings.TrimSpace(v.GetString("converge-max-unavailable")))
+	if _, err := converge.Budget(c.MaxUnavailable, 10); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

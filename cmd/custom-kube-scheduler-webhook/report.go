@@ -6,12 +6,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
@@ -38,21 +40,36 @@ type WorkloadReport struct {
 	Unplaced int `json:"unplaced"`
 	// OtherRevisions counts live pods of older ReplicaSets (a rollout in progress).
 	OtherRevisions int `json:"otherRevisions"`
-	// Exact is true when every term holds its target and nothing is unplaced.
+	// PendingRepairs counts pods the convergence loop still has to move: unplaced, on
+	// another term than the (fallback) placement of their seat, or above the replica
+	// count while a lower seat is free.
+	PendingRepairs int `json:"pendingRepairs"`
+	// Exact is true when every term holds its expected pods (the target, or while a
+	// term is unavailable the fallback placement) and nothing is unplaced.
 	Exact bool `json:"exact"`
 }
 
 // TermReport is one term's row.
 type TermReport struct {
-	Term           int               `json:"term"`
-	Labels         map[string]string `json:"labels"`
-	Target         int               `json:"target"`
-	Placed         int               `json:"placed"`
-	Running        int               `json:"running"`
-	Pending        int               `json:"pending"`
-	PendingReasons []string          `json:"pendingReasons,omitempty"`
-	ServedBy       []string          `json:"servedBy"`
-	Nodes          []NodeReport      `json:"nodes"`
+	Term   int               `json:"term"`
+	Labels map[string]string `json:"labels"`
+	Target int               `json:"target"`
+	// Expected is what the term should hold now: the target, or while some term is
+	// unavailable, the fallback placement's count.
+	Expected int `json:"expected"`
+	// UnavailableUntil and UnavailableReason are set while the term is unavailable
+	// (RFC 3339; its seats go to the fallback until then).
+	UnavailableUntil  string `json:"unavailableUntil,omitempty"`
+	UnavailableReason string `json:"unavailableReason,omitempty"`
+	// FallbackPods counts live pods whose seat belongs to this term but that were
+	// placed on another one because this term was unavailable.
+	FallbackPods   int          `json:"fallbackPods"`
+	Placed         int          `json:"placed"`
+	Running        int          `json:"running"`
+	Pending        int          `json:"pending"`
+	PendingReasons []string     `json:"pendingReasons,omitempty"`
+	ServedBy       []string     `json:"servedBy"`
+	Nodes          []NodeReport `json:"nodes"`
 }
 
 // NodeReport says how many of a term's pods run on one node, and its capacity type.
@@ -71,6 +88,9 @@ type clusterState struct {
 	Nodes        map[string]*corev1.Node
 	// ServedBy names the capacity serving a term's labels; nil leaves it out.
 	ServedBy func(labels map[string]string) []string
+	// Unavailable returns the terms of a revision (ReplicaSet or StatefulSet UID)
+	// unavailable now, from the convergence loop's records; nil when unknown.
+	Unavailable func(revision types.UID) map[int]converge.TermState
 }
 
 // buildReport computes the report for every workload in st that carries an active
@@ -92,7 +112,7 @@ func buildReport(st *clusterState, keep func(kind, name string) bool) Report {
 			continue
 		}
 		if keep("ReplicaSet", rs.Name) {
-			report.add(st, "ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, rs.Spec.Replicas, rs.Name, podsByOwner[rs.UID], 0)
+			report.add(st, "ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, rs.Spec.Replicas, rs.Name, rs.UID, podsByOwner[rs.UID], 0)
 		}
 	}
 	for i := range st.Deployments {
@@ -103,19 +123,20 @@ func buildReport(st *clusterState, keep func(kind, name string) bool) Report {
 		current, others := currentRevision(rsByDeployment[d.UID])
 		var pods []*corev1.Pod
 		revision := ""
+		var uid types.UID
 		if current != nil {
-			pods, revision = podsByOwner[current.UID], current.Name
+			pods, revision, uid = podsByOwner[current.UID], current.Name, current.UID
 		}
 		older := 0
 		for _, rs := range others {
 			older += len(podsByOwner[rs.UID])
 		}
-		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, pods, older)
+		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, uid, pods, older)
 	}
 	for i := range st.StatefulSets {
 		s := &st.StatefulSets[i]
 		if keep("StatefulSet", s.Name) {
-			report.add(st, "StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, s.Spec.Replicas, s.Name, podsByOwner[s.UID], 0)
+			report.add(st, "StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, s.Spec.Replicas, s.Name, s.UID, podsByOwner[s.UID], 0)
 		}
 	}
 	sort.Slice(report.Workloads, func(i, j int) bool {
@@ -138,7 +159,7 @@ func currentRevision(sets []*appsv1.ReplicaSet) (*appsv1.ReplicaSet, []*appsv1.R
 	return sets[0], sets[1:]
 }
 
-func (r *Report) add(st *clusterState, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, pods []*corev1.Pod, older int) {
+func (r *Report) add(st *clusterState, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods []*corev1.Pod, older int) {
 	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
 	src := strategy.Find(
 		strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: template},
@@ -158,19 +179,42 @@ func (r *Report) add(st *clusterState, kind string, meta metav1.ObjectMeta, temp
 		return
 	}
 	target := s.Target(w.Replicas)
+	var unavailable map[int]converge.TermState
+	if st.Unavailable != nil && uid != "" {
+		unavailable = st.Unavailable(uid)
+	}
+	placement := s.Place(w.Replicas, func(t int) bool { _, ok := unavailable[t]; return ok })
+	expected := placement.Counts(len(s.Terms))
 	nodes := make([]map[string]int, len(s.Terms))
 	for i, t := range s.Terms {
-		w.Terms = append(w.Terms, TermReport{Term: i + 1, Labels: t.LabelMap(), Target: target[i], ServedBy: []string{}, Nodes: []NodeReport{}})
+		w.Terms = append(w.Terms, TermReport{Term: i + 1, Labels: t.LabelMap(), Target: target[i], Expected: expected[i], ServedBy: []string{}, Nodes: []NodeReport{}})
+		if u, ok := unavailable[i]; ok {
+			w.Terms[i].UnavailableUntil, w.Terms[i].UnavailableReason = u.Until.UTC().Format(time.RFC3339), u.Reason
+		}
 		if st.ServedBy != nil {
 			w.Terms[i].ServedBy = st.ServedBy(t.LabelMap())
 		}
 		nodes[i] = map[string]int{}
 	}
+	held := map[int]bool{}
+	var above int
 	for _, pod := range pods {
 		i := termOf(s, pod)
 		if i < 0 {
 			w.Unplaced++
 			continue
+		}
+		if from, err := strconv.Atoi(pod.Annotations[strategy.AnnotationFallbackFrom]); err == nil && from >= 1 && from <= len(s.Terms) && from-1 != i {
+			w.Terms[from-1].FallbackPods++
+		}
+		if seat, ok := webhook.SeatOf(pod); ok {
+			held[seat] = true
+			switch {
+			case seat > w.Replicas:
+				above++
+			case placement.Terms[seat-1] != i:
+				w.PendingRepairs++
+			}
 		}
 		row := &w.Terms[i]
 		row.Placed++
@@ -187,10 +231,17 @@ func (r *Report) add(st *clusterState, kind string, meta metav1.ObjectMeta, temp
 			nodes[i][pod.Spec.NodeName]++
 		}
 	}
+	free := 0
+	for seat := 1; seat <= w.Replicas; seat++ {
+		if !held[seat] {
+			free++
+		}
+	}
+	w.PendingRepairs += w.Unplaced + min(above, free)
 	w.Exact = w.Unplaced == 0
 	for i := range w.Terms {
 		row := &w.Terms[i]
-		w.Exact = w.Exact && row.Placed == row.Target
+		w.Exact = w.Exact && row.Placed == row.Expected
 		for name, count := range nodes[i] {
 			row.Nodes = append(row.Nodes, NodeReport{Name: name, CapacityType: capacityType(st.Nodes[name]), Pods: count})
 		}

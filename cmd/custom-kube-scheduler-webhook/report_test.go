@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -109,5 +111,49 @@ func TestParseWorkloadArg(t *testing.T) {
 	}
 	if _, _, err := parseWorkloadArg("cronjob/x"); err == nil {
 		t.Error("cronjob/x accepted")
+	}
+}
+
+// While spot is unavailable, the expected placement is the fallback: all on on-demand,
+// and the spot seats count as its fallback pods; once it is back, they are repairs.
+func TestReportFallback(t *testing.T) {
+	dep := appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo", UID: "dep", Annotations: map[string]string{strategy.AnnotationStrategy: reportStrategy}},
+		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](3)},
+	}
+	rs := appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-new", Namespace: "demo", UID: "new",
+		Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}, OwnerReferences: ownedBy("Deployment", "web", "dep")}}
+	st := &clusterState{Deployments: []appsv1.Deployment{dep}, ReplicaSets: []appsv1.ReplicaSet{rs}, Nodes: map[string]*corev1.Node{}}
+	for seat := 1; seat <= 3; seat++ {
+		p := placedPod("p"+strconv.Itoa(seat), "new", seat, "on-demand", corev1.PodRunning, "n1")
+		if seat > 1 {
+			p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+		}
+		st.Pods = append(st.Pods, p)
+	}
+	until := time.Now().Add(time.Minute)
+	st.Unavailable = func(uid types.UID) map[int]converge.TermState {
+		if uid != "new" {
+			return nil
+		}
+		return map[int]converge.TermState{1: {Until: until, Reason: "2 pods unschedulable for 90s"}}
+	}
+	w := buildReport(st, func(string, string) bool { return true }).Workloads[0]
+	od, spot := w.Terms[0], w.Terms[1]
+	if !w.Exact || w.PendingRepairs != 0 || od.Expected != 3 || spot.Expected != 0 || spot.Target != 2 || spot.FallbackPods != 2 || spot.UnavailableUntil == "" {
+		t.Fatalf("while spot is unavailable: %+v", w)
+	}
+	var out bytes.Buffer
+	if err := writeSpread(&out, Report{Workloads: []WorkloadReport{w}}, "text"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "unavailable until") || !strings.Contains(out.String(), "2 of its pods on fallback") {
+		t.Errorf("text report:\n%s", out.String())
+	}
+
+	st.Unavailable = nil
+	w = buildReport(st, func(string, string) bool { return true }).Workloads[0]
+	if w.Exact || w.PendingRepairs != 2 {
+		t.Fatalf("spot back: exact %v, pending repairs %d; want not exact, 2", w.Exact, w.PendingRepairs)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
@@ -155,14 +156,18 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The loop's records of unavailable terms are Leases in the webhook's namespace, read
+	// by every replica: admission honours records another replica's loop wrote.
+	records := converge.NewRecords(client, cfg.Namespace)
+	records.Start(ctx)
 	synced := make(chan struct{})
 	go func() {
 		if err := caches.WaitForSync(ctx); err != nil {
 			log.WithError(err).Error("caches did not sync")
 			return
 		}
-		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, ledgerSynced) {
-			log.Error("NodePool, node group, node and seat record views did not sync")
+		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, ledgerSynced, records.HasSynced) {
+			log.Error("NodePool, node group, node, seat record and unavailability record views did not sync")
 			return
 		}
 		close(synced)
@@ -191,6 +196,10 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Namespaces: webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		Synced:     synced,
 		Log:        entry,
+	}
+	mutator.Availability = records
+	if err := startConverge(ctx, cfg, client, caches, records, recorder, metrics, synced, log); err != nil {
+		return err
 	}
 	validator := &webhook.WorkloadValidator{Capacity: capacity, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
 	var draining atomic.Bool
@@ -229,6 +238,48 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	}
 	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() { draining.Store(true) }}
 	return webhook.ServeDrain(stop, ln, handlers.Mux(), certs.GetCertificate, drain, entry)
+}
+
+// startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
+// leader Lease, once the caches have synced.
+func startConverge(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, caches *webhook.Caches, records *converge.Records,
+	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, log *logrus.Logger,
+) error {
+	m, err := converge.NewMetrics(metrics.Registry)
+	if err != nil {
+		return fmt.Errorf("register convergence metrics: %w", err)
+	}
+	entry := log.WithField("component", "converge")
+	if !cfg.Converge {
+		entry.Info("convergence loop switched off (CONVERGE=off)")
+		return nil
+	}
+	loop, err := converge.NewLoop(converge.Config{
+		Client: client, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
+		Namespaces:    webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
+		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
+		Signals: converge.NewKarpenterSignals(client),
+		Log:     entry,
+	})
+	if err != nil {
+		return err
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	identity := fmt.Sprintf("%s_%d", host, os.Getpid())
+	go func() {
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return
+		}
+		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, entry, loop.Run); err != nil {
+			entry.WithError(err).Error("convergence loop not started")
+		}
+	}()
+	return nil
 }
 
 // startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,

@@ -13,17 +13,21 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 )
 
 type spreadOptions struct {
 	kubeconfig, context, namespace, output string
 	allNamespaces                          bool
+	// webhookNamespace holds the convergence loop's unavailability records.
+	webhookNamespace string
 }
 
 func newSpreadCommand() *cobra.Command {
@@ -67,6 +71,7 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace (default: the context's namespace)")
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "report workloads of every namespace")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.webhookNamespace, "webhook-namespace", "custom-kube-scheduler-webhook", "the webhook's namespace, where its records of unavailable terms are")
 	return cmd
 }
 
@@ -140,6 +145,20 @@ func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name st
 		st.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
 	}
 
+	// Which terms the convergence loop found unavailable. Without the right to read
+	// them (or with the loop off) every term counts as available.
+	leases, err := client.CoordinationV1().Leases(o.webhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: converge.LabelRecord + "=true"})
+	if err == nil {
+		records := map[types.UID]*converge.Record{}
+		for i := range leases.Items {
+			if rec, err := converge.DecodeRecord(&leases.Items[i]); err == nil {
+				records[rec.Revision] = rec
+			}
+		}
+		now := time.Now()
+		st.Unavailable = func(uid types.UID) map[int]converge.TermState { return records[uid].Active(now) }
+	}
+
 	// The same catalog the webhook uses says what serves each term.
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
@@ -189,6 +208,11 @@ func writeSpread(w io.Writer, r Report, output string) error {
 			for _, reason := range t.PendingReasons {
 				fmt.Fprintf(tw, "\t  pending: %s\n", reason)
 			}
+			if t.UnavailableUntil != "" {
+				fmt.Fprintf(tw, "\t  unavailable until %s: %s; expected %d, %d of its pods on fallback\n", t.UnavailableUntil, t.UnavailableReason, t.Expected, t.FallbackPods)
+			} else if t.FallbackPods > 0 {
+				fmt.Fprintf(tw, "\t  %d of its pods on fallback, to be moved back\n", t.FallbackPods)
+			}
 		}
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("write report: %w", err)
@@ -197,7 +221,7 @@ func writeSpread(w io.Writer, r Report, output string) error {
 		if !wl.Exact {
 			verdict = "NOT exact"
 		}
-		if _, err := fmt.Fprintf(w, "spread %s; unplaced pods %d; pods of older revisions %d\n", verdict, wl.Unplaced, wl.OtherRevisions); err != nil {
+		if _, err := fmt.Fprintf(w, "spread %s; unplaced pods %d; pods of older revisions %d; pending repairs %d\n", verdict, wl.Unplaced, wl.OtherRevisions, wl.PendingRepairs); err != nil {
 			return fmt.Errorf("write report: %w", err)
 		}
 	}

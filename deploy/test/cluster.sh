@@ -176,6 +176,10 @@ denied get secret/another-secret --namespace "$rns"
 denied delete "$secret" --namespace "$rns"
 denied create secrets --namespace default
 denied delete pods --all-namespaces
+# The convergence loop (converge.enabled): evictions only, and Karpenter's Events.
+allowed create pods --subresource=eviction --all-namespaces
+allowed list events --all-namespaces
+denied delete events --all-namespaces
 denied create pods --namespace default
 denied update pods --all-namespaces
 denied patch pods --all-namespaces

@@ -117,6 +117,8 @@ check "leases in its own namespace (Role, not ClusterRole)" matches "$(tr -d '\n
 check_not "no ClusterRole rule on leases" contains "$cr" '"leases"'
 check "own Secret by resourceNames" matches "$(tr -d '\n' <<<"$role")" "resources: \[\"secrets\"\] +resourceNames: \[\"$CHART_NAME-certs\"\]"
 check "own webhook configurations by resourceNames" matches "$(tr -d '\n' <<<"$cr")" "webhookconfigurations\"\] +resourceNames: \[\"$CHART_NAME\"\]"
+check "convergence loop on by default" matches "$(tr -d '\n' <<<"$dep")" 'CONVERGE +value: "on"'
+check "loop evicts (pods/eviction create), never deletes pods" matches "$(tr -d '\n' <<<"$cr")" 'resources: \["pods/eviction"\] +verbs: \["create"\]'
 
 echo "-- cert-manager"
 cm=$(cat "$tmp/cert-manager.yaml")
@@ -167,6 +169,8 @@ check "hostNetwork" matches "$ndd" 'hostNetwork: true +dnsPolicy: ClusterFirstWi
 check "containerPort 10260 and listen address follow" matches "$ndd" 'LISTEN_ADDRESS +value: ":10260"'
 check "extra Role rules" matches "$(tr -d '\n' <<<"$(docs Role <<<"$nd")")" 'resourceNames: +- cksw-extra'
 check "seat records: lease rule with non-default values too" matches "$(tr -d '\n' <<<"$(docs Role <<<"$nd")")" 'resources: \["leases"\]'
+check "loop off: no eviction rule" test -z "$(grep -F 'pods/eviction' <<<"$nd" || true)"
+check "converge settings follow" matches "$ndd" 'CONVERGE +value: "off" +- name: FALLBACK_AFTER +value: "90s" +- name: FALLBACK_COOLDOWN +value: "10m" +- name: CONVERGE_MAX_UNAVAILABLE +value: "2"'
 
 echo "-- risky combinations, drain, limits, NetworkPolicy"
 check_not "installing into kube-system is refused" helm_template "$CHART_NAME" kube-system

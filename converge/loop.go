@@ -1,0 +1,789 @@
+package converge
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+)
+
+// AnnotationConverge set to "false" on a Deployment, StatefulSet or ReplicaSet opts it
+// out of moves: the loop still records unavailable terms (new pods go to the fallback)
+// but evicts none of its pods.
+const AnnotationConverge = "custom-kube-scheduler-webhook.io/converge"
+
+// Event reasons the loop records on workloads.
+const (
+	ReasonTermUnavailable = "TermUnavailable"
+	ReasonNoFallback      = "NoFallbackTerm"
+	ReasonConverge        = "Converge"
+	ReasonConvergeBlocked = "ConvergeBlocked"
+	ReasonTermBack        = "TermAvailable"
+)
+
+// Reasons for a move, the values of the evictions metric's "reason" label.
+const (
+	MoveStranded    = "stranded"
+	MoveReturn      = "return"
+	MoveDrift       = "drift"
+	MoveUnplaced    = "unplaced"
+	MoveSeatAbove   = "seat-above-replicas"
+	defaultInterval = 2 * time.Second
+)
+
+// Signals is Karpenter's early word on a term (optional): why the NodePools serving
+// labels cannot launch capacity for pending pods now, "" when it said nothing.
+type Signals interface {
+	Unlaunchable(ctx context.Context, labels map[string]string, pending []*corev1.Pod) string
+}
+
+// Config is what the loop needs.
+type Config struct {
+	Client     kubernetes.Interface
+	Caches     *webhook.Caches
+	Records    *Records
+	Recorder   record.EventRecorder
+	Metrics    *Metrics
+	Namespaces webhook.NamespaceFilter
+	// FallbackAfter is how long placed pods may stay Pending and unschedulable before
+	// their term is marked unavailable.
+	FallbackAfter time.Duration
+	// Cooldown is how long a term stays unavailable after its first strike.
+	Cooldown time.Duration
+	// MaxUnavailable is the per-workload budget of pods not Running and Ready: an int
+	// or a percentage of the replicas (rounded down), at least 1.
+	MaxUnavailable intstr.IntOrString
+	// Interval between passes (default 2s: a pass reads only caches).
+	Interval time.Duration
+	Signals  Signals // optional
+	Log      logrus.FieldLogger
+}
+
+// Loop is the convergence loop; run it on the elected replica only.
+type Loop struct {
+	cfg Config
+	// running is held by Run: after a lost and regained leadership the new Run waits
+	// for the old one's last pass.
+	running sync.Mutex
+	// What the loop remembers between passes of one term of leadership; a new leader
+	// starts afresh from the API server.
+	evicted     map[types.UID]time.Time // pods evicted, until the cache shows them gone
+	offSince    map[types.UID]time.Time // revision not at its placement since
+	suspect     map[types.UID]int       // passes a revision had fewer placed pods than replicas
+	listed      map[types.UID]time.Time // last live listing of a revision's pods
+	said        map[string]bool         // "term back" said, per revision, term and cool-down end
+	stuckSaid   map[types.UID]bool
+	blockedSaid map[types.UID]string
+}
+
+// NewLoop validates cfg and returns a loop.
+func NewLoop(cfg Config) (*Loop, error) {
+	if cfg.Client == nil || cfg.Caches == nil || cfg.Records == nil || cfg.Metrics == nil || cfg.Log == nil {
+		return nil, fmt.Errorf("converge: client, caches, records, metrics and log are required")
+	}
+	if cfg.FallbackAfter <= 0 || cfg.Cooldown <= 0 {
+		return nil, fmt.Errorf("converge: FALLBACK_AFTER and FALLBACK_COOLDOWN must be positive")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = defaultInterval
+	}
+	if _, err := Budget(cfg.MaxUnavailable, 10); err != nil {
+		return nil, err
+	}
+	l := &Loop{cfg: cfg}
+	l.reset()
+	return l, nil
+}
+
+// Budget is how many of replicas pods may be unavailable at once: max, an int or a
+// percentage rounded down, and never below 1 (so that a small workload can move at all).
+func Budget(max intstr.IntOrString, replicas int) (int, error) {
+	if max.Type == intstr.String && max.StrVal == "" {
+		max = intstr.FromString("10%")
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&max, replicas, false)
+	if err != nil {
+		return 0, fmt.Errorf("CONVERGE_MAX_UNAVAILABLE %q: want a pod count or a percentage: %w", max.String(), err)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("CONVERGE_MAX_UNAVAILABLE %q: must not be negative", max.String())
+	}
+	return max1(n), nil
+}
+
+func max1(n int) int {
+	if n < 1 {
+		return 1
+	}
+	return n
+}
+
+// Run makes a pass every interval until ctx ends.
+func (l *Loop) Run(ctx context.Context) {
+	l.running.Lock()
+	defer l.running.Unlock()
+	l.reset()
+	l.cfg.Metrics.leader.Set(1)
+	defer l.cfg.Metrics.leader.Set(0)
+	l.cfg.Log.Info("convergence loop started")
+	t := time.NewTicker(l.cfg.Interval)
+	defer t.Stop()
+	for {
+		l.Pass(ctx)
+		select {
+		case <-ctx.Done():
+			l.cfg.Log.Info("convergence loop stopped")
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// reset forgets what an earlier term of leadership remembered.
+func (l *Loop) reset() {
+	l.evicted, l.offSince, l.suspect = map[types.UID]time.Time{}, map[types.UID]time.Time{}, map[types.UID]int{}
+	l.stuckSaid, l.blockedSaid = map[types.UID]bool{}, map[types.UID]string{}
+	l.listed, l.said = map[types.UID]time.Time{}, map[string]bool{}
+}
+
+// revision is one counting unit the loop looks at.
+type revision struct {
+	uid                 types.UID
+	namespace, name     string
+	kind                string // ReplicaSet or StatefulSet
+	replicas            int
+	templateAnnotations map[string]string
+	// rolling is set while older ReplicaSets of the Deployment still have replicas: the
+	// rollout is moving pods itself, so the loop moves none that are Ready.
+	rolling bool
+}
+
+// Pass looks at every current revision once.
+func (l *Loop) Pass(ctx context.Context) {
+	now := time.Now()
+	seen := map[types.UID]bool{}
+	lag, fallbackPods, pendingRepairs := time.Duration(0), 0, 0
+	l.cfg.Metrics.unavailable.Reset()
+	for _, rev := range l.revisions() {
+		seen[rev.uid] = true
+		res := l.converge(ctx, rev, now)
+		fallbackPods += res.fallbackPods
+		pendingRepairs += res.pending
+		if res.off {
+			if _, ok := l.offSince[rev.uid]; !ok {
+				l.offSince[rev.uid] = now
+			}
+			lag = max(lag, now.Sub(l.offSince[rev.uid]))
+		} else {
+			delete(l.offSince, rev.uid)
+		}
+	}
+	l.cfg.Metrics.fallback.Set(float64(fallbackPods))
+	l.cfg.Metrics.pending.Set(float64(pendingRepairs))
+	l.cfg.Metrics.lag.Set(lag.Seconds())
+	for uid := range l.offSince {
+		if !seen[uid] {
+			delete(l.offSince, uid)
+		}
+	}
+	for key := range l.said {
+		if uid, _, _ := strings.Cut(key, "/"); !seen[types.UID(uid)] {
+			delete(l.said, key)
+		}
+	}
+	for uid, at := range l.evicted {
+		if now.Sub(at) > time.Minute {
+			delete(l.evicted, uid)
+		}
+	}
+	for _, rec := range l.cfg.Records.All() {
+		if err := l.cfg.Records.Forget(ctx, rec, l.cfg.Cooldown, !seen[rec.Revision]); err != nil {
+			l.cfg.Log.WithError(err).Warn("cannot drop a stale unavailability record")
+		}
+	}
+}
+
+// revisions lists the current revisions with replicas: a Deployment's newest
+// ReplicaSet (older ones are being scaled away by the rollout), bare ReplicaSets and
+// StatefulSets.
+func (l *Loop) revisions() []revision {
+	r := l.cfg.Caches.Resolver
+	var out []revision
+	sets, err := r.ReplicaSets.List(labels.Everything())
+	if err != nil {
+		l.cfg.Log.WithError(err).Warn("cannot list ReplicaSets from the cache")
+	}
+	active := map[types.UID]int{} // ReplicaSets with replicas, per Deployment
+	for _, rs := range sets {
+		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" && rs.Spec.Replicas != nil && *rs.Spec.Replicas > 0 {
+			active[owner.UID]++
+		}
+	}
+	for _, rs := range sets {
+		if rs.Spec.Replicas == nil || *rs.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(rs.Namespace) {
+			continue
+		}
+		rolling := false
+		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" {
+			d, err := r.Deployments.Deployments(rs.Namespace).Get(owner.Name)
+			if err != nil || d.UID != owner.UID || d.Annotations[revisionAnnotation] != rs.Annotations[revisionAnnotation] {
+				continue
+			}
+			rolling = active[owner.UID] > 1
+		}
+		out = append(out, revision{uid: rs.UID, namespace: rs.Namespace, name: rs.Name, kind: "ReplicaSet",
+			replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations, rolling: rolling})
+	}
+	statefulSets, err := r.StatefulSets.List(labels.Everything())
+	if err != nil {
+		l.cfg.Log.WithError(err).Warn("cannot list StatefulSets from the cache")
+	}
+	for _, s := range statefulSets {
+		if s.Spec.Replicas == nil || *s.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(s.Namespace) {
+			continue
+		}
+		out = append(out, revision{uid: s.UID, namespace: s.Namespace, name: s.Name, kind: "StatefulSet",
+			replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations})
+	}
+	return out
+}
+
+const revisionAnnotation = "deployment.kubernetes.io/revision"
+
+// result is what one revision's pass reports for the metrics.
+type result struct {
+	fallbackPods, pending int
+	off                   bool
+}
+
+// move is one pod the loop wants elsewhere.
+type move struct {
+	pod    *corev1.Pod
+	seat   int
+	reason string
+	why    string
+}
+
+func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result {
+	var res result
+	w, err := l.cfg.Caches.Resolver.Resolve(ctx, rev.namespace, &metav1.OwnerReference{APIVersion: "apps/v1", Kind: rev.kind, Name: rev.name, UID: rev.uid})
+	if err != nil {
+		return res
+	}
+	src := strategy.Find(append([]strategy.AnnotatedObject{{Name: "pod template", Annotations: rev.templateAnnotations}}, w.Chain...)...)
+	if !src.Active() {
+		return res
+	}
+	s, err := strategy.Parse(src.Raw)
+	if err != nil {
+		return res
+	}
+	log := l.cfg.Log.WithFields(logrus.Fields{"workload": w.Describe(), "revision": rev.name})
+	optOut := false
+	for _, o := range w.Chain {
+		if v, ok := o.Annotations[AnnotationConverge]; ok && strings.EqualFold(strings.TrimSpace(v), "false") {
+			optOut = true
+		}
+	}
+
+	var live []*corev1.Pod
+	placedLive := 0
+	for _, p := range l.cfg.Caches.PodsOf(webhook.Revision{Namespace: rev.namespace, UID: rev.uid}) {
+		if webhook.HoldsSeat(p) {
+			live = append(live, p)
+			placedLive++
+		}
+	}
+	n := rev.replicas
+
+	// Detection: terms whose placed pods cannot get a node.
+	rec := l.cfg.Records.Get(rev.uid)
+	active := rec.Active(now)
+	for t := range active {
+		if t >= len(s.Terms) {
+			delete(active, t) // a record older than a strategy with fewer terms
+		}
+	}
+	struck := false
+	stranded := map[int][]*corev1.Pod{}
+	waiting := map[int][]*corev1.Pod{}
+	for _, p := range live {
+		t := termOf(p, s)
+		since, ok := unschedulableSince(p)
+		if t < 0 || !ok {
+			continue
+		}
+		if now.Sub(since) >= l.cfg.FallbackAfter {
+			stranded[t] = append(stranded[t], p)
+		} else {
+			waiting[t] = append(waiting[t], p)
+		}
+	}
+	terms := make([]int, 0, len(s.Terms))
+	for t := range s.Terms {
+		terms = append(terms, t)
+	}
+	for _, t := range terms {
+		if _, on := active[t]; on {
+			continue
+		}
+		var reason string
+		switch {
+		case len(stranded[t]) > 0:
+			reason = fmt.Sprintf("%d pods unschedulable for %s", len(stranded[t]), oldest(stranded[t], now))
+			if l.cfg.Signals != nil {
+				if word := l.cfg.Signals.Unlaunchable(ctx, s.Terms[t].LabelMap(), stranded[t]); word != "" {
+					reason += ", " + word
+				}
+			}
+		case len(waiting[t]) > 0 && l.cfg.Signals != nil:
+			word := l.cfg.Signals.Unlaunchable(ctx, s.Terms[t].LabelMap(), waiting[t])
+			if word == "" {
+				continue
+			}
+			reason = fmt.Sprintf("%d pods unschedulable for %s, %s", len(waiting[t]), oldest(waiting[t], now), word)
+		default:
+			continue
+		}
+		st, err := l.cfg.Records.Strike(ctx, rev.uid, w.Describe(), t, reason, l.cfg.Cooldown)
+		if err != nil {
+			log.WithError(err).Warn("cannot record an unavailable term")
+			continue
+		}
+		if active == nil {
+			active = map[int]TermState{}
+		}
+		active[t] = st
+		struck = true
+		l.cfg.Metrics.marks.WithLabelValues(s.Terms[t].LabelString()).Inc()
+		gone := func(x int) bool { _, ok := active[x]; return ok }
+		msg := fmt.Sprintf("term %d (%s) unavailable for %s: %s; %s", t+1, s.Terms[t].LabelString(),
+			st.Until.Sub(now).Round(time.Second), reason, fallbackSummary(s.Place(n, gone)))
+		l.event(w, corev1.EventTypeWarning, ReasonTermUnavailable, msg)
+		log.WithFields(logrus.Fields{"term": t + 1, "until": st.Until, "strikes": st.Strikes}).Warn(msg)
+	}
+	for t := range active {
+		l.cfg.Metrics.unavailable.WithLabelValues(s.Terms[t].LabelString()).Inc()
+	}
+	gone := func(x int) bool { _, ok := active[x]; return ok }
+	placement := s.Place(n, gone)
+	if placement.Stuck {
+		if !l.stuckSaid[rev.uid] {
+			l.stuckSaid[rev.uid] = true
+			msg := "no term with a weight or a base is available: pods stay where they are until one is back (" + unavailableList(s, active) + ")"
+			l.event(w, corev1.EventTypeWarning, ReasonNoFallback, msg)
+			log.Warn(msg)
+		}
+	} else {
+		delete(l.stuckSaid, rev.uid)
+	}
+
+	// Unplaced pods (admitted while the webhook was unreachable) carry no managed label,
+	// so they are not cached: list the revision's pods only when the replica count says
+	// some pods are not among the placed ones, twice in a row (a burst being admitted).
+	// While the count stays short with nothing unplaced found (pods that cannot be
+	// created, a quota), list at most every 10 s.
+	if placedLive < n {
+		l.suspect[rev.uid]++
+	} else {
+		delete(l.suspect, rev.uid)
+		delete(l.listed, rev.uid)
+	}
+	if last, ok := l.listed[rev.uid]; l.suspect[rev.uid] >= 2 && (!ok || now.Sub(last) >= 10*time.Second) {
+		unplaced, err := l.unplaced(ctx, rev)
+		if err != nil {
+			log.WithError(err).Warn("cannot list the revision's pods")
+		}
+		if len(unplaced) == 0 {
+			l.listed[rev.uid] = now
+		}
+		live = append(live, unplaced...)
+	}
+
+	// What should move.
+	var moves []move
+	bySeat := map[int]*corev1.Pod{}
+	for _, p := range live {
+		seat, ok := webhook.SeatOf(p)
+		if !ok {
+			// A pod whose own nodeSelector contradicts a term was left unplaced on
+			// purpose; its replacement would be too, so moving it would only churn.
+			if !selectorConflicts(s, p.Spec.NodeSelector) {
+				moves = append(moves, move{pod: p, reason: MoveUnplaced, why: "it was admitted without a seat (the webhook was unreachable)"})
+			}
+			continue
+		}
+		if p.Annotations[strategy.AnnotationFallbackFrom] != "" {
+			res.fallbackPods++
+		}
+		bySeat[seat] = p
+		if seat > n {
+			continue
+		}
+		want, have := placement.Terms[seat-1], termOf(p, s)
+		if have == want {
+			continue
+		}
+		m := move{pod: p, seat: seat, reason: MoveDrift}
+		from, _ := strconv.Atoi(p.Annotations[strategy.AnnotationFallbackFrom])
+		_, haveGone := active[have]
+		switch {
+		case haveGone:
+			m.reason = MoveStranded
+			m.why = fmt.Sprintf("term %d (%s) is unavailable; its seat %d goes to term %d (%s)", have+1, termLabels(s, have), seat, want+1, termLabels(s, want))
+		case from == want+1:
+			l.termBack(w, rev.uid, s, want, rec)
+			m.reason = MoveReturn
+			m.why = fmt.Sprintf("seat %d's own term %d (%s) is available again; moving it back from term %d", seat, want+1, termLabels(s, want), have+1)
+		default:
+			m.why = fmt.Sprintf("seat %d is on term %d (%s), the strategy places it on term %d (%s)", seat, have+1, termLabels(s, have), want+1, termLabels(s, want))
+		}
+		moves = append(moves, m)
+	}
+	if len(live) >= n {
+		var free []int
+		for seat := 1; seat <= n; seat++ {
+			if bySeat[seat] == nil {
+				free = append(free, seat)
+			}
+		}
+		var above []int
+		for seat := range bySeat {
+			if seat > n {
+				above = append(above, seat)
+			}
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(above)))
+		for i := 0; i < len(above) && i < len(free); i++ {
+			moves = append(moves, move{pod: bySeat[above[i]], seat: above[i], reason: MoveSeatAbove,
+				why: fmt.Sprintf("seat %d is above the replica count %d while seat %d is free", above[i], n, free[i])})
+		}
+	}
+	res.off = len(moves) > 0 || len(stranded) > 0
+	if struck {
+		// Give every replica's informer a pass to see the new record before the
+		// evicted pods' replacements are admitted, or they would strand again.
+		res.pending = len(moves)
+		return res
+	}
+	if len(moves) == 0 {
+		delete(l.blockedSaid, rev.uid)
+		return res
+	}
+	if optOut {
+		res.pending = len(moves)
+		l.blocked(w, rev.uid, fmt.Sprintf("%d pods off their placement; not moved: %s is %q", len(moves), AnnotationConverge, "false"))
+		return res
+	}
+	if placement.Stuck {
+		// Nowhere better to go: moving would only recreate them where they are.
+		kept := moves[:0]
+		for _, m := range moves {
+			if m.reason != MoveStranded {
+				kept = append(kept, m)
+			}
+		}
+		moves = kept
+	}
+	res.pending = l.evictWithinBudget(ctx, w, rev, live, moves, log)
+	return res
+}
+
+// evictWithinBudget evicts moves, pods not Ready first (they cost no budget), then the
+// highest seats first, while the revision's unavailable pods stay within the budget.
+// It returns how many moves are left for a later pass.
+func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev revision, live []*corev1.Pod, moves []move, log logrus.FieldLogger) int {
+	budget, err := Budget(l.cfg.MaxUnavailable, rev.replicas)
+	if err != nil {
+		return len(moves)
+	}
+	if rev.rolling {
+		budget = 0
+	}
+	ready := 0
+	for _, p := range live {
+		if isReady(p) && !l.wasEvicted(p) {
+			ready++
+		}
+	}
+	unavailable := max(0, rev.replicas-ready)
+	sort.SliceStable(moves, func(i, j int) bool {
+		ri, rj := isReady(moves[i].pod), isReady(moves[j].pod)
+		if ri != rj {
+			return !ri
+		}
+		return moves[i].seat > moves[j].seat
+	})
+	left := 0
+	var blockedBy string
+	for _, m := range moves {
+		if l.wasEvicted(m.pod) {
+			continue
+		}
+		cost := 0
+		if isReady(m.pod) {
+			cost = 1
+		}
+		if cost > 0 && unavailable+cost > budget {
+			left++
+			blockedBy = fmt.Sprintf("%d of %d pods unavailable, budget %d", unavailable, rev.replicas, budget)
+			if rev.rolling {
+				blockedBy = "a rollout is in progress"
+			}
+			continue
+		}
+		err := l.evict(ctx, m.pod)
+		switch {
+		case err == nil:
+			unavailable += cost
+			l.evicted[m.pod.UID] = time.Now()
+			l.cfg.Metrics.evictions.WithLabelValues(m.reason, "evicted").Inc()
+			msg := fmt.Sprintf("evicted pod %s (%s): %s", m.pod.Name, m.reason, m.why)
+			l.event(w, corev1.EventTypeNormal, ReasonConverge, msg)
+			log.WithFields(logrus.Fields{"pod": m.pod.Name, "reason": m.reason, "unavailable": unavailable, "budget": budget}).Info(msg)
+		case apierrors.IsTooManyRequests(err):
+			// A PodDisruptionBudget says not now.
+			left++
+			blockedBy = "a PodDisruptionBudget refuses the eviction: " + err.Error()
+			l.cfg.Metrics.evictions.WithLabelValues(m.reason, "refused").Inc()
+		case apierrors.IsNotFound(err):
+		default:
+			left++
+			log.WithError(err).WithField("pod", m.pod.Name).Warn("eviction failed")
+		}
+	}
+	if left > 0 && blockedBy != "" {
+		l.blocked(w, rev.uid, fmt.Sprintf("%d pods wait to move: %s", left, blockedBy))
+	} else {
+		delete(l.blockedSaid, rev.uid)
+	}
+	return left
+}
+
+// termBack says once per cool-down that a term is tried again.
+func (l *Loop) termBack(w *webhook.Workload, uid types.UID, s *strategy.Strategy, term int, rec *Record) {
+	key := string(uid) + "/" + strconv.Itoa(term)
+	if rec != nil {
+		if st, ok := rec.Terms[term]; ok {
+			key += "/" + st.Until.String()
+		}
+	}
+	if l.said[key] {
+		return
+	}
+	l.said[key] = true
+	msg := fmt.Sprintf("term %d (%s) is tried again after its cool-down: moving its seats back from the fallback, a few pods at a time", term+1, termLabels(s, term))
+	l.event(w, corev1.EventTypeNormal, ReasonTermBack, msg)
+	l.cfg.Log.WithField("workload", w.Describe()).Info(msg)
+}
+
+// blocked says once per distinct situation why moves wait.
+func (l *Loop) blocked(w *webhook.Workload, uid types.UID, msg string) {
+	key := msg
+	if i := strings.Index(msg, ":"); i > 0 {
+		key = msg[i:]
+	}
+	if l.blockedSaid[uid] == key {
+		return
+	}
+	l.blockedSaid[uid] = key
+	l.event(w, corev1.EventTypeNormal, ReasonConvergeBlocked, msg)
+	l.cfg.Log.WithField("workload", w.Describe()).Info(msg)
+}
+
+func (l *Loop) wasEvicted(p *corev1.Pod) bool {
+	_, ok := l.evicted[p.UID]
+	return ok
+}
+
+func (l *Loop) evict(ctx context.Context, p *corev1.Pod) error {
+	uid := p.UID
+	err := l.cfg.Client.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	})
+	if err != nil && !apierrors.IsTooManyRequests(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("evict pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return err
+}
+
+// unplaced lists the revision's live pods that carry no seat.
+func (l *Loop) unplaced(ctx context.Context, rev revision) ([]*corev1.Pod, error) {
+	var sel *metav1.LabelSelector
+	switch rev.kind {
+	case "ReplicaSet":
+		rs, err := l.cfg.Client.AppsV1().ReplicaSets(rev.namespace).Get(ctx, rev.name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("get ReplicaSet %s/%s: %w", rev.namespace, rev.name, err)
+		}
+		sel = rs.Spec.Selector
+	default:
+		s, err := l.cfg.Client.AppsV1().StatefulSets(rev.namespace).Get(ctx, rev.name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("get StatefulSet %s/%s: %w", rev.namespace, rev.name, err)
+		}
+		sel = s.Spec.Selector
+	}
+	selector, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return nil, fmt.Errorf("selector of %s %s/%s: %w", rev.kind, rev.namespace, rev.name, err)
+	}
+	list, err := l.cfg.Client.CoreV1().Pods(rev.namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list pods of %s %s/%s: %w", rev.kind, rev.namespace, rev.name, err)
+	}
+	var out []*corev1.Pod
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !metav1.IsControlledBy(p, &metav1.ObjectMeta{UID: rev.uid}) || !webhook.HoldsSeat(p) {
+			continue
+		}
+		if _, seated := webhook.SeatOf(p); !seated {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func (l *Loop) event(w *webhook.Workload, typ, reason, msg string) {
+	if l.cfg.Recorder == nil {
+		return
+	}
+	ref := w.Ref
+	l.cfg.Recorder.Event(&ref, typ, reason, msg)
+}
+
+// selectorConflicts reports whether sel sets a key of some term to another value.
+func selectorConflicts(s *strategy.Strategy, sel map[string]string) bool {
+	for _, t := range s.Terms {
+		for _, l := range t.Labels {
+			if v, ok := sel[l.Key]; ok && v != l.Value {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// termOf is the 0-based term of s a placed pod is on: the first term whose labels its
+// nodeSelector carries (what the scheduler acts on; it stays right when the strategy
+// changes), else its term annotation, else -1.
+func termOf(p *corev1.Pod, s *strategy.Strategy) int {
+	for i, t := range s.Terms {
+		match := true
+		for _, l := range t.Labels {
+			if v, ok := p.Spec.NodeSelector[l.Key]; !ok || v != l.Value {
+				match = false
+				break
+			}
+		}
+		if match {
+			return i
+		}
+	}
+	n, err := strconv.Atoi(p.Annotations[strategy.AnnotationTerm])
+	if err != nil || n < 1 || n > len(s.Terms) {
+		return -1
+	}
+	return n - 1
+}
+
+// unschedulableSince returns since when a Pending pod without a node has been found
+// unschedulable by the scheduler.
+func unschedulableSince(p *corev1.Pod) (time.Time, bool) {
+	if p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
+		return time.Time{}, false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			since := c.LastTransitionTime.Time
+			if since.IsZero() {
+				since = p.CreationTimestamp.Time
+			}
+			return since, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func isReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func oldest(pods []*corev1.Pod, now time.Time) time.Duration {
+	var d time.Duration
+	for _, p := range pods {
+		if since, ok := unschedulableSince(p); ok {
+			d = max(d, now.Sub(since))
+		}
+	}
+	return d.Round(time.Second)
+}
+
+func termLabels(s *strategy.Strategy, t int) string {
+	if t < 0 || t >= len(s.Terms) {
+		return "?"
+	}
+	return s.Terms[t].LabelString()
+}
+
+// fallbackSummary says where unavailable terms' seats go: "placing its seats on term 1".
+func fallbackSummary(p strategy.Placement) string {
+	if p.Stuck {
+		return "no other term with a weight or a base is available: pods stay where they are"
+	}
+	seen := map[int]bool{}
+	var to []string
+	for seat := 1; seat <= len(p.Terms); seat++ {
+		if t := p.Terms[seat-1]; p.Fallback(seat) && !seen[t] {
+			seen[t] = true
+			to = append(to, strconv.Itoa(t+1))
+		}
+	}
+	switch len(to) {
+	case 0:
+		return "its seats go to the available terms"
+	case 1:
+		return "placing its seats on term " + to[0]
+	}
+	return "placing its seats on terms " + strings.Join(to, ", ")
+}
+
+func unavailableList(s *strategy.Strategy, active map[int]TermState) string {
+	terms := make([]int, 0, len(active))
+	for t := range active {
+		terms = append(terms, t)
+	}
+	sort.Ints(terms)
+	parts := make([]string, len(terms))
+	for i, t := range terms {
+		parts[i] = fmt.Sprintf("term %d (%s) until %s: %s", t+1, termLabels(s, t), active[t].Until.UTC().Format(time.RFC3339), active[t].Reason)
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,341 @@
+package converge
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+)
+
+func TestBudget(t *testing.T) {
+	tests := []struct {
+		max      string
+		replicas int
+		want     int
+		wantErr  bool
+	}{
+		{"", 12, 1, false}, // default 10%: 1.2 rounds down to 1
+		{"", 5, 1, false},  // at least one pod, or nothing could ever move
+		{"", 30, 3, false},
+		{"10%", 100, 10, false},
+		{"25%", 10, 2, false},
+		{"2", 12, 2, false},
+		{"0", 12, 1, false},
+		{"x", 12, 0, true},
+		{"-1", 12, 0, true},
+	}
+	for _, tc := range tests {
+		got, err := Budget(intstr.Parse(tc.max), tc.replicas)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("Budget(%q, %d) = %d, %v; want %d, error %v", tc.max, tc.replicas, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestCooldownGrows(t *testing.T) {
+	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 8 * time.Minute}
+	for i, w := range want {
+		if got := cooldownFor(30*time.Second, i+1); got != w {
+			t.Errorf("cool-down after %d strikes = %s, want %s", i+1, got, w)
+		}
+	}
+}
+
+func TestKarpenterWord(t *testing.T) {
+	ev := func(component, msg string, at time.Time) corev1.Event {
+		return corev1.Event{Source: corev1.EventSource{Component: component}, Message: msg, LastTimestamp: metav1.NewTime(at)}
+	}
+	now := time.Now()
+	got := karpenterWord([]corev1.Event{
+		ev("default-scheduler", "0/3 nodes are available: exceed limits for nodepool", now),
+		ev("karpenter", "Failed to schedule pod, incompatible requirements, key karpenter.sh/capacity-type; all available instance types exceed limits for nodepool (NodePool=spot)", now),
+	})
+	if want := "Karpenter: all available instance types exceed limits for nodepool (NodePool=spot)"; got != want {
+		t.Errorf("karpenterWord = %q, want %q", got, want)
+	}
+	if got := karpenterWord([]corev1.Event{ev("karpenter", "Pod should schedule on: nodeclaim/x", now)}); got != "" {
+		t.Errorf("a Nominated message is no unlaunchable word: %q", got)
+	}
+	// As Karpenter v1.14 says it for a label no NodePool can set.
+	got = karpenterWord([]corev1.Event{ev("karpenter", `Failed to schedule pod, incompatible requirements, label "nodesize" does not have known values; incompatible requirements, key nodesize, nodesize In [typo] not in nodesize In [spot8vcpu32gb]; `, now)})
+	if want := `Karpenter: no NodePool is compatible (incompatible requirements, label "nodesize" does not have known values)`; got != want {
+		t.Errorf("karpenterWord = %q, want %q", got, want)
+	}
+	// The latest word counts: a pool that could not launch before may have room now.
+	got = karpenterWord([]corev1.Event{
+		ev("karpenter", "Failed to schedule pod, all available instance types exceed limits for nodepool (NodePool=spot)", now.Add(-time.Minute)),
+		ev("karpenter", "Failed to schedule pod, incompatible requirements, key a; something else entirely", now),
+	})
+	if got != "" {
+		t.Errorf("karpenterWord = %q, want nothing from the latest event", got)
+	}
+}
+
+const (
+	ns     = "shop"
+	rsUID  = types.UID("rs-1")
+	depUID = types.UID("dep-1")
+	strat  = "karpenter.sh/capacity-type=on-demand,base=1:karpenter.sh/capacity-type=spot,weight=3"
+)
+
+// world is a fake API server with a Deployment of replicas pods of strat, whose pods
+// the test makes, and a loop over it; evictions are recorded (or refused with 429).
+type world struct {
+	client  *fake.Clientset
+	loop    *Loop
+	records *Records
+	mu      sync.Mutex
+	evicted []string
+	refuse  bool
+}
+
+func newWorld(t *testing.T, replicas int, pods []*corev1.Pod) *world {
+	t.Helper()
+	ann := map[string]string{strategy.AnnotationStrategy: strat}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, UID: depUID, Annotations: map[string]string{revisionAnnotation: "1"}}}
+	dep.Spec.Template.Annotations = ann
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{
+		Name: "web-1", Namespace: ns, UID: rsUID, Annotations: map[string]string{revisionAnnotation: "1"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: depUID, Controller: ptr(true)}},
+	}}
+	rs.Spec.Replicas = ptr(int32(replicas))
+	rs.Spec.Template.Annotations = ann
+	rs.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	objs := []runtime.Object{dep, rs}
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	w := &world{client: fake.NewClientset(objs...)}
+	w.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.refuse {
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+		}
+		name := a.(k8stesting.CreateAction).GetObject().(interface{ GetName() string }).GetName()
+		w.evicted = append(w.evicted, name)
+		return true, nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	caches, err := webhook.NewCaches(w.client, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caches.Start(ctx)
+	if err := caches.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.records = NewRecords(w.client, "cksw")
+	w.records.Start(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), w.records.HasSynced) {
+		t.Fatal("records did not sync")
+	}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	w.loop, err = NewLoop(Config{
+		Client: w.client, Caches: caches, Records: w.records, Metrics: m, Log: log,
+		FallbackAfter: 20 * time.Second, Cooldown: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (w *world) evictions() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.evicted...)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// pod makes a placed pod of seat on term (1-based) with capacity type ct.
+func pod(seat, term int, ct string, ready bool, unschedulableFor time.Duration) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: fmt.Sprintf("web-%d", seat), Namespace: ns, UID: types.UID(fmt.Sprintf("pod-%d", seat)),
+		Labels:          map[string]string{"app": "web", strategy.LabelManaged: "true"},
+		Annotations:     map[string]string{strategy.AnnotationSeat: strconv.Itoa(seat), strategy.AnnotationTerm: strconv.Itoa(term)},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: rsUID, Controller: ptr(true)}},
+	}}
+	p.Spec.NodeSelector = map[string]string{"karpenter.sh/capacity-type": ct}
+	switch {
+	case ready:
+		p.Spec.NodeName = "node"
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	default:
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			LastTransitionTime: metav1.NewTime(time.Now().Add(-unschedulableFor))}}
+	}
+	return p
+}
+
+// Pods Pending and unschedulable past FALLBACK_AFTER mark their term unavailable (a
+// record in the API server); the next pass evicts them, at no budget cost since they
+// are unavailable anyway. Younger ones mark nothing.
+func TestStrandedTermDetectedAndEvicted(t *testing.T) {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= 5; seat++ {
+		pods = append(pods, pod(seat, 2, "spot", false, 30*time.Second))
+	}
+	w := newWorld(t, 5, pods)
+	ctx := context.Background()
+	w.loop.Pass(ctx)
+	lease, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no unavailability record: %v", err)
+	}
+	rec, err := DecodeRecord(lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := rec.Terms[1]
+	if !ok || st.Strikes != 1 || time.Until(st.Until) < 50*time.Second || rec.Workload != "Deployment shop/web" {
+		t.Fatalf("record %+v, want term 2 unavailable for the cool-down, one strike", rec)
+	}
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v in the pass that marked the term; replicas must see the record first", got)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return w.records.Get(rsUID) != nil, nil
+	}); err != nil {
+		t.Fatal("the record never reached the informer")
+	}
+	if got := w.records.Unavailable(rsUID); len(got) != 1 || got[1] == "" {
+		t.Fatalf("Unavailable = %v, want term index 1", got)
+	}
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 4 {
+		t.Fatalf("evicted %v, want the 4 stranded pods", got)
+	}
+}
+
+func TestYoungPendingPodsMarkNothing(t *testing.T) {
+	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), pod(2, 2, "spot", false, 5*time.Second)})
+	w.loop.Pass(context.Background())
+	if _, err := w.client.CoordinationV1().Leases("cksw").Get(context.Background(), RecordName(rsUID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a pod unschedulable for 5s (FALLBACK_AFTER 20s) marked its term: %v", err)
+	}
+}
+
+// Once the cool-down is over, fallback pods move back one at a time: with 12 replicas
+// the budget is 1 pod, and a pod that is moving counts against it.
+func TestReturnWithinBudget(t *testing.T) {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= 12; seat++ {
+		p := pod(seat, 1, "on-demand", true, 0)
+		p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+		pods = append(pods, p)
+	}
+	w := newWorld(t, 12, pods)
+	ctx := context.Background()
+	w.loop.Pass(ctx)
+	got := w.evictions()
+	if len(got) != 1 || got[0] != "web-12" {
+		t.Fatalf("evicted %v, want only the highest seat (budget 1)", got)
+	}
+	// The evicted pod has not gone from the cache yet: it still counts as unavailable.
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 1 {
+		t.Fatalf("evicted %v while one pod was moving, budget 1", got)
+	}
+}
+
+// A PodDisruptionBudget's 429 leaves the pod for a later pass.
+func TestEvictionRefusedByPDB(t *testing.T) {
+	p := pod(2, 1, "on-demand", true, 0)
+	p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), p})
+	w.refuse = true
+	ctx := context.Background()
+	rev := w.loop.revisions()
+	if len(rev) != 1 {
+		t.Fatalf("revisions %v", rev)
+	}
+	res := w.loop.converge(ctx, rev[0], time.Now())
+	if res.pending != 1 || len(w.evictions()) != 0 {
+		t.Fatalf("pending %d, evicted %v; want the refused move pending", res.pending, w.evictions())
+	}
+}
+
+// The opt-out annotation keeps every pod where it is.
+func TestOptOut(t *testing.T) {
+	p := pod(2, 1, "on-demand", true, 0)
+	p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), p})
+	ctx := context.Background()
+	d, _ := w.client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	d.Annotations[AnnotationConverge] = "false"
+	if _, err := w.client.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		d, err := w.loop.cfg.Caches.Resolver.Deployments.Deployments(ns).Get("web")
+		return err == nil && d.Annotations[AnnotationConverge] == "false", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v from an opted-out workload", got)
+	}
+}
+
+// A seat above the replica count while a lower seat is free moves (its replacement
+// takes the free seat).
+func TestSeatAboveReplicaCount(t *testing.T) {
+	w := newWorld(t, 3, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), pod(2, 2, "spot", true, 0), pod(4, 2, "spot", true, 0)})
+	w.loop.Pass(context.Background())
+	if got := w.evictions(); len(got) != 1 || got[0] != "web-4" {
+		t.Fatalf("evicted %v, want web-4 (seat 4 of 3 while seat 3 is free)", got)
+	}
+}
+
+// Pods admitted without a seat (the webhook was down) are found by the replica count
+// and moved, once the shortfall has been seen on two passes.
+func TestUnplacedPodsMove(t *testing.T) {
+	unplaced := pod(9, 1, "", true, 0)
+	unplaced.Name, unplaced.UID = "web-unplaced", "pod-unplaced"
+	delete(unplaced.Labels, strategy.LabelManaged)
+	unplaced.Annotations, unplaced.Spec.NodeSelector = nil, nil
+	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), unplaced})
+	ctx := context.Background()
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v on the first pass that saw the shortfall", got)
+	}
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 1 || got[0] != "web-unplaced" {
+		t.Fatalf("evicted %v, want the unplaced pod", got)
+	}
+}

@@ -1,0 +1,56 @@
+package converge
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the loop's Prometheus metrics, registered on the webhook's registry.
+// Only the elected replica updates them; the others report zero.
+type Metrics struct {
+	unavailable *prometheus.GaugeVec
+	marks       *prometheus.CounterVec
+	fallback    prometheus.Gauge
+	evictions   *prometheus.CounterVec
+	pending     prometheus.Gauge
+	lag         prometheus.Gauge
+	leader      prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	const ns = "custom_kube_scheduler_webhook"
+	m := &Metrics{
+		unavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "terms_unavailable",
+			Help: "Terms of workload revisions unavailable now (their seats go to the fallback), by the term's node labels.",
+		}, []string{"term"}),
+		marks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "terms_marked_unavailable_total",
+			Help: "Times a term of a workload revision was found stranded and marked unavailable, by the term's node labels.",
+		}, []string{"term"}),
+		fallback: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "fallback_pods",
+			Help: "Live pods placed on a fallback term because their seat's own term is or was unavailable.",
+		}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "converge_evictions_total",
+			Help: "Pods evicted by the convergence loop, by reason (stranded, return, drift, unplaced, seat-above-replicas) and result (evicted, refused).",
+		}, []string{"reason", "result"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "converge_pending_repairs",
+			Help: "Pods the loop still has to move (waiting for the eviction budget or a PodDisruptionBudget).",
+		}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "convergence_lag_seconds",
+			Help: "How long the workload revision that has been off its target the longest has been so (0 when every one is exact).",
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "converge_leader",
+			Help: "1 while this replica runs the convergence loop (holds the leader Lease).",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.fallback, m.evictions, m.pending, m.lag, m.leader} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,530 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// Settings of the convergence loop in these tests: short, so a run takes minutes.
+const (
+	fallbackAfter    = 20 * time.Second
+	fallbackCooldown = 60 * time.Second
+	annFallbackFrom  = "custom-kube-scheduler-webhook.io/fallback-from"
+	// The issue's scenario: one on-demand pod, the rest spot.
+	fallbackStrategy = "karpenter.sh/capacity-type=on-demand,base=1:karpenter.sh/capacity-type=spot,weight=3"
+)
+
+// spotPools are the sample NodePools that can launch spot capacity.
+var spotPools = []string{"spot", "spot-4vcpu-16gb", "spot-8vcpu-32gb"}
+
+// startConverger starts one more `serve` process that runs the convergence loop (the
+// shared webhook runs with CONVERGE=off), listening on the shared port + delta.
+func startConverger(ctx context.Context, t *testing.T, name string, delta int, extraEnv ...string) *webhookProcess {
+	t.Helper()
+	p := env.webhook.replica(env.webhook.port+delta, filepath.Join(env.dir, "logs", "webhook-e2e-"+name+".log"))
+	p.env = append(p.env, "CONVERGE=on", "FALLBACK_AFTER="+fallbackAfter.String(), "FALLBACK_COOLDOWN="+fallbackCooldown.String())
+	p.env = append(p.env, extraEnv...)
+	if err := p.start(ctx); err != nil {
+		t.Fatalf("starting converger %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := p.stop(); err != nil {
+			t.Errorf("stopping converger %s: %v", name, err)
+		}
+	})
+	return p
+}
+
+// blockSpot keeps Karpenter from launching spot capacity (limits cpu 0 on every spot
+// NodePool) and cordons the spot nodes left by earlier tests; the returned func
+// lifts both.
+func blockSpot(ctx context.Context, t *testing.T) (unblock func()) {
+	t.Helper()
+	patch := func(limits string) {
+		for _, np := range spotPools {
+			if _, stderr, err := kubectl(ctx, "", "patch", "nodepool", np, "--type", "merge", "-p", `{"spec":{"limits":`+limits+`}}`); err != nil {
+				t.Errorf("patching NodePool %s limits %s: %v\n%s", np, limits, err, stderr)
+			}
+		}
+	}
+	cordon := func(on bool) {
+		list, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/capacity-type=spot"})
+		if err != nil {
+			t.Errorf("listing spot nodes: %v", err)
+			return
+		}
+		for _, n := range list.Items {
+			body := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
+			if _, err := env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+				t.Errorf("cordon %v node %s: %v", on, n.Name, err)
+			}
+		}
+	}
+	patch(`{"cpu":"0"}`)
+	cordon(true)
+	var once sync.Once
+	unblock = func() {
+		once.Do(func() {
+			patch("null")
+			cordon(false)
+		})
+	}
+	t.Cleanup(unblock)
+	return unblock
+}
+
+// exactNow reports whether the Deployment's current pods are exactly the target of
+// strat for replicas pods (all Running, seats 1..n once, each on its seat's term by
+// nodeSelector) and, when not, what differs.
+func exactNow(ctx context.Context, ns, name, strat string, replicas int) (bool, string) {
+	s, err := strategy.Parse(strat)
+	if err != nil {
+		return false, err.Error()
+	}
+	list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		return false, err.Error()
+	}
+	got := make([]int, len(s.Terms))
+	var seats []int
+	var problems []string
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil {
+			problems = append(problems, "terminating "+p.Name)
+			continue
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			problems = append(problems, fmt.Sprintf("%s %s", p.Name, p.Status.Phase))
+		}
+		term := termOfSelector(s, p.Spec.NodeSelector)
+		seat, err := strconv.Atoi(p.Annotations[annSeat])
+		if err != nil || term < 0 {
+			problems = append(problems, "unplaced "+p.Name)
+			continue
+		}
+		got[term]++
+		seats = append(seats, seat)
+		if s.TermOfSeat(seat) != term {
+			problems = append(problems, fmt.Sprintf("%s seat %d on term %d", p.Name, seat, term+1))
+		}
+	}
+	if dup, missing := seatProblems(seats, replicas); len(dup) > 0 || len(missing) > 0 || len(seats) != replicas {
+		problems = append(problems, fmt.Sprintf("seats: twice %s, free %s, %d held", compactInts(dup), compactInts(missing), len(seats)))
+	}
+	if want := s.Target(replicas); !slices.Equal(got, want) {
+		problems = append(problems, fmt.Sprintf("per term %v, target %v", got, want))
+	}
+	return len(problems) == 0, strings.Join(problems, "; ")
+}
+
+// waitExact polls exactNow until it holds or timeout passes; it returns how long it took.
+func waitExact(ctx context.Context, t *testing.T, ns, name, strat string, replicas int, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, why := exactNow(ctx, ns, name, strat, replicas)
+		last = why
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("%s/%s not exact for %q within %s: %s", ns, name, strat, timeout, last)
+	}
+	return time.Since(start)
+}
+
+// budgetWatcher polls the Deployment's pods and records the most that were
+// unavailable (not Running and Ready, or missing) at once.
+type budgetWatcher struct {
+	mu     sync.Mutex
+	max    int
+	at     string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func watchBudget(ctx context.Context, ns, name string, replicas int) *budgetWatcher {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &budgetWatcher{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for ctx.Err() == nil {
+			list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+			if err == nil {
+				ready := 0
+				var notReady []string
+				for _, p := range list.Items {
+					if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) {
+						ready++
+					} else {
+						notReady = append(notReady, p.Name+"("+string(p.Status.Phase)+")")
+					}
+				}
+				w.mu.Lock()
+				if u := replicas - ready; u > w.max {
+					w.max, w.at = u, fmt.Sprintf("%s: %d ready; not ready: %s", time.Now().Format(time.RFC3339), ready, strings.Join(notReady, " "))
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *budgetWatcher) stop() (int, string) {
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.max, w.at
+}
+
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// metricsOf fetches a webhook process's /metrics.
+func metricsOf(t *testing.T, p *webhookProcess) string {
+	t.Helper()
+	pem, err := os.ReadFile(p.ca)
+	if err != nil {
+		t.Fatalf("reading CA: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", p.port))
+	if err != nil {
+		t.Fatalf("fetching metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading metrics: %v", err)
+	}
+	return string(b)
+}
+
+// metricValue returns the first sample of name (with any labels) in a metrics page.
+func metricValue(page, name string) float64 {
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// eventsWith lists the messages of the Deployment's Events of reason.
+func eventsWith(ctx context.Context, t *testing.T, ns, name, reason string) []string {
+	t.Helper()
+	list, err := env.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Deployment,involvedObject.name=" + name + ",reason=" + reason})
+	if err != nil {
+		t.Fatalf("listing events: %v", err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+// spreadJSON runs `spread -o json` for one Deployment.
+func spreadJSON(ctx context.Context, t *testing.T, ns, name string) map[string]any {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, env.webhook.bin, "spread", "--kubeconfig", filepath.Join(env.dir, "kubeconfig"), "-n", ns, "deployment/"+name, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("spread: %v", err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("spread JSON: %v\n%s", err, out)
+	}
+	wl := doc["workloads"].([]any)
+	if len(wl) != 1 {
+		t.Fatalf("spread: %d workloads, want 1: %s", len(wl), out)
+	}
+	return wl[0].(map[string]any)
+}
+
+// leaderPID reads the pid part of the leader Lease's holder ("host_pid").
+func leaderPID(ctx context.Context) int {
+	l, err := env.client.CoordinationV1().Leases(webhookNamespace).Get(ctx, "custom-kube-scheduler-webhook-converge", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return 0
+	}
+	id := *l.Spec.HolderIdentity
+	pid, _ := strconv.Atoi(id[strings.LastIndex(id, "_")+1:])
+	return pid
+}
+
+// Stranded -> fallback -> return, with two loop processes, the leader SIGKILLed in
+// the middle of the return (SPEC 7a; issue 8's first, second and last "Done when").
+func TestStrandedFallbackAndReturn(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(ctx, t, "e2e-fallback")
+	first := startConverger(ctx, t, "converge-1", 10)
+	second := startConverger(ctx, t, "converge-2", 11)
+	waitServed(ctx, t, ns, fallbackStrategy)
+
+	// Capacity loss: spot cannot launch, before the scale-up.
+	unblock := blockSpot(ctx, t)
+	const replicas = 12
+	lost := time.Now()
+	createDeployment(ctx, t, deployment(ns, "stranded", fallbackStrategy, replicas, true))
+	deadline := fallbackAfter + 60*time.Second
+	var state string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, deadline, true, func(ctx context.Context) (bool, error) {
+		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=stranded"})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		state = fmt.Sprintf("%d of %d pods Running", running, len(list.Items))
+		return running == replicas && len(list.Items) == replicas, nil
+	})
+	allRunning := time.Since(lost)
+	if err != nil {
+		t.Fatalf("not all %d pods Running within FALLBACK_AFTER + 60s (%s): %s", replicas, deadline, state)
+	}
+	t.Logf("MEASURED capacity loss -> all %d pods Running: %s", replicas, allRunning.Round(time.Second))
+
+	pods := settled(ctx, t, ns, "stranded", replicas)
+	fallback := 0
+	for _, p := range pods {
+		if p.Annotations[annFallbackFrom] == "2" {
+			fallback++
+			if p.Spec.NodeSelector["karpenter.sh/capacity-type"] != "on-demand" || p.Annotations[annTerm] != "1" {
+				t.Errorf("fallback pod %s: nodeSelector %v, term %s; want on-demand, term 1", p.Name, p.Spec.NodeSelector, p.Annotations[annTerm])
+			}
+		}
+	}
+	if fallback != replicas-1 {
+		t.Errorf("%d pods carry %s=2, want %d (every spot seat)", fallback, annFallbackFrom, replicas-1)
+	}
+	msgs := eventsWith(ctx, t, ns, "stranded", "TermUnavailable")
+	if len(msgs) == 0 {
+		t.Errorf("no TermUnavailable Event on the Deployment")
+	}
+	t.Logf("TermUnavailable events: %q", msgs)
+	var marked float64
+	for _, p := range []*webhookProcess{first, second} {
+		marked += metricValue(metricsOf(t, p), "custom_kube_scheduler_webhook_terms_marked_unavailable_total")
+	}
+	if marked < 1 {
+		t.Errorf("custom_kube_scheduler_webhook_terms_marked_unavailable_total is %v on both loop processes, want >= 1", marked)
+	}
+	wl := spreadJSON(ctx, t, ns, "stranded")
+	terms := wl["terms"].([]any)
+	spot := terms[1].(map[string]any)
+	if until, _ := spot["unavailableUntil"].(string); until == "" {
+		t.Errorf("spread shows no unavailable spot term: %v", spot)
+	}
+	if spot["fallbackPods"] != float64(replicas-1) {
+		t.Errorf("spread: the spot term shows %v of its pods on fallback, want %d: %v", spot["fallbackPods"], replicas-1, spot)
+	}
+	if wl["exact"] != true {
+		t.Errorf("spread: verdict not exact while the fallback placement holds: %v", wl)
+	}
+
+	// Return: the limit is lifted; a PodDisruptionBudget of maxUnavailable 1 holds.
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "stranded", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr(intstr.FromInt32(1)),
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "stranded"}},
+		},
+	}
+	if _, err := env.client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating PDB: %v", err)
+	}
+	watcher := watchBudget(ctx, ns, "stranded", replicas)
+	unblock()
+	back := time.Now()
+
+	// Kill the leader once the return is under way.
+	leader, other := first, second
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, fallbackCooldown+60*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, m := range eventsWith(ctx, t, ns, "stranded", "Converge") {
+			if strings.Contains(m, "(return)") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the return never started: %v", err)
+	}
+	if pid := leaderPID(ctx); pid == second.cmd.Process.Pid {
+		leader, other = second, first
+	}
+	killedAt := time.Since(back)
+	if err := leader.kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("leader (port %d) SIGKILLed %s after the limit was lifted, mid-return", leader.port, killedAt.Round(time.Second))
+
+	waitExact(ctx, t, ns, "stranded", fallbackStrategy, replicas, fallbackCooldown+60*time.Second-time.Since(back)+time.Second)
+	took := time.Since(back)
+	maxUnavailable, at := watcher.stop()
+	t.Logf("MEASURED capacity back -> exact: %s (cool-down %s); most pods unavailable at once during the return: %d", took.Round(time.Second), fallbackCooldown, maxUnavailable)
+	if maxUnavailable > 1 {
+		t.Errorf("%d pods were unavailable at once during the return, the budget (and the PDB) allow 1: %s", maxUnavailable, at)
+	}
+	if metricValue(metricsOf(t, other), "custom_kube_scheduler_webhook_converge_leader") != 1 {
+		t.Errorf("the surviving process does not report itself the leader")
+	}
+	assertExactSpread(ctx, t, fallbackStrategy, settled(ctx, t, ns, "stranded", replicas))
+}
+
+// The webhook is down while a Deployment scales up (failurePolicy Ignore admits the
+// pods unplaced); once it is back, the loop replaces them with placed pods.
+func TestWebhookDownConverges(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(ctx, t, "e2e-down")
+	startConverger(ctx, t, "converge-down", 10)
+	createDeployment(ctx, t, deployment(ns, "down", capacityStrategy, 4, true))
+	settled(ctx, t, ns, "down", 4)
+
+	if err := env.webhook.stop(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			if err := env.webhook.start(context.Background()); err != nil {
+				t.Errorf("restarting the webhook: %v", err)
+			}
+		}
+	})
+	scaleDeployment(ctx, t, ns, "down", 10)
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=down"})
+		return err == nil && len(list.Items) == 10, nil
+	})
+	if err != nil {
+		t.Fatalf("the ReplicaSet did not create 10 pods: %v", err)
+	}
+	list, _ := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=down"})
+	unplaced := 0
+	for _, p := range list.Items {
+		if _, ok := p.Annotations[annSeat]; !ok {
+			unplaced++
+		}
+	}
+	if unplaced != 6 {
+		t.Fatalf("%d pods unplaced while the webhook was down, want 6", unplaced)
+	}
+	if err := env.webhook.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	took := waitExact(ctx, t, ns, "down", capacityStrategy, 10, 4*time.Minute)
+	t.Logf("MEASURED webhook back -> exact: %s", took.Round(time.Second))
+	assertExactSpread(ctx, t, capacityStrategy, settled(ctx, t, ns, "down", 10))
+}
+
+// The strategy annotation of a Deployment changes without a template change (no new
+// ReplicaSet): the loop moves pods until the new target holds.
+func TestAnnotationChangeConverges(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(ctx, t, "e2e-annotation")
+	startConverger(ctx, t, "converge-annotation", 10)
+	const replicas = 8
+	createDeployment(ctx, t, deployment(ns, "reannotated", capacityStrategy, replicas, false))
+	assertExactSpread(ctx, t, capacityStrategy, settled(ctx, t, ns, "reannotated", replicas))
+
+	const next = "karpenter.sh/capacity-type=on-demand,base=1,weight=1:karpenter.sh/capacity-type=spot,weight=1"
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annStrategy: next}}})
+	if _, err := env.client.AppsV1().Deployments(ns).Patch(ctx, "reannotated", types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("changing the annotation: %v", err)
+	}
+	took := waitExact(ctx, t, ns, "reannotated", next, replicas, 4*time.Minute)
+	t.Logf("MEASURED annotation changed -> exact: %s", took.Round(time.Second))
+	d, err := env.client.AppsV1().Deployments(ns).Get(ctx, "reannotated", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Annotations["deployment.kubernetes.io/revision"] != "1" {
+		t.Errorf("a new revision was rolled out (%s); the test wants the annotation change alone", d.Annotations["deployment.kubernetes.io/revision"])
+	}
+	assertExactSpread(ctx, t, next, settled(ctx, t, ns, "reannotated", replicas))
+}
+
+// A term no NodePool can serve (a label typo) is marked unavailable on Karpenter's word,
+// long before FALLBACK_AFTER (here 10 minutes): its seats go to the other term.
+func TestKarpenterSaysNoNodePoolFits(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(ctx, t, "e2e-nopool")
+	startConverger(ctx, t, "converge-nopool", 10, "FALLBACK_AFTER=10m")
+	const strat = "nodesize=no-such-size,weight=1:karpenter.sh/capacity-type=on-demand,weight=1"
+	start := time.Now()
+	createDeployment(ctx, t, deployment(ns, "nopool", strat, 4, true))
+	var state string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=nopool"})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		state = fmt.Sprintf("%d of %d Running", running, len(list.Items))
+		return running == 4 && len(list.Items) == 4, nil
+	})
+	if err != nil {
+		t.Fatalf("pods of the unservable term never moved: %s", state)
+	}
+	t.Logf("MEASURED unservable term -> all Running on the fallback: %s", time.Since(start).Round(time.Second))
+	msgs := eventsWith(ctx, t, ns, "nopool", "TermUnavailable")
+	if len(msgs) == 0 || !strings.Contains(msgs[0], "no NodePool is compatible") {
+		t.Errorf("TermUnavailable events %q, want Karpenter's word that no NodePool is compatible", msgs)
+	}
+}
