@@ -171,17 +171,31 @@ func TestSeatSequenceProperties(t *testing.T) {
 	}
 }
 
+// benchStrategies are a small strategy and the largest the grammar allows (20 terms).
+var benchStrategies = map[string]string{
+	"3terms":  "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3:nodesize=x,weight=7",
+	"20terms": twentyTerms,
+}
+
+// twentyTerms has the most terms Parse accepts, with distinct weights and a few bases.
+const twentyTerms = "p=a,base=3,weight=1000:p=b,weight=999:p=c,weight=7:p=d,base=1,weight=1:p=e,weight=13:" +
+	"p=f,weight=500:p=g,weight=2:p=h,weight=3:p=i,weight=5:p=j,weight=11:" +
+	"p=k,weight=17:p=l,weight=19:p=m,weight=23:p=n,weight=29:p=o,weight=31:" +
+	"p=p,weight=37:p=q,weight=41:p=r,weight=43:p=s,weight=47:p=t,weight=53"
+
 func BenchmarkTermOfSeat(b *testing.B) {
-	s, err := Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3:nodesize=x,weight=7")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, seat := range []int{10, 200, 5000} {
-		b.Run("seat-"+strconv.Itoa(seat), func(b *testing.B) {
-			for b.Loop() {
-				s.TermOfSeat(seat)
-			}
-		})
+	for _, name := range []string{"3terms", "20terms"} {
+		s, err := Parse(benchStrategies[name])
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, seat := range []int{10, 200, 5000, 100000, 10000000, MaxSeat} {
+			b.Run(name+"/seat-"+strconv.Itoa(seat), func(b *testing.B) {
+				for b.Loop() {
+					s.TermOfSeat(seat)
+				}
+			})
+		}
 	}
 }
 

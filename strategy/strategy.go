@@ -9,6 +9,7 @@ package strategy
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -20,6 +21,10 @@ const (
 	// MaxLength bounds the annotation value so that a pathological string is refused
 	// before any work is done on it.
 	MaxLength = 8192
+	// MaxSeat is the highest seat the sequence is defined for. A StatefulSet's ordinals
+	// are int32, so no real pod needs more; callers refuse a seat above it (a forged
+	// pod-index label) instead of placing it, and seat arithmetic cannot overflow.
+	MaxSeat = math.MaxInt32
 )
 
 // Reserved part keys inside a term.
