@@ -48,9 +48,16 @@ type Term struct {
 }
 
 // Strategy is a parsed, validated CustomPodScheduleStrategy. Its zero value has no terms;
-// use Parse to build one.
+// use Parse to build one. A Strategy from Parse is safe for concurrent use and must not
+// be modified: it caches the terms of its first seats.
 type Strategy struct {
 	Terms []Term
+	// Warnings lists what makes the strategy valid but doubtful, e.g. a term whose
+	// labels contain another term's (a pod of the larger matches both). Shown to users
+	// wherever the strategy is read: admission, apply-time validation, plan.
+	Warnings []string
+
+	prefix *prefixCache // nil on a hand-built Strategy: every seat is computed
 }
 
 // LabelMap returns the term's labels as a map, the shape of a pod's nodeSelector.
