@@ -35,27 +35,29 @@ var serveSettings = []setting{
 	{"service-name", "SERVICE_NAME", "custom-kube-scheduler-webhook", "with cert-mode self: the Service the serving certificate is issued for"},
 	{"mutating-webhook-configuration", "MUTATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: MutatingWebhookConfiguration whose caBundle is kept current"},
 	{"validating-webhook-configuration", "VALIDATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: ValidatingWebhookConfiguration whose caBundle is kept current"},
+	{"admission-deadline", "ADMISSION_DEADLINE", "4s", "time a pod admission may take; past it the pod is admitted unplaced with a warning (keep it below the webhook's timeoutSeconds, 5 in the chart)"},
 }
 
 // serveConfig is the validated configuration of `serve`.
 type serveConfig struct {
-	LogLevel         logrus.Level
-	Blocklist        map[string]bool
-	ListenAddress    string
-	TLSCertFile      string
-	TLSKeyFile       string
-	Kubeconfig       string
-	Namespace        string
-	ReservationTTL   time.Duration
-	LeaseLedger      bool
-	WarnOnly         bool
-	EKSClusterName   string
-	NodeGroupRefresh time.Duration
-	SelfCert         bool
-	CertSecretName   string
-	ServiceName      string
-	MutatingConfig   string
-	ValidatingConfig string
+	LogLevel          logrus.Level
+	Blocklist         map[string]bool
+	ListenAddress     string
+	TLSCertFile       string
+	TLSKeyFile        string
+	Kubeconfig        string
+	Namespace         string
+	ReservationTTL    time.Duration
+	LeaseLedger       bool
+	WarnOnly          bool
+	EKSClusterName    string
+	NodeGroupRefresh  time.Duration
+	SelfCert          bool
+	CertSecretName    string
+	ServiceName       string
+	MutatingConfig    string
+	ValidatingConfig  string
+	AdmissionDeadline time.Duration
 }
 
 func addSettingFlags(flags *pflag.FlagSet, settings []setting) {
@@ -101,6 +103,9 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		return nil, err
 	}
 	if c.NodeGroupRefresh, err = positiveDuration(v, "nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL"); err != nil {
+		return nil, err
+	}
+	if c.AdmissionDeadline, err = positiveDuration(v, "admission-deadline", "ADMISSION_DEADLINE"); err != nil {
 		return nil, err
 	}
 	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("ledger"))); mode {

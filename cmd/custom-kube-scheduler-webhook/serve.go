@@ -158,6 +158,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Metrics:    metrics,
 		Namespaces: webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		Synced:     synced,
+		Deadline:   cfg.AdmissionDeadline,
 		Log:        entry,
 	}
 	validator := &webhook.WorkloadValidator{Capacity: capacity, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
