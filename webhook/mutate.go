@@ -129,7 +129,7 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 		select {
 		case <-m.Synced:
 		case <-ctx.Done():
-			return OutcomeError, allow("pod not placed: the webhook's caches have not synced yet")
+			return OutcomeDeadline, allow("pod not placed: the webhook's caches have not synced yet")
 		}
 	}
 	w, err := m.Resolver.Resolve(ctx, req.Namespace, owner)
