@@ -28,9 +28,12 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./...
 
-## test-unit: unit tests (the nested scripts/localcluster/kbin module is not part of ./...)
+## test-unit: unit tests (the nested scripts/localcluster/kbin module is not part of ./...),
+## then a bounded run of the admission fuzz test (FUZZTIME; its seed corpus runs in ./...)
+FUZZTIME ?= 20s
 test-unit:
 	$(GO) test ./...
+	$(GO) test ./webhook -run XXX -fuzz FuzzAdmit -fuzztime $(FUZZTIME)
 
 ## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down
 test-e2e: build

@@ -51,7 +51,46 @@ func Parse(raw string) (*Strategy, error) {
 	if s.totalWeight() == 0 {
 		return nil, &ParseError{Reason: "every term has weight 0, so pods past the bases would have nowhere to go; give at least one term a weight"}
 	}
+	if err := s.checkOverlaps(texts); err != nil {
+		return nil, err
+	}
+	s.prefix = &prefixCache{}
 	return s, nil
+}
+
+// checkOverlaps refuses two terms with the same labels (in any order): nothing could
+// tell which of them a pod counts for. A term whose labels contain another's is
+// allowed (a pool of the larger set is also one of the smaller) but warned about,
+// since a pod of the larger term also matches the smaller one.
+func (s *Strategy) checkOverlaps(texts []string) *ParseError {
+	for j := range s.Terms {
+		for i := range j {
+			a, b := s.Terms[i].LabelMap(), s.Terms[j].LabelMap()
+			switch {
+			case contains(a, b) && contains(b, a):
+				return &ParseError{Term: j + 1, Text: strings.TrimSpace(texts[j]),
+					Reason: fmt.Sprintf("same node labels as term %d (%s); a pod could not be told to count for one or the other", i+1, s.Terms[i].LabelString())}
+			case contains(a, b), contains(b, a):
+				small, large := i, j
+				if contains(a, b) {
+					small, large = j, i
+				}
+				s.Warnings = append(s.Warnings, fmt.Sprintf("term %d (%s) selects every label of term %d (%s): its pods also match term %d, so a report cannot tell which term they count for",
+					large+1, s.Terms[large].LabelString(), small+1, s.Terms[small].LabelString(), small+1))
+			}
+		}
+	}
+	return nil
+}
+
+// contains reports whether every label of small is in big.
+func contains(big, small map[string]string) bool {
+	for k, v := range small {
+		if cur, ok := big[k]; !ok || cur != v {
+			return false
+		}
+	}
+	return true
 }
 
 // parseTerm parses one term; the caller fills in the term number and text of the error.

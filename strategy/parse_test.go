@@ -179,6 +179,7 @@ func FuzzParse(f *testing.F) {
 		"karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3",
 		"nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1",
 		"a=1:b=1:c=1", "", ":", "a", "a=1,,", "a=1,base=-1", "a=1,weight=99999999999999999999", "é=ü",
+		"a=1:a=1", "a=1,b=2:b=2,a=1", "a=1:a=1,b=2",
 	} {
 		f.Add(seed)
 	}
@@ -199,11 +200,46 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		again, err := Parse(s.String())
-		if err != nil || !reflect.DeepEqual(again.Terms, s.Terms) {
+		if err != nil || !reflect.DeepEqual(again.Terms, s.Terms) || !reflect.DeepEqual(again.Warnings, s.Warnings) {
 			t.Fatalf("canonical form %q of %q does not round-trip: %v", s.String(), raw, err)
 		}
 		if got := s.Target(50); len(got) != len(s.Terms) {
 			t.Fatalf("Target has %d counts for %d terms", len(got), len(s.Terms))
 		}
 	})
+}
+
+// Defect 4: two terms with the same labels (in any order) cannot be told apart.
+func TestParseRejectsIdenticalTerms(t *testing.T) {
+	cases := []struct{ raw, want string }{
+		{"a=1:a=1", `term 2 ("a=1"): same node labels as term 1 (a=1)`},
+		{"a=1,b=2:c=3:b=2,a=1", `term 3 ("b=2,a=1"): same node labels as term 1 (a=1,b=2)`},
+		{"a=1,base=1:a=1,weight=3", `term 2 ("a=1,weight=3"): same node labels as term 1 (a=1)`},
+	}
+	for _, c := range cases {
+		_, err := Parse(c.raw)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", c.raw, err, c.want)
+		}
+	}
+}
+
+// A term whose labels contain another's is valid, with a warning naming both.
+func TestParseWarnsOnContainedTerms(t *testing.T) {
+	s := mustParse(t, "a=1:b=2:a=1,b=2")
+	want := []string{
+		"term 3 (a=1,b=2) selects every label of term 1 (a=1)",
+		"term 3 (a=1,b=2) selects every label of term 2 (b=2)",
+	}
+	if len(s.Warnings) != len(want) {
+		t.Fatalf("warnings %q, want %d", s.Warnings, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(s.Warnings[i], w) {
+			t.Errorf("warning %q, want it to start with %q", s.Warnings[i], w)
+		}
+	}
+	if s := mustParse(t, "a=1,b=2:a=1,b=3:a=2"); len(s.Warnings) != 0 {
+		t.Errorf("disjoint terms warned: %q", s.Warnings)
+	}
 }

@@ -1,11 +1,13 @@
 package strategy
 
 import (
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The reference vectors of SPEC section 3.
@@ -171,17 +173,31 @@ func TestSeatSequenceProperties(t *testing.T) {
 	}
 }
 
+// benchStrategies are a small strategy and the largest the grammar allows (20 terms).
+var benchStrategies = map[string]string{
+	"3terms":  "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3:nodesize=x,weight=7",
+	"20terms": twentyTerms,
+}
+
+// twentyTerms has the most terms Parse accepts, with distinct weights and a few bases.
+const twentyTerms = "p=a,base=3,weight=1000:p=b,weight=999:p=c,weight=7:p=d,base=1,weight=1:p=e,weight=13:" +
+	"p=f,weight=500:p=g,weight=2:p=h,weight=3:p=i,weight=5:p=j,weight=11:" +
+	"p=k,weight=17:p=l,weight=19:p=m,weight=23:p=n,weight=29:p=o,weight=31:" +
+	"p=p,weight=37:p=q,weight=41:p=r,weight=43:p=s,weight=47:p=t,weight=53"
+
 func BenchmarkTermOfSeat(b *testing.B) {
-	s, err := Parse("karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3:nodesize=x,weight=7")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, seat := range []int{10, 200, 5000} {
-		b.Run("seat-"+strconv.Itoa(seat), func(b *testing.B) {
-			for b.Loop() {
-				s.TermOfSeat(seat)
-			}
-		})
+	for _, name := range []string{"3terms", "20terms"} {
+		s, err := Parse(benchStrategies[name])
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, seat := range []int{10, 200, 5000, 100000, 10000000, MaxSeat} {
+			b.Run(name+"/seat-"+strconv.Itoa(seat), func(b *testing.B) {
+				for b.Loop() {
+					s.TermOfSeat(seat)
+				}
+			})
+		}
 	}
 }
 
@@ -192,4 +208,147 @@ func mustParse(t testing.TB, raw string) *Strategy {
 		t.Fatalf("Parse(%q): %v", raw, err)
 	}
 	return s
+}
+
+// Defect 2: the seat's term is computed, not walked to: seats up to MaxSeat on the
+// largest strategy return at once.
+func TestTermOfSeatLargeSeatsAreBounded(t *testing.T) {
+	s := mustParse(t, twentyTerms)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, seat := range []int{1e8, MaxSeat - 1, MaxSeat} {
+			s.TermOfSeat(seat)
+			s.Target(seat)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("TermOfSeat/Target of seats 1e8..MaxSeat still running after 2s")
+	}
+}
+
+// randomTerms builds 1..MaxTerms terms with random bases and weights (some zero, some
+// equal so ties occur), at least one weight above zero.
+func randomTerms(r *rand.Rand) []Term {
+	terms := make([]Term, 1+r.IntN(MaxTerms))
+	for i := range terms {
+		terms[i] = Term{Labels: []Label{{Key: "pool", Value: strconv.Itoa(i)}}}
+		if r.IntN(3) == 0 {
+			terms[i].Base = r.IntN(4)
+		}
+		switch r.IntN(4) {
+		case 0:
+			terms[i].Weight = 0
+		case 1:
+			terms[i].Weight = 1 + r.IntN(3)
+		default:
+			terms[i].Weight = r.IntN(MaxWeight + 1)
+		}
+	}
+	if (&Strategy{Terms: terms}).totalWeight() == 0 {
+		terms[r.IntN(len(terms))].Weight = 1 + r.IntN(MaxWeight)
+	}
+	return terms
+}
+
+// The computed seat → term and target agree with the reference, the seat-by-seat
+// Sequence, on random strategies, with and without the prefix cache.
+func TestFastSeatsAgreeWithSequence(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 300 {
+		terms := randomTerms(r)
+		computed := &Strategy{Terms: terms}                       // hand-built: no cache
+		cached := &Strategy{Terms: terms, prefix: &prefixCache{}} // as Parse builds it
+		const maxN = 600
+		seq, counts := computed.Sequence(), make([]int, len(terms))
+		// Ask the cached one out of order, so it grows while being read.
+		for _, seat := range []int{maxN, 7, 1} {
+			cached.TermOfSeat(seat)
+		}
+		for seat := 1; seat <= maxN; seat++ {
+			want := seq.Next()
+			counts[want]++
+			if got := computed.TermOfSeat(seat); got != want {
+				t.Fatalf("%v: computed TermOfSeat(%d) = %d, sequence says %d", terms, seat, got, want)
+			}
+			if got := cached.TermOfSeat(seat); got != want {
+				t.Fatalf("%v: cached TermOfSeat(%d) = %d, sequence says %d", terms, seat, got, want)
+			}
+			if got := computed.Target(seat); !reflect.DeepEqual(got, counts) {
+				t.Fatalf("%v: Target(%d) = %v, sequence counts %v", terms, seat, got, counts)
+			}
+		}
+		// A few random seats further out, against a sequence walked that far.
+		far := 1 + r.IntN(20000)
+		seq, counts = computed.Sequence(), make([]int, len(terms))
+		last := 0
+		for range far {
+			last = seq.Next()
+			counts[last]++
+		}
+		if got := computed.TermOfSeat(far); got != last {
+			t.Fatalf("%v: TermOfSeat(%d) = %d, sequence says %d", terms, far, got, last)
+		}
+		if got := computed.Target(far); !reflect.DeepEqual(got, counts) {
+			t.Fatalf("%v: Target(%d) = %v, sequence counts %v", terms, far, got, counts)
+		}
+	}
+}
+
+// At seats no sequence can be walked to in a test, the computed functions still agree
+// with each other: Target grows by exactly one seat, on TermOfSeat's term, and stays
+// near each term's quota (Sainte-Laguë may miss it by more than one seat with many
+// terms, never by more than half the number of terms).
+func TestLargeSeatsConsistent(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	s := mustParse(t, twentyTerms)
+	strategies := []*Strategy{s}
+	for range 50 {
+		strategies = append(strategies, &Strategy{Terms: randomTerms(r)})
+	}
+	for _, s := range strategies {
+		for _, n := range []int{1e5, 1e7, 1e8 + r.IntN(1e8), MaxSeat - r.IntN(1000), MaxSeat} {
+			before, after := s.Target(n-1), s.Target(n)
+			term := s.TermOfSeat(n)
+			for i := range after {
+				want := before[i]
+				if i == term {
+					want++
+				}
+				if after[i] != want {
+					t.Fatalf("%v: seat %d is term %d but Target(%d)=%v, Target(%d)=%v", s.Terms, n, term, n-1, before, n, after)
+				}
+			}
+			rest, total := n-s.TotalBase(), s.totalWeight()
+			for i, tm := range s.Terms {
+				quota := float64(rest) * float64(tm.Weight) / float64(total)
+				bound := float64(len(s.Terms))/2 + 1
+				if d := float64(after[i]-tm.Base) - quota; d > bound || d < -bound {
+					t.Fatalf("%v: Target(%d) gives term %d %d weighted seats, quota %.2f", s.Terms, n, i+1, after[i]-tm.Base, quota)
+				}
+			}
+		}
+	}
+}
+
+// Seats outside 1..MaxSeat are an error from TermAt and -1 from TermOfSeat, never a
+// term index.
+func TestSeatRange(t *testing.T) {
+	s := mustParse(t, "a=1:b=1")
+	for _, seat := range []int{0, -1, MaxSeat + 1, math.MaxInt, math.MinInt} {
+		if _, err := s.TermAt(seat); err == nil {
+			t.Errorf("TermAt(%d) accepted the seat", seat)
+		}
+		if got := s.TermOfSeat(seat); got != -1 {
+			t.Errorf("TermOfSeat(%d) = %d, want -1", seat, got)
+		}
+	}
+	if _, err := (&Strategy{}).TermAt(1); err == nil {
+		t.Error("TermAt on a strategy without terms must fail")
+	}
+	if got := s.Target(math.MaxInt); got[0]+got[1] != MaxSeat {
+		t.Errorf("Target(MaxInt) = %v, want MaxSeat seats", got)
+	}
 }

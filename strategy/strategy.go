@@ -9,6 +9,7 @@ package strategy
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -20,6 +21,10 @@ const (
 	// MaxLength bounds the annotation value so that a pathological string is refused
 	// before any work is done on it.
 	MaxLength = 8192
+	// MaxSeat is the highest seat the sequence is defined for. A StatefulSet's ordinals
+	// are int32, so no real pod needs more; callers refuse a seat above it (a forged
+	// pod-index label) instead of placing it, and seat arithmetic cannot overflow.
+	MaxSeat = math.MaxInt32
 )
 
 // Reserved part keys inside a term.
@@ -43,9 +48,16 @@ type Term struct {
 }
 
 // Strategy is a parsed, validated CustomPodScheduleStrategy. Its zero value has no terms;
-// use Parse to build one.
+// use Parse to build one. A Strategy from Parse is safe for concurrent use and must not
+// be modified: it caches the terms of its first seats.
 type Strategy struct {
 	Terms []Term
+	// Warnings lists what makes the strategy valid but doubtful, e.g. a term whose
+	// labels contain another term's (a pod of the larger matches both). Shown to users
+	// wherever the strategy is read: admission, apply-time validation, plan.
+	Warnings []string
+
+	prefix *prefixCache // nil on a hand-built Strategy: every seat is computed
 }
 
 // LabelMap returns the term's labels as a map, the shape of a pod's nodeSelector.

@@ -12,6 +12,7 @@ const (
 	OutcomeInvalid  = "invalid"  // the strategy does not parse; pod admitted unchanged
 	OutcomeConflict = "conflict" // the pod's nodeSelector contradicts the term; unchanged
 	OutcomeError    = "error"    // an internal fault; pod admitted unchanged
+	OutcomeDeadline = "deadline" // the admission deadline passed; pod admitted unchanged
 	OutcomeAllowed  = "allowed"  // workload validation passed
 	OutcomeDenied   = "denied"   // workload validation rejected the object
 )

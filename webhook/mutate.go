@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -60,18 +62,38 @@ type PodMutator struct {
 	// Synced is closed once the caches have synced; until then held seats are unknown,
 	// so admissions wait for it (bounded by the API server's timeout).
 	Synced <-chan struct{}
-	Log    logrus.FieldLogger
+	// Deadline bounds each admission (0: only the caller's context does). Set below the
+	// webhook's timeoutSeconds: past it the pod is admitted unplaced with a warning,
+	// instead of being worked on after the API server gave up and created it anyway.
+	Deadline time.Duration
+	Log      logrus.FieldLogger
 
 	// Availability says which terms are unavailable, so their seats go to the fallback
 	// (optional: without it every term is taken as available).
 	Availability Availability
+
+	strategies parseCache
 }
 
 // Admit implements the mutating admission of pod CREATE requests.
 func (m *PodMutator) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if m.Deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.Deadline)
+		defer cancel()
+	}
 	outcome, resp := m.admit(ctx, req)
 	m.Metrics.admissions.WithLabelValues("mutate", outcome).Inc()
 	return resp
+}
+
+// pastDeadline turns a failure caused by the admission's context ending into the
+// deadline outcome, so it is counted apart from real faults.
+func pastDeadline(ctx context.Context, outcome string) string {
+	if ctx.Err() != nil {
+		return OutcomeDeadline
+	}
+	return outcome
 }
 
 func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionRequest) (string, *admissionv1.AdmissionResponse) {
@@ -111,14 +133,14 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 		select {
 		case <-m.Synced:
 		case <-ctx.Done():
-			return OutcomeError, allow("pod not placed: the webhook's caches have not synced yet")
+			return OutcomeDeadline, allow("pod not placed: the webhook's caches have not synced yet")
 		}
 	}
 	w, err := m.Resolver.Resolve(ctx, req.Namespace, owner)
 	if err != nil {
 		log.WithError(err).Warn("cannot resolve the pod's workload; admitting it unchanged")
-		if strategy.Find(own).Active() {
-			return OutcomeError, allow(fmt.Sprintf("pod not placed: %v", err))
+		if strategy.Find(own).Active() || ctx.Err() != nil {
+			return pastDeadline(ctx, OutcomeError), allow(fmt.Sprintf("pod not placed: %v", err))
 		}
 		return OutcomeError, allow()
 	}
@@ -128,20 +150,27 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 	if !src.Active() {
 		return OutcomeSkipped, allow(warnings...)
 	}
-	s, err := strategy.Parse(src.Raw)
+	s, err := m.strategies.parse(src.Raw)
 	if err != nil {
 		msg := fmt.Sprintf("%s on %s is invalid, pod not placed: %v", src.Key, src.Object, err)
 		m.event(req, w, corev1.EventTypeWarning, ReasonInvalidStrategy, msg)
 		log.WithError(err).Info("invalid strategy; admitting the pod unchanged")
 		return OutcomeInvalid, allow(append(warnings, msg)...)
 	}
+	for _, doubt := range s.Warnings {
+		warnings = append(warnings, fmt.Sprintf("%s on %s: %s", src.Key, src.Object, doubt))
+	}
 
 	seat, err := m.seat(ctx, req, w, &pod)
 	if err != nil {
 		log.WithError(err).Warn("cannot pick a seat; admitting the pod unchanged")
+		return pastDeadline(ctx, OutcomeError), allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
+	}
+	termIndex, err := s.TermAt(seat)
+	if err != nil {
+		m.release(ctx, req, w)
 		return OutcomeError, allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
 	}
-	termIndex := s.TermOfSeat(seat)
 	placed := m.placeSeat(s, w, seat, termIndex)
 	if placed.warning != "" {
 		warnings = append(warnings, placed.warning)
@@ -199,6 +228,18 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 	if err != nil {
 		m.release(ctx, req, w)
 		return OutcomeError, allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
+	}
+	if err := ctx.Err(); err != nil {
+		// The API server has given up on this call (and, failing open, created the pod
+		// unplaced) or is about to: do not hold a seat for a patch nobody applies.
+		go func() {
+			// Off the response path, so the answer is not delayed further.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			m.release(rctx, req, w)
+		}()
+		log.WithError(err).Warn("admission deadline passed; admitting the pod unchanged")
+		return OutcomeDeadline, allow(append(warnings, fmt.Sprintf("pod not placed: the admission deadline passed (%v)", err))...)
 	}
 	if !isDryRun(req) {
 		m.Metrics.placements.WithLabelValues(term.LabelString()).Inc()
@@ -259,4 +300,41 @@ func allow(warnings ...string) *admissionv1.AdmissionResponse {
 		resp.Warnings = append(resp.Warnings, warningPrefix+w)
 	}
 	return resp
+}
+
+// parseCacheSize bounds the strategies a PodMutator keeps parsed: far more than the
+// distinct strategies of a cluster, at most 2 MiB of annotation text.
+const parseCacheSize = 256
+
+// parseCache keeps parsed strategies by annotation value, so an admission does not parse
+// again and a strategy's cached seat prefix serves every pod of its workloads: seat to
+// term in O(1) amortized. Its zero value is ready to use.
+type parseCache struct {
+	mu      sync.Mutex
+	entries map[string]parsedStrategy
+}
+
+type parsedStrategy struct {
+	s   *strategy.Strategy
+	err error
+}
+
+func (c *parseCache) parse(raw string) (*strategy.Strategy, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.entries[raw]; ok {
+		return p.s, p.err
+	}
+	s, err := strategy.Parse(raw)
+	if c.entries == nil {
+		c.entries = map[string]parsedStrategy{}
+	}
+	if len(c.entries) >= parseCacheSize {
+		for k := range c.entries { // evict one, any one: a miss only costs a parse
+			delete(c.entries, k)
+			break
+		}
+	}
+	c.entries[raw] = parsedStrategy{s: s, err: err}
+	return s, err
 }

@@ -82,6 +82,9 @@ func (v *WorkloadValidator) admit(req *admissionv1.AdmissionRequest) *admissionv
 			Warnings: prefixed(warnings),
 		}
 	}
+	for _, doubt := range s.Warnings {
+		warnings = append(warnings, fmt.Sprintf("%s on %s: %s", src.Key, src.Object, doubt))
+	}
 	if v.Capacity != nil {
 		for i, term := range s.Terms {
 			if _, served := v.Capacity.Tolerations(term.LabelMap()); !served {

@@ -78,3 +78,17 @@ func TestWorkloadValidation(t *testing.T) {
 		t.Errorf("unserved terms are warnings: %+v", resp.Warnings)
 	}
 }
+
+// Identical terms are refused at apply time, naming both; contained terms only warn.
+func TestWorkloadValidationOfOverlappingTerms(t *testing.T) {
+	v := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog()}
+	ctx := context.Background()
+	resp := v.Admit(ctx, deploymentRequest(t, admissionv1.Create, map[string]string{strategy.AnnotationStrategy: "a=1,b=2:b=2,a=1"}, nil, nil))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, `term 2 ("b=2,a=1"): same node labels as term 1 (a=1,b=2)`) {
+		t.Errorf("identical terms: %+v", resp.Result)
+	}
+	resp = v.Admit(ctx, deploymentRequest(t, admissionv1.Create, map[string]string{strategy.AnnotationStrategy: "a=1:a=1,b=2"}, nil, nil))
+	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "on Deployment shop/web: term 2 (a=1,b=2) selects every label of term 1 (a=1)") {
+		t.Errorf("contained terms must warn: %+v", resp)
+	}
+}

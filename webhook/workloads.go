@@ -95,6 +95,10 @@ func (r *ListerResolver) Resolve(ctx context.Context, ns string, owner *metav1.O
 		if err != nil {
 			return nil, err
 		}
+		// A forged owner reference would otherwise let any pod creator pick its seat.
+		if sts.UID != owner.UID {
+			return nil, fmt.Errorf("StatefulSet %s/%s has UID %s, the pod names %s", ns, owner.Name, sts.UID, owner.UID)
+		}
 		w := &Workload{Revision: sts.UID, StatefulSet: sts, Ref: objectRef("StatefulSet", sts.ObjectMeta)}
 		w.Chain = []strategy.AnnotatedObject{{Name: w.Describe(), Annotations: sts.Annotations}}
 		return w, nil
@@ -185,11 +189,15 @@ func statefulSetSeat(sts *appsv1.StatefulSet, pod *corev1.Pod) (int, error) {
 		return 0, fmt.Errorf("StatefulSet pod %q: ordinal %q is not a non-negative integer", pod.Name, raw)
 	}
 	start := 0
-	if sts.Spec.Ordinals != nil {
+	if sts.Spec.Ordinals != nil && sts.Spec.Ordinals.Start > 0 {
 		start = int(sts.Spec.Ordinals.Start)
 	}
 	if ordinal < start {
 		return 0, fmt.Errorf("StatefulSet pod %q: ordinal %d is below the set's start %d", pod.Name, ordinal, start)
+	}
+	// Compared before adding 1, so a huge label cannot overflow into a negative seat.
+	if ordinal-start >= strategy.MaxSeat {
+		return 0, fmt.Errorf("StatefulSet pod %q: ordinal %d gives seat %d or more; seats above %d are not placed", pod.Name, ordinal, int64(strategy.MaxSeat)+1, strategy.MaxSeat)
 	}
 	return ordinal - start + 1, nil
 }

@@ -51,6 +51,7 @@ var serveSettings = []setting{
 	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
 	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
+	{"admission-deadline", "ADMISSION_DEADLINE", "4s", "time a pod admission may take; past it the pod is admitted unplaced with a warning (keep it below the webhook's timeoutSeconds, 5 in the chart)"},
 }
 
 // serveConfig is the validated configuration of `serve`.
@@ -76,11 +77,12 @@ type serveConfig struct {
 	LiveLookupQPS    float32
 	LiveLookups      int
 	// Deprecations are warnings about settings that no longer do anything.
-	Deprecations []string
-	Converge         bool
-	FallbackAfter    time.Duration
-	FallbackCooldown time.Duration
-	MaxUnavailable   intstr.IntOrString
+	Deprecations      []string
+	Converge          bool
+	FallbackAfter     time.Duration
+	FallbackCooldown  time.Duration
+	MaxUnavailable    intstr.IntOrString
+	AdmissionDeadline time.Duration
 }
 
 func addSettingFlags(flags *pflag.FlagSet, settings []setting) {
@@ -126,6 +128,9 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		return nil, err
 	}
 	if c.NodeGroupRefresh, err = positiveDuration(v, "nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL"); err != nil {
+		return nil, err
+	}
+	if c.AdmissionDeadline, err = positiveDuration(v, "admission-deadline", "ADMISSION_DEADLINE"); err != nil {
 		return nil, err
 	}
 	// LEDGER chose between two ledgers; one remains, exact with any number of replicas.

@@ -193,3 +193,14 @@ func TestREADMEConfigurationTable(t *testing.T) {
 		}
 	}
 }
+
+// plan prints a strategy's warnings (a term containing another's) before the plan.
+func TestPlanWarnsOnContainedTerms(t *testing.T) {
+	out, err := run("plan", "--replicas", "2", "--strategy", "a=1:a=1,b=2")
+	if err != nil || !strings.Contains(out, "warning: term 2 (a=1,b=2) selects every label of term 1 (a=1)") {
+		t.Fatalf("plan: %v\n%s", err, out)
+	}
+	if _, err := run("plan", "--strategy", "a=1:a=1"); exitCode(err) != 2 {
+		t.Fatalf("identical terms: exit %d, want 2", exitCode(err))
+	}
+}

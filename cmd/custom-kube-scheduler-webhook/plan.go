@@ -52,6 +52,9 @@ func newPlanCommand() *cobra.Command {
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			for _, doubt := range s.Warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+doubt)
+			}
 			return writePlan(cmd.OutOrStdout(), s, replicas, output)
 		},
 	}

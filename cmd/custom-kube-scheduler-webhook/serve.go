@@ -195,6 +195,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Metrics:    metrics,
 		Namespaces: webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		Synced:     synced,
+		Deadline:   cfg.AdmissionDeadline,
 		Log:        entry,
 	}
 	mutator.Availability = records

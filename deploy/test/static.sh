@@ -66,6 +66,7 @@ for env in LOG_LEVEL BLOCKLISTED_NAMESPACE_LIST LISTEN_ADDRESS TLS_CERT_FILE TLS
   SERVICE_NAME MUTATING_WEBHOOK_CONFIGURATION VALIDATING_WEBHOOK_CONFIGURATION; do
   check "env $env" contains "$dep" "- name: $env"
 done
+check "ADMISSION_DEADLINE below timeoutSeconds" matches "$(tr -d '\n' <<<"$dep")" 'ADMISSION_DEADLINE +value: "4000ms"'
 check "BLOCKLISTED_NAMESPACE_LIST default" matches "$(tr -d '\n' <<<"$dep")" 'BLOCKLISTED_NAMESPACE_LIST +value: "kube-system,kube-public"'
 check "POD_NAMESPACE from the downward API" matches "$(tr -d '\n' <<<"$dep")" 'POD_NAMESPACE +valueFrom: +fieldRef: +fieldPath: metadata.namespace'
 check "CERT_MODE self" matches "$(tr -d '\n' <<<"$dep")" 'CERT_MODE +value: "self"'
