@@ -4,19 +4,11 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
-	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 )
 
 // Two webhook replicas behind a round-robin balancer, as behind a Service: a
@@ -56,72 +48,33 @@ func TestTwoWebhookReplicasBurst200(t *testing.T) {
 	t.Logf("admissions per replica (including canaries): %v", lb.served())
 }
 
-// balancer is a TLS-terminating reverse proxy that sends each request to the next
-// backend in turn (per request, not per connection: the API server multiplexes
-// its webhook calls over few connections).
+// balancer is the shared round-robin proxy (internal/harness) in front of webhook
+// replicas, as a Service in front of the chart's replicas.
 type balancer struct {
-	port   int
-	counts []atomic.Int64
+	*harness.Proxy
+	port int
 }
 
-func (b *balancer) served() []int64 {
-	out := make([]int64, len(b.counts))
-	for i := range b.counts {
-		out[i] = b.counts[i].Load()
-	}
-	return out
-}
+func (b *balancer) served() []int64 { return b.Served() }
 
+// startBalancer starts a round-robin proxy on port in front of the webhook
+// processes on backends; it is closed when the test ends.
 func startBalancer(t *testing.T, port int, backends ...int) *balancer {
 	t.Helper()
-	pki := filepath.Join(env.dir, "pki")
-	pem, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
+	hc, err := harness.OpenCluster(env.dir)
 	if err != nil {
-		t.Fatalf("reading CA: %v", err)
+		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		t.Fatal("no certificate in ca.crt")
-	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "webhook.crt"), filepath.Join(pki, "webhook.key"))
+	p, err := hc.StartProxy(port, backends...)
 	if err != nil {
-		t.Fatalf("loading webhook cert: %v", err)
+		t.Fatal(err)
 	}
-	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-	b := &balancer{port: port, counts: make([]atomic.Int64, len(backends))}
-	proxies := make([]*httputil.ReverseProxy, len(backends))
-	for i, p := range backends {
-		target := &url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", p)}
-		proxies[i] = &httputil.ReverseProxy{
-			Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(target) },
-			Transport: transport,
-		}
-	}
-	var next atomic.Int64
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		i := int(next.Add(1)-1) % len(proxies)
-		b.counts[i].Add(1)
-		proxies[i].ServeHTTP(w, r)
-	})
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatalf("balancer listen: %v", err)
-	}
-	srv := &http.Server{
-		Handler:           handler,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	go func() {
-		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("balancer: %v", err)
-		}
-	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(ctx)
-		transport.CloseIdleConnections()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("balancer: %v", err)
+		}
 	})
-	return b
+	return &balancer{Proxy: p, port: port}
 }
