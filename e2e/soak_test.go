@@ -55,7 +55,7 @@ type soakWorkload struct {
 
 // violation is one broken invariant at a quiescent point.
 type violation struct {
-	at                         int // quiescent point
+	at, last                   int // quiescent points where it was first and last seen
 	workload, expected, actual string
 }
 
@@ -246,47 +246,57 @@ func (s *soak) createWorkloads(ctx context.Context) {
 	}
 }
 
-// randomOp runs one enabled operation on a random workload.
+// randomOp runs one enabled operation on a random workload and logs it, so that a
+// violation can be traced back to the operations before it.
 func (s *soak) randomOp(ctx context.Context) {
 	ops := enabled(s.ops)
 	op := ops[s.rng.IntN(len(ops))]
 	w := s.workloads[s.rng.IntN(len(s.workloads))]
+	what := w.kind + "/" + w.name
 	var err error
 	switch op {
 	case opScale:
-		err = s.scale(ctx, w, 1+s.rng.IntN(12))
+		n := 1 + s.rng.IntN(12)
+		what += fmt.Sprintf(" to %d", n)
+		err = s.scale(ctx, w, n)
 	case opFlap:
-		err = s.scale(ctx, w, 8+s.rng.IntN(8))
-		if err == nil {
-			time.Sleep(time.Duration(500+s.rng.IntN(2500)) * time.Millisecond)
-			err = s.scale(ctx, w, 1+s.rng.IntN(4))
-		}
-		if err == nil {
-			time.Sleep(time.Duration(500+s.rng.IntN(2500)) * time.Millisecond)
-			err = s.scale(ctx, w, 5+s.rng.IntN(10))
+		sizes := []int{8 + s.rng.IntN(8), 1 + s.rng.IntN(4), 5 + s.rng.IntN(10)}
+		what += fmt.Sprintf(" to %d, %d, %d", sizes[0], sizes[1], sizes[2])
+		for i, n := range sizes {
+			if i > 0 {
+				time.Sleep(time.Duration(500+s.rng.IntN(2500)) * time.Millisecond)
+			}
+			if err = s.scale(ctx, w, n); err != nil {
+				break
+			}
 		}
 	case opRestart:
 		err = s.patchTemplate(ctx, w, "kubectl.kubernetes.io/restartedAt", time.Now().Format(time.RFC3339Nano))
 	case opDelete:
-		err = s.deletePods(ctx, w, 1+s.rng.IntN(3))
+		var names []string
+		names, err = s.deletePods(ctx, w, 1+s.rng.IntN(3))
+		what += " pods " + strings.Join(names, " ")
 	case opAnnotate:
 		if !w.onTemplate {
-			op = opScale // no new revision would follow: scale it instead
-			err = s.scale(ctx, w, 1+s.rng.IntN(12))
+			n := 1 + s.rng.IntN(12)
+			op, what = opScale, what+fmt.Sprintf(" to %d (its strategy is on the Deployment: no new revision)", n)
+			err = s.scale(ctx, w, n)
 			break
 		}
 		w.current = 1 - w.current
+		what += " strategy " + w.strategies[w.current]
 		err = s.patchTemplate(ctx, w, annStrategy, w.strategies[w.current])
 	case opBlock:
-		err = s.block(ctx)
+		what, err = s.block(ctx)
 	case opKill:
-		err = s.kill()
-	}
-	if err != nil {
-		s.t.Errorf("operation %s on %s: %v", op, w.name, err)
-		return
+		what, err = s.kill()
 	}
 	s.done[op]++
+	fmt.Printf("soak: op %d: %s %s\n", sum(s.done), op, what)
+	if err != nil {
+		s.t.Errorf("operation %s %s: %v", op, what, err)
+		return
+	}
 	// A blocked pool stays blocked for a few operations.
 	for pool, left := range s.blocked {
 		if left <= 1 {
@@ -324,43 +334,47 @@ func (s *soak) patchTemplate(ctx context.Context, w *soakWorkload, key, value st
 	return err
 }
 
-func (s *soak) deletePods(ctx context.Context, w *soakWorkload, n int) error {
+func (s *soak) deletePods(ctx context.Context, w *soakWorkload, n int) ([]string, error) {
 	list, err := env.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + w.name})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pods := list.Items
+	// Sorted first: the list's order is not part of the seed.
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	s.rng.Shuffle(len(pods), func(i, j int) { pods[i], pods[j] = pods[j], pods[i] })
+	var names []string
 	for _, p := range pods[:min(n, len(pods))] {
 		if err := env.client.CoreV1().Pods(s.ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return err
+			return names, err
 		}
+		names = append(names, fmt.Sprintf("%s(seat %s)", p.Name, p.Annotations[annSeat]))
 	}
-	return nil
+	return names, nil
 }
 
 // soakPools are the NodePools the soak's strategies use.
 var soakPools = []string{"od-4vcpu-16gb", "spot-4vcpu-16gb", "spot-8vcpu-32gb", "on-demand", "spot"}
 
 // block sets a NodePool's cpu limit to 0 (no new nodes) for 1-4 operations.
-func (s *soak) block(ctx context.Context) error {
+func (s *soak) block(ctx context.Context) (string, error) {
 	pool := soakPools[s.rng.IntN(len(soakPools))]
 	if _, ok := s.blocked[pool]; ok {
-		return nil
+		return "NodePool " + pool + " (already blocked)", nil
 	}
 	out, stderr, err := kubectl(ctx, "", "get", "nodepool", pool, "-o", "jsonpath={.spec.limits}")
 	if err != nil {
-		return fmt.Errorf("reading NodePool %s: %v: %s", pool, err, stderr)
+		return pool, fmt.Errorf("reading NodePool %s: %v: %s", pool, err, stderr)
 	}
 	if out == "" {
 		out = "null"
 	}
 	if _, stderr, err := kubectl(ctx, "", "patch", "nodepool", pool, "--type=merge", "-p", `{"spec":{"limits":{"cpu":"0"}}}`); err != nil {
-		return fmt.Errorf("blocking NodePool %s: %v: %s", pool, err, stderr)
+		return pool, fmt.Errorf("blocking NodePool %s: %v: %s", pool, err, stderr)
 	}
 	s.limits[pool] = out
 	s.blocked[pool] = 2 + s.rng.IntN(4)
-	return nil
+	return fmt.Sprintf("NodePool %s for %d operations", pool, s.blocked[pool]), nil
 }
 
 func (s *soak) unblock(ctx context.Context, pool string) error {
@@ -390,13 +404,14 @@ func (s *soak) unblockAll(ctx context.Context) {
 // kill SIGKILLs a random webhook replica and restarts it 1-5 s later, while the
 // operations go on (the proxy answers 502 for it meanwhile, as a Service endpoint
 // that is not yet removed would fail).
-func (s *soak) kill() error {
+func (s *soak) kill() (string, error) {
 	if s.restarting != nil {
-		return nil // one replica down at a time, as a PodDisruptionBudget allows
+		return "(a replica is down already)", nil // one at a time, as a PodDisruptionBudget allows
 	}
-	r := s.replicas[s.rng.IntN(len(s.replicas))]
+	i := s.rng.IntN(len(s.replicas))
+	r := s.replicas[i]
 	if err := r.kill(); err != nil {
-		return err
+		return "", err
 	}
 	delete(s.warmRSS, r)
 	delay := time.Duration(1000+s.rng.IntN(4000)) * time.Millisecond
@@ -406,7 +421,7 @@ func (s *soak) kill() error {
 		time.Sleep(delay)
 		ch <- r.start(context.Background())
 	}()
-	return nil
+	return fmt.Sprintf("webhook replica %d, restart in %s", i+1, delay), nil
 }
 
 // waitRestart waits for a killed replica to be back.
@@ -428,6 +443,13 @@ func intstrPercent(p int) intstr.IntOrString { return intstr.FromString(fmt.Spri
 
 func (s *soak) violate(workload, expected, actual string) {
 	v := violation{at: s.points, workload: workload, expected: expected, actual: actual}
+	for i := range s.violations {
+		if p := &s.violations[i]; p.workload == workload && p.expected == expected && p.actual == actual && p.last == s.points-1 {
+			p.last = s.points // the same state as at the last point: nothing new to say
+			return
+		}
+	}
+	v.last = v.at
 	s.violations = append(s.violations, v)
 	s.t.Errorf("quiescent point %d: %s: expected %s, actual %s", v.at, workload, expected, actual)
 }
@@ -447,7 +469,7 @@ func (s *soak) quiescentPoint(ctx context.Context) {
 			s.violate(w.kind+"/"+w.name, "settled within "+timeout.String(), state)
 		}
 	}
-	fmt.Printf("soak: quiescent point %d after %.0fs of settling (%d operations so far)\n", s.points, time.Since(start).Seconds(), sum(s.done))
+	fmt.Printf("soak: quiescent point %d after %.1fs of settling (%d operations so far)\n", s.points, time.Since(start).Seconds(), sum(s.done))
 	s.checkSpread(ctx)
 	s.checkSeatsAndPending(ctx)
 	s.checkLeases(ctx)
@@ -698,7 +720,11 @@ func (s *soak) summary(seed int64, duration time.Duration, h harness.Histogram, 
 	fmt.Fprintf(&b, "violations:          %d\n", len(s.violations))
 	sort.SliceStable(s.violations, func(i, j int) bool { return s.violations[i].at < s.violations[j].at })
 	for _, v := range s.violations {
-		fmt.Fprintf(&b, "  point %d  %s: expected %s, actual %s\n", v.at, v.workload, v.expected, v.actual)
+		points := strconv.Itoa(v.at)
+		if v.last > v.at {
+			points += fmt.Sprintf("-%d", v.last)
+		}
+		fmt.Fprintf(&b, "  point %s  %s: expected %s, actual %s\n", points, v.workload, v.expected, v.actual)
 	}
 	fmt.Print(b.String())
 	if path := os.Getenv("SOAK_SUMMARY"); path != "" {
