@@ -35,9 +35,13 @@ vet:
 test-unit:
 	$(GO) test ./...
 
-## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down
+## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down.
+## It includes SOAK_TEST_DURATION of the churn soak with the operations SOAK_TEST_OPS
+## (those that hold against the current product; `all` once the convergence loop is in).
+SOAK_TEST_DURATION ?= 2m
+SOAK_TEST_OPS ?= scale,flap,restart,delete,annotate
 test-e2e: build
-	E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash $(LC)/run-e2e.sh
+	SOAK_DURATION=$(SOAK_TEST_DURATION) SOAK_OPS=$(SOAK_TEST_OPS) E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash $(LC)/run-e2e.sh
 
 ## test-deploy: chart lint and render, manifest drift, shellcheck, Dockerfile checks,
 ## build_and_push.sh --dry-run, and the binary built with the Dockerfile's flags
@@ -49,6 +53,12 @@ test-deploy:
 ## BENCH_RUNS, BENCH_SIZES, ... tune it (scripts/bench.sh)
 bench: build
 	BENCH_WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/bench.sh
+
+## soak: the churn soak (e2e's TestSoak) for DURATION on a dedicated cluster, always
+## torn down; exit status 1 on any violation. SOAK_OPS, SOAK_SEED, ... (scripts/soak.sh)
+DURATION ?= 10m
+soak: build
+	DURATION=$(DURATION) E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/soak.sh
 
 ## test: everything CI runs; stops at the first failure, the e2e cluster is always torn down
 test: vet test-unit test-deploy test-e2e
