@@ -617,6 +617,7 @@ func (s *soak) checkSeatsAndPending(ctx context.Context) {
 		return
 	}
 	seats := map[string][]int{}
+	unseated := map[string][]string{}
 	for _, p := range list.Items {
 		if p.DeletionTimestamp != nil {
 			continue
@@ -628,10 +629,14 @@ func (s *soak) checkSeatsAndPending(ctx context.Context) {
 		key := p.Labels["app"] + "@" + rev
 		seat, err := strconv.Atoi(p.Annotations[annSeat])
 		if err != nil {
-			s.violate(key, "a seat on pod "+p.Name, fmt.Sprintf("%q", p.Annotations[annSeat]))
+			unseated[key] = append(unseated[key], p.Name)
 			continue
 		}
 		seats[key] = append(seats[key], seat)
+	}
+	for key, names := range unseated {
+		sort.Strings(names)
+		s.violate(key, "a seat on every pod", fmt.Sprintf("%d without: %s", len(names), strings.Join(names, " ")))
 	}
 	for key, held := range seats {
 		if dup, missing := seatProblems(held, len(held)); len(dup) > 0 || len(missing) > 0 {
