@@ -22,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -217,7 +218,7 @@ func (s *soak) createWorkloads(ctx context.Context) {
 		switch w.kind {
 		case "deployment":
 			d := deployment(s.ns, w.name, w.strategies[0], n, w.onTemplate)
-			d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr(int64(1))
+			soakPod(&d.Spec.Template)
 			switch w.name {
 			case "recreate":
 				d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
@@ -229,7 +230,7 @@ func (s *soak) createWorkloads(ctx context.Context) {
 			createDeployment(ctx, t, d)
 		case "statefulset":
 			tmpl := podTemplate(w.name, map[string]string{annStrategy: w.strategies[0]})
-			tmpl.Spec.TerminationGracePeriodSeconds = ptr(int64(1))
+			soakPod(&tmpl)
 			sts := &appsv1.StatefulSet{
 				ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: s.ns},
 				Spec: appsv1.StatefulSetSpec{
@@ -244,6 +245,13 @@ func (s *soak) createWorkloads(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// soakPod makes the pods big enough (a quarter CPU: about 15 on a 4-CPU node) that
+// scale-ups keep needing new nodes, so that a blocked NodePool matters.
+func soakPod(tmpl *corev1.PodTemplateSpec) {
+	tmpl.Spec.TerminationGracePeriodSeconds = ptr(int64(1))
+	tmpl.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("250m")
 }
 
 // randomOp runs one enabled operation on a random workload and logs it, so that a
