@@ -76,9 +76,9 @@ func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 			h = merge(h, run.admission)
 			failOpen += run.failOpen
 		}
-		b.printf("| %d | %.1f s | %.1f s | **%.2f** | %.1f s | %.1f s | %.2f | %s | %.0f of %.0f |\n", n, ew, eo, eo/ew, rw, ro, ro/rw, ms(h.Quantile(0.99)), failOpen, h.Count())
+		b.printf("| %d | %.1f s | %.1f s | **%.2f** | %.1f s | %.1f s | %.2f | %s | %.0f of %.0f |\n", n, ew, eo, eo/ew, rw, ro, ro/rw, h.FormatQuantile(0.99), failOpen, h.Count())
 	}
-	b.printf("\nThe p99 is estimated from the buckets of apiserver_admission_webhook_admission_duration_seconds (…, 1, 2.5, 10 s); " +
+	b.printf("\nThe p99 is interpolated within its bucket of apiserver_admission_webhook_admission_duration_seconds (the bucket is what is known); " +
 		"calls failed open are those the API server gave up on (apiserver_admission_webhook_fail_open_count): their pods were admitted unplaced.\n\n")
 
 	// API calls the webhook adds per placed pod: same burst with minus without the
@@ -206,14 +206,6 @@ func merge(a, b harness.Histogram) harness.Histogram {
 		}
 	}
 	return out
-}
-
-// ms renders seconds as milliseconds ("n/a" for NaN).
-func ms(s float64) string {
-	if math.IsNaN(s) {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.0f ms", s*1000)
 }
 
 // writesByResource sums apiserver_request_total's write verbs by resource[/subresource].

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -748,10 +747,7 @@ func (s *soak) summary(seed int64, duration time.Duration, h harness.Histogram, 
 	fmt.Fprintf(&b, "operations:          %d (%s)\n", sum(s.done), strings.Join(ops, ", "))
 	fmt.Fprintf(&b, "quiescent points:    %d\n", s.points)
 	fmt.Fprintf(&b, "webhook restarts:    %d survived (SIGKILL, then restart)\n", s.restarts)
-	p99 := "n/a"
-	if q := h.Quantile(0.99); !math.IsNaN(q) {
-		p99 = fmt.Sprintf("%.1f ms", q*1000)
-	}
+	p99 := h.FormatQuantile(0.99)
 	fmt.Fprintf(&b, "admissions:          %.0f seen by the API server, p99 %s (apiserver_admission_webhook_admission_duration_seconds); per replica via the proxy %v\n", h.Count(), p99, served)
 	fmt.Fprintf(&b, "violations:          %d\n", len(s.violations))
 	sort.SliceStable(s.violations, func(i, j int) bool { return s.violations[i].at < s.violations[j].at })

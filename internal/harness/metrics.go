@@ -177,3 +177,31 @@ func (h Histogram) Quantile(q float64) float64 {
 	}
 	return lower
 }
+
+// QuantileBucket returns the bounds of the bucket the q-quantile falls in: all a
+// histogram knows for sure (lower is 0 for the first bucket; upper is +Inf past the
+// largest finite bound).
+func (h Histogram) QuantileBucket(q float64) (lower, upper float64) {
+	rank := q * h.Count()
+	for i, b := range h.Bounds {
+		if h.Counts[i] >= rank {
+			return lower, b
+		}
+		lower = b
+	}
+	return lower, math.Inf(1)
+}
+
+// FormatQuantile renders the q-quantile in milliseconds with its bucket, e.g.
+// "495 ms (100-500 ms)", or "n/a" without observations.
+func (h Histogram) FormatQuantile(q float64) string {
+	if h.Count() == 0 {
+		return "n/a"
+	}
+	lo, hi := h.QuantileBucket(q)
+	upper := "+Inf"
+	if !math.IsInf(hi, 1) {
+		upper = fmt.Sprintf("%g", hi*1000)
+	}
+	return fmt.Sprintf("%.0f ms (bucket %g-%s ms)", h.Quantile(q)*1000, lo*1000, upper)
+}

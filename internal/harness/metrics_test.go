@@ -42,6 +42,12 @@ func TestMetricsSumAndQuantile(t *testing.T) {
 	if got := h.Quantile(0.99); math.Abs(got-0.91) > 1e-9 {
 		t.Errorf("p99 = %v, want 0.91", got)
 	}
+	if lo, hi := h.QuantileBucket(0.99); lo != 0.1 || hi != 1 {
+		t.Errorf("p99 bucket = %v-%v, want 0.1-1", lo, hi)
+	}
+	if got, want := h.FormatQuantile(0.99), "910 ms (bucket 100-1000 ms)"; got != want {
+		t.Errorf("FormatQuantile = %q, want %q", got, want)
+	}
 	if got := h.Sub(h).Quantile(0.5); !math.IsNaN(got) {
 		t.Errorf("empty histogram p50 = %v, want NaN", got)
 	}

@@ -183,4 +183,3 @@ func (s *Serve) Metrics(ctx context.Context) (Metrics, error) {
 	}
 	return ParseMetrics(resp.Body)
 }
-
