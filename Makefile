@@ -3,6 +3,8 @@
 #   make demo         local cluster + webhook + sample Deployment + spread report
 #   make demo-down    stop the demo: no process of ours left, no state in the repo
 #   make test         go vet, unit tests, deploy checks, then end-to-end tests on a local cluster
+#   make bench        benchmark on a local cluster of its own; prints Markdown tables
+#   make soak DURATION=30m   churn soak with an invariant checker on a local cluster of its own
 #
 # The local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kwok, Karpenter's kwok provider) is built once into
@@ -17,7 +19,7 @@ BIN_DIR := $(CURDIR)/bin
 WEBHOOK_BIN := $(BIN_DIR)/custom-kube-scheduler-webhook
 LC := scripts/localcluster
 
-.PHONY: build vet test test-unit test-deploy test-e2e demo demo-down cluster-up cluster-down lint-scripts
+.PHONY: build vet test test-unit test-deploy test-e2e bench soak demo demo-down cluster-up cluster-down lint-scripts
 
 ## build: the product binaries into ./bin
 build:
@@ -27,6 +29,7 @@ build:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./...
+	$(GO) vet -tags bench ./bench/
 
 ## test-unit: unit tests (the nested scripts/localcluster/kbin module is not part of ./...),
 ## then a bounded run of the admission fuzz test (FUZZTIME; its seed corpus runs in ./...)
@@ -35,15 +38,30 @@ test-unit:
 	$(GO) test ./...
 	$(GO) test ./webhook -run XXX -fuzz FuzzAdmit -fuzztime $(FUZZTIME)
 
-## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down
+## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down.
+## It includes SOAK_TEST_DURATION of the churn soak with the operations SOAK_TEST_OPS
+## (all: scale, flap, restart, delete, annotate, block, kill).
+SOAK_TEST_DURATION ?= 2m
+SOAK_TEST_OPS ?= all
 test-e2e: build
-	E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash $(LC)/run-e2e.sh
+	SOAK_DURATION=$(SOAK_TEST_DURATION) SOAK_OPS=$(SOAK_TEST_OPS) E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash $(LC)/run-e2e.sh
 
 ## test-deploy: chart lint and render, manifest drift, shellcheck, Dockerfile checks,
 ## build_and_push.sh --dry-run, and the binary built with the Dockerfile's flags
 test-deploy:
 	deploy/test/static.sh
 	deploy/test/build-binary.sh
+
+## bench: the benchmark harness (bench/) on a dedicated cluster, always torn down;
+## BENCH_RUNS, BENCH_SIZES, ... tune it (scripts/bench.sh)
+bench: build
+	BENCH_WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/bench.sh
+
+## soak: the churn soak (e2e's TestSoak) for DURATION on a dedicated cluster, always
+## torn down; exit status 1 on any violation. SOAK_OPS, SOAK_SEED, ... (scripts/soak.sh)
+DURATION ?= 10m
+soak: build
+	DURATION=$(DURATION) E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/soak.sh
 
 ## test: everything CI runs; stops at the first failure, the e2e cluster is always torn down
 test: vet test-unit test-deploy test-e2e

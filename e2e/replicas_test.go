@@ -3,20 +3,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 )
 
 // Two webhook replicas behind a round-robin balancer, as behind a Service: a
@@ -56,153 +48,44 @@ func TestTwoWebhookReplicasBurst200(t *testing.T) {
 	t.Logf("admissions per replica (including canaries): %v", lb.served())
 }
 
-// balancer is a TLS-terminating reverse proxy that sends each request to the next
-// backend in turn (per request, not per connection: the API server multiplexes
-// its webhook calls over few connections). A request whose backend fails (killed,
-// port closed) goes to the next one, as a Service does once the endpoint is gone
-// and the API server retries a reset call.
+// balancer is the harness's round-robin proxy in front of webhook processes, as a
+// Service would be (see harness.Proxy).
 type balancer struct {
-	port   int
-	counts []atomic.Int64
-	// ready holds each backend's last /readyz answer (all ready until watchReadiness).
-	ready []atomic.Bool
-	// failed counts calls a backend failed to answer (each then went to the next).
-	failed   atomic.Int64
-	backends []int
-	ca       *x509.CertPool
+	*harness.Proxy
+	port int
 }
 
-// total is the number of requests sent to any backend.
-func (b *balancer) total() int64 {
-	var n int64
-	for i := range b.counts {
-		n += b.counts[i].Load()
-	}
-	return n
-}
+func (b *balancer) served() []int64 { return b.Served() }
 
-// watchReadiness polls every backend's /readyz each interval and sends requests only
-// to those that answer 200, as an endpoint controller keeps only Ready pods in a
-// Service (if none is ready, every backend gets requests).
+func (b *balancer) total() int64 { return b.Total() }
+
+// watchReadiness sends requests to the backends whose /readyz answers 200 first, polled
+// each interval until the test ends.
 func (b *balancer) watchReadiness(t *testing.T, interval time.Duration) {
 	t.Helper()
-	hc := &http.Client{Timeout: interval, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.ca, MinVersion: tls.VersionTLS12}}}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done; hc.CloseIdleConnections() })
-	go func() {
-		defer close(done)
-		for {
-			for i, p := range b.backends {
-				ok := false
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", p), nil)
-				if err == nil {
-					if resp, err := hc.Do(req); err == nil {
-						resp.Body.Close()
-						ok = resp.StatusCode == http.StatusOK
-					}
-				}
-				b.ready[i].Store(ok)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(interval):
-			}
-		}
-	}()
+	stopped := b.WatchReadiness(ctx, interval)
+	t.Cleanup(func() { cancel(); <-stopped })
 }
 
-func (b *balancer) served() []int64 {
-	out := make([]int64, len(b.counts))
-	for i := range b.counts {
-		out[i] = b.counts[i].Load()
-	}
-	return out
-}
-
+// startBalancer starts a round-robin proxy on port in front of the webhook
+// processes on backends; it is closed when the test ends.
 func startBalancer(t *testing.T, port int, backends ...int) *balancer {
 	t.Helper()
-	pki := filepath.Join(env.dir, "pki")
-	pem, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
+	hc, err := harness.OpenCluster(env.dir)
 	if err != nil {
-		t.Fatalf("reading CA: %v", err)
+		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		t.Fatal("no certificate in ca.crt")
-	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "webhook.crt"), filepath.Join(pki, "webhook.key"))
+	p, err := hc.StartProxy(port, backends...)
 	if err != nil {
-		t.Fatalf("loading webhook cert: %v", err)
+		t.Fatal(err)
 	}
-	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 100}
-	b := &balancer{port: port, counts: make([]atomic.Int64, len(backends)), ready: make([]atomic.Bool, len(backends)), backends: backends, ca: pool}
-	for i := range backends {
-		b.ready[i].Store(true)
-	}
-	var next atomic.Int64
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		first := int(next.Add(1) - 1)
-		// Ready backends in turn first, then the others: a request whose backend fails
-		// (killed, port closed) goes to the next one, as the API server retries a
-		// reset call; every such failure is counted.
-		order := make([]int, 0, 2*len(backends))
-		for _, wantReady := range []bool{true, false} {
-			for k := range backends {
-				if i := (first + k) % len(backends); b.ready[i].Load() == wantReady {
-					order = append(order, i)
-				}
-			}
-		}
-		for _, i := range order {
-			out, err := http.NewRequestWithContext(r.Context(), r.Method, fmt.Sprintf("https://127.0.0.1:%d%s", backends[i], r.URL.RequestURI()), bytes.NewReader(body))
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			out.Header = r.Header.Clone()
-			resp, err := transport.RoundTrip(out)
-			if err != nil {
-				b.failed.Add(1)
-				t.Logf("balancer: backend %d: %v", backends[i], err)
-				continue
-			}
-			b.counts[i].Add(1)
-			for k, v := range resp.Header {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(resp.StatusCode)
-			_, _ = io.Copy(w, resp.Body)
-			resp.Body.Close()
-			return
-		}
-		http.Error(w, "no backend answered", http.StatusBadGateway)
-	})
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatalf("balancer listen: %v", err)
-	}
-	srv := &http.Server{
-		Handler:           handler,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	go func() {
-		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("balancer: %v", err)
-		}
-	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(ctx)
-		transport.CloseIdleConnections()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("balancer: %v", err)
+		}
 	})
-	return b
+	return &balancer{Proxy: p, port: port}
 }

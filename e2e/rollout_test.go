@@ -95,9 +95,9 @@ func TestWebhookRolloutLeavesNoPodUnplaced(t *testing.T) {
 		}
 	}
 	t.Logf("rollout: SIGTERM after %d admissions, old replica exited %v later; %d admissions per backend %v, %d failed at the balancer; unplaced pods %d of %d",
-		atSignal, exited.Round(time.Millisecond), lb.total()-baseline, lb.served(), lb.failed.Load(), unplaced, len(list.Items))
-	if unplaced != 0 || lb.failed.Load() != 0 {
-		t.Errorf("%d pods unplaced, %d admissions failed during the webhook rollout; want 0", unplaced, lb.failed.Load())
+		atSignal, exited.Round(time.Millisecond), lb.total()-baseline, lb.served(), lb.Failed(), unplaced, len(list.Items))
+	if unplaced != 0 || lb.Failed() != 0 {
+		t.Errorf("%d pods unplaced, %d admissions failed during the webhook rollout; want 0", unplaced, lb.Failed())
 	}
 	assertExactSpread(ctx, t, capacityStrategy, pods)
 }

@@ -14,6 +14,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 echo "== shellcheck"
+if ! command -v shellcheck >/dev/null 2>&1; then
+  # shellcheck source=../../scripts/localcluster/lib.sh
+  source scripts/localcluster/lib.sh
+  lc_ensure_packages shellcheck:shellcheck
+fi
 mapfile -t scripts < <(find . \( -path ./.git -o -path ./.localcluster -o -path ./bin \) -prune -o -name '*.sh' -print | sort)
 if [[ -f .ci/run ]]; then scripts+=(.ci/run); fi
 if shellcheck -x "${scripts[@]}"; then

@@ -1,0 +1,189 @@
+//go:build bench
+
+// Package bench is `make bench`: a benchmark of the webhook on the local cluster
+// (scripts/bench.sh brings one up and always tears it down). It drives the product
+// only from outside: `serve` processes (two behind a round-robin proxy, as the chart
+// runs them), the registration script, the API server and /metrics. It prints
+// Markdown tables; every ratio compares with a baseline measured in the same run,
+// in alternating order, because the machine is shared and noisy.
+//
+// Settings (environment): LOCALCLUSTER_DIR (the cluster), BENCH_WEBHOOK_BIN (the
+// binary; built when empty), BENCH_RUNS (runs per size and mode, default 3),
+// BENCH_SIZES (default 200,1000), BENCH_LOAD_REQUESTS (per load level, default
+// 2000), BENCH_MEMORY_PODS (default 5000), BENCH_SERVE_ENV (extra settings of
+// serve, space-separated KEY=VALUE; default none: the chart's settings),
+// BENCH_OUT (also write the tables to this file), BENCH_SKIP (comma-separated
+// phases to skip: burst, load, memory).
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	webhookNS    = "custom-kube-scheduler-webhook" // serve's POD_NAMESPACE
+	withNS       = "bench-webhook"
+	withoutNS    = "bench-nowebhook" // blocklisted: the API server never calls the webhook
+	mutatingHook = "pods.custom-kube-scheduler-webhook.io"
+	// The e2e capacity strategy: served by the local cluster's capacity-type pools,
+	// which also take pods without a nodeSelector (the baseline).
+	burstStrategy = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+	// Terms no NodePool serves: the memory phase's pods are placed and stay Pending,
+	// so 5,000 of them cost no nodes.
+	unservedStrategy = "bench.example.com/pool=a,weight=1:bench.example.com/pool=b,weight=1"
+)
+
+// bench is the state of one benchmark run.
+type bench struct {
+	c        *harness.Cluster
+	repo     string
+	replicas []*harness.Serve
+	proxy    *harness.Proxy
+	out      strings.Builder
+}
+
+func TestBench(t *testing.T) {
+	ctx := context.Background()
+	b, err := setup(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip := map[string]bool{}
+	for _, s := range strings.Split(os.Getenv("BENCH_SKIP"), ",") {
+		skip[strings.TrimSpace(s)] = true
+	}
+	host, _ := os.Hostname()
+	b.printf("## Benchmark (`make bench`), %s, %d CPUs (%s)\n\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), host)
+	b.printf("serve settings: %s; 2 replicas behind a round-robin proxy unless noted.\n\n", strings.Join(serveEnv(), " "))
+	if !skip["burst"] {
+		if err := b.bursts(ctx, t); err != nil {
+			t.Error(err)
+		}
+	}
+	if !skip["load"] {
+		if err := b.load(ctx, t); err != nil {
+			t.Error(err)
+		}
+	}
+	if !skip["memory"] {
+		if err := b.memory(ctx, t); err != nil {
+			t.Error(err)
+		}
+	}
+	fmt.Println(b.out.String())
+	if path := os.Getenv("BENCH_OUT"); path != "" {
+		if err := os.WriteFile(path, []byte(b.out.String()), 0o644); err != nil {
+			t.Errorf("writing %s: %v", path, err)
+		}
+	}
+}
+
+func (b *bench) printf(format string, args ...any) { fmt.Fprintf(&b.out, format, args...) }
+
+func setup(ctx context.Context, t *testing.T) (*bench, error) {
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		return nil, fmt.Errorf("locating repository root: %w", err)
+	}
+	dir := os.Getenv("LOCALCLUSTER_DIR")
+	if dir == "" {
+		return nil, fmt.Errorf("LOCALCLUSTER_DIR is not set: run `make bench`")
+	}
+	c, err := harness.OpenCluster(dir)
+	if err != nil {
+		return nil, err
+	}
+	bin := os.Getenv("BENCH_WEBHOOK_BIN")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "custom-kube-scheduler-webhook")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/custom-kube-scheduler-webhook")
+		build.Dir, build.Stdout, build.Stderr = repo, os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return nil, fmt.Errorf("building the webhook: %w", err)
+		}
+	}
+	for _, ns := range []string{webhookNS, withNS, withoutNS} {
+		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	b := &bench{c: c, repo: repo}
+	port := c.WebhookPort()
+	for i := range 2 {
+		s := c.NewServe(bin, fmt.Sprintf("webhook-bench-%d", i+1), port+i, serveEnv()...)
+		if err := s.Start(ctx); err != nil {
+			return nil, err
+		}
+		b.replicas = append(b.replicas, s)
+		t.Cleanup(func() {
+			if err := s.Stop(); err != nil {
+				t.Errorf("stopping %s: %v", s.Name, err)
+			}
+		})
+	}
+	if b.proxy, err = c.StartProxy(port+2, port, port+1); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = b.proxy.Close(ctx)
+	})
+	if err := b.register(ctx, port+2); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = b.runScript(context.Background(), "register-webhook.sh", port+2, "delete") })
+	return b, nil
+}
+
+// serveEnv is serve's configuration for the benchmark.
+func serveEnv() []string {
+	extra := os.Getenv("BENCH_SERVE_ENV")
+	env := []string{
+		"LOG_LEVEL=info",
+		"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public," + withoutNS,
+		"POD_NAMESPACE=" + webhookNS,
+	}
+	return append(env, strings.Fields(extra)...)
+}
+
+func (b *bench) register(ctx context.Context, port int) error {
+	return b.runScript(ctx, "register-webhook.sh", port)
+}
+
+func (b *bench) runScript(ctx context.Context, script string, port int, args ...string) error {
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(b.repo, "scripts", "localcluster", script)}, args...)...)
+	cmd.Env = append(os.Environ(),
+		"LOCALCLUSTER_DIR="+b.c.Dir,
+		fmt.Sprintf("WEBHOOK_PORT=%d", port),
+		"WEBHOOK_FILTERS=full",
+		"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public,"+withoutNS,
+	)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w", script, err)
+	}
+	return nil
+}
+
+func envInt(key string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(key)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

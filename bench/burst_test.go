@@ -1,0 +1,242 @@
+//go:build bench
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
+)
+
+// writeVerbs are the verbs of apiserver_request_total that change state.
+var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "APPLY": true, "DELETECOLLECTION": true}
+
+// burstRun is one Deployment created at once, with or without the webhook.
+type burstRun struct {
+	times  burstTimes
+	writes map[string]float64 // by resource[/subresource], during the burst
+	reads  float64
+	// admission latency histogram of the mutating webhook, as the API server saw it
+	admission harness.Histogram
+	// calls that failed (timeout, error) and were let through unmutated (failurePolicy Ignore)
+	failOpen float64
+}
+
+// bursts creates Deployments of each size with and without the webhook, alternating
+// which goes first, and prints the medians and their ratio, and the API calls per pod.
+func (b *bench) bursts(ctx context.Context, t *testing.T) error {
+	runs := envInt("BENCH_RUNS", 3)
+	var sizes []int
+	for _, s := range strings.Split(envOr("BENCH_SIZES", "200,1000"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("BENCH_SIZES: %q is not a positive number", s)
+		}
+		sizes = append(sizes, n)
+	}
+	results := map[int]map[bool][]burstRun{}
+	for _, n := range sizes {
+		results[n] = map[bool][]burstRun{}
+	}
+	for r := range runs {
+		for _, n := range sizes {
+			order := []bool{true, false}
+			if r%2 == 1 {
+				order = []bool{false, true}
+			}
+			for _, with := range order {
+				run, err := b.burst(ctx, n, with, r)
+				if err != nil {
+					return err
+				}
+				t.Logf("burst %d run %d webhook=%v: all exist %.1fs, all Running %.1fs", n, r+1, with, run.times.exist.Seconds(), run.times.running.Seconds())
+				results[n][with] = append(results[n][with], run)
+			}
+		}
+	}
+
+	b.printf("### A Deployment created at once (median of %d alternating runs each)\n\n", runs)
+	b.printf("| replicas | all pods exist, webhook | no webhook | ratio (no webhook / webhook) | all Running, webhook | no webhook | ratio | webhook p99 at the API server | calls failed open |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, n := range sizes {
+		w, o := results[n][true], results[n][false]
+		ew, eo := median(w, func(r burstRun) float64 { return r.times.exist.Seconds() }), median(o, func(r burstRun) float64 { return r.times.exist.Seconds() })
+		rw, ro := median(w, func(r burstRun) float64 { return r.times.running.Seconds() }), median(o, func(r burstRun) float64 { return r.times.running.Seconds() })
+		var h harness.Histogram
+		var failOpen float64
+		for _, run := range w {
+			h = merge(h, run.admission)
+			failOpen += run.failOpen
+		}
+		b.printf("| %d | %.1f s | %.1f s | **%.2f** | %.1f s | %.1f s | %.2f | %s | %.0f of %.0f |\n", n, ew, eo, eo/ew, rw, ro, ro/rw, h.FormatQuantile(0.99), failOpen, h.Count())
+	}
+	b.printf("\nThe p99 is interpolated within its bucket of apiserver_admission_webhook_admission_duration_seconds (the bucket is what is known); " +
+		"calls failed open are those the API server gave up on (apiserver_admission_webhook_fail_open_count): their pods were admitted unplaced.\n\n")
+
+	// API calls the webhook adds per placed pod: same burst with minus without the
+	// webhook (the controllers' own calls cancel out), median over the runs.
+	n := sizes[len(sizes)-1]
+	w, o := results[n][true], results[n][false]
+	resources := map[string]bool{}
+	for _, run := range append(slices.Clone(w), o...) {
+		for res := range run.writes {
+			resources[res] = true
+		}
+	}
+	type row struct {
+		res           string
+		perPod        float64
+		with, without float64
+	}
+	var rows []row
+	var total, webhookOnly float64
+	for res := range resources {
+		mw := median(w, func(r burstRun) float64 { return r.writes[res] })
+		mo := median(o, func(r burstRun) float64 { return r.writes[res] })
+		d := (mw - mo) / float64(n)
+		total += d
+		if !clusterSide[res] {
+			webhookOnly += d
+		}
+		if math.Abs(d) >= 0.005 {
+			rows = append(rows, row{res, d, mw, mo})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return math.Abs(rows[i].perPod) > math.Abs(rows[j].perPod) })
+	reads := (median(w, func(r burstRun) float64 { return r.reads }) - median(o, func(r burstRun) float64 { return r.reads })) / float64(n)
+	b.printf("### API calls per placed pod (burst of %d, from the API server's apiserver_request_total, with minus without the webhook)\n\n", n)
+	b.printf("| resource | writes with webhook | without | writes per placed pod |\n|---|---|---|---|\n")
+	for _, r := range rows {
+		b.printf("| %s | %.0f | %.0f | %.3f |\n", r.res, r.with, r.without, r.perPod)
+	}
+	b.printf("| **writes per placed pod, not by the cluster's own components** | | | **%.3f** |\n", webhookOnly)
+	b.printf("| all writes | | | %.3f |\n| reads (GET, LIST) | | | %.3f |\n\n", total, reads)
+	b.printf("The first of those rows leaves out what the controllers, scheduler, kwok and Karpenter write (%s): "+
+		"those differ with the webhook because the pods land on other nodes. Writes on leases include the kwok nodes' heartbeats: "+
+		"a difference under ±0.02 per pod is noise.\n\n", strings.Join(clusterSideList(), ", "))
+	return nil
+}
+
+// clusterSide are resources the cluster's own components write for a burst.
+var clusterSide = map[string]bool{
+	"pods": true, "pods/binding": true, "pods/status": true, "events": true,
+	"nodes": true, "nodes/status": true, "nodeclaims": true, "nodeclaims/status": true, "nodepools/status": true,
+	"replicasets": true, "replicasets/status": true, "deployments": true, "deployments/status": true,
+	"endpointslices": true,
+}
+
+func clusterSideList() []string {
+	out := make([]string, 0, len(clusterSide))
+	for r := range clusterSide {
+		out = append(out, r)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// burst runs one Deployment of n pods, in the webhook's namespace or the blocklisted one.
+func (b *bench) burst(ctx context.Context, n int, with bool, run int) (burstRun, error) {
+	var out burstRun
+	ns := withoutNS
+	if with {
+		ns = withNS
+	}
+	name := fmt.Sprintf("burst-%d-%d", n, run+1)
+	before, err := harness.APIServerMetrics(ctx, b.c.Client)
+	if err != nil {
+		return out, err
+	}
+	out.times, err = b.createAndWatch(ctx, deployment(ns, name, burstStrategy, n), true, 10*time.Minute)
+	if err != nil {
+		return out, err
+	}
+	after, err := harness.APIServerMetrics(ctx, b.c.Client)
+	if err != nil {
+		return out, err
+	}
+	out.writes = writesByResource(after)
+	for res, v := range writesByResource(before) {
+		out.writes[res] -= v
+	}
+	for _, verb := range []string{"GET", "LIST"} {
+		out.reads += after.Sum("apiserver_request_total", harness.Labels{"verb": verb}) - before.Sum("apiserver_request_total", harness.Labels{"verb": verb})
+	}
+	sel := harness.Labels{"name": mutatingHook}
+	out.admission = after.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel).
+		Sub(before.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel))
+	out.failOpen = after.Sum("apiserver_admission_webhook_fail_open_count", sel) - before.Sum("apiserver_admission_webhook_fail_open_count", sel)
+	if err := b.remove(ctx, ns, name); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+func median[T any](xs []T, f func(T) float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// merge adds two histograms of the same buckets.
+func merge(a, b harness.Histogram) harness.Histogram {
+	if len(a.Bounds) == 0 {
+		return b
+	}
+	out := harness.Histogram{Bounds: a.Bounds, Counts: slices.Clone(a.Counts)}
+	for i := range out.Counts {
+		if i < len(b.Counts) {
+			out.Counts[i] += b.Counts[i]
+		}
+	}
+	return out
+}
+
+// writesByResource sums apiserver_request_total's write verbs by resource[/subresource].
+func writesByResource(ms harness.Metrics) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range ms["apiserver_request_total"].GetMetric() {
+		var verb, res, sub string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "verb":
+				verb = l.GetValue()
+			case "resource":
+				res = l.GetValue()
+			case "subresource":
+				sub = l.GetValue()
+			}
+		}
+		if !writeVerbs[verb] {
+			continue
+		}
+		if sub != "" {
+			res += "/" + sub
+		}
+		out[res] += m.GetCounter().GetValue()
+	}
+	return out
+}
+
+func envOr(key, def string) string {
+	if v := strings.TrimSpace(os.Getenv(key)); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,125 @@
+//go:build bench
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// load sends AdmissionReviews over HTTPS straight to one serve (no proxy, no API
+// server): concurrency 1, 10 and 100, dry-run and real; then 500 and 5,000 real
+// admissions of one fresh revision each, to compare the cost per request.
+func (b *bench) load(ctx context.Context, t *testing.T) error {
+	n := envInt("BENCH_LOAD_REQUESTS", 2000)
+	target := b.replicas[0]
+	hc := b.c.HTTPClient(30 * time.Second)
+	defer hc.CloseIdleConnections()
+	url := target.URL("/mutate")
+
+	run := func(name string, requests, concurrency int, dryRun bool) (harness.LoadResult, error) {
+		bodies, cleanup, err := b.reviews(ctx, name, requests, dryRun)
+		if err != nil {
+			return harness.LoadResult{}, err
+		}
+		defer cleanup()
+		r := harness.Load(ctx, hc, url, bodies, concurrency)
+		t.Logf("load %s: %d requests at concurrency %d: %.0f/s, p50 %s, p99 %s, max %s, failed %d %s",
+			name, r.Requests, concurrency, r.Throughput(), r.Quantile(0.5), r.Quantile(0.99), r.Max(), r.Failed, r.FirstFail)
+		return r, nil
+	}
+	// Warm-up: 100 TLS connections open (the handshakes are not what is measured) and
+	// the server's caches and pools filled.
+	if _, err := run("warmup", 400, 100, true); err != nil {
+		return err
+	}
+	b.printf("### AdmissionReviews over HTTPS straight to one serve (%d requests per row, load generator on the same machine)\n\n", n)
+	b.printf("| mode | concurrency | throughput | p50 | p99 | max | failed |\n|---|---|---|---|---|---|---|\n")
+	for _, dry := range []bool{true, false} {
+		mode := "real"
+		if dry {
+			mode = "dry-run"
+		}
+		for _, c := range []int{1, 10, 100} {
+			r, err := run(fmt.Sprintf("lg-%s-c%d", mode, c), n, c, dry)
+			if err != nil {
+				return err
+			}
+			b.printf("| %s | %d | %.0f/s | %s | %s | %s | %d |\n", mode, c, r.Throughput(), dur(r.Quantile(0.5)), dur(r.Quantile(0.99)), dur(r.Max()), r.Failed)
+		}
+	}
+	b.printf("\n")
+	small, err := run("lg-real-500", 500, 100, false)
+	if err != nil {
+		return err
+	}
+	large, err := run("lg-real-5000", 5000, 100, false)
+	if err != nil {
+		return err
+	}
+	b.printf("### Real admissions of one revision at concurrency 100: cost per request\n\n")
+	b.printf("| admissions | throughput | per request | p99 | failed |\n|---|---|---|---|---|\n")
+	for _, r := range []harness.LoadResult{small, large} {
+		b.printf("| %d | %.0f/s | %s | %s | %d |\n", r.Requests, r.Throughput(), dur(r.PerRequest()), dur(r.Quantile(0.99)), r.Failed)
+	}
+	b.printf("| ratio 5,000 / 500 | | **%.2f** | | |\n\n", float64(large.PerRequest())/float64(small.PerRequest()))
+	return nil
+}
+
+// reviews creates a Deployment of 0 replicas (so its ReplicaSet, the pods' owner,
+// is real and cached by the webhook) and returns n AdmissionReviews of new pods of it.
+// cleanup deletes the Deployment.
+func (b *bench) reviews(ctx context.Context, name string, n int, dryRun bool) ([][]byte, func(), error) {
+	d := deployment(withNS, name, burstStrategy, 0)
+	if _, err := b.c.Client.AppsV1().Deployments(withNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		return nil, nil, fmt.Errorf("creating deployment %s: %w", name, err)
+	}
+	cleanup := func() {
+		bg := metav1.DeletePropagationBackground
+		_ = b.c.Client.AppsV1().Deployments(withNS).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: &bg})
+	}
+	var rs *appsv1.ReplicaSet
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := b.c.Client.AppsV1().ReplicaSets(withNS).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		if err != nil || len(list.Items) == 0 {
+			return false, nil
+		}
+		rs = &list.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("waiting for the ReplicaSet of %s: %w", name, err)
+	}
+	// Let both replicas' caches see the new ReplicaSet before timing.
+	time.Sleep(time.Second)
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:            fmt.Sprintf("%s-%d", rs.Name, i),
+				Namespace:       withNS,
+				Labels:          rs.Spec.Template.Labels,
+				Annotations:     rs.Spec.Template.Annotations,
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))},
+			},
+			Spec: rs.Spec.Template.Spec,
+		}
+		if bodies[i], err = harness.PodReview(pod, fmt.Sprintf("%s-%s-%d", name, rs.UID, i), dryRun); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+	}
+	return bodies, cleanup, nil
+}
+
+// dur renders a duration in ms with two decimals.
+func dur(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }

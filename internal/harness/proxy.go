@@ -1,0 +1,167 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy is a TLS-terminating reverse proxy that sends each request to the next
+// backend in turn (per request, not per connection: the API server multiplexes its
+// webhook calls over few connections). Like a Service it prefers backends whose
+// /readyz answered 200 (once WatchReadiness runs); a request whose backend fails
+// (killed, port closed) goes to the next one, as the API server retries a reset call,
+// and every such failure is counted.
+type Proxy struct {
+	// Port is the port the proxy listens on (127.0.0.1).
+	Port      int
+	backends  []int
+	counts    []atomic.Int64
+	ready     []atomic.Bool
+	failed    atomic.Int64
+	next      atomic.Int64
+	srv       *http.Server
+	transport *http.Transport
+	done      chan error
+}
+
+// StartProxy listens on 127.0.0.1:port with the given serving certificate and
+// forwards to https://127.0.0.1:<backend> for each backend port, trusting
+// backendTLS's RootCAs (the backends' CA).
+func StartProxy(port int, cert tls.Certificate, backendTLS *tls.Config, backends ...int) (*Proxy, error) {
+	if len(backends) == 0 {
+		return nil, errors.New("proxy: no backends")
+	}
+	p := &Proxy{
+		Port: port, backends: backends,
+		counts: make([]atomic.Int64, len(backends)), ready: make([]atomic.Bool, len(backends)),
+		transport: &http.Transport{TLSClientConfig: backendTLS, MaxIdleConnsPerHost: 100},
+		done:      make(chan error, 1),
+	}
+	for i := range p.ready {
+		p.ready[i].Store(true)
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return nil, fmt.Errorf("proxy listen on port %d: %w", port, err)
+	}
+	p.srv = &http.Server{
+		Handler:           http.HandlerFunc(p.forward),
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() { p.done <- p.srv.ServeTLS(ln, "", "") }()
+	return p, nil
+}
+
+// forward sends one request to the ready backends in turn, then to the others.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	first := int(p.next.Add(1) - 1)
+	order := make([]int, 0, len(p.backends))
+	for _, wantReady := range []bool{true, false} {
+		for k := range p.backends {
+			if i := (first + k) % len(p.backends); p.ready[i].Load() == wantReady {
+				order = append(order, i)
+			}
+		}
+	}
+	for _, i := range order {
+		out, err := http.NewRequestWithContext(r.Context(), r.Method, fmt.Sprintf("https://127.0.0.1:%d%s", p.backends[i], r.URL.RequestURI()), bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		out.Header = r.Header.Clone()
+		resp, err := p.transport.RoundTrip(out)
+		if err != nil {
+			p.failed.Add(1)
+			continue
+		}
+		p.counts[i].Add(1)
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+		_ = resp.Body.Close()
+		return
+	}
+	http.Error(w, "no backend answered", http.StatusBadGateway)
+}
+
+// WatchReadiness polls every backend's /readyz each interval until ctx ends, and sends
+// requests to those that answer 200 first, as an endpoint controller keeps only Ready
+// pods in a Service. The returned channel is closed when it stopped.
+func (p *Proxy) WatchReadiness(ctx context.Context, interval time.Duration) <-chan struct{} {
+	hc := &http.Client{Timeout: interval, Transport: &http.Transport{TLSClientConfig: p.transport.TLSClientConfig}}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		defer hc.CloseIdleConnections()
+		for {
+			for i, b := range p.backends {
+				ok := false
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", b), nil)
+				if err == nil {
+					if resp, err := hc.Do(req); err == nil {
+						_ = resp.Body.Close()
+						ok = resp.StatusCode == http.StatusOK
+					}
+				}
+				p.ready[i].Store(ok)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
+		}
+	}()
+	return stopped
+}
+
+// Served returns how many requests each backend answered, in backend order.
+func (p *Proxy) Served() []int64 {
+	out := make([]int64, len(p.counts))
+	for i := range p.counts {
+		out[i] = p.counts[i].Load()
+	}
+	return out
+}
+
+// Total returns how many requests any backend answered.
+func (p *Proxy) Total() int64 {
+	var n int64
+	for _, c := range p.Served() {
+		n += c
+	}
+	return n
+}
+
+// Failed returns how many calls a backend failed to answer (each then went to the next).
+func (p *Proxy) Failed() int64 { return p.failed.Load() }
+
+// Close stops the proxy and returns the server's error, if it failed other than by closing.
+func (p *Proxy) Close(ctx context.Context) error {
+	err := p.srv.Shutdown(ctx)
+	p.transport.CloseIdleConnections()
+	if serr := <-p.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return fmt.Errorf("proxy: %w", serr)
+	}
+	if err != nil {
+		return fmt.Errorf("proxy shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Serve is one `serve` process of the webhook binary, listening on 127.0.0.1:Port.
+// Its PID is recorded in the cluster's pids/ directory like the cluster's daemons,
+// so scripts/localcluster/down.sh stops it even if the harness dies first.
+type Serve struct {
+	Bin  string
+	Port int
+	// Name names the log (logs/<Name>.log) and PID file; it must start with
+	// "webhook" for down.sh to find it.
+	Name string
+	// Env is added to the harness's environment (LISTEN_ADDRESS is set from Port).
+	Env []string
+
+	cluster *Cluster
+	cmd     *exec.Cmd
+	done    chan error
+}
+
+// NewServe describes a `serve` process of bin on port with the cluster's serving
+// certificate and kubeconfig; env adds or overrides settings.
+func (c *Cluster) NewServe(bin, name string, port int, env ...string) *Serve {
+	base := []string{
+		"TLS_CERT_FILE=" + c.PKI("webhook.crt"),
+		"TLS_KEY_FILE=" + c.PKI("webhook.key"),
+		"KUBECONFIG=" + c.Kubeconfig(),
+	}
+	return &Serve{Bin: bin, Port: port, Name: name, Env: append(base, env...), cluster: c}
+}
+
+// LogPath is where the process's output goes.
+func (s *Serve) LogPath() string { return filepath.Join(s.cluster.Dir, "logs", s.Name+".log") }
+
+// Running reports whether the process was started and has not been stopped or killed.
+func (s *Serve) Running() bool { return s.cmd != nil }
+
+// PID is the process ID, 0 when not running.
+func (s *Serve) PID() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Start runs `serve` and waits until /readyz answers 200 (caches synced).
+func (s *Serve) Start(ctx context.Context) error {
+	if s.cmd != nil {
+		return fmt.Errorf("%s already running", s.Name)
+	}
+	if err := os.MkdirAll(filepath.Dir(s.LogPath()), 0o755); err != nil {
+		return fmt.Errorf("creating log dir: %w", err)
+	}
+	logf, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening webhook log: %w", err)
+	}
+	defer logf.Close() // the child keeps its own descriptor
+	// Not CommandContext: the process outlives the context of one call.
+	cmd := exec.Command(s.Bin, "serve")
+	cmd.Env = append(append(os.Environ(), s.Env...), fmt.Sprintf("LISTEN_ADDRESS=127.0.0.1:%d", s.Port))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s serve: %w", s.Bin, err)
+	}
+	s.cmd, s.done = cmd, make(chan error, 1)
+	go func() { s.done <- cmd.Wait() }()
+	if err := s.recordPID(); err != nil {
+		_ = s.Kill()
+		return err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		_ = s.Stop()
+		return err
+	}
+	return nil
+}
+
+func (s *Serve) recordPID() error {
+	dir := filepath.Join(s.cluster.Dir, "pids")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating pid dir: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, s.Name+".pid"), []byte(strconv.Itoa(s.cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("recording webhook pid: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, s.Name+".cmd"), []byte(filepath.Base(s.Bin)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("recording webhook command: %w", err)
+	}
+	return nil
+}
+
+// URL is https://127.0.0.1:Port followed by path.
+func (s *Serve) URL(path string) string { return fmt.Sprintf("https://127.0.0.1:%d%s", s.Port, path) }
+
+func (s *Serve) waitReady(ctx context.Context) error {
+	hc := s.cluster.HTTPClient(2 * time.Second)
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	for {
+		select {
+		case err := <-s.done:
+			s.done <- err
+			return fmt.Errorf("webhook exited before becoming ready (%v); see %s", err, s.LogPath())
+		default:
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL("/readyz"), nil)
+		if err != nil {
+			return fmt.Errorf("building readiness request: %w", err)
+		}
+		if resp, err := hc.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("webhook not ready at %s: %w; see %s", s.URL("/readyz"), ctx.Err(), s.LogPath())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Kill ends the process with SIGKILL, as a crash or an OOM kill would.
+func (s *Serve) Kill() error {
+	if s.cmd == nil {
+		return nil
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("killing webhook: %w", err)
+	}
+	<-s.done
+	s.cmd = nil
+	return nil
+}
+
+// Stop ends the process with SIGTERM, then SIGKILL after 10 s.
+func (s *Serve) Stop() error {
+	if s.cmd == nil {
+		return nil
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stopping webhook: %w", err)
+	}
+	select {
+	case <-s.done:
+		s.cmd = nil
+		return nil
+	case <-time.After(10 * time.Second):
+		return s.Kill()
+	}
+}
+
+// Metrics scrapes the process's /metrics.
+func (s *Serve) Metrics(ctx context.Context) (Metrics, error) {
+	hc := s.cluster.HTTPClient(10 * time.Second)
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL("/metrics"), nil)
+	if err != nil {
+		return nil, fmt.Errorf("building metrics request: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", s.URL("/metrics"), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping %s: status %s", s.URL("/metrics"), resp.Status)
+	}
+	return ParseMetrics(resp.Body)
+}
