@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "== shellcheck"
 if ! command -v shellcheck >/dev/null 2>&1; then
-  # shellcheck source=../../scripts/localcluster/lib.sh
+  # shellcheck source=scripts/localcluster/lib.sh
   source scripts/localcluster/lib.sh
   lc_ensure_packages shellcheck:shellcheck
 fi
