@@ -24,11 +24,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
-// AnnotationConverge set to "false" on a Deployment, StatefulSet or ReplicaSet opts it
-// out of moves: the loop still records unavailable terms (new pods go to the fallback)
-// but evicts none of its pods.
-const AnnotationConverge = "custom-kube-scheduler-webhook.io/converge"
-
 // Event reasons the loop records on workloads.
 const (
 	ReasonTermUnavailable = "TermUnavailable"
@@ -298,7 +293,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	log := l.cfg.Log.WithFields(logrus.Fields{"workload": w.Describe(), "revision": rev.name})
 	optOut := false
 	for _, o := range w.Chain {
-		if v, ok := o.Annotations[AnnotationConverge]; ok && strings.EqualFold(strings.TrimSpace(v), "false") {
+		if v, ok := o.Annotations[strategy.AnnotationConverge]; ok && strings.EqualFold(strings.TrimSpace(v), "false") {
 			optOut = true
 		}
 	}
@@ -306,7 +301,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	var live []*corev1.Pod
 	placedLive := 0
 	for _, p := range l.cfg.Caches.PodsOf(webhook.Revision{Namespace: rev.namespace, UID: rev.uid}) {
-		if webhook.HoldsSeat(p) {
+		if strategy.HoldsSeat(p) {
 			live = append(live, p)
 			placedLive++
 		}
@@ -421,7 +416,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	var moves []move
 	bySeat := map[int]*corev1.Pod{}
 	for _, p := range live {
-		seat, ok := webhook.SeatOf(p)
+		seat, ok := strategy.SeatOf(p)
 		if !ok {
 			// A pod whose own nodeSelector contradicts a term was left unplaced on
 			// purpose; its replacement would be too, so moving it would only churn.
@@ -489,7 +484,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	}
 	if optOut {
 		res.pending = len(moves)
-		l.blocked(w, rev.uid, fmt.Sprintf("%d pods off their placement; not moved: %s is %q", len(moves), AnnotationConverge, "false"))
+		l.blocked(w, rev.uid, fmt.Sprintf("%d pods off their placement; not moved: %s is %q", len(moves), strategy.AnnotationConverge, "false"))
 		return res
 	}
 	if placement.Stuck {
@@ -653,10 +648,10 @@ func (l *Loop) unplaced(ctx context.Context, rev revision) ([]*corev1.Pod, error
 	var out []*corev1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]
-		if !metav1.IsControlledBy(p, &metav1.ObjectMeta{UID: rev.uid}) || !webhook.HoldsSeat(p) {
+		if !metav1.IsControlledBy(p, &metav1.ObjectMeta{UID: rev.uid}) || !strategy.HoldsSeat(p) {
 			continue
 		}
-		if _, seated := webhook.SeatOf(p); !seated {
+		if _, seated := strategy.SeatOf(p); !seated {
 			out = append(out, p)
 		}
 	}

@@ -295,13 +295,13 @@ func TestOptOut(t *testing.T) {
 	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), p})
 	ctx := context.Background()
 	d, _ := w.client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-	d.Annotations[AnnotationConverge] = "false"
+	d.Annotations[strategy.AnnotationConverge] = "false"
 	if _, err := w.client.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		d, err := w.loop.cfg.Caches.Resolver.Deployments.Deployments(ns).Get("web")
-		return err == nil && d.Annotations[AnnotationConverge] == "false", nil
+		return err == nil && d.Annotations[strategy.AnnotationConverge] == "false", nil
 	}); err != nil {
 		t.Fatal(err)
 	}

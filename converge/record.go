@@ -18,6 +18,8 @@ import (
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // The unavailability record: one Lease per workload revision in the webhook's
@@ -25,15 +27,9 @@ import (
 // Lease, not a ConfigMap, because the webhook may already write Leases there; its
 // spec is unused, the state is one JSON annotation.
 const (
-	// LabelRecord marks the unavailability records.
-	LabelRecord = "custom-kube-scheduler-webhook.io/unavailability"
-	// LabelRevision names the revision (ReplicaSet or StatefulSet UID) of a record.
-	LabelRevision = "custom-kube-scheduler-webhook.io/revision"
-	// AnnotationTerms holds the record's per-term state as JSON.
-	AnnotationTerms = "custom-kube-scheduler-webhook.io/unavailable-terms"
-	// AnnotationWorkload names the workload of the revision, for people.
-	AnnotationWorkload = "custom-kube-scheduler-webhook.io/workload"
-	recordPrefix       = "cksw-unavailable-"
+	// The keys (strategy.LabelUnavailability, strategy.LabelRevision, AnnotationUnavailableTerms,
+	// strategy.AnnotationWorkload) belong to the pod-seat protocol in strategy.
+	recordPrefix = "cksw-unavailable-"
 )
 
 // TermState is what the record says about one term of a revision.
@@ -95,7 +91,7 @@ func NewRecords(client kubernetes.Interface, namespace string) *Records {
 	f := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{LabelRecord: "true"}.String()
+			o.LabelSelector = labels.Set{strategy.LabelUnavailability: "true"}.String()
 		}))
 	leases := f.Coordination().V1().Leases()
 	return &Records{
@@ -215,7 +211,7 @@ func (r *Records) update(ctx context.Context, revision types.UID, workload strin
 		case create:
 			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
 				Name: RecordName(revision), Namespace: r.namespace,
-				Labels: map[string]string{LabelRecord: "true", LabelRevision: string(revision)},
+				Labels: map[string]string{strategy.LabelUnavailability: "true", strategy.LabelRevision: string(revision)},
 			}}
 		case err != nil:
 			return fmt.Errorf("read unavailability record of %s: %w", workload, err)
@@ -248,8 +244,8 @@ func (r *Records) update(ctx context.Context, revision types.UID, workload strin
 func DecodeRecord(lease *coordinationv1.Lease) (*Record, error) { return decodeRecord(lease) }
 
 func decodeRecord(lease *coordinationv1.Lease) (*Record, error) {
-	rec := &Record{Revision: types.UID(lease.Labels[LabelRevision]), Workload: lease.Annotations[AnnotationWorkload], Terms: map[int]TermState{}}
-	raw, ok := lease.Annotations[AnnotationTerms]
+	rec := &Record{Revision: types.UID(lease.Labels[strategy.LabelRevision]), Workload: lease.Annotations[strategy.AnnotationWorkload], Terms: map[int]TermState{}}
+	raw, ok := lease.Annotations[strategy.AnnotationUnavailableTerms]
 	if !ok {
 		return rec, nil
 	}
@@ -279,8 +275,8 @@ func encodeRecord(rec *Record, lease *coordinationv1.Lease) error {
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	lease.Annotations[AnnotationTerms] = string(raw)
-	lease.Annotations[AnnotationWorkload] = rec.Workload
+	lease.Annotations[strategy.AnnotationUnavailableTerms] = string(raw)
+	lease.Annotations[strategy.AnnotationWorkload] = rec.Workload
 	return nil
 }
 

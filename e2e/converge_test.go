@@ -34,7 +34,6 @@ import (
 const (
 	fallbackAfter    = 20 * time.Second
 	fallbackCooldown = 60 * time.Second
-	annFallbackFrom  = "custom-kube-scheduler-webhook.io/fallback-from"
 	// The scenario: one on-demand pod, the rest spot.
 	fallbackStrategy = "karpenter.sh/capacity-type=on-demand,base=1:karpenter.sh/capacity-type=spot,weight=3"
 )
@@ -122,7 +121,7 @@ func exactNow(ctx context.Context, ns, name, strat string, replicas int) (bool, 
 			problems = append(problems, fmt.Sprintf("%s %s", p.Name, p.Status.Phase))
 		}
 		term := termOfSelector(s, p.Spec.NodeSelector)
-		seat, err := strconv.Atoi(p.Annotations[annSeat])
+		seat, err := strconv.Atoi(p.Annotations[strategy.AnnotationSeat])
 		if err != nil || term < 0 {
 			problems = append(problems, "unplaced "+p.Name)
 			continue
@@ -336,15 +335,15 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 	pods := settled(ctx, t, ns, "stranded", replicas)
 	fallback := 0
 	for _, p := range pods {
-		if p.Annotations[annFallbackFrom] == "2" {
+		if p.Annotations[strategy.AnnotationFallbackFrom] == "2" {
 			fallback++
-			if p.Spec.NodeSelector["karpenter.sh/capacity-type"] != "on-demand" || p.Annotations[annTerm] != "1" {
-				t.Errorf("fallback pod %s: nodeSelector %v, term %s; want on-demand, term 1", p.Name, p.Spec.NodeSelector, p.Annotations[annTerm])
+			if p.Spec.NodeSelector["karpenter.sh/capacity-type"] != "on-demand" || p.Annotations[strategy.AnnotationTerm] != "1" {
+				t.Errorf("fallback pod %s: nodeSelector %v, term %s; want on-demand, term 1", p.Name, p.Spec.NodeSelector, p.Annotations[strategy.AnnotationTerm])
 			}
 		}
 	}
 	if fallback != replicas-1 {
-		t.Errorf("%d pods carry %s=2, want %d (every spot seat)", fallback, annFallbackFrom, replicas-1)
+		t.Errorf("%d pods carry %s=2, want %d (every spot seat)", fallback, strategy.AnnotationFallbackFrom, replicas-1)
 	}
 	msgs := eventsWith(ctx, t, ns, "stranded", "TermUnavailable")
 	if len(msgs) == 0 {
@@ -452,7 +451,7 @@ func TestWebhookDownConverges(t *testing.T) {
 	list, _ := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=down"})
 	unplaced := 0
 	for _, p := range list.Items {
-		if _, ok := p.Annotations[annSeat]; !ok {
+		if _, ok := p.Annotations[strategy.AnnotationSeat]; !ok {
 			unplaced++
 		}
 	}
@@ -479,7 +478,7 @@ func TestAnnotationChangeConverges(t *testing.T) {
 	assertExactSpread(ctx, t, capacityStrategy, settled(ctx, t, ns, "reannotated", replicas))
 
 	const next = "karpenter.sh/capacity-type=on-demand,base=1,weight=1:karpenter.sh/capacity-type=spot,weight=1"
-	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annStrategy: next}}})
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{strategy.AnnotationStrategy: next}}})
 	if _, err := env.client.AppsV1().Deployments(ns).Patch(ctx, "reannotated", types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("changing the annotation: %v", err)
 	}

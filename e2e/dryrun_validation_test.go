@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // TestDryRunMutationsStayValid sends adversarial pods (the admission fuzz test's seed
@@ -46,7 +48,7 @@ func TestDryRunMutationsStayValid(t *testing.T) {
 		t.Fatalf("no ReplicaSet for Deployment %s/web: %v", ns, err)
 	}
 	sts := &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns, Annotations: map[string]string{annStrategy: capacityStrategy}},
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns, Annotations: map[string]string{strategy.AnnotationStrategy: capacityStrategy}},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas: ptr(int32(0)),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
@@ -79,7 +81,7 @@ func TestDryRunMutationsStayValid(t *testing.T) {
 			t.Errorf("pod %d: the API server accepts it unmutated but rejects the mutated pod: %v\npod: %+v", i, err, pod)
 		default:
 			accepted++
-			if _, ok := got.Annotations[annSeat]; ok {
+			if _, ok := got.Annotations[strategy.AnnotationSeat]; ok {
 				placed++
 			}
 		}
@@ -117,14 +119,14 @@ func adversarialPods(rs *appsv1.ReplicaSet, sts *appsv1.StatefulSet, n int) []*c
 	rsPod := func(strat string) *corev1.Pod {
 		p := base("web")
 		p.OwnerReferences = owner("ReplicaSet", rs.Name, rs.UID)
-		p.Annotations[annStrategy] = strat
+		p.Annotations[strategy.AnnotationStrategy] = strat
 		return p
 	}
 	stsPod := func(strat, index string, uid types.UID) *corev1.Pod {
 		p := base("db")
 		p.OwnerReferences = owner("StatefulSet", sts.Name, uid)
 		p.Labels[appsv1.PodIndexLabel] = index
-		p.Annotations[annStrategy] = strat
+		p.Annotations[strategy.AnnotationStrategy] = strat
 		return p
 	}
 	twenty := make([]string, 20)
@@ -157,7 +159,7 @@ func adversarialPods(rs *appsv1.ReplicaSet, sts *appsv1.StatefulSet, n int) []*c
 	conflict := rsPod("karpenter.sh/capacity-type=spot")
 	conflict.Spec.NodeSelector = map[string]string{"karpenter.sh/capacity-type": "on-demand"}
 	seated := rsPod(capacityStrategy)
-	seated.Annotations[annSeat] = "3"
+	seated.Annotations[strategy.AnnotationSeat] = "3"
 	tolerated := rsPod("karpenter.sh/capacity-type=spot")
 	tolerated.Spec.NodeSelector = map[string]string{"kubernetes.io/arch": "amd64"}
 	tolerated.Spec.Tolerations = []corev1.Toleration{{Key: "karpenter.sh/capacity-type", Operator: corev1.TolerationOpEqual, Value: "spot", Effect: corev1.TaintEffectNoSchedule}}
@@ -192,7 +194,7 @@ func adversarialPods(rs *appsv1.ReplicaSet, sts *appsv1.StatefulSet, n int) []*c
 			p.Annotations[pick(keys)] = pick(values)
 		}
 		if r.IntN(10) == 0 {
-			p.Annotations[annSeat] = strconv.Itoa(r.IntN(5))
+			p.Annotations[strategy.AnnotationSeat] = strconv.Itoa(r.IntN(5))
 		}
 		if r.IntN(10) == 0 {
 			p.Annotations["controller.kubernetes.io/pod-deletion-cost"] = strconv.Itoa(r.IntN(100))

@@ -24,15 +24,8 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// Annotation and label names of the product (SPEC, contract).
-const (
-	annStrategy   = "CustomPodScheduleStrategy"
-	annOptIn      = "UseCustomKubeScheduler"
-	annSeat       = "custom-kube-scheduler-webhook.io/seat"
-	annTerm       = "custom-kube-scheduler-webhook.io/term"
-	labelManaged  = "custom-kube-scheduler-webhook.io/managed"
-	labelNodePool = "karpenter.sh/nodepool"
-)
+// labelNodePool is Karpenter's label naming a node's NodePool.
+const labelNodePool = "karpenter.sh/nodepool"
 
 // Strategies used by the scenarios. Their terms select disjoint labels, so a pod's
 // nodeSelector names exactly one term.
@@ -96,7 +89,7 @@ func podTemplate(app string, annotations map[string]string) corev1.PodTemplateSp
 // deployment builds a Deployment; the strategy goes on the pod template when
 // onTemplate is set, else on the Deployment itself (both are valid places).
 func deployment(ns, name, strat string, replicas int, onTemplate bool) *appsv1.Deployment {
-	ann := map[string]string{annStrategy: strat}
+	ann := map[string]string{strategy.AnnotationStrategy: strat}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
@@ -250,16 +243,16 @@ func assertExactSpread(ctx context.Context, t *testing.T, strat string, pods []c
 		if msg := checkPlacement(p, allNodes); msg != "" {
 			problems = append(problems, msg)
 		}
-		seat, err := strconv.Atoi(p.Annotations[annSeat])
+		seat, err := strconv.Atoi(p.Annotations[strategy.AnnotationSeat])
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("pod %s: seat annotation %q: %v", p.Name, p.Annotations[annSeat], err))
+			problems = append(problems, fmt.Sprintf("pod %s: seat annotation %q: %v", p.Name, p.Annotations[strategy.AnnotationSeat], err))
 			continue
 		}
 		seats = append(seats, seat)
 		if ts := s.TermOfSeat(seat); ts != term {
 			problems = append(problems, fmt.Sprintf("pod %s: seat %d belongs to term %d, but its nodeSelector selects term %d", p.Name, seat, ts+1, term+1))
 		}
-		if a := p.Annotations[annTerm]; a != strconv.Itoa(term+1) {
+		if a := p.Annotations[strategy.AnnotationTerm]; a != strconv.Itoa(term+1) {
 			problems = append(problems, fmt.Sprintf("pod %s: term annotation %q, nodeSelector selects term %d", p.Name, a, term+1))
 		}
 	}
@@ -318,14 +311,14 @@ func checkPlacement(p corev1.Pod, allNodes map[string]corev1.Node) string {
 func assertNotMutated(t *testing.T, pods []corev1.Pod, template corev1.PodTemplateSpec) {
 	t.Helper()
 	for _, p := range pods {
-		if v, ok := p.Annotations[annSeat]; ok {
+		if v, ok := p.Annotations[strategy.AnnotationSeat]; ok {
 			t.Errorf("pod %s/%s has seat annotation %q, want none", p.Namespace, p.Name, v)
 		}
-		if v, ok := p.Annotations[annTerm]; ok {
+		if v, ok := p.Annotations[strategy.AnnotationTerm]; ok {
 			t.Errorf("pod %s/%s has term annotation %q, want none", p.Namespace, p.Name, v)
 		}
-		if v, ok := p.Labels[labelManaged]; ok {
-			t.Errorf("pod %s/%s has label %s=%q, want none", p.Namespace, p.Name, labelManaged, v)
+		if v, ok := p.Labels[strategy.LabelManaged]; ok {
+			t.Errorf("pod %s/%s has label %s=%q, want none", p.Namespace, p.Name, strategy.LabelManaged, v)
 		}
 		if v, ok := p.Annotations["controller.kubernetes.io/pod-deletion-cost"]; ok && template.Annotations["controller.kubernetes.io/pod-deletion-cost"] == "" {
 			t.Errorf("pod %s/%s has a pod-deletion-cost %q, want none", p.Namespace, p.Name, v)
@@ -397,7 +390,7 @@ func compactInts(xs []int) string {
 func podsBySeat(pods []corev1.Pod) map[int]corev1.Pod {
 	m := make(map[int]corev1.Pod, len(pods))
 	for _, p := range pods {
-		if seat, err := strconv.Atoi(p.Annotations[annSeat]); err == nil {
+		if seat, err := strconv.Atoi(p.Annotations[strategy.AnnotationSeat]); err == nil {
 			m[seat] = p
 		}
 	}

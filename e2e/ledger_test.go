@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // replicasBehindBalancer starts n-1 more webhook processes beside the suite's own, a
@@ -153,8 +155,8 @@ func TestForgedPodsInAnotherNamespaceTakeNoSeat(t *testing.T) {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: fmt.Sprintf("forged-%d", seat), Namespace: attacker, Finalizers: []string{finalizer},
-				Labels:      map[string]string{labelManaged: "true", "app": "forged"},
-				Annotations: map[string]string{annSeat: fmt.Sprint(seat), annTerm: "1"},
+				Labels:      map[string]string{strategy.LabelManaged: "true", "app": "forged"},
+				Annotations: map[string]string{strategy.AnnotationSeat: fmt.Sprint(seat), strategy.AnnotationTerm: "1"},
 				OwnerReferences: []metav1.OwnerReference{{
 					APIVersion: "forged.example.com/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr(true),
 				}},
@@ -190,7 +192,7 @@ func TestForgedPodsInAnotherNamespaceTakeNoSeat(t *testing.T) {
 			live++
 		}
 	}
-	if seat := victim.Annotations[annSeat]; seat != "1" {
+	if seat := victim.Annotations[strategy.AnnotationSeat]; seat != "1" {
 		t.Fatalf("the victim's first pod got seat %q, want 1: pods of namespace %s took its seats", seat, attacker)
 	}
 	if live != len(forged) {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // The soak's operations, switchable with SOAK_OPS (comma-separated; default all).
@@ -245,7 +246,7 @@ func (s *soak) createWorkloads(ctx context.Context) {
 			}
 			createDeployment(ctx, t, d)
 		case "statefulset":
-			tmpl := podTemplate(w.name, map[string]string{annStrategy: w.strategies[0]})
+			tmpl := podTemplate(w.name, map[string]string{strategy.AnnotationStrategy: w.strategies[0]})
 			soakPod(&tmpl)
 			sts := &appsv1.StatefulSet{
 				ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: s.ns},
@@ -309,7 +310,7 @@ func (s *soak) randomOp(ctx context.Context) {
 		}
 		w.current = 1 - w.current
 		what += " strategy " + w.strategies[w.current]
-		err = s.patchTemplate(ctx, w, annStrategy, w.strategies[w.current])
+		err = s.patchTemplate(ctx, w, strategy.AnnotationStrategy, w.strategies[w.current])
 	case opBlock:
 		what, err = s.block(ctx)
 	case opKill:
@@ -372,7 +373,7 @@ func (s *soak) deletePods(ctx context.Context, w *soakWorkload, n int) ([]string
 		if err := env.client.CoreV1().Pods(s.ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return names, err
 		}
-		names = append(names, fmt.Sprintf("%s(seat %s)", p.Name, p.Annotations[annSeat]))
+		names = append(names, fmt.Sprintf("%s(seat %s)", p.Name, p.Annotations[strategy.AnnotationSeat]))
 	}
 	return names, nil
 }
@@ -671,7 +672,7 @@ func (s *soak) checkSeatsAndPending(ctx context.Context) {
 		}
 		rev := p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] + p.Labels[appsv1.ControllerRevisionHashLabelKey]
 		key := p.Labels["app"] + "@" + rev
-		seat, err := strconv.Atoi(p.Annotations[annSeat])
+		seat, err := strconv.Atoi(p.Annotations[strategy.AnnotationSeat])
 		if err != nil {
 			unseated[key] = append(unseated[key], p.Name)
 			continue

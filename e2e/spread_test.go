@@ -23,7 +23,7 @@ func TestSeedDeploymentAt10(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-seed")
 	d := deployment(ns, "alpine", seedStrategy, 10, false)
-	d.Annotations[annOptIn] = "true"
+	d.Annotations[strategy.AnnotationOptIn] = "true"
 	createDeployment(ctx, t, d)
 
 	got := assertExactSpread(ctx, t, seedStrategy, settled(ctx, t, ns, d.Name, 10))
@@ -178,17 +178,17 @@ func TestBlocklistedNamespaceAndDaemonSetNotMutated(t *testing.T) {
 			// Blocklisted namespace: a Deployment with a valid strategy on its template.
 			ns := newNamespace(ctx, t, blocklistedNamespace)
 			d := deployment(ns, "blocked", seedStrategy, 3, true)
-			d.Annotations = map[string]string{annStrategy: seedStrategy}
+			d.Annotations = map[string]string{strategy.AnnotationStrategy: seedStrategy}
 			createDeployment(ctx, t, d)
 			assertNotMutated(t, settled(ctx, t, ns, d.Name, 3), d.Spec.Template)
 
 			// DaemonSet with a strategy on the DaemonSet and its template: one pod per node.
 			dsNS := newNamespace(ctx, t, "e2e-daemonset-"+filters)
 			ds := &appsv1.DaemonSet{
-				ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: dsNS, Annotations: map[string]string{annStrategy: seedStrategy}},
+				ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: dsNS, Annotations: map[string]string{strategy.AnnotationStrategy: seedStrategy}},
 				Spec: appsv1.DaemonSetSpec{
 					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}},
-					Template: podTemplate("agent", map[string]string{annStrategy: seedStrategy, annOptIn: "true"}),
+					Template: podTemplate("agent", map[string]string{strategy.AnnotationStrategy: seedStrategy, strategy.AnnotationOptIn: "true"}),
 				},
 			}
 			if _, err := env.client.AppsV1().DaemonSets(dsNS).Create(ctx, ds, metav1.CreateOptions{}); err != nil {

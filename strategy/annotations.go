@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
+
+// The pod-seat protocol: every annotation and label key the webhook, the convergence
+// loop and the reports read or write, declared here and nowhere else.
 
 // Annotation keys users write on a pod template or a workload.
 const (
@@ -36,6 +41,42 @@ const (
 	// AnnotationDeletionCost is read by the ReplicaSet controller on scale-down.
 	AnnotationDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
 )
+
+// AnnotationConverge set to "false" on a Deployment, StatefulSet or ReplicaSet opts it
+// out of moves: the convergence loop still records unavailable terms (new pods go to
+// the fallback) but evicts none of its pods.
+const AnnotationConverge = "custom-kube-scheduler-webhook.io/converge"
+
+// Keys of the records (Leases in the webhook's namespace) every replica reads: the seat
+// ledger's and the convergence loop's, each selected by its own label.
+const (
+	// LabelSeatRecord marks the seat ledger's records (value "seats").
+	LabelSeatRecord = "custom-kube-scheduler-webhook.io/record"
+	// LabelRevision names the revision (ReplicaSet or StatefulSet UID) of a record.
+	LabelRevision = "custom-kube-scheduler-webhook.io/revision"
+	// LabelRevisionNamespace names the namespace of a seat record's revision.
+	LabelRevisionNamespace = "custom-kube-scheduler-webhook.io/revision-namespace"
+	// AnnotationReservations lists a seat record's reservations.
+	AnnotationReservations = "custom-kube-scheduler-webhook.io/reservations"
+	// LabelUnavailability marks the convergence loop's unavailability records.
+	LabelUnavailability = "custom-kube-scheduler-webhook.io/unavailability"
+	// AnnotationUnavailableTerms holds an unavailability record's per-term state as JSON.
+	AnnotationUnavailableTerms = "custom-kube-scheduler-webhook.io/unavailable-terms"
+	// AnnotationWorkload names the workload of a record's revision, for people.
+	AnnotationWorkload = "custom-kube-scheduler-webhook.io/workload"
+)
+
+// HoldsSeat reports whether a pod occupies its seat: terminating, failed and succeeded
+// pods do not.
+func HoldsSeat(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded
+}
+
+// SeatOf reads the seat annotation of a placed pod.
+func SeatOf(pod *corev1.Pod) (int, bool) {
+	seat, err := strconv.Atoi(pod.Annotations[AnnotationSeat])
+	return seat, err == nil && seat > 0
+}
 
 // Source is where a strategy was found while walking a pod's ownership chain.
 type Source struct {

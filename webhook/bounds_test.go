@@ -47,7 +47,7 @@ func TestHugePodIndexIsRefused(t *testing.T) {
 	}
 	// The highest seat still is placed: ordinal MaxSeat-1.
 	req := createRequest(t, stsPod("2147483646", testStatefulUID))
-	if seat, _ := SeatOf(applyPatch(t, req, m.Admit(context.Background(), req))); seat != strategy.MaxSeat {
+	if seat, _ := strategy.SeatOf(applyPatch(t, req, m.Admit(context.Background(), req))); seat != strategy.MaxSeat {
 		t.Fatalf("ordinal MaxSeat-1 got seat %d", seat)
 	}
 }

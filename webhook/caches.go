@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -89,7 +88,7 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) (cache.Inform
 		if !ok {
 			return nil
 		}
-		if _, placed := SeatOf(pod); !placed {
+		if _, placed := strategy.SeatOf(pod); !placed {
 			return nil
 		}
 		return pod
@@ -97,7 +96,7 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) (cache.Inform
 	notify := func(obj any) {
 		switch pod := placedPod(obj); {
 		case pod == nil:
-		case HoldsSeat(pod):
+		case strategy.HoldsSeat(pod):
 			visible(pod)
 		default:
 			gone(pod)
@@ -128,10 +127,10 @@ func (c *Caches) Held(revision Revision) map[int]bool {
 	held := make(map[int]bool, len(objs))
 	for _, o := range objs {
 		pod, ok := o.(*corev1.Pod)
-		if !ok || !HoldsSeat(pod) {
+		if !ok || !strategy.HoldsSeat(pod) {
 			continue
 		}
-		if seat, ok := SeatOf(pod); ok {
+		if seat, ok := strategy.SeatOf(pod); ok {
 			held[seat] = true
 		}
 	}
@@ -153,18 +152,6 @@ func (c *Caches) PodsOf(revision Revision) []*corev1.Pod {
 		}
 	}
 	return out
-}
-
-// HoldsSeat reports whether a pod occupies its seat: terminating, failed and succeeded
-// pods do not.
-func HoldsSeat(pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded
-}
-
-// SeatOf reads the seat annotation of a placed pod.
-func SeatOf(pod *corev1.Pod) (int, bool) {
-	seat, err := strconv.Atoi(pod.Annotations[strategy.AnnotationSeat])
-	return seat, err == nil && seat > 0
 }
 
 func indexByController(obj any) ([]string, error) {

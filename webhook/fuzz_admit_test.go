@@ -265,7 +265,7 @@ func checkAdmitResponse(t *testing.T, req *admissionv1.AdmissionRequest, resp *a
 	if n := len(before.Spec.Tolerations); n > 0 && (len(after.Spec.Tolerations) < n || !reflect.DeepEqual(after.Spec.Tolerations[:n], before.Spec.Tolerations)) {
 		t.Fatalf("patch %s changed the pod's own tolerations", resp.Patch)
 	}
-	seat, ok := SeatOf(&after)
+	seat, ok := strategy.SeatOf(&after)
 	if !ok || seat < 1 || seat > strategy.MaxSeat {
 		t.Fatalf("placed pod has seat %d: %s", seat, resp.Patch)
 	}

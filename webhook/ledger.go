@@ -51,16 +51,13 @@ type Ledger interface {
 	Release(ctx context.Context, revision Revision, admission types.UID)
 }
 
-// Labels and annotation of seat records.
+// Seat records.
 const (
-	labelRecord            = "custom-kube-scheduler-webhook.io/record"
-	labelRevision          = "custom-kube-scheduler-webhook.io/revision"
-	labelRevisionNamespace = "custom-kube-scheduler-webhook.io/revision-namespace"
-	recordKindSeats        = "seats"
-	// annReservations lists a record's reservations: "seat:id-hash:expiry" items
-	// separated by commas (hash: 64-bit FNV-1a of the admission UID, base 36; expiry:
-	// Unix seconds, base 36), about 25 bytes each.
-	annReservations = "custom-kube-scheduler-webhook.io/reservations"
+	// recordKindSeats is the value of strategy.LabelSeatRecord on seat records. Their
+	// strategy.AnnotationReservations lists the reservations: "seat:id-hash:expiry"
+	// items separated by commas (hash: 64-bit FNV-1a of the admission UID, base 36;
+	// expiry: Unix seconds, base 36), about 25 bytes each.
+	recordKindSeats = "seats"
 	// maxReservations keeps a record's annotation under the API server's 256 KiB limit
 	// for all annotations of an object.
 	maxReservations = 9000
@@ -129,7 +126,7 @@ func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Durat
 		revs: map[Revision]*revState{},
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.LabelSelector = labels.Set{labelRecord: recordKindSeats}.String()
+				o.LabelSelector = labels.Set{strategy.LabelSeatRecord: recordKindSeats}.String()
 			})),
 	}
 	if l.linger <= 0 {
@@ -304,7 +301,7 @@ func (l *SeatLedger) apply(s *revState, record *coordinationv1.Lease) {
 	now := l.clock.Now()
 	next := map[uint64]*entry{}
 	if record != nil {
-		next = decodeReservations(record.Annotations[annReservations])
+		next = decodeReservations(record.Annotations[strategy.AnnotationReservations])
 	}
 	for h, e := range s.view {
 		if _, ok := next[h]; !ok {
@@ -385,7 +382,7 @@ func placedPod(pod *corev1.Pod) (rev Revision, seat int, hash uint64, ok bool) {
 	if ref == nil || ref.Kind != "ReplicaSet" {
 		return Revision{}, 0, 0, false
 	}
-	seat, ok = SeatOf(pod)
+	seat, ok = strategy.SeatOf(pod)
 	if !ok {
 		return Revision{}, 0, 0, false
 	}
@@ -639,14 +636,14 @@ func (l *SeatLedger) newRecord(s *revState, items map[uint64]*entry, now time.Ti
 		record = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
 			Name: recordName(s.rev.UID), Namespace: l.namespace,
 			Labels: map[string]string{
-				labelRecord: recordKindSeats, labelRevision: string(s.rev.UID), labelRevisionNamespace: s.rev.Namespace,
+				strategy.LabelSeatRecord: recordKindSeats, strategy.LabelRevision: string(s.rev.UID), strategy.LabelRevisionNamespace: s.rev.Namespace,
 			},
 		}}
 	}
 	if record.Annotations == nil {
 		record.Annotations = map[string]string{}
 	}
-	record.Annotations[annReservations] = encodeReservations(items)
+	record.Annotations[strategy.AnnotationReservations] = encodeReservations(items)
 	renew := metav1.NewMicroTime(now)
 	record.Spec.RenewTime = &renew
 	record.Spec.LeaseDurationSeconds = ptr.To(int32((l.ttl + time.Second - 1) / time.Second))
@@ -663,7 +660,7 @@ func (l *SeatLedger) Sweep(ctx context.Context) {
 		if !ok || record.Spec.RenewTime == nil || now.Before(record.Spec.RenewTime.Add(2*l.ttl)) {
 			continue
 		}
-		if liveEntries(decodeReservations(record.Annotations[annReservations]), now) > 0 {
+		if liveEntries(decodeReservations(record.Annotations[strategy.AnnotationReservations]), now) > 0 {
 			continue
 		}
 		err := l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, record.Name, metav1.DeleteOptions{
@@ -703,8 +700,8 @@ func (l *SeatLedger) Reservations() int {
 func recordName(revision types.UID) string { return "seats-" + string(revision) }
 
 func recordRevision(record *coordinationv1.Lease) (Revision, bool) {
-	uid := record.Labels[labelRevision]
-	return Revision{Namespace: record.Labels[labelRevisionNamespace], UID: types.UID(uid)}, uid != ""
+	uid := record.Labels[strategy.LabelRevision]
+	return Revision{Namespace: record.Labels[strategy.LabelRevisionNamespace], UID: types.UID(uid)}, uid != ""
 }
 
 // resourceVersion reads an object's resourceVersion as the number etcd makes it; an

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // countingTransport counts the requests that write Leases (POST, PUT, DELETE), and
@@ -90,8 +92,8 @@ func TestSeatLedgerAcrossReplicasOnAPIServer(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, l := range leases.Items {
-					if l.Labels[labelRevision] == string(revision.UID) && len(decodeReservations(l.Annotations[annReservations])) != claims {
-						t.Fatalf("the record holds %d reservations, want %d", len(decodeReservations(l.Annotations[annReservations])), claims)
+					if l.Labels[strategy.LabelRevision] == string(revision.UID) && len(decodeReservations(l.Annotations[strategy.AnnotationReservations])) != claims {
+						t.Fatalf("the record holds %d reservations, want %d", len(decodeReservations(l.Annotations[strategy.AnnotationReservations])), claims)
 					}
 				}
 			}

@@ -164,8 +164,8 @@ func TestSeatLedgerOneReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := decodeReservations(rec.Annotations[annReservations]); len(got) != 1 || got[idHash("g")] == nil {
-		t.Fatalf("record holds %v, want only g's reservation", rec.Annotations[annReservations])
+	if got := decodeReservations(rec.Annotations[strategy.AnnotationReservations]); len(got) != 1 || got[idHash("g")] == nil {
+		t.Fatalf("record holds %v, want only g's reservation", rec.Annotations[strategy.AnnotationReservations])
 	}
 }
 
@@ -203,7 +203,7 @@ func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if decodeReservations(rec.Annotations[annReservations])[idHash("r1")] == nil {
+	if decodeReservations(rec.Annotations[strategy.AnnotationReservations])[idHash("r1")] == nil {
 		t.Fatal("r1 was pruned from the record when its pod was seen")
 	}
 	waitFor(t, "the lagging replica to see r2", func() bool { s, _ := lagging.Peek(ctx, shopRS); return s == 3 })

@@ -27,7 +27,7 @@ func TestPlacesSeedDeploymentInOrder(t *testing.T) {
 		req := createRequest(t, rsPod())
 		resp := m.Admit(context.Background(), req)
 		pod := applyPatch(t, req, resp)
-		seat, _ := SeatOf(pod)
+		seat, _ := strategy.SeatOf(pod)
 		if seat != i {
 			t.Fatalf("pod %d got seat %d", i, seat)
 		}
@@ -174,7 +174,7 @@ func TestConflictingNodeSelector(t *testing.T) {
 	waitFor(t, "the conflicting pod's seat to be released", func() bool { return ledger.Reservations() == 0 })
 	// The seat goes to the next pod.
 	req := createRequest(t, rsPod())
-	if seat, _ := SeatOf(applyPatch(t, req, m.Admit(context.Background(), req))); seat != 1 {
+	if seat, _ := strategy.SeatOf(applyPatch(t, req, m.Admit(context.Background(), req))); seat != 1 {
 		t.Fatalf("next pod got seat %d, want 1", seat)
 	}
 }
@@ -193,7 +193,7 @@ func TestDryRunReservesNothing(t *testing.T) {
 		req := createRequest(t, rsPod())
 		req.DryRun = ptr.To(true)
 		pod := applyPatch(t, req, m.Admit(context.Background(), req))
-		if seat, _ := SeatOf(pod); seat != 1 || pod.Spec.NodeSelector["karpenter.sh/capacity-type"] != "on-demand" {
+		if seat, _ := strategy.SeatOf(pod); seat != 1 || pod.Spec.NodeSelector["karpenter.sh/capacity-type"] != "on-demand" {
 			t.Fatalf("dry-run got seat %d, nodeSelector %v; want the patch seat 1 would get", seat, pod.Spec.NodeSelector)
 		}
 	}
@@ -208,8 +208,8 @@ func TestDryRunReservesNothing(t *testing.T) {
 func TestRetriedAdmissionKeepsItsSeat(t *testing.T) {
 	m, _, _ := newCluster(burstStrategy).mutator(t)
 	req := createRequest(t, rsPod())
-	first, _ := SeatOf(applyPatch(t, req, m.Admit(context.Background(), req)))
-	second, _ := SeatOf(applyPatch(t, req, m.Admit(context.Background(), req)))
+	first, _ := strategy.SeatOf(applyPatch(t, req, m.Admit(context.Background(), req)))
+	second, _ := strategy.SeatOf(applyPatch(t, req, m.Admit(context.Background(), req)))
 	if first != 1 || second != 1 {
 		t.Fatalf("the same admission UID got seats %d and %d", first, second)
 	}
@@ -224,7 +224,7 @@ func TestStatefulSetSeatIsOrdinal(t *testing.T) {
 		pod.OwnerReferences = []metav1.OwnerReference{controllerRef("StatefulSet", "db", testStatefulUID)}
 		req := createRequest(t, pod)
 		got := applyPatch(t, req, m.Admit(context.Background(), req))
-		if seat, _ := SeatOf(got); seat != ordinal+1 {
+		if seat, _ := strategy.SeatOf(got); seat != ordinal+1 {
 			t.Errorf("db-%d got seat %d", ordinal, seat)
 		}
 		if want := s.Terms[s.TermOfSeat(ordinal+1)].LabelMap(); !reflect.DeepEqual(got.Spec.NodeSelector, want) {

@@ -162,7 +162,7 @@ func TestConcurrentBurstOverHTTPSIsExact(t *testing.T) {
 			t.Fatalf("request %d: %v", i, errs[i])
 		}
 		pod := applyPatch(t, reqs[i], resps[i])
-		seat, ok := SeatOf(pod)
+		seat, ok := strategy.SeatOf(pod)
 		if !ok || seen[seat] {
 			t.Fatalf("request %d: seat %d missing or handed out twice", i, seat)
 		}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // Report is the `spread` document: one entry per workload that carries a strategy.
@@ -99,7 +98,7 @@ func buildReport(st *clusterState, keep func(kind, name string) bool) Report {
 	podsByOwner := map[types.UID][]*corev1.Pod{}
 	for i := range st.Pods {
 		pod := &st.Pods[i]
-		if ref := metav1.GetControllerOf(pod); ref != nil && webhook.HoldsSeat(pod) {
+		if ref := metav1.GetControllerOf(pod); ref != nil && strategy.HoldsSeat(pod) {
 			podsByOwner[ref.UID] = append(podsByOwner[ref.UID], pod)
 		}
 	}
@@ -207,7 +206,7 @@ func (r *Report) add(st *clusterState, kind string, meta metav1.ObjectMeta, temp
 		if from, err := strconv.Atoi(pod.Annotations[strategy.AnnotationFallbackFrom]); err == nil && from >= 1 && from <= len(s.Terms) && from-1 != i {
 			w.Terms[from-1].FallbackPods++
 		}
-		if seat, ok := webhook.SeatOf(pod); ok {
+		if seat, ok := strategy.SeatOf(pod); ok {
 			held[seat] = true
 			switch {
 			case seat > w.Replicas:
@@ -253,7 +252,7 @@ func (r *Report) add(st *clusterState, kind string, meta metav1.ObjectMeta, temp
 // termOf finds the term a placed pod is on: the term whose labels its nodeSelector
 // carries (the truth the scheduler acts on), else its term annotation.
 func termOf(s *strategy.Strategy, pod *corev1.Pod) int {
-	if _, placed := webhook.SeatOf(pod); !placed {
+	if _, placed := strategy.SeatOf(pod); !placed {
 		return -1
 	}
 	for i, t := range s.Terms {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 type spreadOptions struct {
@@ -60,7 +61,7 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 				return err
 			}
 			if len(args) == 1 && len(report.Workloads) == 0 {
-				return fmt.Errorf("%s: not found, or it carries no active %s", args[0], "CustomPodScheduleStrategy")
+				return fmt.Errorf("%s: not found, or it carries no active %s", args[0], strategy.AnnotationStrategy)
 			}
 			return writeSpread(cmd.OutOrStdout(), report, o.output)
 		},
@@ -147,7 +148,7 @@ func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name st
 
 	// Which terms the convergence loop found unavailable. Without the right to read
 	// them (or with the loop off) every term counts as available.
-	leases, err := client.CoordinationV1().Leases(o.webhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: converge.LabelRecord + "=true"})
+	leases, err := client.CoordinationV1().Leases(o.webhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: strategy.LabelUnavailability + "=true"})
 	if err == nil {
 		records := map[types.UID]*converge.Record{}
 		for i := range leases.Items {
