@@ -320,7 +320,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	stranded := map[int][]*corev1.Pod{}
 	waiting := map[int][]*corev1.Pod{}
 	for _, p := range live {
-		t := termOf(p, s)
+		t := strategy.TermOf(s, p)
 		since, ok := unschedulableSince(p)
 		if t < 0 || !ok {
 			continue
@@ -432,7 +432,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		if seat > n {
 			continue
 		}
-		want, have := placement.Terms[seat-1], termOf(p, s)
+		want, have := placement.Terms[seat-1], strategy.TermOf(s, p)
 		if have == want {
 			continue
 		}
@@ -676,29 +676,6 @@ func selectorConflicts(s *strategy.Strategy, sel map[string]string) bool {
 		}
 	}
 	return false
-}
-
-// termOf is the 0-based term of s a placed pod is on: the first term whose labels its
-// nodeSelector carries (what the scheduler acts on; it stays right when the strategy
-// changes), else its term annotation, else -1.
-func termOf(p *corev1.Pod, s *strategy.Strategy) int {
-	for i, t := range s.Terms {
-		match := true
-		for _, l := range t.Labels {
-			if v, ok := p.Spec.NodeSelector[l.Key]; !ok || v != l.Value {
-				match = false
-				break
-			}
-		}
-		if match {
-			return i
-		}
-	}
-	n, err := strconv.Atoi(p.Annotations[strategy.AnnotationTerm])
-	if err != nil || n < 1 || n > len(s.Terms) {
-		return -1
-	}
-	return n - 1
 }
 
 // unschedulableSince returns since when a Pending pod without a node has been found

@@ -1,6 +1,10 @@
 package converge
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+)
 
 // Metrics are the loop's Prometheus metrics, registered on the webhook's registry.
 // Only the elected replica updates them; the others report zero.
@@ -16,7 +20,7 @@ type Metrics struct {
 
 // NewMetrics creates the metrics and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	const ns = "custom_kube_scheduler_webhook"
+	const ns = webhook.MetricsNamespace
 	m := &Metrics{
 		unavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "terms_unavailable",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-command demo (make demo): a local Kubernetes + Karpenter (kwok) cluster, the
-# webhook as a local process registered by URL, the seed's sample Deployment
-# (10 replicas, 1 on-demand + spot split 4 / 5), and a spread report.
+# webhook as a local process registered by URL, the sample Deployment
+# (10 replicas, 1 on-demand + spot split 4 / 5), and its `spread` report.
 # The cluster keeps running afterwards; `make demo-down` stops everything.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=localcluster/lib.sh
@@ -43,9 +43,6 @@ all_running() {
 LC_WAIT_SECONDS=300 lc_wait all_running
 lc_log "all pods Running"
 echo
-bash "$LC_SCRIPTS/spread-report.sh" "$NS" "$DEPLOY"
-echo
-echo "The same from the product's own report (custom-kube-scheduler-webhook spread):"
 "$WEBHOOK_BIN" spread --kubeconfig "$KUBECONFIG_FILE" -n "$NS" "deployment/$DEPLOY"
 echo
 # The webhook ran as the chart's ServiceAccount: was every request it made allowed?

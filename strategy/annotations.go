@@ -72,6 +72,22 @@ func HoldsSeat(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded
 }
 
+// TermOf is the 0-based term of s a placed pod is on: the first term its nodeSelector
+// selects (what the scheduler acts on; it stays right when the strategy changes), else
+// its term annotation, else -1.
+func TermOf(s *Strategy, pod *corev1.Pod) int {
+	for i, t := range s.Terms {
+		if t.SelectedBy(pod.Spec.NodeSelector) {
+			return i
+		}
+	}
+	n, err := strconv.Atoi(pod.Annotations[AnnotationTerm])
+	if err != nil || n < 1 || n > len(s.Terms) {
+		return -1
+	}
+	return n - 1
+}
+
 // SeatOf reads the seat annotation of a placed pod.
 func SeatOf(pod *corev1.Pod) (int, bool) {
 	seat, err := strconv.Atoi(pod.Annotations[AnnotationSeat])

@@ -69,6 +69,17 @@ func (t Term) LabelMap() map[string]string {
 	return m
 }
 
+// SelectedBy reports whether a nodeSelector carries every label of the term, so that a
+// pod with it lands only on the term's capacity.
+func (t Term) SelectedBy(nodeSelector map[string]string) bool {
+	for _, l := range t.Labels {
+		if v, ok := nodeSelector[l.Key]; !ok || v != l.Value {
+			return false
+		}
+	}
+	return true
+}
+
 // LabelString renders the term's labels as "k=v,k2=v2" in annotation order.
 func (t Term) LabelString() string {
 	parts := make([]string, len(t.Labels))

@@ -28,9 +28,13 @@ type Metrics struct {
 	refused    *prometheus.CounterVec
 }
 
+// MetricsNamespace prefixes every metric of the product (webhook, convergence loop,
+// node groups).
+const MetricsNamespace = "custom_kube_scheduler_webhook"
+
 // NewMetrics creates and registers the metrics.
 func NewMetrics() *Metrics {
-	const ns = "custom_kube_scheduler_webhook"
+	const ns = MetricsNamespace
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -181,7 +181,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 
 	metrics := webhook.NewMetrics()
 	if groups != nil {
-		if err := registerNodeGroupMetrics(metrics.Registry, groups.Status); err != nil {
+		if err := nodegroups.RegisterMetrics(metrics.Registry, webhook.MetricsNamespace, groups.Status); err != nil {
 			return err
 		}
 	}

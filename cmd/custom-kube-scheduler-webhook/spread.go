@@ -7,20 +7,14 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
-	"time"
 
-	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -56,14 +50,14 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 				}
 				keep = func(k, n string) bool { return n == name && (kind == "" || strings.EqualFold(kind, k)) }
 			}
-			report, err := collectSpread(cmd.Context(), o, keep)
+			r, err := collectSpread(cmd.Context(), o, keep)
 			if err != nil {
 				return err
 			}
-			if len(args) == 1 && len(report.Workloads) == 0 {
+			if len(args) == 1 && len(r.Workloads) == 0 {
 				return fmt.Errorf("%s: not found, or it carries no active %s", args[0], strategy.AnnotationStrategy)
 			}
-			return writeSpread(cmd.OutOrStdout(), report, o.output)
+			return writeSpread(cmd.OutOrStdout(), r, o.output)
 		},
 	}
 	f := cmd.Flags()
@@ -93,18 +87,18 @@ func parseWorkloadArg(arg string) (kind, name string, err error) {
 	return "", "", fmt.Errorf("unknown workload kind %q: want deployment, statefulset or replicaset", k)
 }
 
-func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name string) bool) (Report, error) {
+func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name string) bool) (report.Report, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = o.kubeconfig
 	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
 	restCfg, err := loader.ClientConfig()
 	if err != nil {
-		return Report{}, fmt.Errorf("load kubeconfig: %w", err)
+		return report.Report{}, fmt.Errorf("load kubeconfig: %w", err)
 	}
 	ns := o.namespace
 	if ns == "" {
 		if ns, _, err = loader.Namespace(); err != nil {
-			return Report{}, fmt.Errorf("read the context's namespace: %w", err)
+			return report.Report{}, fmt.Errorf("read the context's namespace: %w", err)
 		}
 	}
 	if o.allNamespaces {
@@ -112,79 +106,17 @@ func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name st
 	}
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
-		return Report{}, fmt.Errorf("create Kubernetes client: %w", err)
+		return report.Report{}, fmt.Errorf("create Kubernetes client: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(restCfg)
 	if err != nil {
-		return Report{}, fmt.Errorf("create dynamic client: %w", err)
+		return report.Report{}, fmt.Errorf("create dynamic client: %w", err)
 	}
 
-	st := &clusterState{Nodes: map[string]*corev1.Node{}}
-	apps := client.AppsV1()
-	deployments, err := apps.Deployments(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return Report{}, fmt.Errorf("list Deployments: %w", err)
-	}
-	statefulSets, err := apps.StatefulSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return Report{}, fmt.Errorf("list StatefulSets: %w", err)
-	}
-	replicaSets, err := apps.ReplicaSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return Report{}, fmt.Errorf("list ReplicaSets: %w", err)
-	}
-	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return Report{}, fmt.Errorf("list Pods: %w", err)
-	}
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return Report{}, fmt.Errorf("list Nodes: %w", err)
-	}
-	st.Deployments, st.StatefulSets, st.ReplicaSets, st.Pods = deployments.Items, statefulSets.Items, replicaSets.Items, pods.Items
-	for i := range nodes.Items {
-		st.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
-	}
-
-	// Which terms the convergence loop found unavailable. Without the right to read
-	// them (or with the loop off) every term counts as available.
-	leases, err := client.CoordinationV1().Leases(o.webhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: strategy.LabelUnavailability + "=true"})
-	if err == nil {
-		records := map[types.UID]*converge.Record{}
-		for i := range leases.Items {
-			if rec, err := converge.DecodeRecord(&leases.Items[i]); err == nil {
-				records[rec.Revision] = rec
-			}
-		}
-		now := time.Now()
-		st.Unavailable = func(uid types.UID) map[int]converge.TermState { return records[uid].Active(now) }
-	}
-
-	// The same catalog the webhook uses says what serves each term.
-	quiet := logrus.New()
-	quiet.SetOutput(io.Discard)
-	catalog, err := karpenter.NewCatalog(karpenter.Options{Kube: client, Dynamic: dyn, Log: quiet})
-	if err != nil {
-		return Report{}, fmt.Errorf("create capacity catalog: %w", err)
-	}
-	catalogCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go catalog.Run(catalogCtx)
-	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelSync()
-	if cache.WaitForCacheSync(syncCtx.Done(), catalog.HasSynced) {
-		st.ServedBy = func(labels map[string]string) []string {
-			var names []string
-			for _, s := range catalog.Serving(labels) {
-				names = append(names, s.String())
-			}
-			return names
-		}
-	}
-	return buildReport(st, keep), nil
+	return report.Collect(ctx, client, dyn, report.Options{Namespace: ns, WebhookNamespace: o.webhookNamespace, Keep: keep})
 }
 
-func writeSpread(w io.Writer, r Report, output string) error {
+func writeSpread(w io.Writer, r report.Report, output string) error {
 	if output == "json" {
 		return writeJSON(w, r)
 	}
@@ -238,7 +170,7 @@ func labelString(labels map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-func nodeList(nodes []NodeReport) string {
+func nodeList(nodes []report.NodeReport) string {
 	parts := make([]string, len(nodes))
 	for i, n := range nodes {
 		parts[i] = fmt.Sprintf("%s(%s)x%d", n.Name, orDash(n.CapacityType), n.Pods)

@@ -1,18 +1,15 @@
-package main
+package nodegroups
 
 import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 )
 
-// registerNodeGroupMetrics exposes how the EKS node-group view is doing: a failing
-// refresh keeps the last good view, so without these an IAM or throttling problem
-// would go unnoticed until a new group is missed.
-func registerNodeGroupMetrics(reg prometheus.Registerer, status func() nodegroups.Status) error {
-	const ns = "custom_kube_scheduler_webhook"
+// RegisterMetrics exposes how the node-group view is doing, with the metric names
+// prefixed by ns: a failing refresh keeps the last good view, so without these
+// an IAM or throttling problem would go unnoticed until a new group is missed.
+func RegisterMetrics(reg prometheus.Registerer, ns string, status func() Status) error {
 	gauges := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Name: "nodegroups",

@@ -1,4 +1,4 @@
-package main
+package nodegroups
 
 import (
 	"errors"
@@ -9,14 +9,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 )
 
 func TestNodeGroupMetrics(t *testing.T) {
-	status := nodegroups.Status{Groups: 3, LastSuccess: time.Unix(1700000000, 0)}
+	status := Status{Groups: 3, LastSuccess: time.Unix(1700000000, 0)}
 	reg := prometheus.NewRegistry()
-	if err := registerNodeGroupMetrics(reg, func() nodegroups.Status { return status }); err != nil {
+	if err := RegisterMetrics(reg, "custom_kube_scheduler_webhook", func() Status { return status }); err != nil {
 		t.Fatal(err)
 	}
 	expect := func(failing int) string {

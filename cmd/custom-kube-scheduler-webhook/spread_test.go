@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -49,7 +50,7 @@ func TestBuildReport(t *testing.T) {
 	pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/2 nodes are available"}}
 	terminating := placedPod("gone", "new", 2, "spot", corev1.PodRunning, "n2")
 	terminating.DeletionTimestamp = &metav1.Time{}
-	st := &clusterState{
+	st := &report.State{
 		Deployments: []appsv1.Deployment{dep},
 		ReplicaSets: []appsv1.ReplicaSet{rs("web-old", "old", "1"), rs("web-new", "new", "2")},
 		Pods: []corev1.Pod{
@@ -65,7 +66,7 @@ func TestBuildReport(t *testing.T) {
 		},
 		ServedBy: func(labels map[string]string) []string { return []string{"NodePool/" + labels["capacity"]} },
 	}
-	r := buildReport(st, func(string, string) bool { return true })
+	r := report.Build(st, func(string, string) bool { return true })
 	if len(r.Workloads) != 1 {
 		t.Fatalf("workloads: %+v", r.Workloads)
 	}
@@ -80,7 +81,7 @@ func TestBuildReport(t *testing.T) {
 	if len(spot.PendingReasons) != 1 || !strings.Contains(spot.PendingReasons[0], "0/2 nodes") {
 		t.Errorf("pending reasons: %v", spot.PendingReasons)
 	}
-	if len(spot.Nodes) != 1 || spot.Nodes[0] != (NodeReport{Name: "n2", CapacityType: "spot", Pods: 2}) {
+	if len(spot.Nodes) != 1 || spot.Nodes[0] != (report.NodeReport{Name: "n2", CapacityType: "spot", Pods: 2}) {
 		t.Errorf("spot nodes: %+v", spot.Nodes)
 	}
 	if spot.ServedBy[0] != "NodePool/spot" {
@@ -89,7 +90,7 @@ func TestBuildReport(t *testing.T) {
 
 	// One pod missing from its term: not exact, and said so.
 	st.Pods = st.Pods[1:]
-	r = buildReport(st, func(string, string) bool { return true })
+	r = report.Build(st, func(string, string) bool { return true })
 	if r.Workloads[0].Exact {
 		t.Fatal("a missing on-demand pod still reads exact")
 	}
@@ -123,7 +124,7 @@ func TestReportFallback(t *testing.T) {
 	}
 	rs := appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-new", Namespace: "demo", UID: "new",
 		Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}, OwnerReferences: ownedBy("Deployment", "web", "dep")}}
-	st := &clusterState{Deployments: []appsv1.Deployment{dep}, ReplicaSets: []appsv1.ReplicaSet{rs}, Nodes: map[string]*corev1.Node{}}
+	st := &report.State{Deployments: []appsv1.Deployment{dep}, ReplicaSets: []appsv1.ReplicaSet{rs}, Nodes: map[string]*corev1.Node{}}
 	for seat := 1; seat <= 3; seat++ {
 		p := placedPod("p"+strconv.Itoa(seat), "new", seat, "on-demand", corev1.PodRunning, "n1")
 		if seat > 1 {
@@ -138,13 +139,13 @@ func TestReportFallback(t *testing.T) {
 		}
 		return map[int]converge.TermState{1: {Until: until, Reason: "2 pods unschedulable for 90s"}}
 	}
-	w := buildReport(st, func(string, string) bool { return true }).Workloads[0]
+	w := report.Build(st, func(string, string) bool { return true }).Workloads[0]
 	od, spot := w.Terms[0], w.Terms[1]
 	if !w.Exact || w.PendingRepairs != 0 || od.Expected != 3 || spot.Expected != 0 || spot.Target != 2 || spot.FallbackPods != 2 || spot.UnavailableUntil == "" {
 		t.Fatalf("while spot is unavailable: %+v", w)
 	}
 	var out bytes.Buffer
-	if err := writeSpread(&out, Report{Workloads: []WorkloadReport{w}}, "text"); err != nil {
+	if err := writeSpread(&out, report.Report{Workloads: []report.WorkloadReport{w}}, "text"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "unavailable until") || !strings.Contains(out.String(), "2 of its pods on fallback") {
@@ -152,7 +153,7 @@ func TestReportFallback(t *testing.T) {
 	}
 
 	st.Unavailable = nil
-	w = buildReport(st, func(string, string) bool { return true }).Workloads[0]
+	w = report.Build(st, func(string, string) bool { return true }).Workloads[0]
 	if w.Exact || w.PendingRepairs != 2 {
 		t.Fatalf("spot back: exact %v, pending repairs %d; want not exact, 2", w.Exact, w.PendingRepairs)
 	}

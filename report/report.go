@@ -1,4 +1,8 @@
-package main
+// Package report compares each workload that carries a strategy with its target: per
+// term the pods placed, running and pending, their nodes, what serves the term, and
+// whether the spread is exact (the verdict of the `spread` command, the soak and the
+// end-to-end tests).
+package report
 
 import (
 	"fmt"
@@ -12,8 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -78,8 +84,8 @@ type NodeReport struct {
 	Pods         int    `json:"pods"`
 }
 
-// clusterState is what `spread` lists from the API server.
-type clusterState struct {
+// State is what a report is computed from, as listed from the API server.
+type State struct {
 	Deployments  []appsv1.Deployment
 	StatefulSets []appsv1.StatefulSet
 	ReplicaSets  []appsv1.ReplicaSet
@@ -92,9 +98,9 @@ type clusterState struct {
 	Unavailable func(revision types.UID) map[int]converge.TermState
 }
 
-// buildReport computes the report for every workload in st that carries an active
-// strategy; only names the workload filter keeps are reported.
-func buildReport(st *clusterState, keep func(kind, name string) bool) Report {
+// Build computes the report for every workload in st that carries an active strategy;
+// only names the workload filter keeps are reported.
+func Build(st *State, keep func(kind, name string) bool) Report {
 	podsByOwner := map[types.UID][]*corev1.Pod{}
 	for i := range st.Pods {
 		pod := &st.Pods[i]
@@ -158,7 +164,7 @@ func currentRevision(sets []*appsv1.ReplicaSet) (*appsv1.ReplicaSet, []*appsv1.R
 	return sets[0], sets[1:]
 }
 
-func (r *Report) add(st *clusterState, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods []*corev1.Pod, older int) {
+func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods []*corev1.Pod, older int) {
 	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
 	src := strategy.Find(
 		strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: template},
@@ -249,28 +255,12 @@ func (r *Report) add(st *clusterState, kind string, meta metav1.ObjectMeta, temp
 	r.Workloads = append(r.Workloads, w)
 }
 
-// termOf finds the term a placed pod is on: the term whose labels its nodeSelector
-// carries (the truth the scheduler acts on), else its term annotation.
+// termOf finds the term a placed pod is on (-1 for a pod without a seat).
 func termOf(s *strategy.Strategy, pod *corev1.Pod) int {
 	if _, placed := strategy.SeatOf(pod); !placed {
 		return -1
 	}
-	for i, t := range s.Terms {
-		match := true
-		for _, l := range t.Labels {
-			if v, ok := pod.Spec.NodeSelector[l.Key]; !ok || v != l.Value {
-				match = false
-				break
-			}
-		}
-		if match {
-			return i
-		}
-	}
-	if n, err := strconv.Atoi(pod.Annotations[strategy.AnnotationTerm]); err == nil && n >= 1 && n <= len(s.Terms) {
-		return n - 1
-	}
-	return -1
+	return strategy.TermOf(s, pod)
 }
 
 // pendingReason is the scheduler's word on a pending pod, if it said anything.
@@ -288,8 +278,8 @@ func capacityType(n *corev1.Node) string {
 	if n == nil {
 		return ""
 	}
-	if v, ok := n.Labels["karpenter.sh/capacity-type"]; ok {
+	if v, ok := n.Labels[karpv1.CapacityTypeLabelKey]; ok {
 		return v
 	}
-	return strings.ToLower(strings.ReplaceAll(n.Labels["eks.amazonaws.com/capacityType"], "_", "-"))
+	return strings.ToLower(strings.ReplaceAll(n.Labels[nodegroups.LabelCapacityType], "_", "-"))
 }
