@@ -8,7 +8,7 @@
 #
 # WEBHOOK_FILTERS=full (default) also adds the chart's call filters: blocklisted
 # namespaces in the namespaceSelector, the managed-label objectSelector and the CEL
-# matchConditions. WEBHOOK_FILTERS=minimal leaves them out, so every pod CREATE
+# matchConditions (both read from the chart's files). WEBHOOK_FILTERS=minimal leaves them out, so every pod CREATE
 # outside kube-system and the webhook namespace reaches the webhook (the e2e tests
 # use it to check the webhook's own skipping logic).
 #
@@ -48,50 +48,24 @@ elif [[ $FILTERS != minimal ]]; then
 fi
 excluded_json=$(printf '%s\n' "${excluded[@]}" | jq -R . | jq -sc .)
 
+# The call filters are read from the chart, so they exist once: the pod webhook's
+# objectSelector from values.yaml, each webhook's matchConditions from its template.
+CHART_DIR=$REPO_ROOT/deploy/chart/custom-kube-scheduler-webhook
+chart_object_selector() {
+	echo "    objectSelector:"
+	awk '/^objectSelector:/ {on = 1; next} on && /^  / {print "    " $0; next} on {exit}' "$CHART_DIR/values.yaml"
+}
+chart_match_conditions() { # N: 1 the pod webhook's, 2 the workload webhook's
+	awk -v n="$1" '/^    matchConditions:$/ {k++} k == n && /^ *\{\{-? *end/ {exit} k == n' "$CHART_DIR/templates/webhooks.yaml"
+}
 pod_filters=""
 workload_filters=""
 if [[ $FILTERS == full ]]; then
-	pod_filters=$(
-		cat <<'EOF'
-    objectSelector:
-      matchExpressions:
-        - {key: custom-kube-scheduler-webhook.io/managed, operator: DoesNotExist}
-    matchConditions:
-      - name: not-seated
-        expression: >-
-          !has(object.metadata.annotations) ||
-          !('custom-kube-scheduler-webhook.io/seat' in object.metadata.annotations)
-      - name: not-mirror-pod
-        expression: >-
-          !has(object.metadata.annotations) ||
-          !('kubernetes.io/config.mirror' in object.metadata.annotations)
-      - name: not-daemonset-pod
-        expression: >-
-          !has(object.metadata.ownerReferences) ||
-          !object.metadata.ownerReferences.exists(r, r.kind == 'DaemonSet')
-      - name: may-have-strategy
-        expression: >-
-          (has(object.metadata.annotations) &&
-            ('CustomPodScheduleStrategy' in object.metadata.annotations ||
-             'custom-pod-schedule-strategy' in object.metadata.annotations)) ||
-          (has(object.metadata.ownerReferences) &&
-            object.metadata.ownerReferences.exists(r, r.kind == 'ReplicaSet' || r.kind == 'StatefulSet'))
-EOF
-	)
-	workload_filters=$(
-		cat <<'EOF'
-    matchConditions:
-      - name: has-strategy
-        expression: >-
-          (has(object.metadata.annotations) &&
-            ('CustomPodScheduleStrategy' in object.metadata.annotations ||
-             'custom-pod-schedule-strategy' in object.metadata.annotations)) ||
-          (has(object.spec.template) && has(object.spec.template.metadata) &&
-            has(object.spec.template.metadata.annotations) &&
-            ('CustomPodScheduleStrategy' in object.spec.template.metadata.annotations ||
-             'custom-pod-schedule-strategy' in object.spec.template.metadata.annotations))
-EOF
-	)
+	pod_filters="$(chart_object_selector)
+$(chart_match_conditions 1)"
+	workload_filters=$(chart_match_conditions 2)
+	[[ $pod_filters == *"- name: may-have-strategy"* && $workload_filters == *"- name: has-strategy"* ]] ||
+		lc_die "could not read the call filters from $CHART_DIR"
 fi
 
 MANIFEST=$LOCALCLUSTER_DIR/webhook-registration.yaml
