@@ -195,6 +195,14 @@ func (c *Catalog) HasSynced() bool {
 	return c.groups == nil || c.groups.HasSynced()
 }
 
+// Tolerations answers what a pod selecting term needs: tolerations for the taints of
+// the NodePools and node groups serving it (TolerationsFor), and whether anything,
+// including a Ready node, serves it at all.
+func (c *Catalog) Tolerations(term map[string]string) (tolerations []corev1.Toleration, served bool) {
+	sources := c.Serving(term)
+	return TolerationsFor(sources), len(sources) > 0
+}
+
 // Serving returns the capacity that can carry a pod whose nodeSelector holds
 // term: NodePools (not being deleted, not reported not-Ready), usable EKS
 // managed node groups, then Ready schedulable Nodes that belong to none of

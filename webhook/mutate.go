@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -203,9 +202,7 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 
 	p := &podPatch{pod: &pod}
 	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, selector)
-	// MergeTolerations keeps the pod's own tolerations first and in order; what follows
-	// them is what the pod lacks.
-	p.addTolerations(karpenter.MergeTolerations(pod.Spec.Tolerations, needed)[len(pod.Spec.Tolerations):])
+	p.mergeTolerations(needed)
 	annotations := map[string]string{
 		strategy.AnnotationSeat: strconv.Itoa(seat),
 		strategy.AnnotationTerm: strconv.Itoa(termIndex + 1),

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 )
 
 // patchOp is one RFC 6902 operation.
@@ -57,8 +59,10 @@ func (p *podPatch) addToMap(path string, current, add map[string]string) {
 	}
 }
 
-// addTolerations appends tolerations to /spec/tolerations.
-func (p *podPatch) addTolerations(add []corev1.Toleration) {
+// mergeTolerations appends to /spec/tolerations each of needed the pod's own
+// tolerations (kept first and in order) do not already cover.
+func (p *podPatch) mergeTolerations(needed []corev1.Toleration) {
+	add := karpenter.MergeTolerations(p.pod.Spec.Tolerations, needed)[len(p.pod.Spec.Tolerations):]
 	if len(add) == 0 {
 		return
 	}

@@ -186,10 +186,9 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		}
 	}
 	entry := log.WithField("component", component)
-	capacity := catalogCapacity{catalog}
 	mutator := &webhook.PodMutator{
 		Resolver:   caches.Resolver,
-		Capacity:   capacity,
+		Capacity:   catalog,
 		Ledger:     ledger,
 		Recorder:   recorder,
 		Metrics:    metrics,
@@ -202,7 +201,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err := startConverge(ctx, cfg, client, caches, records, recorder, metrics, synced, log); err != nil {
 		return err
 	}
-	validator := &webhook.WorkloadValidator{Capacity: capacity, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
+	validator := &webhook.WorkloadValidator{Capacity: catalog, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
 	var draining atomic.Bool
 	handlers := &webhook.Handlers{
 		Mutate:   mutator.Admit,
@@ -356,14 +355,6 @@ func newCatalog(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cli
 		return nil, nil, fmt.Errorf("create capacity catalog: %w", err)
 	}
 	return catalog, groups, nil
-}
-
-// catalogCapacity adapts the catalog to what the admission handlers ask.
-type catalogCapacity struct{ catalog *karpenter.Catalog }
-
-func (c catalogCapacity) Tolerations(labels map[string]string) ([]corev1.Toleration, bool) {
-	sources := c.catalog.Serving(labels)
-	return karpenter.TolerationsFor(sources), len(sources) > 0
 }
 
 func keys(m map[string]bool) []string {
