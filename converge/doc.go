@@ -1,4 +1,4 @@
-// Package converge is the loop after admission (SPEC 7a): it keeps every workload
+// Package converge is the loop after admission: it keeps every workload
 // revision that carries a strategy at its exact target and no pod stranded.
 //
 // One replica runs it, elected on a Lease. Per revision it detects terms whose placed

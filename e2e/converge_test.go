@@ -297,7 +297,8 @@ func leaderPID(ctx context.Context) int {
 }
 
 // Stranded -> fallback -> return, with two loop processes, the leader SIGKILLed in
-// the middle of the return (SPEC 7a; issue 8's first, second and last "Done when").
+// the middle of the return: the pods go to the fallback while their term gets no
+// capacity, and back to their own term once it does, with no pod stranded.
 func TestStrandedFallbackAndReturn(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-fallback")

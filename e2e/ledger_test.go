@@ -75,7 +75,7 @@ func TestThreeReplicasBurst500OneKilled(t *testing.T) {
 	t.Logf("admissions per replica (including canaries): %v", lb.served())
 }
 
-// The reproduction: the seed strategy at 30, scaled to 12 six seconds later,
+// A scale-up, down, up within seconds: the original project's strategy at 30, scaled to 12 six seconds later,
 // then to 40 six seconds after that, through two replicas. Seats freed by the
 // scale-down are handed out again at once: 1/19/20.
 func TestScaleUpDownUpWithinSeconds(t *testing.T) {

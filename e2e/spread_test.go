@@ -18,7 +18,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// The seed's sample: 10 replicas, strategy and opt-in on the Deployment itself.
+// The original project's sample: 10 replicas, strategy and opt-in on the Deployment itself.
 func TestSeedDeploymentAt10(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-seed")

@@ -257,9 +257,9 @@ func (c *Catalog) Serving(term map[string]string) []Source {
 	return out
 }
 
-// NodePools returns the watched NodePools (typed, shared with the cache: do
-// not modify), e.g. for explaining why none serves a term.
-func (c *Catalog) NodePools() []*karpv1.NodePool {
+// nodePools returns the watched NodePools (typed, shared with the cache: do not
+// modify). Only tests read it, to explain why none serves a term.
+func (c *Catalog) nodePools() []*karpv1.NodePool {
 	if c.pools == nil {
 		return nil
 	}

@@ -94,7 +94,7 @@ func TestCatalogServing(t *testing.T) {
 		map[schema.GroupVersionResource]string{nodePoolGVR(): "NodePoolList"},
 		unstructuredPool(t, spot), unstructuredPool(t, sized), unstructuredPool(t, broken), unstructuredPool(t, fresh))
 	groups := &fakeGroups{groups: []nodegroups.Group{
-		{Name: "spot-4vcpu", Status: "ACTIVE", CapacityType: "SPOT", DesiredSize: 0,
+		{Name: "spot-4vcpu", Status: "ACTIVE", CapacityType: "SPOT",
 			Labels: map[string]string{"nodesize": "spot4vcpu16gb", nodegroups.LabelNodeGroup: "spot-4vcpu", nodegroups.LabelCapacityType: "SPOT"},
 			Taints: []corev1.Taint{{Key: "capacity", Value: "spot", Effect: corev1.TaintEffectNoSchedule}, {Key: "eks", Effect: corev1.TaintEffectNoExecute}}},
 		{Name: "going", Status: "DELETING",
@@ -163,11 +163,11 @@ func TestCatalogServing(t *testing.T) {
 	}
 	waitFor(t, "the new NodePool", func() bool { return len(c.Serving(term("nodesize", "late"))) == 1 })
 	var pools []string
-	for _, np := range c.NodePools() {
+	for _, np := range c.nodePools() {
 		pools = append(pools, np.Name)
 	}
 	if want := []string{"broken", "fresh", "late", "sized", "spot"}; !reflect.DeepEqual(pools, want) {
-		t.Errorf("NodePools() = %v, want %v", pools, want)
+		t.Errorf("nodePools() = %v, want %v", pools, want)
 	}
 }
 

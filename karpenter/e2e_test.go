@@ -82,7 +82,7 @@ func TestE2ENodePoolInformer(t *testing.T) {
 		if served(match) {
 			return true
 		}
-		for _, p := range c.NodePools() {
+		for _, p := range c.nodePools() {
 			if p.Name == name && !nodePoolUsable(p) {
 				t.Fatalf("NodePool %s reported not Ready by Karpenter (is KWOKNodeClass default missing?): %+v", name, p.Status.Conditions)
 			}

@@ -102,12 +102,3 @@ func (s *Strategy) String() string {
 	}
 	return strings.Join(parts, ":")
 }
-
-// TotalBase is the number of seats taken by bases before weighting starts.
-func (s *Strategy) TotalBase() int {
-	total := 0
-	for _, t := range s.Terms {
-		total += t.Base
-	}
-	return total
-}

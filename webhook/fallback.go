@@ -8,9 +8,9 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// Availability tells which terms of a workload revision cannot get capacity now
-// (SPEC 7a): the convergence loop records them in the API server, every replica reads
-// them through an informer.
+// Availability tells which terms of a workload revision cannot get capacity now (their
+// seats go to the fallback term until then): the convergence loop records them in the
+// API server, every replica reads them through an informer.
 type Availability interface {
 	// Unavailable returns the 0-based terms of revision that are unavailable now, each
 	// with why and until when (for messages); nil when every term is available.

@@ -148,7 +148,7 @@ func (l *fuzzLedger) Release(_ context.Context, _ Revision, admission types.UID)
 	delete(l.seats, admission)
 }
 
-// admitSeeds are the inputs the defects were found with, plus ordinary ones.
+// admitSeeds are inputs that once exposed defects, plus ordinary ones.
 var admitSeeds = []admitInput{
 	{Strategy: burstStrategy},
 	{Strategy: seedStrategy, Flags: 2, PodIndex: "4"},

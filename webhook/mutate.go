@@ -190,8 +190,7 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 		var served bool
 		needed, served = m.Capacity.Tolerations(selector)
 		if !served {
-			msg := fmt.Sprintf("term %d (%s) of %s is served by no NodePool, node group or Ready node; the pod may stay Pending",
-				termIndex+1, term.LabelString(), w.Describe())
+			msg := unservedWarning(termIndex, term, w.Describe(), "the pod")
 			warnings = append(warnings, msg)
 			m.event(req, w, corev1.EventTypeWarning, ReasonUnservedTerm, msg)
 			if !isDryRun(req) {

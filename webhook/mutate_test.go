@@ -248,7 +248,7 @@ func TestUnservedTermWarnsButPlaces(t *testing.T) {
 	expectEvent(t, recorder, ReasonUnservedTerm)
 }
 
-// The malformed annotations of the issue: each is admitted unchanged, with a warning
+// Malformed annotations: each is admitted unchanged, with a warning
 // naming the fault, and an Event on the workload.
 func TestMalformedStrategies(t *testing.T) {
 	cases := []struct{ raw, fault string }{

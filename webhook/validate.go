@@ -88,7 +88,7 @@ func (v *WorkloadValidator) admit(req *admissionv1.AdmissionRequest) *admissionv
 	if v.Capacity != nil {
 		for i, term := range s.Terms {
 			if _, served := v.Capacity.Tolerations(term.LabelMap()); !served {
-				warnings = append(warnings, fmt.Sprintf("term %d (%s) of %s is served by no NodePool, node group or Ready node; its pods may stay Pending", i+1, term.LabelString(), name))
+				warnings = append(warnings, unservedWarning(i, term, name, "its pods"))
 			}
 		}
 	}
@@ -113,4 +113,10 @@ func (v *WorkloadValidator) unchanged(req *admissionv1.AdmissionRequest, raw str
 
 func prefixed(warnings []string) []string {
 	return allow(warnings...).Warnings
+}
+
+// unservedWarning says that term (0-based index i) of owner is served by no capacity,
+// so that pods (who) may stay Pending: at admission and at apply time alike.
+func unservedWarning(i int, term strategy.Term, owner, who string) string {
+	return fmt.Sprintf("term %d (%s) of %s is served by no NodePool, node group or Ready node; %s may stay Pending", i+1, term.LabelString(), owner, who)
 }

@@ -151,7 +151,7 @@ func TestServeConfigErrors(t *testing.T) {
 			}
 		})
 	}
-	// The seed's "INFO" and empty value still work.
+	// The original project's "INFO" and empty value still work.
 	t.Setenv("LOG_LEVEL", "INFO")
 	if _, err := loadServeConfig(serveFlags(t)); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -80,16 +79,6 @@ func writePlan(w io.Writer, s *strategy.Strategy, replicas int, output string) e
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write plan: %w", err)
-	}
-	return nil
-}
-
-// writeJSON writes v as indented JSON, the -o json form of every subcommand.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("write JSON: %w", err)
 	}
 	return nil
 }

@@ -211,7 +211,6 @@ func wantGroups() []Group {
 				"nodesize": "od4vcpu16gb", LabelNodeGroup: "od", LabelCapacityType: "ON_DEMAND",
 				corev1.LabelArchStable: "amd64", corev1.LabelOSStable: "linux",
 			},
-			MinSize: 1, MaxSize: 3, DesiredSize: 2,
 		},
 		{
 			Name: "spot-4vcpu", Status: "ACTIVE", CapacityType: "SPOT", AMIType: "AL2023_ARM_64_STANDARD",
@@ -225,7 +224,6 @@ func wantGroups() []Group {
 				{Key: "dedicated", Effect: corev1.TaintEffectNoExecute},
 				{Key: "soft", Value: "yes", Effect: corev1.TaintEffectPreferNoSchedule},
 			},
-			MinSize: 0, MaxSize: 10, DesiredSize: 0,
 		},
 	}
 }

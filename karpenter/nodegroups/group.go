@@ -40,8 +40,6 @@ type Group struct {
 	// Taints are the group's Kubernetes taints with EKS effect names mapped to
 	// Kubernetes ones.
 	Taints []corev1.Taint
-	// MinSize, MaxSize and DesiredSize are the scaling configuration.
-	MinSize, MaxSize, DesiredSize int32
 }
 
 // Usable reports whether the group can still carry pods: groups being deleted
@@ -94,9 +92,6 @@ func fromEKS(ng *ekstypes.Nodegroup) (Group, bool) {
 		}
 		g.Taints = append(g.Taints, taint)
 	}
-	if sc := ng.ScalingConfig; sc != nil {
-		g.MinSize, g.MaxSize, g.DesiredSize = deref(sc.MinSize), deref(sc.MaxSize), deref(sc.DesiredSize)
-	}
 	return g, true
 }
 
@@ -137,11 +132,4 @@ func osOf(amiType string) string {
 		return "windows"
 	}
 	return "linux"
-}
-
-func deref(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
