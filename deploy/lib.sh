@@ -19,20 +19,23 @@ TOOLS_BIN=${TOOLS_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/custom-kube-scheduler-web
 # ensure_helm sets HELM to a helm binary: $HELM, helm on PATH, the cached one, or a fresh
 # `go install` of HELM_VERSION (a few minutes on a small machine).
 ensure_helm() {
-  if [[ -n ${HELM:-} ]]; then return 0; fi
-  if command -v helm >/dev/null 2>&1; then HELM=$(command -v helm); return 0; fi
-  if [[ ! -x $TOOLS_BIN/helm ]]; then
-    echo "installing helm $HELM_VERSION into $TOOLS_BIN" >&2
-    mkdir -p "$TOOLS_BIN"
-    (cd "$TOOLS_BIN" && GOBIN=$TOOLS_BIN go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
-  fi
-  HELM=$TOOLS_BIN/helm
+	if [[ -n ${HELM:-} ]]; then return 0; fi
+	if command -v helm >/dev/null 2>&1; then
+		HELM=$(command -v helm)
+		return 0
+	fi
+	if [[ ! -x $TOOLS_BIN/helm ]]; then
+		echo "installing helm $HELM_VERSION into $TOOLS_BIN" >&2
+		mkdir -p "$TOOLS_BIN"
+		(cd "$TOOLS_BIN" && GOBIN=$TOOLS_BIN go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
+	fi
+	HELM=$TOOLS_BIN/helm
 }
 
 # helm_template RELEASE NAMESPACE [helm args...] renders the chart to stdout.
 helm_template() {
-  local release=$1 namespace=$2
-  shift 2
-  "$HELM" template "$release" "$CHART_DIR" --namespace "$namespace" \
-    --kube-version "$RENDER_KUBE_VERSION" "$@"
+	local release=$1 namespace=$2
+	shift 2
+	"$HELM" template "$release" "$CHART_DIR" --namespace "$namespace" \
+		--kube-version "$RENDER_KUBE_VERSION" "$@"
 }

@@ -3,7 +3,7 @@
 set -euo pipefail
 
 usage() {
-  cat <<'USAGE'
+	cat <<'USAGE'
 Usage: scripts/webhook-logs.sh [options] [-- extra kubectl logs arguments]
 
   -n, --namespace NS   webhook namespace (default: custom-kube-scheduler-webhook)
@@ -25,26 +25,51 @@ follow=true
 dry_run=false
 extra=()
 while (($# > 0)); do
-  case "$1" in
-    -n | --namespace) namespace=${2:?$1 needs a value}; shift 2 ;;
-    -l | --selector) selector=${2:?$1 needs a value}; shift 2 ;;
-    --since) since=${2:?--since needs a value}; shift 2 ;;
-    --no-follow) follow=false; shift ;;
-    --dry-run) dry_run=true; shift ;;
-    -h | --help) usage; exit 0 ;;
-    --) shift; extra=("$@"); break ;;
-    *) usage >&2; exit 2 ;;
-  esac
+	case "$1" in
+	-n | --namespace)
+		namespace=${2:?$1 needs a value}
+		shift 2
+		;;
+	-l | --selector)
+		selector=${2:?$1 needs a value}
+		shift 2
+		;;
+	--since)
+		since=${2:?--since needs a value}
+		shift 2
+		;;
+	--no-follow)
+		follow=false
+		shift
+		;;
+	--dry-run)
+		dry_run=true
+		shift
+		;;
+	-h | --help)
+		usage
+		exit 0
+		;;
+	--)
+		shift
+		extra=("$@")
+		break
+		;;
+	*)
+		usage >&2
+		exit 2
+		;;
+	esac
 done
 
 cmd=(kubectl logs --namespace "$namespace" --selector "$selector"
-  --all-containers --prefix --timestamps --ignore-errors --max-log-requests 20)
+	--all-containers --prefix --timestamps --ignore-errors --max-log-requests 20)
 if [[ -n $since ]]; then cmd+=(--since "$since"); else cmd+=(--tail 100); fi
 if $follow; then cmd+=(--follow); fi
 cmd+=("${extra[@]}")
 
 if $dry_run; then
-  echo "${cmd[*]}"
-  exit 0
+	echo "${cmd[*]}"
+	exit 0
 fi
 exec "${cmd[@]}"

@@ -26,21 +26,24 @@ cd "$REPO_ROOT"
 
 : "${KUBECONFIG:?set KUBECONFIG to the cluster to test against}"
 export KUBECONFIG
-kubectl version >/dev/null || { echo "cannot reach the cluster in $KUBECONFIG" >&2; exit 1; }
+kubectl version >/dev/null || {
+	echo "cannot reach the cluster in $KUBECONFIG" >&2
+	exit 1
+}
 ensure_helm
 
 tmp=$(mktemp -d)
 created_ns=()
 cleanup_files=()
 cleanup() {
-  local f ns
-  for f in "${cleanup_files[@]}"; do
-    kubectl delete --ignore-not-found --wait=false -f "$f" >/dev/null 2>&1 || true
-  done
-  for ns in "${created_ns[@]}"; do
-    kubectl delete namespace "$ns" --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  done
-  rm -rf "$tmp"
+	local f ns
+	for f in "${cleanup_files[@]}"; do
+		kubectl delete --ignore-not-found --wait=false -f "$f" >/dev/null 2>&1 || true
+	done
+	for ns in "${created_ns[@]}"; do
+		kubectl delete namespace "$ns" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+	done
+	rm -rf "$tmp"
 }
 trap cleanup EXIT
 
@@ -48,40 +51,40 @@ trap cleanup EXIT
 run_id=$(printf '%04x%04x' "$RANDOM" "$RANDOM")
 
 ensure_ns() {
-  if ! kubectl get namespace "$1" >/dev/null 2>&1; then
-    kubectl create namespace "$1" >/dev/null
-    created_ns+=("$1")
-  fi
+	if ! kubectl get namespace "$1" >/dev/null 2>&1; then
+		kubectl create namespace "$1" >/dev/null
+		created_ns+=("$1")
+	fi
 }
 
 have_cert_manager=false
 if kubectl get crd certificates.cert-manager.io issuers.cert-manager.io >/dev/null 2>&1; then
-  have_cert_manager=true
+	have_cert_manager=true
 fi
 
 # dry_run FILE DESCRIPTION: server-side dry-run apply of every object in FILE.
 dry_run() {
-  local file=$1 what=$2 n skipped=0 out
-  if ! $have_cert_manager; then
-    skipped=$(grep -cE '^apiVersion: cert-manager\.io/' "$file" || true)
-    without_groups '^apiVersion: cert-manager\.io/' <"$file" >"$file.applied"
-    file=$file.applied
-  fi
-  n=$(count_docs <"$file")
-  if out=$(kubectl apply --server-side --dry-run=server --force-conflicts \
-    --field-manager=cksw-deploy-test -f "$file" 2>&1); then
-    local applied
-    applied=$(grep -c 'serverside-applied (server dry run)' <<<"$out" || true)
-    if [[ $applied == "$n" ]]; then
-      pass "$what: $n objects accepted${skipped:+$( ((skipped > 0)) && echo ", $skipped cert-manager.io objects not sent (no CRDs)")}"
-    else
-      fail "$what: $applied of $n objects accepted"
-      echo "$out" >&2
-    fi
-  else
-    fail "$what"
-    echo "$out" >&2
-  fi
+	local file=$1 what=$2 n skipped=0 out
+	if ! $have_cert_manager; then
+		skipped=$(grep -cE '^apiVersion: cert-manager\.io/' "$file" || true)
+		without_groups '^apiVersion: cert-manager\.io/' <"$file" >"$file.applied"
+		file=$file.applied
+	fi
+	n=$(count_docs <"$file")
+	if out=$(kubectl apply --server-side --dry-run=server --force-conflicts \
+		--field-manager=cksw-deploy-test -f "$file" 2>&1); then
+		local applied
+		applied=$(grep -c 'serverside-applied (server dry run)' <<<"$out" || true)
+		if [[ $applied == "$n" ]]; then
+			pass "$what: $n objects accepted${skipped:+$( ((skipped > 0)) && echo ", $skipped cert-manager.io objects not sent (no CRDs)")}"
+		else
+			fail "$what: $applied of $n objects accepted"
+			echo "$out" >&2
+		fi
+	else
+		fail "$what"
+		echo "$out" >&2
+	fi
 }
 
 echo "== server-side dry-run of every rendered manifest"
@@ -89,25 +92,25 @@ $have_cert_manager || echo "note: cert-manager CRDs are not installed; cert-mana
 ns=cksw-dryrun-$run_id
 ensure_ns "$ns"
 render_to() { # FILE RELEASE [helm args...]
-  local file=$1 release=$2
-  shift 2
-  helm_template "$release" "$ns" "$@" >"$file"
+	local file=$1 release=$2
+	shift 2
+	helm_template "$release" "$ns" "$@" >"$file"
 }
 render_to "$tmp/default.yaml" "$CHART_NAME"
 dry_run "$tmp/default.yaml" "chart, default values"
 for values in deploy/test/values/*.yaml; do
-  name=$(basename "$values" .yaml)
-  args=(-f "$values")
-  # The Namespace object would be created by a real install only; here it exists.
-  if grep -q '^  create: true' "$values"; then args+=(--set namespace.create=false); fi
-  render_to "$tmp/$name.yaml" "$CHART_NAME" "${args[@]}"
-  dry_run "$tmp/$name.yaml" "chart, $values"
+	name=$(basename "$values" .yaml)
+	args=(-f "$values")
+	# The Namespace object would be created by a real install only; here it exists.
+	if grep -q '^  create: true' "$values"; then args+=(--set namespace.create=false); fi
+	render_to "$tmp/$name.yaml" "$CHART_NAME" "${args[@]}"
+	dry_run "$tmp/$name.yaml" "chart, $values"
 done
 # The plain copies install into their own namespace; dry-run needs it to exist.
 ensure_ns "$CHART_NAME"
 for f in deploy/manifests/*.yaml; do
-  cp "$f" "$tmp/plain-$(basename "$f")"
-  dry_run "$tmp/plain-$(basename "$f")" "plain $f"
+	cp "$f" "$tmp/plain-$(basename "$f")"
+	dry_run "$tmp/plain-$(basename "$f")" "plain $f"
 done
 
 echo "== RBAC of the chart (real apply, then kubectl auth can-i)"
@@ -118,25 +121,25 @@ sa=system:serviceaccount:$rns:$full
 ensure_ns "$rns"
 helm_template "$release" "$rns" | docs ServiceAccount >"$tmp/rbac.yaml"
 for kind in ClusterRole ClusterRoleBinding Role RoleBinding; do
-  helm_template "$release" "$rns" | docs "$kind" >>"$tmp/rbac.yaml"
+	helm_template "$release" "$rns" | docs "$kind" >>"$tmp/rbac.yaml"
 done
 cleanup_files+=("$tmp/rbac.yaml")
 check "apply ServiceAccount + RBAC ($(count_docs <"$tmp/rbac.yaml") objects)" \
-  kubectl apply --server-side --force-conflicts --field-manager=cksw-deploy-test -f "$tmp/rbac.yaml"
+	kubectl apply --server-side --force-conflicts --field-manager=cksw-deploy-test -f "$tmp/rbac.yaml"
 
 # can-i resolves resources through discovery: without Karpenter's NodePool CRD it would ask
 # about the wrong group. Install the CRD from the module cache (the Karpenter version in
 # go.mod) when the cluster lacks it, and remove it afterwards.
 if ! kubectl get crd nodepools.karpenter.sh >/dev/null 2>&1; then
-  kdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter 2>/dev/null || true)
-  if [[ -z $kdir ]]; then
-    go mod download sigs.k8s.io/karpenter
-    kdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
-  fi
-  cp "$kdir/pkg/apis/crds/karpenter.sh_nodepools.yaml" "$tmp/nodepools-crd.yaml"
-  kubectl apply --server-side -f "$tmp/nodepools-crd.yaml" >/dev/null
-  cleanup_files+=("$tmp/nodepools-crd.yaml")
-  kubectl wait --for=condition=Established crd/nodepools.karpenter.sh --timeout=60s >/dev/null
+	kdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter 2>/dev/null || true)
+	if [[ -z $kdir ]]; then
+		go mod download sigs.k8s.io/karpenter
+		kdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
+	fi
+	cp "$kdir/pkg/apis/crds/karpenter.sh_nodepools.yaml" "$tmp/nodepools-crd.yaml"
+	kubectl apply --server-side -f "$tmp/nodepools-crd.yaml" >/dev/null
+	cleanup_files+=("$tmp/nodepools-crd.yaml")
+	kubectl wait --for=condition=Established crd/nodepools.karpenter.sh --timeout=60s >/dev/null
 fi
 
 can() { kubectl auth can-i --as="$sa" "$@" 2>/dev/null; }
@@ -144,14 +147,14 @@ allowed() { check "allowed: $*" can "$@"; }
 denied() { check_not "denied:  $*" can "$@"; }
 
 for verb in list watch; do
-  allowed "$verb" pods --all-namespaces
-  allowed "$verb" nodes
-  allowed "$verb" nodepools.karpenter.sh
+	allowed "$verb" pods --all-namespaces
+	allowed "$verb" nodes
+	allowed "$verb" nodepools.karpenter.sh
 done
 for res in deployments.apps replicasets.apps statefulsets.apps; do
-  for verb in get list watch; do allowed "$verb" "$res" --all-namespaces; done
-  denied update "$res" --all-namespaces
-  denied delete "$res" --all-namespaces
+	for verb in get list watch; do allowed "$verb" "$res" --all-namespaces; done
+	denied update "$res" --all-namespaces
+	denied delete "$res" --all-namespaces
 done
 allowed create events --namespace default
 allowed patch events --namespace default
@@ -162,11 +165,11 @@ for verb in get list watch create update delete; do allowed "$verb" leases.coord
 denied create leases.coordination.k8s.io --namespace kube-system
 denied list leases.coordination.k8s.io --all-namespaces
 for kind in mutatingwebhookconfigurations validatingwebhookconfigurations; do
-  for verb in get list watch update patch; do allowed "$verb" "$kind.admissionregistration.k8s.io/$full"; done
-  denied list "$kind.admissionregistration.k8s.io"
-  denied update "$kind.admissionregistration.k8s.io/someone-elses-webhook"
-  denied create "$kind.admissionregistration.k8s.io"
-  denied delete "$kind.admissionregistration.k8s.io/$full"
+	for verb in get list watch update patch; do allowed "$verb" "$kind.admissionregistration.k8s.io/$full"; done
+	denied list "$kind.admissionregistration.k8s.io"
+	denied update "$kind.admissionregistration.k8s.io/someone-elses-webhook"
+	denied create "$kind.admissionregistration.k8s.io"
+	denied delete "$kind.admissionregistration.k8s.io/$full"
 done
 denied get secrets --all-namespaces
 denied list secrets --all-namespaces
@@ -196,43 +199,49 @@ mkdir -p "$lcdir/logs"
 ln -s "$(cd "$(dirname "$KUBECONFIG")" && pwd)/$(basename "$KUBECONFIG")" "$lcdir/kubeconfig"
 groups="[\"system:serviceaccounts\",\"system:serviceaccounts:$rns\",\"system:authenticated\"]"
 event() { # VERB URI CODE [OBJECTREF-JSON]
-  printf '{"stage":"ResponseComplete","verb":"%s","requestURI":"%s","user":{"username":"%s","groups":%s},%s"responseStatus":{"code":%s}}\n' \
-    "$1" "$2" "$sa" "$groups" "${4:+\"objectRef\":$4,}" "$3"
+	printf '{"stage":"ResponseComplete","verb":"%s","requestURI":"%s","user":{"username":"%s","groups":%s},%s"responseStatus":{"code":%s}}\n' \
+		"$1" "$2" "$sa" "$groups" "${4:+\"objectRef\":$4,}" "$3"
 }
 allowed_log() {
-  event list /api/v1/pods 200 '{"resource":"pods","apiVersion":"v1"}'
-  event create "/apis/coordination.k8s.io/v1/namespaces/$rns/leases" 201 "{\"resource\":\"leases\",\"namespace\":\"$rns\",\"apiGroup\":\"coordination.k8s.io\"}"
-  event get "/apis/coordination.k8s.io/v1/namespaces/$rns/leases/seat-1" 404 "{\"resource\":\"leases\",\"namespace\":\"$rns\",\"name\":\"seat-1\",\"apiGroup\":\"coordination.k8s.io\"}"
-  event get /version 200
+	event list /api/v1/pods 200 '{"resource":"pods","apiVersion":"v1"}'
+	event create "/apis/coordination.k8s.io/v1/namespaces/$rns/leases" 201 "{\"resource\":\"leases\",\"namespace\":\"$rns\",\"apiGroup\":\"coordination.k8s.io\"}"
+	event get "/apis/coordination.k8s.io/v1/namespaces/$rns/leases/seat-1" 404 "{\"resource\":\"leases\",\"namespace\":\"$rns\",\"name\":\"seat-1\",\"apiGroup\":\"coordination.k8s.io\"}"
+	event get /version 200
 }
 rbac_check() { LOCALCLUSTER_DIR=$lcdir AUDIT_LOG=$1 bash scripts/localcluster/check-webhook-rbac.sh; }
 allowed_log >"$tmp/audit-ok.jsonl"
-{ allowed_log; event get /api/v1/namespaces/default/pods/web-1 200 '{"resource":"pods","namespace":"default","name":"web-1","apiVersion":"v1"}'; } >"$tmp/audit-denied.jsonl"
-{ allowed_log; event list /api/v1/nodes 403 '{"resource":"nodes","apiVersion":"v1"}'; } >"$tmp/audit-403.jsonl"
+{
+	allowed_log
+	event get /api/v1/namespaces/default/pods/web-1 200 '{"resource":"pods","namespace":"default","name":"web-1","apiVersion":"v1"}'
+} >"$tmp/audit-denied.jsonl"
+{
+	allowed_log
+	event list /api/v1/nodes 403 '{"resource":"nodes","apiVersion":"v1"}'
+} >"$tmp/audit-403.jsonl"
 check "requests the chart allows pass" rbac_check "$tmp/audit-ok.jsonl"
 check_not "a request the chart does not allow (get pods) fails" rbac_check "$tmp/audit-denied.jsonl"
 check_not "a request answered 403 fails" rbac_check "$tmp/audit-403.jsonl"
 
 if [[ ${SKIP_SELFCERT_E2E:-} == 1 ]]; then
-  echo "skip: self-managed certificate e2e (SKIP_SELFCERT_E2E=1)"
+	echo "skip: self-managed certificate e2e (SKIP_SELFCERT_E2E=1)"
 else
-  echo "== self-managed certificates as the chart's ServiceAccount"
-  if SELFCERT_E2E_NAMESPACE=$rns SELFCERT_E2E_SECRET=$full-certs SELFCERT_E2E_SERVICE=$full \
-    SELFCERT_E2E_WEBHOOK=$full SELFCERT_E2E_AS=$sa \
-    go test -tags e2e -count=1 -run E2E ./webhook/selfcert/ >"$tmp/selfcert.log" 2>&1; then
-    pass "selfcert e2e: Secret created, caBundle injected, rotation without restart (RBAC of the chart only)"
-  else
-    fail "selfcert e2e"
-    grep -vE 'level=(info|debug)' "$tmp/selfcert.log" | tail -40 >&2
-  fi
+	echo "== self-managed certificates as the chart's ServiceAccount"
+	if SELFCERT_E2E_NAMESPACE=$rns SELFCERT_E2E_SECRET=$full-certs SELFCERT_E2E_SERVICE=$full \
+		SELFCERT_E2E_WEBHOOK=$full SELFCERT_E2E_AS=$sa \
+		go test -tags e2e -count=1 -run E2E ./webhook/selfcert/ >"$tmp/selfcert.log" 2>&1; then
+		pass "selfcert e2e: Secret created, caBundle injected, rotation without restart (RBAC of the chart only)"
+	else
+		fail "selfcert e2e"
+		grep -vE 'level=(info|debug)' "$tmp/selfcert.log" | tail -40 >&2
+	fi
 fi
 
 echo "== webhook selectors and matchConditions on the API server"
 if go test -tags e2e -count=1 -run E2E ./deploy/test/ >"$tmp/selectors.log" 2>&1; then
-  pass "pods and workloads the webhooks are called for (and not called for)"
+	pass "pods and workloads the webhooks are called for (and not called for)"
 else
-  fail "webhook selectors"
-  tail -40 "$tmp/selectors.log" >&2
+	fail "webhook selectors"
+	tail -40 "$tmp/selectors.log" >&2
 fi
 
 finish

@@ -15,32 +15,41 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "== shellcheck"
 if ! command -v shellcheck >/dev/null 2>&1; then
-  # shellcheck source=scripts/localcluster/lib.sh
-  source scripts/localcluster/lib.sh
-  lc_ensure_packages shellcheck:shellcheck
+	# shellcheck source=scripts/localcluster/lib.sh
+	source scripts/localcluster/lib.sh
+	lc_ensure_packages shellcheck:shellcheck
 fi
 mapfile -t scripts < <(find . \( -path ./.git -o -path ./.localcluster -o -path ./bin \) -prune -o -name '*.sh' -print | sort)
 if [[ -f .ci/run ]]; then scripts+=(.ci/run); fi
 if shellcheck -x "${scripts[@]}"; then
-  pass "shellcheck: ${#scripts[@]} scripts"
+	pass "shellcheck: ${#scripts[@]} scripts"
 else
-  fail "shellcheck (see above)"
+	fail "shellcheck (see above)"
+fi
+# One indentation style (shfmt's: tabs), checked where shfmt is installed.
+if command -v shfmt >/dev/null 2>&1; then
+	if shfmt -d "${scripts[@]}" >"$tmp/shfmt.diff"; then
+		pass "shfmt: ${#scripts[@]} scripts in one style"
+	else
+		cat "$tmp/shfmt.diff"
+		fail "shfmt -d (see above)"
+	fi
 fi
 
 echo "== helm lint / template"
 ensure_helm
 NS=cksw-test
 render() { # NAME [helm args...] -> $tmp/NAME.yaml
-  local name=$1
-  shift
-  helm_template "$CHART_NAME" "$NS" "$@" >"$tmp/$name.yaml" 2>"$tmp/$name.err"
+	local name=$1
+	shift
+	helm_template "$CHART_NAME" "$NS" "$@" >"$tmp/$name.yaml" 2>"$tmp/$name.err"
 }
 check "helm lint --strict (default values)" "$HELM" lint --strict --kube-version "$RENDER_KUBE_VERSION" "$CHART_DIR"
 check "helm template (default values)" render default
 for values in deploy/test/values/*.yaml; do
-  name=$(basename "$values" .yaml)
-  check "helm lint --strict -f $values" "$HELM" lint --strict --kube-version "$RENDER_KUBE_VERSION" -f "$values" "$CHART_DIR"
-  check "helm template -f $values" render "$name" -f "$values"
+	name=$(basename "$values" .yaml)
+	check "helm lint --strict -f $values" "$HELM" lint --strict --kube-version "$RENDER_KUBE_VERSION" -f "$values" "$CHART_DIR"
+	check "helm template -f $values" render "$name" -f "$values"
 done
 check "helm template with a ServiceMonitor" render servicemonitor --set metrics.serviceMonitor.enabled=true
 check "ServiceMonitor scrapes /metrics over HTTPS" matches "$(tr -d '\n' <<<"$(docs ServiceMonitor <"$tmp/servicemonitor.yaml")")" 'path: /metrics +scheme: https'
@@ -67,9 +76,9 @@ check "liveness on HTTPS /healthz" matches "$(tr -d '\n' <<<"$dep")" 'livenessPr
 check "readiness on HTTPS /readyz" matches "$(tr -d '\n' <<<"$dep")" 'readinessProbe: +httpGet: +scheme: HTTPS +path: /readyz +port: https'
 check "container port 9443" contains "$dep" "containerPort: 9443"
 for env in LOG_LEVEL BLOCKLISTED_NAMESPACE_LIST LISTEN_ADDRESS TLS_CERT_FILE TLS_KEY_FILE POD_NAMESPACE \
-  RESERVATION_TTL VALIDATION_MODE EKS_CLUSTER_NAME NODEGROUP_REFRESH_INTERVAL CERT_MODE CERT_SECRET_NAME \
-  SERVICE_NAME MUTATING_WEBHOOK_CONFIGURATION VALIDATING_WEBHOOK_CONFIGURATION; do
-  check "env $env" contains "$dep" "- name: $env"
+	RESERVATION_TTL VALIDATION_MODE EKS_CLUSTER_NAME NODEGROUP_REFRESH_INTERVAL CERT_MODE CERT_SECRET_NAME \
+	SERVICE_NAME MUTATING_WEBHOOK_CONFIGURATION VALIDATING_WEBHOOK_CONFIGURATION; do
+	check "env $env" contains "$dep" "- name: $env"
 done
 check "ADMISSION_DEADLINE below timeoutSeconds" matches "$(tr -d '\n' <<<"$dep")" 'ADMISSION_DEADLINE +value: "4000ms"'
 check "BLOCKLISTED_NAMESPACE_LIST default" matches "$(tr -d '\n' <<<"$dep")" 'BLOCKLISTED_NAMESPACE_LIST +value: "kube-system,kube-public"'
@@ -197,7 +206,7 @@ check "MAX_INFLIGHT_BODY_BYTES" matches "$(tr -d '\n' <<<"$dep")" 'MAX_INFLIGHT_
 check_not "no NetworkPolicy by default" grep -q '^kind: NetworkPolicy' "$tmp/default.yaml"
 check_not "NetworkPolicy without apiServerCIDRs is refused" render bad10 --set networkPolicy.enabled=true
 check "NetworkPolicy renders" render netpol --set networkPolicy.enabled=true --set 'networkPolicy.apiServerCIDRs={10.0.0.0/16,10.1.0.0/16}' \
-  --set-json 'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]'
+	--set-json 'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]'
 np=$(tr -d '\n' <<<"$(docs NetworkPolicy <"$tmp/netpol.yaml")")
 check "NetworkPolicy: ingress only" contains "$np" 'policyTypes: ["Ingress"]'
 check "NetworkPolicy: the API server's CIDRs" matches "$np" 'ipBlock: +cidr: "10.0.0.0/16" +- ipBlock: +cidr: "10.1.0.0/16"'
@@ -232,26 +241,26 @@ check ".dockerignore keeps .git out" matches "$(cat .dockerignore)" '^\.git$'
 # BuildKit's lint rules (those of `docker build --check`), from the small module in
 # deploy/test/dockerfile-lint; hadolint too where it happens to be installed.
 if (cd deploy/test/dockerfile-lint && go build -o "$tmp/dockerfile-lint" .); then
-  check "BuildKit lint rules: Dockerfile" "$tmp/dockerfile-lint" Dockerfile
-  printf 'FROM golang:1 as Build\nCMD echo hi\n' >"$tmp/Dockerfile.bad"
-  check_not "BuildKit lint rules catch a bad Dockerfile" "$tmp/dockerfile-lint" "$tmp/Dockerfile.bad"
+	check "BuildKit lint rules: Dockerfile" "$tmp/dockerfile-lint" Dockerfile
+	printf 'FROM golang:1 as Build\nCMD echo hi\n' >"$tmp/Dockerfile.bad"
+	check_not "BuildKit lint rules catch a bad Dockerfile" "$tmp/dockerfile-lint" "$tmp/Dockerfile.bad"
 else
-  fail "building deploy/test/dockerfile-lint"
+	fail "building deploy/test/dockerfile-lint"
 fi
 if command -v hadolint >/dev/null 2>&1; then
-  check "hadolint Dockerfile" hadolint Dockerfile
+	check "hadolint Dockerfile" hadolint Dockerfile
 fi
 
 echo "== build_and_push.sh --dry-run"
 # aws and docker on PATH only record that they were called: a dry run must call neither.
 mkdir -p "$tmp/fakebin"
 for tool in aws docker; do
-  printf '#!/bin/sh\necho "%s $*" >>"%s/called"\nexit 1\n' "$tool" "$tmp" >"$tmp/fakebin/$tool"
-  chmod +x "$tmp/fakebin/$tool"
+	printf '#!/bin/sh\necho "%s $*" >>"%s/called"\nexit 1\n' "$tool" "$tmp" >"$tmp/fakebin/$tool"
+	chmod +x "$tmp/fakebin/$tool"
 done
 sha=$(git rev-parse HEAD | cut -c1-12)
 out=$(PATH="$tmp/fakebin:$PATH" AWS_ACCOUNT_ID=123456789012 AWS_REGION=eu-west-1 ./build_and_push.sh --dry-run --version 1.2.3 2>&1) ||
-  fail "build_and_push.sh --dry-run exited non-zero"
+	fail "build_and_push.sh --dry-run exited non-zero"
 reg=123456789012.dkr.ecr.eu-west-1.amazonaws.com
 img=$reg/custom-kube-scheduler-webhook
 check "no aws/docker call in dry run" test ! -e "$tmp/called"
@@ -262,7 +271,7 @@ check "buildx multi-arch push" matches "$out" "^\+ docker buildx build .*--platf
 check "tagged with the git SHA" matches "$out" "--tag $img:$sha(-dirty)? "
 check "tagged with the version" contains "$out" "--tag $img:1.2.3 "
 out=$(PATH="$tmp/fakebin:$PATH" env -u AWS_ACCOUNT_ID -u AWS_REGION -u AWS_DEFAULT_REGION ./build_and_push.sh --dry-run 2>&1) ||
-  fail "build_and_push.sh --dry-run without account/region exited non-zero"
+	fail "build_and_push.sh --dry-run without account/region exited non-zero"
 check "account from sts in dry run" contains "$out" "+ aws sts get-caller-identity --query Account --output text"
 check "region from aws configure in dry run" contains "$out" "+ aws configure get region"
 check "still no aws/docker call" test ! -e "$tmp/called"

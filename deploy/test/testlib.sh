@@ -5,21 +5,28 @@
 FAILURES=0
 CHECKS=0
 
-pass() { CHECKS=$((CHECKS + 1)); echo "ok   $*"; }
-fail() { CHECKS=$((CHECKS + 1)); FAILURES=$((FAILURES + 1)); echo "FAIL $*" >&2; }
+pass() {
+	CHECKS=$((CHECKS + 1))
+	echo "ok   $*"
+}
+fail() {
+	CHECKS=$((CHECKS + 1))
+	FAILURES=$((FAILURES + 1))
+	echo "FAIL $*" >&2
+}
 
 # check DESCRIPTION COMMAND...: passes when the command succeeds.
 check() {
-  local what=$1
-  shift
-  if "$@" >/dev/null 2>&1; then pass "$what"; else fail "$what"; fi
+	local what=$1
+	shift
+	if "$@" >/dev/null 2>&1; then pass "$what"; else fail "$what"; fi
 }
 
 # check_not DESCRIPTION COMMAND...: passes when the command fails.
 check_not() {
-  local what=$1
-  shift
-  if "$@" >/dev/null 2>&1; then fail "$what"; else pass "$what"; fi
+	local what=$1
+	shift
+	if "$@" >/dev/null 2>&1; then fail "$what"; else pass "$what"; fi
 }
 
 # contains TEXT FIXED-STRING
@@ -30,7 +37,7 @@ matches() { grep -qE -- "$2" <<<"$1"; }
 # docs KIND [NAME] < multi-document YAML: prints the documents of that top-level kind
 # (and metadata name), separated by ---.
 docs() {
-  awk -v kind="$1" -v name="${2:-}" '
+	awk -v kind="$1" -v name="${2:-}" '
     function flush() {
       if (doc != "" && k == kind && (name == "" || n == name)) printf "---\n%s", doc
       doc = ""; k = ""; n = ""; inmeta = 0
@@ -48,7 +55,7 @@ docs() {
 
 # without_groups REGEX < YAML: drops the documents whose apiVersion matches REGEX.
 without_groups() {
-  awk -v re="$1" '
+	awk -v re="$1" '
     function flush() { if (doc != "" && !drop) printf "---\n%s", doc; doc = ""; drop = 0 }
     /^---/ { flush(); next }
     { doc = doc $0 "\n"; if ($0 ~ "^apiVersion: " && $0 ~ re) drop = 1 }
@@ -59,10 +66,10 @@ without_groups() {
 count_docs() { grep -c '^kind: ' || true; }
 
 finish() {
-  echo
-  if ((FAILURES > 0)); then
-    echo "$FAILURES of $CHECKS checks failed" >&2
-    exit 1
-  fi
-  echo "all $CHECKS checks passed"
+	echo
+	if ((FAILURES > 0)); then
+		echo "$FAILURES of $CHECKS checks failed" >&2
+		exit 1
+	fi
+	echo "all $CHECKS checks passed"
 }

@@ -31,7 +31,10 @@ KARPENTER_BIN=$LOCALCLUSTER_CACHE/karpenter-kwok-$KARPENTER_VERSION/karpenter-kw
 # Namespace the webhook would be installed in; always excluded from mutation.
 WEBHOOK_NAMESPACE=${WEBHOOK_NAMESPACE:-custom-kube-scheduler-webhook}
 
-lc_die() { echo "error: $*" >&2; exit 1; }
+lc_die() {
+	echo "error: $*" >&2
+	exit 1
+}
 
 if ! [[ $LOCALCLUSTER_PORT_OFFSET =~ ^[0-9]+$ ]] || ((LOCALCLUSTER_PORT_OFFSET % 10 != 0)); then
 	lc_die "LOCALCLUSTER_PORT_OFFSET must be a non-negative multiple of 10 (got '$LOCALCLUSTER_PORT_OFFSET')"

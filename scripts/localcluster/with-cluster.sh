@@ -7,8 +7,14 @@
 # LOCALCLUSTER_PORT_OFFSET (a multiple of 10 not used by another cluster).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-[[ -n ${LOCALCLUSTER_DIR:-} ]] || { echo "error: LOCALCLUSTER_DIR must be set" >&2; exit 2; }
-(($# > 0)) || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
+[[ -n ${LOCALCLUSTER_DIR:-} ]] || {
+	echo "error: LOCALCLUSTER_DIR must be set" >&2
+	exit 2
+}
+(($# > 0)) || {
+	echo "usage: $0 CMD [ARGS...]" >&2
+	exit 2
+}
 export LOCALCLUSTER_DIR
 export KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig
 
