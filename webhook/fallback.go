@@ -25,14 +25,10 @@ type fallbackPlacement struct {
 	fallback bool
 }
 
-// placeSeat returns the term seat is placed on: its own term, or, while that term is
-// unavailable, the term the fallback rule gives (strategy.FallbackTerm).
-func (m *PodMutator) placeSeat(s *strategy.Strategy, w *Workload, seat, own int) fallbackPlacement {
+// fallbackOf returns the term seat is placed on: its own term, or, while that term is
+// unavailable (in gone), the term the fallback rule gives (strategy.FallbackTerm).
+func fallbackOf(s *strategy.Strategy, w *Workload, seat, own int, gone map[int]string) fallbackPlacement {
 	p := fallbackPlacement{term: own, from: -1}
-	if m.Availability == nil {
-		return p
-	}
-	gone := m.Availability.Unavailable(w.Revision)
 	if _, ok := gone[own]; !ok {
 		return p
 	}

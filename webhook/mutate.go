@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,9 +24,6 @@ const (
 	ReasonNodeSelectorConflict = "NodeSelectorConflict"
 	ReasonUnservedTerm         = "UnservedTerm"
 )
-
-// warningPrefix tells users which webhook a warning comes from.
-const warningPrefix = "custom-kube-scheduler-webhook: "
 
 // Capacity tells what serves a term's node labels.
 type Capacity interface {
@@ -165,66 +161,23 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 		log.WithError(err).Warn("cannot pick a seat; admitting the pod unchanged")
 		return pastDeadline(ctx, OutcomeError), allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
 	}
-	termIndex, err := s.TermAt(seat)
-	if err != nil {
+	var unavailable map[int]string
+	if m.Availability != nil {
+		unavailable = m.Availability.Unavailable(w.Revision)
+	}
+	d := decide(decisionInput{Pod: &pod, Workload: w, Strategy: s, Seat: seat, Unavailable: unavailable, Capacity: m.Capacity, Admission: req.UID})
+	warnings = append(warnings, d.Warnings...)
+	for _, e := range d.Events {
+		m.event(req, w, corev1.EventTypeWarning, e[0], e[1])
+	}
+	if d.Unserved && !isDryRun(req) {
+		m.Metrics.unserved.WithLabelValues(s.Terms[d.Term].LabelString()).Inc()
+	}
+	if d.Outcome != OutcomePlaced {
 		m.release(ctx, req, w)
-		return OutcomeError, allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
+		return d.Outcome, allow(warnings...)
 	}
-	placed := m.placeSeat(s, w, seat, termIndex)
-	if placed.warning != "" {
-		warnings = append(warnings, placed.warning)
-	}
-	termIndex = placed.term
-	term := s.Terms[termIndex]
-	selector := term.LabelMap()
-	if conflicts := conflicting(pod.Spec.NodeSelector, selector); len(conflicts) > 0 {
-		m.release(ctx, req, w)
-		msg := fmt.Sprintf("pod not placed: its nodeSelector conflicts with term %d (%s) of %s: %s",
-			termIndex+1, term.LabelString(), w.Describe(), strings.Join(conflicts, ", "))
-		m.event(req, w, corev1.EventTypeWarning, ReasonNodeSelectorConflict, msg)
-		return OutcomeConflict, allow(append(warnings, msg)...)
-	}
-
-	var needed []corev1.Toleration
-	if m.Capacity != nil {
-		var served bool
-		needed, served = m.Capacity.Tolerations(selector)
-		if !served {
-			msg := unservedWarning(termIndex, term, w.Describe(), "the pod")
-			warnings = append(warnings, msg)
-			m.event(req, w, corev1.EventTypeWarning, ReasonUnservedTerm, msg)
-			if !isDryRun(req) {
-				m.Metrics.unserved.WithLabelValues(term.LabelString()).Inc()
-			}
-		}
-	}
-
-	p := &podPatch{pod: &pod}
-	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, selector)
-	p.mergeTolerations(needed)
-	annotations := map[string]string{
-		strategy.AnnotationSeat: strconv.Itoa(seat),
-		strategy.AnnotationTerm: strconv.Itoa(termIndex + 1),
-	}
-	if placed.fallback {
-		annotations[strategy.AnnotationFallbackFrom] = strconv.Itoa(placed.from + 1)
-	}
-	// Lowest cost goes first on scale-down: the highest seats leave, the survivors are
-	// the target for the smaller count. StatefulSets already remove the highest ordinals.
-	if _, set := pod.Annotations[strategy.AnnotationDeletionCost]; !set && w.StatefulSet == nil {
-		annotations[strategy.AnnotationDeletionCost] = strconv.Itoa(-seat)
-	}
-	if w.StatefulSet == nil {
-		// Whichever webhook replica sees the pod first ends the reservation.
-		annotations[strategy.AnnotationReservation] = string(req.UID)
-	}
-	p.addToMap("/metadata/annotations", pod.Annotations, annotations)
-	p.addToMap("/metadata/labels", pod.Labels, map[string]string{strategy.LabelManaged: "true"})
-	patch, err := p.marshal()
-	if err != nil {
-		m.release(ctx, req, w)
-		return OutcomeError, allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
-	}
+	term := s.Terms[d.Term]
 	if err := ctx.Err(); err != nil {
 		// The API server has given up on this call (and, failing open, created the pod
 		// unplaced) or is about to: do not hold a seat for a patch nobody applies.
@@ -240,10 +193,10 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 	if !isDryRun(req) {
 		m.Metrics.placements.WithLabelValues(term.LabelString()).Inc()
 	}
-	log.WithFields(logrus.Fields{"seat": seat, "term": termIndex + 1, "labels": term.LabelString(), "dryRun": isDryRun(req)}).Debug("pod placed")
+	log.WithFields(logrus.Fields{"seat": seat, "term": d.Term + 1, "labels": term.LabelString(), "dryRun": isDryRun(req)}).Debug("pod placed")
 	resp := allow(warnings...)
 	pt := admissionv1.PatchTypeJSONPatch
-	resp.Patch, resp.PatchType = patch, &pt
+	resp.Patch, resp.PatchType = d.Patch, &pt
 	return OutcomePlaced, resp
 }
 
@@ -288,15 +241,6 @@ func conflicting(have, want map[string]string) []string {
 }
 
 func isDryRun(req *admissionv1.AdmissionRequest) bool { return req.DryRun != nil && *req.DryRun }
-
-// allow admits the request unchanged, with warnings shown to the user by kubectl.
-func allow(warnings ...string) *admissionv1.AdmissionResponse {
-	resp := &admissionv1.AdmissionResponse{Allowed: true}
-	for _, w := range warnings {
-		resp.Warnings = append(resp.Warnings, warningPrefix+w)
-	}
-	return resp
-}
 
 // parseCacheSize bounds the strategies a PodMutator keeps parsed: far more than the
 // distinct strategies of a cluster, at most 2 MiB of annotation text.

@@ -115,3 +115,15 @@ func (h *Handlers) recoverPanics(next http.Handler) http.Handler {
 func Serve(ctx context.Context, ln net.Listener, handler http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), log logrus.FieldLogger) error {
 	return ServeDrain(ctx, ln, handler, getCertificate, Drain{}, log)
 }
+
+// warningPrefix tells users which webhook a warning comes from.
+const warningPrefix = "custom-kube-scheduler-webhook: "
+
+// allow admits the request unchanged, with warnings shown to the user by kubectl.
+func allow(warnings ...string) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{Allowed: true}
+	for _, w := range warnings {
+		resp.Warnings = append(resp.Warnings, warningPrefix+w)
+	}
+	return resp
+}

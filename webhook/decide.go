@@ -1,0 +1,116 @@
+package webhook
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// decisionInput is everything the placement of one pod depends on, gathered by the
+// admission handler beforehand: the pod, its workload and strategy, its seat, the terms
+// unavailable now and what serves a term.
+type decisionInput struct {
+	Pod      *corev1.Pod
+	Workload *Workload
+	Strategy *strategy.Strategy
+	Seat     int
+	// Unavailable holds the 0-based terms unavailable now, each with why (nil: none).
+	Unavailable map[int]string
+	// Capacity says what serves a term (nil: not asked).
+	Capacity Capacity
+	// Admission is the admission UID, recorded on the pod to end its seat reservation.
+	Admission types.UID
+}
+
+// decision is where a pod goes, or why it is left alone. Deciding has no side effects:
+// the handler records the Events and metrics it names.
+type decision struct {
+	// Outcome is OutcomePlaced (Patch is set), OutcomeConflict or OutcomeError.
+	Outcome string
+	// Term is the 0-based term the pod goes to (placed, or refused for a conflict); -1
+	// when its seat has no term.
+	Term int
+	// Patch is the JSON patch of a placed pod.
+	Patch    []byte
+	Warnings []string
+	// Events to record on the workload, as reason and message.
+	Events [][2]string
+	// Unserved is set when nothing serves the term (counted in a metric).
+	Unserved bool
+}
+
+// decide places a pod on its seat's term (or, while that term is unavailable, on the
+// fallback term), checks its nodeSelector for conflicts, asks what the term needs and
+// builds the patch.
+func decide(in decisionInput) decision {
+	s, w, pod := in.Strategy, in.Workload, in.Pod
+	d := decision{Term: -1}
+	own, err := s.TermAt(in.Seat)
+	if err != nil {
+		d.Outcome, d.Warnings = OutcomeError, []string{fmt.Sprintf("pod not placed: %v", err)}
+		return d
+	}
+	placed := fallbackOf(s, w, in.Seat, own, in.Unavailable)
+	if placed.warning != "" {
+		d.Warnings = append(d.Warnings, placed.warning)
+	}
+	index := placed.term
+	d.Term = index
+	term := s.Terms[index]
+	selector := term.LabelMap()
+	if conflicts := conflicting(pod.Spec.NodeSelector, selector); len(conflicts) > 0 {
+		msg := fmt.Sprintf("pod not placed: its nodeSelector conflicts with term %d (%s) of %s: %s",
+			index+1, term.LabelString(), w.Describe(), strings.Join(conflicts, ", "))
+		d.Outcome = OutcomeConflict
+		d.Warnings = append(d.Warnings, msg)
+		d.Events = append(d.Events, [2]string{ReasonNodeSelectorConflict, msg})
+		return d
+	}
+
+	var needed []corev1.Toleration
+	if in.Capacity != nil {
+		var served bool
+		needed, served = in.Capacity.Tolerations(selector)
+		if !served {
+			msg := unservedWarning(index, term, w.Describe(), "the pod")
+			d.Unserved = true
+			d.Warnings = append(d.Warnings, msg)
+			d.Events = append(d.Events, [2]string{ReasonUnservedTerm, msg})
+		}
+	}
+
+	p := &podPatch{pod: pod}
+	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, selector)
+	p.mergeTolerations(needed)
+	annotations := map[string]string{
+		strategy.AnnotationSeat: strconv.Itoa(in.Seat),
+		strategy.AnnotationTerm: strconv.Itoa(index + 1),
+	}
+	if placed.fallback {
+		annotations[strategy.AnnotationFallbackFrom] = strconv.Itoa(placed.from + 1)
+	}
+	// Lowest cost goes first on scale-down: the highest seats leave, the survivors are
+	// the target for the smaller count. StatefulSets already remove the highest ordinals.
+	if _, set := pod.Annotations[strategy.AnnotationDeletionCost]; !set && w.StatefulSet == nil {
+		annotations[strategy.AnnotationDeletionCost] = strconv.Itoa(-in.Seat)
+	}
+	if w.StatefulSet == nil {
+		// Whichever webhook replica sees the pod first ends the reservation.
+		annotations[strategy.AnnotationReservation] = string(in.Admission)
+	}
+	p.addToMap("/metadata/annotations", pod.Annotations, annotations)
+	p.addToMap("/metadata/labels", pod.Labels, map[string]string{strategy.LabelManaged: "true"})
+	patch, err := p.marshal()
+	if err != nil {
+		d.Outcome = OutcomeError
+		d.Warnings = append(d.Warnings, fmt.Sprintf("pod not placed: %v", err))
+		return d
+	}
+	d.Outcome, d.Patch = OutcomePlaced, patch
+	return d
+}
