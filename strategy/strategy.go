@@ -1,5 +1,6 @@
 // Package strategy parses the CustomPodScheduleStrategy annotation and computes the
-// exact placement it defines. It uses no Kubernetes client and does no I/O (pods are read as API types only).
+// exact placement it defines. It uses no Kubernetes client and does no I/O (pods are
+// read as API types only).
 //
 // A strategy is a list of terms, each a set of node labels with an optional base and a
 // weight, in the style of an ECS capacity provider strategy:

@@ -1,0 +1,132 @@
+package report
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+const reportStrategy = "capacity=on-demand,base=1:capacity=spot"
+
+func ownedBy(kind, name string, uid types.UID) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: ptr.To(true)}}
+}
+
+func placedPod(name string, owner types.UID, seat int, capacity string, phase corev1.PodPhase, node string) corev1.Pod {
+	p := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "demo", OwnerReferences: ownedBy("ReplicaSet", "rs", owner)},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: phase},
+	}
+	if seat > 0 {
+		p.Annotations = map[string]string{strategy.AnnotationSeat: strconv.Itoa(seat)}
+		p.Spec.NodeSelector = map[string]string{"capacity": capacity}
+	}
+	return p
+}
+
+func TestBuild(t *testing.T) {
+	dep := appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo", UID: "dep", Annotations: map[string]string{strategy.AnnotationStrategy: reportStrategy}},
+		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](4)},
+	}
+	rs := func(name string, uid types.UID, revision string) appsv1.ReplicaSet {
+		return appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "demo", UID: uid,
+			Annotations: map[string]string{"deployment.kubernetes.io/revision": revision}, OwnerReferences: ownedBy("Deployment", "web", "dep")}}
+	}
+	pending := placedPod("p4", "new", 4, "spot", corev1.PodPending, "")
+	pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/2 nodes are available"}}
+	terminating := placedPod("gone", "new", 2, "spot", corev1.PodRunning, "n2")
+	terminating.DeletionTimestamp = &metav1.Time{}
+	st := &State{
+		Deployments: []appsv1.Deployment{dep},
+		ReplicaSets: []appsv1.ReplicaSet{rs("web-old", "old", "1"), rs("web-new", "new", "2")},
+		Pods: []corev1.Pod{
+			placedPod("p1", "new", 1, "on-demand", corev1.PodRunning, "n1"),
+			placedPod("p2", "new", 2, "spot", corev1.PodRunning, "n2"),
+			placedPod("p3", "new", 3, "spot", corev1.PodRunning, "n2"),
+			pending, terminating,
+			placedPod("old1", "old", 1, "on-demand", corev1.PodRunning, "n1"),
+		},
+		Nodes: map[string]*corev1.Node{
+			"n1": {ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"karpenter.sh/capacity-type": "on-demand"}}},
+			"n2": {ObjectMeta: metav1.ObjectMeta{Name: "n2", Labels: map[string]string{"eks.amazonaws.com/capacityType": "SPOT"}}},
+		},
+		ServedBy: func(labels map[string]string) []string { return []string{"NodePool/" + labels["capacity"]} },
+	}
+	r := Build(st, func(string, string) bool { return true })
+	if len(r.Workloads) != 1 {
+		t.Fatalf("workloads: %+v", r.Workloads)
+	}
+	w := r.Workloads[0]
+	if w.Revision != "web-new" || w.OtherRevisions != 1 || w.Unplaced != 0 || !w.Exact {
+		t.Fatalf("workload: %+v", w)
+	}
+	od, spot := w.Terms[0], w.Terms[1]
+	if od.Target != 1 || od.Placed != 1 || od.Running != 1 || spot.Target != 3 || spot.Placed != 3 || spot.Running != 2 || spot.Pending != 1 {
+		t.Fatalf("terms: %+v", w.Terms)
+	}
+	if len(spot.PendingReasons) != 1 || !strings.Contains(spot.PendingReasons[0], "0/2 nodes") {
+		t.Errorf("pending reasons: %v", spot.PendingReasons)
+	}
+	if len(spot.Nodes) != 1 || spot.Nodes[0] != (NodeReport{Name: "n2", CapacityType: "spot", Pods: 2}) {
+		t.Errorf("spot nodes: %+v", spot.Nodes)
+	}
+	if spot.ServedBy[0] != "NodePool/spot" {
+		t.Errorf("served by: %v", spot.ServedBy)
+	}
+
+	// One pod missing from its term: not exact, and said so.
+	st.Pods = st.Pods[1:]
+	r = Build(st, func(string, string) bool { return true })
+	if r.Workloads[0].Exact {
+		t.Fatal("a missing on-demand pod still reads exact")
+	}
+}
+
+// While spot is unavailable, the expected placement is the fallback: all on on-demand,
+// and the spot seats count as its fallback pods; once it is back, they are repairs.
+func TestBuildFallback(t *testing.T) {
+	dep := appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo", UID: "dep", Annotations: map[string]string{strategy.AnnotationStrategy: reportStrategy}},
+		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](3)},
+	}
+	rs := appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-new", Namespace: "demo", UID: "new",
+		Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}, OwnerReferences: ownedBy("Deployment", "web", "dep")}}
+	st := &State{Deployments: []appsv1.Deployment{dep}, ReplicaSets: []appsv1.ReplicaSet{rs}, Nodes: map[string]*corev1.Node{}}
+	for seat := 1; seat <= 3; seat++ {
+		p := placedPod("p"+strconv.Itoa(seat), "new", seat, "on-demand", corev1.PodRunning, "n1")
+		if seat > 1 {
+			p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+		}
+		st.Pods = append(st.Pods, p)
+	}
+	until := time.Now().Add(time.Minute)
+	st.Unavailable = func(uid types.UID) map[int]converge.TermState {
+		if uid != "new" {
+			return nil
+		}
+		return map[int]converge.TermState{1: {Until: until, Reason: "2 pods unschedulable for 90s"}}
+	}
+	w := Build(st, func(string, string) bool { return true }).Workloads[0]
+	od, spot := w.Terms[0], w.Terms[1]
+	if !w.Exact || w.PendingRepairs != 0 || od.Expected != 3 || spot.Expected != 0 || spot.Target != 2 || spot.FallbackPods != 2 || spot.UnavailableUntil == "" {
+		t.Fatalf("while spot is unavailable: %+v", w)
+	}
+
+	st.Unavailable = nil
+	w = Build(st, func(string, string) bool { return true }).Workloads[0]
+	if w.Exact || w.PendingRepairs != 2 {
+		t.Fatalf("spot back: exact %v, pending repairs %d; want not exact, 2", w.Exact, w.PendingRepairs)
+	}
+}
