@@ -1,0 +1,155 @@
+package webhook
+
+// The ledger's view follows the informers: seat records and placed pods.
+
+import (
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// apply makes record (a version newer than the one known) the view: reservations gone
+// from it stop counting, new ones count while live. A new one that is the echo of this
+// replica's own in-flight write takes over its tentative seat.
+func (l *SeatLedger) apply(s *revState, record *coordinationv1.Lease) {
+	now := l.clock.Now()
+	next := map[uint64]*entry{}
+	if record != nil {
+		next = decodeReservations(record.Annotations[strategy.AnnotationReservations])
+	}
+	for h, e := range s.view {
+		if _, ok := next[h]; !ok {
+			if e.counted {
+				s.untake(e.seat)
+			}
+			delete(s.view, h)
+		}
+	}
+	for h, e := range next {
+		if _, ok := s.view[h]; ok {
+			continue
+		}
+		if seat, ok := s.tentative[h]; ok {
+			delete(s.tentative, h)
+			s.untake(seat)
+		}
+		e.counted = now.Before(e.expires) && !s.isFulfilled(h)
+		if e.counted {
+			s.take(e.seat)
+			s.expiries.push(expiry{at: e.expires, hash: h})
+		}
+		s.view[h] = e
+	}
+	s.record = record
+	s.rv = 0
+	if record != nil {
+		s.rv = resourceVersion(record)
+	}
+}
+
+// recordSeen is the record informer's add/update handler.
+func (l *SeatLedger) recordSeen(obj any) {
+	record, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	rev, ok := recordRevision(record)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.state(rev)
+	if s.record != nil && resourceVersion(record) <= s.rv {
+		return // this replica's own write, already applied, or an older version
+	}
+	l.apply(s, record)
+}
+
+// recordGone is the record informer's delete handler.
+func (l *SeatLedger) recordGone(obj any) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	record, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	rev, ok := recordRevision(record)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.revs[rev]
+	if s == nil || s.record == nil || s.record.UID != record.UID || s.rv > resourceVersion(record) {
+		return
+	}
+	l.apply(s, nil)
+	l.forget(s)
+}
+
+// placedPod returns the seat revision a placed pod counts in, its seat and its
+// reservation hash (0 when it carries none).
+func placedPod(pod *corev1.Pod) (rev Revision, seat int, hash uint64, ok bool) {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "ReplicaSet" {
+		return Revision{}, 0, 0, false
+	}
+	seat, ok = strategy.SeatOf(pod)
+	if !ok {
+		return Revision{}, 0, 0, false
+	}
+	if id := pod.Annotations[strategy.AnnotationReservation]; id != "" {
+		hash = idHash(types.UID(id))
+	}
+	// The pod's own namespace: a controller reference never crosses namespaces, so a
+	// pod naming another namespace's ReplicaSet UID counts in a revision of its own.
+	return Revision{Namespace: pod.Namespace, UID: ref.UID}, seat, hash, true
+}
+
+// PodVisible is called for every live placed pod the pod informer shows.
+func (l *SeatLedger) PodVisible(pod *corev1.Pod) {
+	rev, seat, hash, ok := placedPod(pod)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.state(rev)
+	if hash != 0 {
+		l.fulfil(s, hash)
+	}
+	if old, held := s.pods[pod.UID]; held {
+		if old == seat {
+			return
+		}
+		s.untake(old)
+	}
+	s.pods[pod.UID] = seat
+	s.take(seat)
+}
+
+// PodGone is called when a placed pod stops holding its seat (terminating, finished,
+// deleted): the seat is free at once.
+func (l *SeatLedger) PodGone(pod *corev1.Pod) {
+	rev, _, hash, ok := placedPod(pod)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.state(rev)
+	if hash != 0 {
+		l.fulfil(s, hash)
+	}
+	if seat, held := s.pods[pod.UID]; held {
+		delete(s.pods, pod.UID)
+		s.untake(seat)
+	}
+	l.forget(s)
+}

@@ -1,0 +1,84 @@
+package webhook
+
+// The seat record's encoding: one Lease per revision, its reservations in one
+// annotation.
+
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+func recordName(revision types.UID) string { return "seats-" + string(revision) }
+
+func recordRevision(record *coordinationv1.Lease) (Revision, bool) {
+	uid := record.Labels[strategy.LabelRevision]
+	return Revision{Namespace: record.Labels[strategy.LabelRevisionNamespace], UID: types.UID(uid)}, uid != ""
+}
+
+// resourceVersion reads an object's resourceVersion as the number etcd makes it; an
+// unreadable one reads as 0 (older than anything).
+func resourceVersion(record *coordinationv1.Lease) uint64 {
+	rv, _ := strconv.ParseUint(record.ResourceVersion, 10, 64)
+	return rv
+}
+
+// idHash is the 64-bit FNV-1a hash of a reservation id, never 0.
+func idHash(id types.UID) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	if v := h.Sum64(); v != 0 {
+		return v
+	}
+	return 1
+}
+
+func encodeReservations(items map[uint64]*entry) string {
+	buf := make([]byte, 0, len(items)*26)
+	for h, e := range items {
+		if len(buf) > 0 {
+			buf = append(buf, ',')
+		}
+		buf = strconv.AppendInt(buf, int64(e.seat), 10)
+		buf = append(buf, ':')
+		buf = strconv.AppendUint(buf, h, 36)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, e.expires.Unix(), 36)
+	}
+	return string(buf)
+}
+
+// decodeReservations parses a record's reservations, skipping malformed items.
+func decodeReservations(s string) map[uint64]*entry {
+	out := map[uint64]*entry{}
+	for len(s) > 0 {
+		item := s
+		if i := strings.IndexByte(s, ','); i >= 0 {
+			item, s = s[:i], s[i+1:]
+		} else {
+			s = ""
+		}
+		i := strings.IndexByte(item, ':')
+		if i < 0 {
+			continue
+		}
+		j := strings.IndexByte(item[i+1:], ':')
+		if j < 0 {
+			continue
+		}
+		seat, err1 := strconv.Atoi(item[:i])
+		h, err2 := strconv.ParseUint(item[i+1:i+1+j], 36, 64)
+		exp, err3 := strconv.ParseInt(item[i+2+j:], 36, 64)
+		if err1 != nil || err2 != nil || err3 != nil || seat < 1 || h == 0 {
+			continue
+		}
+		out[h] = &entry{seat: seat, expires: time.Unix(exp, 0)}
+	}
+	return out
+}
