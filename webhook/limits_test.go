@@ -186,7 +186,8 @@ func TestMaxBodyLoadStaysUnderMemoryLimit(t *testing.T) {
 	if heap > chartMemoryLimit/2 {
 		t.Errorf("peak heap %d MiB is over half the chart's %d MiB limit", heap>>20, chartMemoryLimit>>20)
 	}
-	if rss > chartMemoryLimit*3/4 {
+	// The heap bound above holds under -race too; RSS is only meaningful without it.
+	if rss > chartMemoryLimit*3/4 && !raceEnabled {
 		t.Errorf("peak RSS %d MiB is over 3/4 of the chart's %d MiB limit", rss>>20, chartMemoryLimit>>20)
 	}
 }
