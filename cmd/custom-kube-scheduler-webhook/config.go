@@ -42,7 +42,7 @@ var serveSettings = []setting{
 	{"mutating-webhook-configuration", "MUTATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: MutatingWebhookConfiguration whose caBundle is kept current"},
 	{"validating-webhook-configuration", "VALIDATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: ValidatingWebhookConfiguration whose caBundle is kept current"},
 	{"shutdown-drain", "SHUTDOWN_DRAIN", "5s", "on SIGTERM: /readyz fails at once, admissions are still served this long (until the endpoint removal has spread), then in-flight ones finish; 0 stops at once"},
-	{"max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS", "64", "admissions handled at once; more wait ADMISSION_QUEUE_WAIT, then get 429 (the failure policy applies)"},
+	{"max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS", "256", "admissions handled at once; more wait ADMISSION_QUEUE_WAIT, then get 429 (the failure policy applies)"},
 	{"max-inflight-body-bytes", "MAX_INFLIGHT_BODY_BYTES", "24Mi", "sum of AdmissionReview bodies handled at once (one body is capped at 3 MiB + 64 KiB); bounds admission memory"},
 	{"admission-queue-wait", "ADMISSION_QUEUE_WAIT", "1s", "how long an admission waits for room under the two limits above"},
 	{"live-lookup-qps", "LIVE_LOOKUP_QPS", "20", "rate of live GETs of workloads the cache has not seen yet (own client: the informers, the ledger and Events never wait behind them)"},

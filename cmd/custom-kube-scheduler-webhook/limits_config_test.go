@@ -16,7 +16,7 @@ func TestServeConfigDrainAndLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := webhook.AdmissionLimits{MaxInFlight: 64, MaxInFlightBytes: 24 << 20, QueueWait: time.Second}
+	want := webhook.AdmissionLimits{MaxInFlight: 256, MaxInFlightBytes: 24 << 20, QueueWait: time.Second}
 	if cfg.ShutdownDrain != 5*time.Second || cfg.Limits != want || cfg.LiveLookupQPS != 20 || cfg.LiveLookups != 8 {
 		t.Fatalf("defaults: drain %v, limits %+v, live %v/%d", cfg.ShutdownDrain, cfg.Limits, cfg.LiveLookupQPS, cfg.LiveLookups)
 	}

@@ -201,7 +201,7 @@ check "karpenterNamespace=kube-system renders" render ks --set karpenterNamespac
 check_not "grace period shorter than drain + timeout is refused" render bad9 --set terminationGracePeriodSeconds=15
 check "SHUTDOWN_DRAIN from shutdownDrainSeconds" matches "$(tr -d '\n' <<<"$dep")" 'SHUTDOWN_DRAIN +value: "10s"'
 check "terminationGracePeriodSeconds 30" contains "$dep" "terminationGracePeriodSeconds: 30"
-check "MAX_INFLIGHT_ADMISSIONS" matches "$(tr -d '\n' <<<"$dep")" 'MAX_INFLIGHT_ADMISSIONS +value: "64"'
+check "MAX_INFLIGHT_ADMISSIONS" matches "$(tr -d '\n' <<<"$dep")" 'MAX_INFLIGHT_ADMISSIONS +value: "256"'
 check "MAX_INFLIGHT_BODY_BYTES" matches "$(tr -d '\n' <<<"$dep")" 'MAX_INFLIGHT_BODY_BYTES +value: "24Mi"'
 check_not "no NetworkPolicy by default" grep -q '^kind: NetworkPolicy' "$tmp/default.yaml"
 check_not "NetworkPolicy without apiServerCIDRs is refused" render bad10 --set networkPolicy.enabled=true
