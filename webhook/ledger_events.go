@@ -114,6 +114,33 @@ func placedPod(pod *corev1.Pod) (rev Revision, seat int, hash uint64, ok bool) {
 
 // PodVisible is called for every live placed pod the pod informer shows.
 func (l *SeatLedger) PodVisible(pod *corev1.Pod) {
+	l.podEvent(pod, func(s *revState, seat int) {
+		if old, held := s.pods[pod.UID]; held {
+			if old == seat {
+				return
+			}
+			s.untake(old)
+		}
+		s.pods[pod.UID] = seat
+		s.take(seat)
+	})
+}
+
+// PodGone is called when a placed pod stops holding its seat (terminating, finished,
+// deleted): the seat is free at once.
+func (l *SeatLedger) PodGone(pod *corev1.Pod) {
+	l.podEvent(pod, func(s *revState, _ int) {
+		if seat, held := s.pods[pod.UID]; held {
+			delete(s.pods, pod.UID)
+			s.untake(seat)
+		}
+		l.forget(s)
+	})
+}
+
+// podEvent applies an informer event of a placed pod to its revision's state, under
+// the lock: seeing the pod, live or gone, fulfils its reservation first.
+func (l *SeatLedger) podEvent(pod *corev1.Pod, apply func(s *revState, seat int)) {
 	rev, seat, hash, ok := placedPod(pod)
 	if !ok {
 		return
@@ -124,32 +151,5 @@ func (l *SeatLedger) PodVisible(pod *corev1.Pod) {
 	if hash != 0 {
 		l.fulfil(s, hash)
 	}
-	if old, held := s.pods[pod.UID]; held {
-		if old == seat {
-			return
-		}
-		s.untake(old)
-	}
-	s.pods[pod.UID] = seat
-	s.take(seat)
-}
-
-// PodGone is called when a placed pod stops holding its seat (terminating, finished,
-// deleted): the seat is free at once.
-func (l *SeatLedger) PodGone(pod *corev1.Pod) {
-	rev, _, hash, ok := placedPod(pod)
-	if !ok {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.state(rev)
-	if hash != 0 {
-		l.fulfil(s, hash)
-	}
-	if seat, held := s.pods[pod.UID]; held {
-		delete(s.pods, pod.UID)
-		s.untake(seat)
-	}
-	l.forget(s)
+	apply(s, seat)
 }
