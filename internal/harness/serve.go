@@ -31,7 +31,8 @@ type Serve struct {
 }
 
 // NewServe describes a `serve` process of bin on port with the cluster's serving
-// certificate and kubeconfig; env adds or overrides settings.
+// certificate and the admin kubeconfig; env adds or overrides settings (the last
+// value of a variable wins: KUBECONFIG=<another> runs it as another user).
 func (c *Cluster) NewServe(bin, name string, port int, env ...string) *Serve {
 	base := []string{
 		"TLS_CERT_FILE=" + c.PKI("webhook.crt"),
@@ -148,21 +149,41 @@ func (s *Serve) Kill() error {
 	return nil
 }
 
-// Stop ends the process with SIGTERM, then SIGKILL after 10 s.
-func (s *Serve) Stop() error {
+// ErrNotExited is what Terminate returns (wrapped) when the process was still
+// running at the end of its grace period, and was SIGKILLed then.
+var ErrNotExited = errors.New("did not exit within its grace period")
+
+// Terminate ends the process as the kubelet ends a container: SIGTERM, then up to
+// grace for it to drain and exit, then SIGKILL. It returns how the process exited
+// (nil if it was not running), and an error if it could not be signalled or had to
+// be killed (wrapping ErrNotExited).
+func (s *Serve) Terminate(grace time.Duration) (*os.ProcessState, error) {
 	if s.cmd == nil {
-		return nil
+		return nil, nil
 	}
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("stopping webhook: %w", err)
+		return nil, fmt.Errorf("stopping webhook: %w", err)
 	}
 	select {
 	case <-s.done:
+		state := s.cmd.ProcessState
 		s.cmd = nil
-		return nil
-	case <-time.After(10 * time.Second):
-		return s.Kill()
+		return state, nil
+	case <-time.After(grace):
+		if err := s.Kill(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s SIGKILLed after %v: %w", s.Name, grace, ErrNotExited)
 	}
+}
+
+// Stop ends the process with SIGTERM, then SIGKILL after 10 s. How it exited is
+// not an error.
+func (s *Serve) Stop() error {
+	if _, err := s.Terminate(10 * time.Second); err != nil && !errors.Is(err, ErrNotExited) {
+		return err
+	}
+	return nil
 }
 
 // Metrics scrapes the process's /metrics.
