@@ -4,13 +4,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -27,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -43,16 +40,15 @@ var spotPools = []string{"spot", "spot-4vcpu-16gb", "spot-8vcpu-32gb"}
 
 // startConverger starts one more `serve` process that runs the convergence loop (the
 // shared webhook runs with CONVERGE=off), listening on the shared port + delta.
-func startConverger(ctx context.Context, t *testing.T, name string, delta int, extraEnv ...string) *webhookProcess {
+func startConverger(ctx context.Context, t *testing.T, name string, delta int, extraEnv ...string) *harness.Serve {
 	t.Helper()
-	p := env.webhook.replica(env.webhook.port+delta, filepath.Join(env.dir, "logs", "webhook-e2e-"+name+".log"))
-	p.env = append(p.env, "CONVERGE=on", "FALLBACK_AFTER="+fallbackAfter.String(), "FALLBACK_COOLDOWN="+fallbackCooldown.String())
-	p.env = append(p.env, extraEnv...)
-	if err := p.start(ctx); err != nil {
+	settings := append([]string{"CONVERGE=on", "FALLBACK_AFTER=" + fallbackAfter.String(), "FALLBACK_COOLDOWN=" + fallbackCooldown.String()}, extraEnv...)
+	p := env.newWebhook("webhook-e2e-"+name, env.webhook.Port+delta, settings...)
+	if err := p.Start(ctx); err != nil {
 		t.Fatalf("starting converger %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		if err := p.stop(); err != nil {
+		if err := p.Stop(); err != nil {
 			t.Errorf("stopping converger %s: %v", name, err)
 		}
 	})
@@ -217,17 +213,11 @@ func podReady(p corev1.Pod) bool {
 }
 
 // metricsOf fetches a webhook process's /metrics.
-func metricsOf(t *testing.T, p *webhookProcess) string {
+func metricsOf(t *testing.T, p *harness.Serve) string {
 	t.Helper()
-	pem, err := os.ReadFile(p.ca)
-	if err != nil {
-		t.Fatalf("reading CA: %v", err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	hc := env.hc.HTTPClient(5 * time.Second)
 	defer hc.CloseIdleConnections()
-	resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", p.port))
+	resp, err := hc.Get(p.URL("/metrics"))
 	if err != nil {
 		t.Fatalf("fetching metrics: %v", err)
 	}
@@ -270,7 +260,7 @@ func eventsWith(ctx context.Context, t *testing.T, ns, name, reason string) []st
 // spreadJSON runs `spread -o json` for one Deployment.
 func spreadJSON(ctx context.Context, t *testing.T, ns, name string) map[string]any {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, env.webhook.bin, "spread", "--kubeconfig", filepath.Join(env.dir, "kubeconfig"), "-n", ns, "deployment/"+name, "-o", "json").Output()
+	out, err := exec.CommandContext(ctx, env.webhook.Bin, "spread", "--kubeconfig", filepath.Join(env.dir, "kubeconfig"), "-n", ns, "deployment/"+name, "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("spread: %v", err)
 	}
@@ -352,7 +342,7 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 	}
 	t.Logf("TermUnavailable events: %q", msgs)
 	var marked float64
-	for _, p := range []*webhookProcess{first, second} {
+	for _, p := range []*harness.Serve{first, second} {
 		marked += metricValue(metricsOf(t, p), "custom_kube_scheduler_webhook_terms_marked_unavailable_total")
 	}
 	if marked < 1 {
@@ -399,14 +389,14 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the return never started: %v", err)
 	}
-	if pid := leaderPID(ctx); pid == second.cmd.Process.Pid {
+	if pid := leaderPID(ctx); pid == second.PID() {
 		leader, other = second, first
 	}
 	killedAt := time.Since(back)
-	if err := leader.kill(); err != nil {
+	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("leader (port %d) SIGKILLed %s after the limit was lifted, mid-return", leader.port, killedAt.Round(time.Second))
+	t.Logf("leader (port %d) SIGKILLed %s after the limit was lifted, mid-return", leader.Port, killedAt.Round(time.Second))
 
 	waitExact(ctx, t, ns, "stranded", fallbackStrategy, replicas, fallbackCooldown+60*time.Second-time.Since(back)+time.Second)
 	took := time.Since(back)
@@ -430,13 +420,13 @@ func TestWebhookDownConverges(t *testing.T) {
 	createDeployment(ctx, t, deployment(ns, "down", capacityStrategy, 4, true))
 	settled(ctx, t, ns, "down", 4)
 
-	if err := env.webhook.stop(); err != nil {
+	if err := env.webhook.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			if err := env.webhook.start(context.Background()); err != nil {
+			if err := env.webhook.Start(context.Background()); err != nil {
 				t.Errorf("restarting the webhook: %v", err)
 			}
 		}
@@ -459,7 +449,7 @@ func TestWebhookDownConverges(t *testing.T) {
 	if unplaced != 6 {
 		t.Fatalf("%d pods unplaced while the webhook was down, want 6", unplaced)
 	}
-	if err := env.webhook.start(ctx); err != nil {
+	if err := env.webhook.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	restarted = true

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,29 +15,30 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // replicasBehindBalancer starts n-1 more webhook processes beside the suite's own, a
 // round-robin balancer in front of all n, and registers the balancer. Everything is
 // undone at the end of the test.
-func replicasBehindBalancer(ctx context.Context, t *testing.T, n int) ([]*webhookProcess, *balancer) {
+func replicasBehindBalancer(ctx context.Context, t *testing.T, n int) ([]*harness.Serve, *balancer) {
 	t.Helper()
-	procs := []*webhookProcess{env.webhook}
-	ports := []int{env.webhook.port}
+	procs := []*harness.Serve{env.webhook}
+	ports := []int{env.webhook.Port}
 	for i := 1; i < n; i++ {
-		r := env.webhook.replica(env.webhook.port+i, filepath.Join(env.dir, "logs", fmt.Sprintf("webhook-e2e-replica%d.log", i+1)))
-		if err := r.start(ctx); err != nil {
+		r := env.newWebhook(fmt.Sprintf("webhook-e2e-replica%d", i+1), env.webhook.Port+i)
+		if err := r.Start(ctx); err != nil {
 			t.Fatalf("starting webhook replica %d: %v", i+1, err)
 		}
 		t.Cleanup(func() {
-			if err := r.stop(); err != nil {
+			if err := r.Stop(); err != nil {
 				t.Errorf("stopping webhook replica %d: %v", i+1, err)
 			}
 		})
-		procs, ports = append(procs, r), append(ports, r.port)
+		procs, ports = append(procs, r), append(ports, r.Port)
 	}
-	lb := startBalancer(t, env.webhook.port+n, ports...)
+	lb := startBalancer(t, env.webhook.Port+n, ports...)
 	if err := env.registerAt(ctx, "full", lb.port); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestThreeReplicasBurst500OneKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the burst did not reach 150 admissions: %v", err)
 	}
-	if err := procs[2].kill(); err != nil {
+	if err := procs[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("replica 3 SIGKILLed after %d admissions; per replica %v", lb.total()-start, lb.served())

@@ -12,25 +12,21 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 )
 
 // blocklistedNamespace is in the webhook's BLOCKLISTED_NAMESPACE_LIST during the tests.
@@ -41,10 +37,15 @@ const webhookNamespace = "custom-kube-scheduler-webhook"
 
 // cluster is what every test needs: a client, and the webhook subprocess.
 type cluster struct {
-	dir     string // local cluster state dir (kubeconfig, pki, logs)
-	repo    string // repository root
-	client  kubernetes.Interface
-	webhook *webhookProcess
+	dir    string // local cluster state dir (kubeconfig, pki, logs)
+	repo   string // repository root
+	bin    string // the webhook binary
+	hc     *harness.Cluster
+	client kubernetes.Interface
+	// webhook is the suite's own webhook process, named webhook-e2e.
+	webhook *harness.Serve
+	// webhookEnv is the settings of every webhook process of the suite (newWebhook).
+	webhookEnv []string
 }
 
 // The e2e environment, set up once by TestMain. Tests run one after another.
@@ -76,27 +77,19 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 	if dir == "" {
 		dir = filepath.Join(repo, ".localcluster", "e2e")
 	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if _, err := os.Stat(kubeconfig); err != nil {
-		return nil, nil, fmt.Errorf("no local cluster in %s (run `make test-e2e`, or scripts/localcluster/up.sh with LOCALCLUSTER_DIR set): %w", dir, err)
+	hc, err := harness.OpenCluster(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening the local cluster (run `make test-e2e`, or scripts/localcluster/up.sh with LOCALCLUSTER_DIR set): %w", err)
 	}
-	offset := 0
-	if b, err := os.ReadFile(filepath.Join(dir, "port-offset")); err == nil {
-		if offset, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
-			return nil, nil, fmt.Errorf("reading port offset of %s: %w", dir, err)
-		}
-	}
-	port := 9443 + offset
+	port := hc.WebhookPort()
 	if p := os.Getenv("WEBHOOK_PORT"); p != "" {
 		if port, err = strconv.Atoi(p); err != nil {
 			return nil, nil, fmt.Errorf("WEBHOOK_PORT: %w", err)
 		}
 	}
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, nil, fmt.Errorf("loading %s: %w", kubeconfig, err)
-	}
+	// The suite's own client keeps a client-side rate limit (the harness's has none).
+	cfg := rest.CopyConfig(hc.Config)
 	cfg.QPS, cfg.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -132,35 +125,27 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 		}
 	}
 
-	pki := filepath.Join(dir, "pki")
-	wh := &webhookProcess{
-		bin:  bin,
-		log:  filepath.Join(dir, "logs", "webhook-e2e.log"),
-		port: port,
-		ca:   filepath.Join(pki, "ca.crt"),
-		env: []string{
-			"LOG_LEVEL=debug",
-			"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public," + blocklistedNamespace,
-			fmt.Sprintf("LISTEN_ADDRESS=127.0.0.1:%d", port),
-			"TLS_CERT_FILE=" + filepath.Join(pki, "webhook.crt"),
-			"TLS_KEY_FILE=" + filepath.Join(pki, "webhook.key"),
-			"KUBECONFIG=" + webhookKubeconfig,
-			"POD_NAMESPACE=" + webhookNamespace,
-			// Short, so stopping a replica does not slow the suite down; the rollout
-			// test sets its own.
-			"SHUTDOWN_DRAIN=500ms",
-			// The convergence loop runs in the processes the converge tests start, with
-			// short settings; this one only places pods (it still reads the
-			// unavailability records, so fallback seats are placed by it).
-			"CONVERGE=off",
-		},
+	c := &cluster{dir: dir, repo: repo, bin: bin, hc: hc, client: client}
+	c.webhookEnv = []string{
+		"LOG_LEVEL=debug",
+		"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public," + blocklistedNamespace,
+		// Overrides the harness's admin kubeconfig.
+		"KUBECONFIG=" + webhookKubeconfig,
+		"POD_NAMESPACE=" + webhookNamespace,
+		// Short, so stopping a replica does not slow the suite down; the rollout
+		// test sets its own.
+		"SHUTDOWN_DRAIN=500ms",
+		// The convergence loop runs in the processes the converge tests start, with
+		// short settings; this one only places pods (it still reads the
+		// unavailability records, so fallback seats are placed by it).
+		"CONVERGE=off",
 	}
-	c := &cluster{dir: dir, repo: repo, client: client, webhook: wh}
+	c.webhook = c.newWebhook("webhook-e2e", port)
 	cleanup := func() {
 		// Unregister first: a configuration left behind points at a stopped process
 		// (and would clash with a later install of the chart under the same name).
 		unregister(client)
-		if err := wh.stop(); err != nil {
+		if err := c.webhook.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping webhook: %v\n", err)
 		}
 		_ = os.RemoveAll(tmp)
@@ -171,7 +156,7 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 		cleanup()
 		return nil, nil, fmt.Errorf("creating namespace %s: %w", webhookNamespace, err)
 	}
-	if err := wh.start(ctx); err != nil {
+	if err := c.webhook.Start(ctx); err != nil {
 		cleanup()
 		return nil, nil, err
 	}
@@ -202,7 +187,7 @@ func unregister(client kubernetes.Interface) {
 // ("full": as the Helm chart installs them; "minimal": every pod reaches the
 // webhook) and returns once a canary pod shows the API server calls the webhook.
 func (c *cluster) register(ctx context.Context, filters string) error {
-	return c.registerAt(ctx, filters, c.webhook.port)
+	return c.registerAt(ctx, filters, c.webhook.Port)
 }
 
 // registerAt registers the webhook at https://127.0.0.1:port instead of the
@@ -222,147 +207,9 @@ func (c *cluster) registerAt(ctx context.Context, filters string, port int) erro
 	return nil
 }
 
-// webhookProcess is the webhook binary running `serve` as a subprocess.
-type webhookProcess struct {
-	bin, log, ca string
-	port         int
-	env          []string
-	cmd          *exec.Cmd
-	done         chan error
-}
-
-// replica returns another webhook process of the same binary and settings that
-// listens on port and logs to logPath.
-func (w *webhookProcess) replica(port int, logPath string) *webhookProcess {
-	r := &webhookProcess{bin: w.bin, log: logPath, ca: w.ca, port: port}
-	for _, kv := range w.env {
-		if strings.HasPrefix(kv, "LISTEN_ADDRESS=") {
-			kv = fmt.Sprintf("LISTEN_ADDRESS=127.0.0.1:%d", port)
-		}
-		r.env = append(r.env, kv)
-	}
-	return r
-}
-
-// start runs `serve` and waits until /readyz answers 200 (caches synced).
-func (w *webhookProcess) start(ctx context.Context) error {
-	if err := os.MkdirAll(filepath.Dir(w.log), 0o755); err != nil {
-		return fmt.Errorf("creating log dir: %w", err)
-	}
-	logf, err := os.OpenFile(w.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("opening webhook log: %w", err)
-	}
-	defer logf.Close() // the child keeps its own descriptor
-	// Not CommandContext: the process must outlive the context of one call.
-	cmd := exec.Command(w.bin, "serve")
-	cmd.Env = append(os.Environ(), w.env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s serve: %w", w.bin, err)
-	}
-	w.cmd, w.done = cmd, make(chan error, 1)
-	go func() { w.done <- cmd.Wait() }()
-	// Recorded like the cluster's daemons, so down.sh stops it even if this test
-	// binary dies first (e.g. on a go test -timeout).
-	if err := w.recordPID(); err != nil {
-		_ = w.kill()
-		return err
-	}
-	if err := w.waitReady(ctx); err != nil {
-		_ = w.stop()
-		return err
-	}
-	return nil
-}
-
-// pidName is the name of the process's PID file in the cluster's pids/ dir.
-func (w *webhookProcess) pidName() string {
-	return strings.TrimSuffix(filepath.Base(w.log), ".log")
-}
-
-func (w *webhookProcess) recordPID() error {
-	dir := filepath.Join(filepath.Dir(filepath.Dir(w.log)), "pids")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating pid dir: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, w.pidName()+".pid"), []byte(strconv.Itoa(w.cmd.Process.Pid)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("recording webhook pid: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, w.pidName()+".cmd"), []byte(filepath.Base(w.bin)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("recording webhook command: %w", err)
-	}
-	return nil
-}
-
-func (w *webhookProcess) waitReady(ctx context.Context) error {
-	pem, err := os.ReadFile(w.ca)
-	if err != nil {
-		return fmt.Errorf("reading CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return errors.New("no certificate in " + w.ca)
-	}
-	hc := &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
-	}
-	defer hc.CloseIdleConnections()
-	url := fmt.Sprintf("https://127.0.0.1:%d/readyz", w.port)
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	for {
-		select {
-		case err := <-w.done:
-			w.done <- err
-			return fmt.Errorf("webhook exited before becoming ready (%v); see %s", err, w.log)
-		default:
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return fmt.Errorf("building readiness request: %w", err)
-		}
-		if resp, err := hc.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("webhook not ready at %s: %w; see %s", url, ctx.Err(), w.log)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// kill ends the process with SIGKILL, as a crash or an OOM kill would.
-func (w *webhookProcess) kill() error {
-	if w.cmd == nil {
-		return nil
-	}
-	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("killing webhook: %w", err)
-	}
-	<-w.done
-	w.cmd = nil
-	return nil
-}
-
-// stop ends the process with SIGTERM, then SIGKILL after 10 s.
-func (w *webhookProcess) stop() error {
-	if w.cmd == nil {
-		return nil
-	}
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("stopping webhook: %w", err)
-	}
-	select {
-	case <-w.done:
-		w.cmd = nil
-		return nil
-	case <-time.After(10 * time.Second):
-		return w.kill()
-	}
+// newWebhook describes a webhook process of the suite's binary and settings,
+// listening on port and logging to logs/<name>.log (name starts with webhook-e2e, so
+// down.sh stops it too); env adds or overrides settings.
+func (c *cluster) newWebhook(name string, port int, env ...string) *harness.Serve {
+	return c.hc.NewServe(c.bin, name, port, append(slices.Clone(c.webhookEnv), env...)...)
 }

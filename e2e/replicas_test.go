@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,16 +16,16 @@ import (
 // reservations are group-committed to one record per revision in the API server.
 func TestTwoWebhookReplicasBurst200(t *testing.T) {
 	ctx := context.Background()
-	second := env.webhook.replica(env.webhook.port+1, filepath.Join(env.dir, "logs", "webhook-e2e-replica2.log"))
-	if err := second.start(ctx); err != nil {
+	second := env.newWebhook("webhook-e2e-replica2", env.webhook.Port+1)
+	if err := second.Start(ctx); err != nil {
 		t.Fatalf("starting a second webhook replica: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := second.stop(); err != nil {
+		if err := second.Stop(); err != nil {
 			t.Errorf("stopping the second replica: %v", err)
 		}
 	})
-	lb := startBalancer(t, env.webhook.port+2, env.webhook.port, second.port)
+	lb := startBalancer(t, env.webhook.Port+2, env.webhook.Port, second.Port)
 	if err := env.registerAt(ctx, "full", lb.port); err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +71,7 @@ func (b *balancer) watchReadiness(t *testing.T, interval time.Duration) {
 // processes on backends; it is closed when the test ends.
 func startBalancer(t *testing.T, port int, backends ...int) *balancer {
 	t.Helper()
-	hc, err := harness.OpenCluster(env.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := hc.StartProxy(port, backends...)
+	p, err := env.hc.StartProxy(port, backends...)
 	if err != nil {
 		t.Fatal(err)
 	}

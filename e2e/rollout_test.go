@@ -4,13 +4,13 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
-	"syscall"
+	"errors"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -28,14 +28,13 @@ func TestWebhookRolloutLeavesNoPodUnplaced(t *testing.T) {
 		// well within the drain period.
 		probe = 100 * time.Millisecond
 	)
-	port := env.webhook.port + 1
-	old := env.webhook.replica(port, filepath.Join(env.dir, "logs", "webhook-e2e-rollout-old.log"))
-	old.env = append(old.env, "SHUTDOWN_DRAIN="+drain.String()) // the last value wins
-	if err := old.start(ctx); err != nil {
+	port := env.webhook.Port + 1
+	old := env.newWebhook("webhook-e2e-rollout-old", port, "SHUTDOWN_DRAIN="+drain.String())
+	if err := old.Start(ctx); err != nil {
 		t.Fatalf("starting the replica to roll: %v", err)
 	}
-	t.Cleanup(func() { _ = old.stop() })
-	lb := startBalancer(t, env.webhook.port+2, env.webhook.port, port)
+	t.Cleanup(func() { _ = old.Stop() })
+	lb := startBalancer(t, env.webhook.Port+2, env.webhook.Port, port)
 	lb.watchReadiness(t, probe)
 	if err := env.registerAt(ctx, "full", lb.port); err != nil {
 		t.Fatal(err)
@@ -61,27 +60,24 @@ func TestWebhookRolloutLeavesNoPodUnplaced(t *testing.T) {
 	}
 	atSignal := lb.total() - baseline
 	sigterm := time.Now()
-	if err := old.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
-	}
-	select {
-	case err := <-old.done:
-		old.cmd = nil
-		if err != nil {
-			t.Errorf("the old replica exited with %v", err)
-		}
-	case <-time.After(drain + 20*time.Second):
+	state, err := old.Terminate(drain + 20*time.Second)
+	switch {
+	case errors.Is(err, harness.ErrNotExited):
 		t.Fatal("the old replica did not exit after its drain")
+	case err != nil:
+		t.Fatalf("SIGTERM: %v", err)
+	case state != nil && !state.Success():
+		t.Errorf("the old replica exited with %v", state)
 	}
 	exited := time.Since(sigterm)
 	if exited < drain {
 		t.Errorf("the old replica exited %v after SIGTERM, before its %v drain", exited, drain)
 	}
-	successor := env.webhook.replica(port, filepath.Join(env.dir, "logs", "webhook-e2e-rollout-new.log"))
-	if err := successor.start(ctx); err != nil {
+	successor := env.newWebhook("webhook-e2e-rollout-new", port)
+	if err := successor.Start(ctx); err != nil {
 		t.Fatalf("starting the successor: %v", err)
 	}
-	t.Cleanup(func() { _ = successor.stop() })
+	t.Cleanup(func() { _ = successor.Stop() })
 
 	pods := settled(ctx, t, ns, d.Name, replicas)
 	list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})

@@ -73,8 +73,7 @@ type soak struct {
 	rng       *rand.Rand
 	ops       map[string]bool
 	workloads []*soakWorkload
-	replicas  []*webhookProcess
-	hc        *harness.Cluster
+	replicas  []*harness.Serve
 
 	done       map[string]int
 	points     int
@@ -85,8 +84,8 @@ type soak struct {
 	restarting chan error        // a killed replica's restart, running
 	collecting bool              // violate collects into found instead of recording
 	found      []violation       // what the last check found
-	warmRSS    map[*webhookProcess]float64
-	endRSS     map[*webhookProcess]float64
+	warmRSS    map[*harness.Serve]float64
+	endRSS     map[*harness.Serve]float64
 }
 
 // TestSoak is `make soak DURATION=...` (and 2 minutes of `make test`): random
@@ -128,41 +127,37 @@ func TestSoak(t *testing.T) {
 	fmt.Printf("soak: seed %d (SOAK_SEED=%d repeats it), duration %s, operations %s\n", seed, seed, duration, strings.Join(enabled(ops), ","))
 
 	ctx := context.Background()
-	hc, err := harness.OpenCluster(env.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Two replicas as the chart runs them, with the convergence loop on (short
 	// settings, so a blocked pool's seats fall back and return within the run); the
 	// shared webhook of the other tests stays up but out of the registration meanwhile.
-	var replicas []*webhookProcess
+	var replicas []*harness.Serve
 	for i, delta := range []int{1, 3} {
-		r := env.webhook.replica(env.webhook.port+delta, filepath.Join(env.dir, "logs", fmt.Sprintf("webhook-e2e-soak%d.log", i+1)))
-		r.env = append(r.env, "CONVERGE=on", "FALLBACK_AFTER="+soakFallbackAfter.String(), "FALLBACK_COOLDOWN="+soakFallbackCooldown.String())
-		if err := r.start(ctx); err != nil {
+		r := env.newWebhook(fmt.Sprintf("webhook-e2e-soak%d", i+1), env.webhook.Port+delta,
+			"CONVERGE=on", "FALLBACK_AFTER="+soakFallbackAfter.String(), "FALLBACK_COOLDOWN="+soakFallbackCooldown.String())
+		if err := r.Start(ctx); err != nil {
 			t.Fatalf("starting webhook replica %d: %v", i+1, err)
 		}
 		replicas = append(replicas, r)
 	}
 	s := &soak{
-		t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0)), ops: ops, hc: hc,
+		t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0)), ops: ops,
 		replicas: replicas,
 		done:     map[string]int{}, blocked: map[string]int{}, limits: map[string]string{},
-		warmRSS: map[*webhookProcess]float64{}, endRSS: map[*webhookProcess]float64{},
+		warmRSS: map[*harness.Serve]float64{}, endRSS: map[*harness.Serve]float64{},
 	}
 	t.Cleanup(func() {
 		s.waitRestart()
 		s.unblockAll(context.Background())
 		for i, r := range replicas {
-			if !r.running() {
+			if !r.Running() {
 				continue
 			}
-			if err := r.stop(); err != nil {
+			if err := r.Stop(); err != nil {
 				t.Errorf("stopping webhook replica %d: %v", i+1, err)
 			}
 		}
 	})
-	lb := startBalancer(t, env.webhook.port+2, replicas[0].port, replicas[1].port)
+	lb := startBalancer(t, env.webhook.Port+2, replicas[0].Port, replicas[1].Port)
 	if err := env.registerAt(ctx, "full", lb.port); err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +430,7 @@ func (s *soak) kill() (string, error) {
 	}
 	i := s.rng.IntN(len(s.replicas))
 	r := s.replicas[i]
-	if err := r.kill(); err != nil {
+	if err := r.Kill(); err != nil {
 		return "", err
 	}
 	delete(s.warmRSS, r)
@@ -444,7 +439,7 @@ func (s *soak) kill() (string, error) {
 	s.restarting = ch
 	go func() {
 		time.Sleep(delay)
-		ch <- r.start(context.Background())
+		ch <- r.Start(context.Background())
 	}()
 	return fmt.Sprintf("webhook replica %d, restart in %s", i+1, delay), nil
 }
@@ -461,8 +456,6 @@ func (s *soak) waitRestart() {
 	}
 	s.restarting = nil
 }
-
-func (w *webhookProcess) running() bool { return w.cmd != nil }
 
 func intstrPercent(p int) intstr.IntOrString { return intstr.FromString(fmt.Sprintf("%d%%", p)) }
 
@@ -521,7 +514,7 @@ func (s *soak) quiescentPoint(ctx context.Context) {
 	for _, r := range s.replicas {
 		rss, err := s.rss(ctx, r)
 		if err != nil {
-			s.t.Errorf("reading the RSS of the webhook on port %d: %v", r.port, err)
+			s.t.Errorf("reading the RSS of the webhook on port %d: %v", r.Port, err)
 			continue
 		}
 		if _, ok := s.warmRSS[r]; !ok {
@@ -616,7 +609,7 @@ type spreadReport struct {
 
 // checkSpread takes the product's own verdict: every workload exact per `spread -o json`.
 func (s *soak) checkSpread(ctx context.Context) {
-	cmd := exec.CommandContext(ctx, env.webhook.bin, "spread", "-n", s.ns, "-o", "json", "--kubeconfig", filepath.Join(env.dir, "kubeconfig"))
+	cmd := exec.CommandContext(ctx, env.webhook.Bin, "spread", "-n", s.ns, "-o", "json", "--kubeconfig", filepath.Join(env.dir, "kubeconfig"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -718,9 +711,8 @@ func (s *soak) checkLeases(ctx context.Context) {
 }
 
 // rss scrapes a replica's process_resident_memory_bytes.
-func (s *soak) rss(ctx context.Context, r *webhookProcess) (float64, error) {
-	serve := s.hc.NewServe(r.bin, "unused", r.port)
-	ms, err := serve.Metrics(ctx)
+func (s *soak) rss(ctx context.Context, r *harness.Serve) (float64, error) {
+	ms, err := r.Metrics(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -137,10 +137,10 @@ func TestWebhookRestartBetweenScaleUps(t *testing.T) {
 	first := settled(ctx, t, ns, d.Name, 7)
 	assertExactSpread(ctx, t, capacityStrategy, first)
 
-	if err := env.webhook.kill(); err != nil {
+	if err := env.webhook.Kill(); err != nil {
 		t.Fatalf("killing the webhook: %v", err)
 	}
-	if err := env.webhook.start(ctx); err != nil {
+	if err := env.webhook.Start(ctx); err != nil {
 		t.Fatalf("restarting the webhook: %v", err)
 	}
 
