@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -212,35 +211,14 @@ func podReady(p corev1.Pod) bool {
 	return false
 }
 
-// metricsOf fetches a webhook process's /metrics.
-func metricsOf(t *testing.T, p *harness.Serve) string {
+// metricOf scrapes a webhook process's /metrics and adds the series of name.
+func metricOf(ctx context.Context, t *testing.T, p *harness.Serve, name string) float64 {
 	t.Helper()
-	hc := env.hc.HTTPClient(5 * time.Second)
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Get(p.URL("/metrics"))
+	ms, err := p.Metrics(ctx)
 	if err != nil {
 		t.Fatalf("fetching metrics: %v", err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("reading metrics: %v", err)
-	}
-	return string(b)
-}
-
-// metricValue returns the first sample of name (with any labels) in a metrics page.
-func metricValue(page, name string) float64 {
-	for _, line := range strings.Split(page, "\n") {
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			f := strings.Fields(line)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err == nil {
-				return v
-			}
-		}
-	}
-	return 0
+	return ms.Sum(name, nil)
 }
 
 // eventsWith lists the messages of the Deployment's Events of reason.
@@ -343,7 +321,7 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 	t.Logf("TermUnavailable events: %q", msgs)
 	var marked float64
 	for _, p := range []*harness.Serve{first, second} {
-		marked += metricValue(metricsOf(t, p), "custom_kube_scheduler_webhook_terms_marked_unavailable_total")
+		marked += metricOf(ctx, t, p, "custom_kube_scheduler_webhook_terms_marked_unavailable_total")
 	}
 	if marked < 1 {
 		t.Errorf("custom_kube_scheduler_webhook_terms_marked_unavailable_total is %v on both loop processes, want >= 1", marked)
@@ -405,7 +383,7 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 	if maxUnavailable > 1 {
 		t.Errorf("%d pods were unavailable at once during the return, the budget (and the PDB) allow 1: %s", maxUnavailable, at)
 	}
-	if metricValue(metricsOf(t, other), "custom_kube_scheduler_webhook_converge_leader") != 1 {
+	if metricOf(ctx, t, other, "custom_kube_scheduler_webhook_converge_leader") != 1 {
 		t.Errorf("the surviving process does not report itself the leader")
 	}
 	assertExactSpread(ctx, t, fallbackStrategy, settled(ctx, t, ns, "stranded", replicas))
