@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +20,7 @@ import (
 // kubectl runs kubectl against the e2e cluster with stdin, returning stdout, stderr
 // and the error of the run.
 func kubectl(ctx context.Context, stdin string, args ...string) (string, string, error) {
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", filepath.Join(env.dir, "kubeconfig")}, args...)...)
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", env.hc.Kubeconfig()}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &stdout, &stderr
 	err := cmd.Run()

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -238,7 +237,7 @@ func eventsWith(ctx context.Context, t *testing.T, ns, name, reason string) []st
 // spreadJSON runs `spread -o json` for one Deployment.
 func spreadJSON(ctx context.Context, t *testing.T, ns, name string) map[string]any {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, env.webhook.Bin, "spread", "--kubeconfig", filepath.Join(env.dir, "kubeconfig"), "-n", ns, "deployment/"+name, "-o", "json").Output()
+	out, err := exec.CommandContext(ctx, env.webhook.Bin, "spread", "--kubeconfig", env.hc.Kubeconfig(), "-n", ns, "deployment/"+name, "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("spread: %v", err)
 	}

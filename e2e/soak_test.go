@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -609,7 +608,7 @@ type spreadReport struct {
 
 // checkSpread takes the product's own verdict: every workload exact per `spread -o json`.
 func (s *soak) checkSpread(ctx context.Context) {
-	cmd := exec.CommandContext(ctx, env.webhook.Bin, "spread", "-n", s.ns, "-o", "json", "--kubeconfig", filepath.Join(env.dir, "kubeconfig"))
+	cmd := exec.CommandContext(ctx, env.webhook.Bin, "spread", "-n", s.ns, "-o", "json", "--kubeconfig", env.hc.Kubeconfig())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
