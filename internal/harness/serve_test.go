@@ -2,18 +2,14 @@ package harness
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -65,40 +61,27 @@ func fakeServe() {
 	os.Exit(code)
 }
 
-// fakeCluster is a Cluster with just a state directory and a self-signed serving
-// certificate for 127.0.0.1, enough for Serve.
+// fakeCluster is a Cluster with just a state directory and, as its webhook serving
+// certificate, net/http/httptest's self-signed one for 127.0.0.1: enough for Serve.
 func fakeCluster(t *testing.T) *Cluster {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "harness test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	srv := httptest.NewUnstartedServer(nil)
+	srv.StartTLS()
+	srv.Close()
+	cert := srv.TLS.Certificates[0]
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &Cluster{Dir: t.TempDir(), CAs: x509.NewCertPool()}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	c.CAs.AppendCertsFromPEM(certPEM)
+	c.CAs.AddCert(srv.Certificate())
 	if err := os.MkdirAll(filepath.Join(c.Dir, "pki"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(c.PKI("webhook.crt"), certPEM, 0o600); err != nil {
+	if err := os.WriteFile(c.PKI("webhook.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(c.PKI("webhook.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := os.WriteFile(c.PKI("webhook.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return c
