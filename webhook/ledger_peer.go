@@ -39,6 +39,8 @@ type peerRequest struct {
 type peerResponse struct {
 	Seat  int    `json:"seat,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Identity names the answering replica on 410 Gone.
+	Identity string `json:"identity,omitempty"`
 }
 
 // peerClient calls other replicas' PeerHandler.
@@ -62,7 +64,7 @@ func (l *SeatLedger) PeerHandler() http.Handler {
 			return
 		}
 		if req.Owner != "" && req.Owner != l.identity {
-			writePeer(w, http.StatusGone, peerResponse{Error: fmt.Sprintf("this is %s, not %s", l.identity, req.Owner)})
+			writePeer(w, http.StatusGone, peerResponse{Error: fmt.Sprintf("this is %s, not %s", l.identity, req.Owner), Identity: l.identity})
 			return
 		}
 		rev := Revision{Namespace: req.Namespace, UID: req.Revision}
@@ -145,6 +147,9 @@ func (l *SeatLedger) callPeer(ctx context.Context, peer string, req peerRequest)
 		return resp, nil
 	case httpResp.StatusCode == http.StatusConflict:
 		return peerResponse{}, errNotOwner
+	case httpResp.StatusCode == http.StatusGone && resp.Identity == l.identity:
+		// The owner's address leads back here: a wrong PEER_ADDRESS, no evidence.
+		return peerResponse{}, fmt.Errorf("the peer address %s of the seat owner %s reaches this replica", peer, req.Owner)
 	case httpResp.StatusCode == http.StatusGone:
 		return peerResponse{}, fmt.Errorf("%w: %s", errOwnerGone, resp.Error)
 	case httpResp.StatusCode == http.StatusForbidden:

@@ -131,7 +131,7 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 	if c.ReservationTTL, err = positiveDuration(v, "reservation-ttl", "RESERVATION_TTL"); err != nil {
 		return nil, err
 	}
-	if c.PeerAddress, err = peerAddress(v.GetString("peer-address"), c.ListenAddress, os.Getenv("POD_IP")); err != nil {
+	if c.PeerAddress, err = peerAddress(v.GetString("peer-address"), c.ListenAddress, os.Getenv("POD_IP"), os.Getenv("KUBERNETES_SERVICE_HOST") != ""); err != nil {
 		return nil, err
 	}
 	if c.NodeGroupRefresh, err = positiveDuration(v, "nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL"); err != nil {
@@ -233,7 +233,8 @@ func parseList(s string) map[string]bool {
 // peerAddress is the URL other replicas forward seat claims to: PEER_ADDRESS, or
 // https://<pod IP>:<listen port> in a pod (POD_IP from the downward API), or the listen
 // address's own host outside one (127.0.0.1 for a wildcard: replicas on one machine).
-func peerAddress(setting, listen, podIP string) (string, error) {
+// In a pod without either, loopback would send the others' claims to themselves.
+func peerAddress(setting, listen, podIP string, inPod bool) (string, error) {
 	if setting != "" {
 		u, err := url.Parse(setting)
 		if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
@@ -245,10 +246,13 @@ func peerAddress(setting, listen, podIP string) (string, error) {
 	if err != nil {
 		return "", usageError("LISTEN_ADDRESS %q: want host:port (%v)", listen, err)
 	}
+	wildcard := host == "" || host == "0.0.0.0" || host == "::"
 	switch {
 	case podIP != "":
 		host = podIP
-	case host == "" || host == "0.0.0.0" || host == "::":
+	case wildcard && inPod:
+		return "", usageError("in a pod, set POD_IP from the downward API (fieldPath: status.podIP) or PEER_ADDRESS: other replicas forward seat claims there")
+	case wildcard:
 		host = "127.0.0.1"
 	}
 	return "https://" + net.JoinHostPort(host, port), nil

@@ -17,7 +17,7 @@ func TestPeerAddress(t *testing.T) {
 		{"https://webhook-0.peers:8443/", ":8443", "10.1.2.3", "https://webhook-0.peers:8443"},
 	}
 	for _, c := range cases {
-		got, err := peerAddress(c.setting, c.listen, c.podIP)
+		got, err := peerAddress(c.setting, c.listen, c.podIP, c.podIP != "")
 		if err != nil || got != c.want {
 			t.Errorf("peerAddress(%q, %q, %q) = %q, %v; want %q", c.setting, c.listen, c.podIP, got, err, c.want)
 		}
@@ -28,8 +28,15 @@ func TestPeerAddress(t *testing.T) {
 		{"https://10.1.2.3:8443/claims", ":8443"},
 		{"", "8443"},
 	} {
-		if _, err := peerAddress(bad.setting, bad.listen, ""); err == nil || !strings.Contains(err.Error(), "want") {
+		if _, err := peerAddress(bad.setting, bad.listen, "", false); err == nil || !strings.Contains(err.Error(), "want") {
 			t.Errorf("peerAddress(%q, %q): %v; want a clear error", bad.setting, bad.listen, err)
 		}
+	}
+	// In a pod without POD_IP, loopback would route the others' claims to themselves.
+	if _, err := peerAddress("", ":8443", "", true); err == nil || !strings.Contains(err.Error(), "POD_IP") {
+		t.Errorf("in a pod without POD_IP: %v; want an error naming POD_IP", err)
+	}
+	if got, err := peerAddress("https://10.9.9.9:8443", ":8443", "", true); err != nil || got != "https://10.9.9.9:8443" {
+		t.Errorf("in a pod with PEER_ADDRESS: %q, %v", got, err)
 	}
 }
