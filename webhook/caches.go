@@ -28,18 +28,21 @@ type Caches struct {
 	pods      informers.SharedInformerFactory
 	podIndex  cache.Indexer
 	Resolver  *ListerResolver
+	// intern shares the values the cached pods have in common (see interner).
+	intern *interner
 }
 
 // NewCaches builds the informers; call Start, then WaitForSync.
 func NewCaches(client kubernetes.Interface, resync time.Duration) (*Caches, error) {
 	c := &Caches{
+		intern:    newInterner(),
 		workloads: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trimWorkload)),
-		pods: informers.NewSharedInformerFactoryWithOptions(client, resync,
-			informers.WithTransform(trimPod),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.LabelSelector = labels.Set{strategy.LabelManaged: "true"}.String()
-			})),
 	}
+	c.pods = informers.NewSharedInformerFactoryWithOptions(client, resync,
+		informers.WithTransform(func(obj any) (any, error) { return trimPod(c.intern, obj) }),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{strategy.LabelManaged: "true"}.String()
+		}))
 	podInformer := c.pods.Core().V1().Pods().Informer()
 	if err := podInformer.AddIndexers(cache.Indexers{ownerIndex: indexByController}); err != nil {
 		return nil, fmt.Errorf("add pod owner index: %w", err)
@@ -165,41 +168,61 @@ func indexByController(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// trimPod keeps what the ledger, the convergence loop and reports read: identity, owner,
-// seat annotations, node name and selector (a few labels: the term it is on), phase,
-// deletion, and the Ready and PodScheduled
-// conditions without their messages (the loop's readiness and stranded-pod checks).
-// Everything else (containers, env, volumes) is dropped.
-func trimPod(obj any) (any, error) {
+// cachedAnnotations are the annotations of a placed pod that are read from the cache:
+// the seat and term (ledger, convergence loop), the reservation the pod fulfils
+// (ledger) and the term it fell back from (convergence loop).
+var cachedAnnotations = []string{strategy.AnnotationSeat, strategy.AnnotationTerm, strategy.AnnotationReservation, strategy.AnnotationFallbackFrom}
+
+// trimPod keeps what the ledger, the convergence loop and reports read: identity,
+// controller, seat annotations, node name and selector (a few labels: the term it is
+// on), phase, deletion, and the Ready and PodScheduled conditions without their
+// messages (the loop's readiness and stranded-pod checks). Everything else (labels,
+// containers, env, volumes, managed fields) is dropped. Values the pods of a revision
+// or a term have in common come from in, shared.
+func trimPod(in *interner, obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	kept := map[string]string{}
-	for _, k := range []string{strategy.AnnotationSeat, strategy.AnnotationTerm, strategy.AnnotationReservation, strategy.AnnotationFallbackFrom} {
-		if v, ok := pod.Annotations[k]; ok {
-			kept[k] = v
+	kept := make(map[string]string, len(cachedAnnotations))
+	for _, k := range cachedAnnotations {
+		v, ok := pod.Annotations[k]
+		if !ok {
+			continue
 		}
+		// The key is the constant; of the values, the term ones repeat (the seat and
+		// the reservation are the pod's own).
+		if k == strategy.AnnotationTerm || k == strategy.AnnotationFallbackFrom {
+			v = in.string(v)
+		}
+		kept[k] = v
+	}
+	var owners []metav1.OwnerReference
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		owners = in.controllerRef(ref)
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-			Labels: pod.Labels, Annotations: kept, OwnerReferences: pod.OwnerReferences,
+			Name: pod.Name, Namespace: in.string(pod.Namespace), UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			Annotations: kept, OwnerReferences: owners,
 			DeletionTimestamp: pod.DeletionTimestamp, CreationTimestamp: pod.CreationTimestamp,
 		},
-		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName, NodeSelector: pod.Spec.NodeSelector},
-		Status: corev1.PodStatus{Phase: pod.Status.Phase, Conditions: trimConditions(pod.Status.Conditions)},
+		Spec:   corev1.PodSpec{NodeName: in.string(pod.Spec.NodeName), NodeSelector: in.selector(pod.Spec.NodeSelector)},
+		Status: corev1.PodStatus{Phase: corev1.PodPhase(in.string(string(pod.Status.Phase))), Conditions: trimConditions(in, pod.Status.Conditions)},
 	}, nil
 }
 
 // trimConditions keeps what the convergence loop reads, without messages: Ready when
 // true (readiness) and PodScheduled when false (since when a pod is unschedulable); so a
 // Running pod keeps one condition and a Pending one at most one.
-func trimConditions(conds []corev1.PodCondition) []corev1.PodCondition {
+func trimConditions(in *interner, conds []corev1.PodCondition) []corev1.PodCondition {
 	var out []corev1.PodCondition
 	for _, c := range conds {
 		if (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue) || (c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse) {
-			out = append(out, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime})
+			out = append(out, corev1.PodCondition{
+				Type: corev1.PodConditionType(in.string(string(c.Type))), Status: corev1.ConditionStatus(in.string(string(c.Status))),
+				Reason: in.string(c.Reason), LastTransitionTime: c.LastTransitionTime,
+			})
 		}
 	}
 	return out
