@@ -229,3 +229,16 @@ func BenchmarkCachedPodHeap(b *testing.B) {
 		})
 	}
 }
+
+// TestCachedPodHeap keeps the live heap per cached placed pod, the ledger's share
+// included, under 2 KiB (about 1.45 KiB when written, on linux/amd64).
+func TestCachedPodHeap(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("measures the heap: not in -short mode, nor under the race detector")
+	}
+	if perPod := heapPerPod(t, heapPods, true); perPod > 2048 {
+		t.Errorf("%.0f bytes of live heap per cached pod, want at most 2048 (see BenchmarkCachedPodHeap)", perPod)
+	} else {
+		t.Logf("%.0f bytes of live heap per cached pod", perPod)
+	}
+}
