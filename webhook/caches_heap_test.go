@@ -169,7 +169,7 @@ func cachedHeap(tb testing.TB, pods [][]byte, withLedger bool) uint64 {
 		podsSeen cache.InformerSynced
 	)
 	if withLedger {
-		if ledger, err = NewSeatLedger(client, ledgerNS, 30*time.Second, quietLog(), LedgerOptions{}); err != nil {
+		if ledger, err = NewSeatLedger(client, ledgerNS, 30*time.Second, quietLog(), LedgerOptions{Identity: "heap-test"}); err != nil {
 			tb.Fatal(err)
 		}
 		if podsSeen, err = caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone); err != nil {
