@@ -147,10 +147,10 @@ func (l *SeatLedger) callPeer(ctx context.Context, peer string, req peerRequest)
 		return resp, nil
 	case httpResp.StatusCode == http.StatusConflict:
 		return peerResponse{}, errNotOwner
-	case httpResp.StatusCode == http.StatusGone && resp.Identity == l.identity:
-		// The owner's address leads back here: a wrong PEER_ADDRESS, no evidence.
-		return peerResponse{}, fmt.Errorf("the peer address %s of the seat owner %s reaches this replica", peer, req.Owner)
 	case httpResp.StatusCode == http.StatusGone:
+		// Another process answers at the owner's address, maybe this one (its
+		// container restarted): the owner is gone. (Peer addresses are unique per
+		// live replica: the pod IP, checked by each replica before it is ready.)
 		return peerResponse{}, fmt.Errorf("%w: %s", errOwnerGone, resp.Error)
 	case httpResp.StatusCode == http.StatusForbidden:
 		// Not a refusal of the claim: the replicas' certificates differ for a moment
@@ -164,16 +164,21 @@ func (l *SeatLedger) callPeer(ctx context.Context, peer string, req peerRequest)
 }
 
 // CheckPeerAddress calls this replica's own peer address as another replica would and
-// reports whether this replica answers there. Other replicas take a refusal at that
-// address as proof that this replica is gone, so it must be right before this replica
-// takes any revision: gate readiness on it.
+// reports whether this replica answers there, three times on fresh connections (an
+// address shared by several replicas, such as a Service's, fails). Other replicas take
+// a refusal at that address, or another process answering there, as proof that this
+// replica is gone, so it must be right before this replica takes any revision: gate
+// readiness on it.
 func (l *SeatLedger) CheckPeerAddress(ctx context.Context) error {
 	if l.peerURL == "" || l.peers == nil {
 		return nil
 	}
-	_, err := l.callPeer(ctx, l.peerURL, peerRequest{Namespace: "-", Revision: "self-check", ID: 1, Release: true, Owner: l.identity})
-	if err != nil {
-		return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS): %w", l.peerURL, err)
+	for range 3 {
+		l.peers.client.CloseIdleConnections()
+		_, err := l.callPeer(ctx, l.peerURL, peerRequest{Namespace: "-", Revision: "self-check", ID: 1, Release: true, Owner: l.identity})
+		if err != nil {
+			return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS): %w", l.peerURL, err)
+		}
 	}
 	return nil
 }

@@ -366,11 +366,11 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	if seat, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, 42); err != nil || seat != 1 {
 		t.Fatalf("a claim for the process itself: seat %d, %v; want 1", seat, err)
 	}
-	// An owner's address that leads back to the caller (a wrong PEER_ADDRESS) is no
-	// evidence that the owner is gone.
-	self := &SeatLedger{identity: l.identity, peers: caller.peers}
-	if _, err := self.forward(context.Background(), "replica-x", srv.URL, shopRS, 43); err == nil || errors.Is(err, errOwnerGone) {
-		t.Fatalf("an address leading back to the caller: %v, want an error that is not errOwnerGone", err)
+	// The owner's address leads back to the caller: the caller is the owner's
+	// container restarted, the owner is gone.
+	restarted := &SeatLedger{identity: l.identity, peers: caller.peers}
+	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 43); !errors.Is(err, errOwnerGone) {
+		t.Fatalf("an address leading back to the caller: %v, want errOwnerGone", err)
 	}
 }
 
