@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -543,5 +544,23 @@ func BenchmarkClaim(b *testing.B) {
 				clock.Step(600 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// A replica is ready only where it answers at its own peer address: an address where
+// another replica answers, or nobody, fails the check.
+func TestCheckPeerAddress(t *testing.T) {
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, LedgerOptions{})
+	ctx := context.Background()
+	if err := ls[0].CheckPeerAddress(ctx); err != nil {
+		t.Fatalf("at its own address: %v", err)
+	}
+	ls[0].peerURL = ls[1].peerURL
+	if err := ls[0].CheckPeerAddress(ctx); err == nil || !strings.Contains(err.Error(), "PEER_ADDRESS") {
+		t.Fatalf("at another replica's address: %v, want an error naming PEER_ADDRESS", err)
+	}
+	ls[0].peerURL = "http://127.0.0.1:1"
+	if err := ls[0].CheckPeerAddress(ctx); err == nil {
+		t.Fatal("at an address nobody answers: no error")
 	}
 }
