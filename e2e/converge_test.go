@@ -252,14 +252,23 @@ func spreadJSON(ctx context.Context, t *testing.T, ns, name string) map[string]a
 	return wl[0].(map[string]any)
 }
 
-// leaderPID reads the pid part of the leader Lease's holder ("host_pid").
+// leaderPID reads the pid of the convergence loop's leader from its Lease.
 func leaderPID(ctx context.Context) int {
-	l, err := env.client.CoordinationV1().Leases(webhookNamespace).Get(ctx, "custom-kube-scheduler-webhook-converge", metav1.GetOptions{})
+	return holderPID(ctx, "custom-kube-scheduler-webhook-converge")
+}
+
+// holderPID reads the pid part of the holder ("host_pid_random") of the Lease named
+// lease in the webhook's namespace; 0 when there is none.
+func holderPID(ctx context.Context, lease string) int {
+	l, err := env.client.CoordinationV1().Leases(webhookNamespace).Get(ctx, lease, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return 0
 	}
-	id := *l.Spec.HolderIdentity
-	pid, _ := strconv.Atoi(id[strings.LastIndex(id, "_")+1:])
+	parts := strings.Split(*l.Spec.HolderIdentity, "_")
+	if len(parts) < 3 {
+		return 0
+	}
+	pid, _ := strconv.Atoi(parts[len(parts)-2])
 	return pid
 }
 

@@ -50,16 +50,19 @@ func replicasBehindBalancer(ctx context.Context, t *testing.T, n int) ([]*harnes
 	return procs, lb
 }
 
-// Three webhook replicas behind round-robin take a 500-pod burst; one of them is
-// SIGKILLed in the middle of it. Its in-flight admissions are retried on the others
-// (same admission UID), and the result is exact.
+// Three webhook replicas behind round-robin take a 500-pod burst; the one owning the
+// ReplicaSet's seats (the holder of its seat record) is SIGKILLed in the middle of it
+// and started again at once, as the kubelet restarts a crashed container. Its in-flight
+// admissions are retried on the others (same admission UID); the others, finding its
+// address refused and then answered by a new process, take the revision over. The
+// result is exact.
 func TestThreeReplicasBurst500OneKilled(t *testing.T) {
 	ctx := context.Background()
 	procs, lb := replicasBehindBalancer(ctx, t, 3)
 	ns := newNamespace(ctx, t, "e2e-ledger-kill")
 	d := deployment(ns, "burst", capacityStrategy, 500, true)
 	createDeployment(ctx, t, d)
-	// Kill the third replica once about a third of the burst went through.
+	// Kill the owner once about a third of the burst went through.
 	start := lb.total()
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		return lb.total()-start >= 150, nil
@@ -67,12 +70,40 @@ func TestThreeReplicasBurst500OneKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the burst did not reach 150 admissions: %v", err)
 	}
-	if err := procs[2].Kill(); err != nil {
+	owner := seatOwner(ctx, t, procs, ns, d.Name)
+	if err := owner.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("replica 3 SIGKILLed after %d admissions; per replica %v", lb.total()-start, lb.served())
+	t.Logf("the seat owner (port %d) SIGKILLed after %d admissions; per replica %v", owner.Port, lb.total()-start, lb.served())
+	if err := owner.Start(ctx); err != nil {
+		t.Fatalf("restarting the killed replica: %v", err)
+	}
 	assertExactSpread(ctx, t, capacityStrategy, settled(ctx, t, ns, d.Name, 500))
 	t.Logf("admissions per replica (including canaries): %v", lb.served())
+}
+
+// seatOwner returns the process holding the seat record of the Deployment's
+// ReplicaSet.
+func seatOwner(ctx context.Context, t *testing.T, procs []*harness.Serve, ns, deployment string) *harness.Serve {
+	t.Helper()
+	var owner *harness.Serve
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		rss, err := env.client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(rss.Items) != 1 {
+			return false, nil
+		}
+		pid := holderPID(ctx, "seats-"+string(rss.Items[0].UID))
+		for _, p := range procs {
+			if p.Running() && p.PID() == pid {
+				owner = p
+			}
+		}
+		return owner != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("no webhook process holds the seat record of %s/%s: %v", ns, deployment, err)
+	}
+	return owner
 }
 
 // A scale-up, down, up within seconds: the original project's strategy at 30, scaled to 12 six seconds later,

@@ -58,6 +58,9 @@ const (
 	LabelRevisionNamespace = "custom-kube-scheduler-webhook.io/revision-namespace"
 	// AnnotationReservations lists a seat record's reservations.
 	AnnotationReservations = "custom-kube-scheduler-webhook.io/reservations"
+	// AnnotationPeer is the base URL at which a seat record's holder answers the
+	// claims other replicas forward to it.
+	AnnotationPeer = "custom-kube-scheduler-webhook.io/peer"
 	// LabelUnavailability marks the convergence loop's unavailability records.
 	LabelUnavailability = "custom-kube-scheduler-webhook.io/unavailability"
 	// AnnotationUnavailableTerms holds an unavailability record's per-term state as JSON.

@@ -23,23 +23,29 @@ const ownerIndex = "namespace/controller-uid"
 // Caches holds the shared informers the webhook reads instead of calling the API server
 // per admission: placed pods (selected by the managed label, so unrelated pods are never
 // cached) and the workloads that own pods. Transform functions strip what is not read.
+//
+// The pod informer's store holds *cachedPod, not *corev1.Pod: read it through
+// OnPlacedPods, Held and PodsOf, never through a pod lister.
 type Caches struct {
 	workloads informers.SharedInformerFactory
 	pods      informers.SharedInformerFactory
 	podIndex  cache.Indexer
 	Resolver  *ListerResolver
+	// intern shares the values the cached pods have in common (see interner).
+	intern *interner
 }
 
 // NewCaches builds the informers; call Start, then WaitForSync.
 func NewCaches(client kubernetes.Interface, resync time.Duration) (*Caches, error) {
 	c := &Caches{
+		intern:    newInterner(),
 		workloads: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trimWorkload)),
-		pods: informers.NewSharedInformerFactoryWithOptions(client, resync,
-			informers.WithTransform(trimPod),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.LabelSelector = labels.Set{strategy.LabelManaged: "true"}.String()
-			})),
 	}
+	c.pods = informers.NewSharedInformerFactoryWithOptions(client, resync,
+		informers.WithTransform(func(obj any) (any, error) { return trimPod(c.intern, obj) }),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{strategy.LabelManaged: "true"}.String()
+		}))
 	podInformer := c.pods.Core().V1().Pods().Informer()
 	if err := podInformer.AddIndexers(cache.Indexers{ownerIndex: indexByController}); err != nil {
 		return nil, fmt.Errorf("add pod owner index: %w", err)
@@ -84,8 +90,8 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) (cache.Inform
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
+		pod := podOf(obj)
+		if pod == nil {
 			return nil
 		}
 		if _, placed := strategy.SeatOf(pod); !placed {
@@ -126,8 +132,8 @@ func (c *Caches) Held(revision Revision) map[int]bool {
 	}
 	held := make(map[int]bool, len(objs))
 	for _, o := range objs {
-		pod, ok := o.(*corev1.Pod)
-		if !ok || !strategy.HoldsSeat(pod) {
+		pod := podOf(o)
+		if pod == nil || !strategy.HoldsSeat(pod) {
 			continue
 		}
 		if seat, ok := strategy.SeatOf(pod); ok {
@@ -138,8 +144,8 @@ func (c *Caches) Held(revision Revision) map[int]bool {
 }
 
 // PodsOf returns the cached placed pods of revision (a ReplicaSet or StatefulSet, pods
-// of its own namespace only), terminating ones included. The pods are shared: do not
-// modify them.
+// of its own namespace only), terminating ones included. Their maps and slices are
+// shared with the cache: do not modify them.
 func (c *Caches) PodsOf(revision Revision) []*corev1.Pod {
 	objs, err := c.podIndex.ByIndex(ownerIndex, revision.Namespace+"/"+string(revision.UID))
 	if err != nil {
@@ -147,7 +153,7 @@ func (c *Caches) PodsOf(revision Revision) []*corev1.Pod {
 	}
 	out := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
-		if pod, ok := o.(*corev1.Pod); ok {
+		if pod := podOf(o); pod != nil {
 			out = append(out, pod)
 		}
 	}
@@ -155,51 +161,108 @@ func (c *Caches) PodsOf(revision Revision) []*corev1.Pod {
 }
 
 func indexByController(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := obj.(metav1.Object)
 	if !ok {
 		return nil, nil
 	}
-	if ref := metav1.GetControllerOf(pod); ref != nil {
-		return []string{pod.Namespace + "/" + string(ref.UID)}, nil
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		return []string{pod.GetNamespace() + "/" + string(ref.UID)}, nil
 	}
 	return nil, nil
 }
 
-// trimPod keeps what the ledger, the convergence loop and reports read: identity, owner,
-// seat annotations, node name and selector (a few labels: the term it is on), phase,
-// deletion, and the Ready and PodScheduled
-// conditions without their messages (the loop's readiness and stranded-pod checks).
-// Everything else (containers, env, volumes) is dropped.
-func trimPod(obj any) (any, error) {
+// cachedPod is what the pod cache keeps of a placed pod (see trimPod). A *corev1.Pod,
+// even with its spec and status emptied, is 1.2 KiB of fields per pod, most of them
+// zero; this is a quarter of that. The informer's store and indexes only need its
+// ObjectMeta; readers get a *corev1.Pod made from it (pod).
+type cachedPod struct {
+	metav1.ObjectMeta
+	nodeName     string
+	nodeSelector map[string]string
+	phase        corev1.PodPhase
+	conditions   []corev1.PodCondition
+}
+
+// pod returns a Pod holding what p kept; its maps and slices are p's own.
+func (p *cachedPod) pod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: p.ObjectMeta,
+		Spec:       corev1.PodSpec{NodeName: p.nodeName, NodeSelector: p.nodeSelector},
+		Status:     corev1.PodStatus{Phase: p.phase, Conditions: p.conditions},
+	}
+}
+
+// podOf returns the pod a cache object or event is about (a deletion may come as a
+// tombstone when the watch missed it), nil if it is no pod.
+func podOf(obj any) *corev1.Pod {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	switch o := obj.(type) {
+	case *cachedPod:
+		return o.pod()
+	case *corev1.Pod:
+		return o
+	}
+	return nil
+}
+
+// cachedAnnotations are the annotations of a placed pod that are read from the cache:
+// the seat and term (ledger, convergence loop), the reservation the pod fulfils
+// (ledger) and the term it fell back from (convergence loop).
+var cachedAnnotations = []string{strategy.AnnotationSeat, strategy.AnnotationTerm, strategy.AnnotationReservation, strategy.AnnotationFallbackFrom}
+
+// trimPod keeps, in a cachedPod, what the ledger and the convergence loop read:
+// identity, controller, seat annotations, node name and selector (a few labels: the
+// term it is on), phase, deletion, and the Ready and PodScheduled conditions without
+// their messages (the loop's readiness and stranded-pod checks). Everything else
+// (labels, containers, env, volumes, managed fields) is dropped. Values the pods of a
+// revision or a term have in common come from in, shared. Anything but a *corev1.Pod
+// (an object trimmed already) is returned as is.
+func trimPod(in *interner, obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	kept := map[string]string{}
-	for _, k := range []string{strategy.AnnotationSeat, strategy.AnnotationTerm, strategy.AnnotationReservation, strategy.AnnotationFallbackFrom} {
-		if v, ok := pod.Annotations[k]; ok {
-			kept[k] = v
+	kept := make(map[string]string, len(cachedAnnotations))
+	for _, k := range cachedAnnotations {
+		v, ok := pod.Annotations[k]
+		if !ok {
+			continue
 		}
+		// The key is the constant; of the values, the term ones repeat (the seat and
+		// the reservation are the pod's own).
+		if k == strategy.AnnotationTerm || k == strategy.AnnotationFallbackFrom {
+			v = in.string(v)
+		}
+		kept[k] = v
 	}
-	return &corev1.Pod{
+	var owners []metav1.OwnerReference
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		owners = in.controllerRef(ref)
+	}
+	return &cachedPod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-			Labels: pod.Labels, Annotations: kept, OwnerReferences: pod.OwnerReferences,
+			Name: pod.Name, Namespace: in.string(pod.Namespace), UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			Annotations: kept, OwnerReferences: owners,
 			DeletionTimestamp: pod.DeletionTimestamp, CreationTimestamp: pod.CreationTimestamp,
 		},
-		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName, NodeSelector: pod.Spec.NodeSelector},
-		Status: corev1.PodStatus{Phase: pod.Status.Phase, Conditions: trimConditions(pod.Status.Conditions)},
+		nodeName: in.string(pod.Spec.NodeName), nodeSelector: in.selector(pod.Spec.NodeSelector),
+		phase: corev1.PodPhase(in.string(string(pod.Status.Phase))), conditions: trimConditions(in, pod.Status.Conditions),
 	}, nil
 }
 
 // trimConditions keeps what the convergence loop reads, without messages: Ready when
 // true (readiness) and PodScheduled when false (since when a pod is unschedulable); so a
 // Running pod keeps one condition and a Pending one at most one.
-func trimConditions(conds []corev1.PodCondition) []corev1.PodCondition {
+func trimConditions(in *interner, conds []corev1.PodCondition) []corev1.PodCondition {
 	var out []corev1.PodCondition
 	for _, c := range conds {
 		if (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue) || (c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse) {
-			out = append(out, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime})
+			out = append(out, corev1.PodCondition{
+				Type: corev1.PodConditionType(in.string(string(c.Type))), Status: corev1.ConditionStatus(in.string(string(c.Status))),
+				Reason: in.string(c.Reason), LastTransitionTime: c.LastTransitionTime,
+			})
 		}
 	}
 	return out

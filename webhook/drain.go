@@ -31,8 +31,13 @@ type Drain struct {
 // without a restart.
 func ServeDrain(stop context.Context, ln net.Listener, handler http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), d Drain, log logrus.FieldLogger) error {
 	srv := &http.Server{
-		Handler:           handler,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate},
+		Handler: handler,
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12, GetCertificate: getCertificate,
+			// Asked, not required: other replicas present one on seat claims
+			// (RequirePeerCertificate); the API server and probes present none.
+			ClientAuth: tls.RequestClientCert,
+		},
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,

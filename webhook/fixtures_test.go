@@ -83,7 +83,7 @@ func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *Sea
 		t.Fatal(err)
 	}
 	recorder := record.NewFakeRecorder(1000)
-	ledger, err := NewSeatLedger(client, ledgerNS, time.Minute, quietLog(), LedgerOptions{})
+	ledger, err := NewSeatLedger(client, ledgerNS, time.Minute, quietLog(), LedgerOptions{Identity: "test-replica"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -46,47 +47,61 @@ type Ledger interface {
 // Seat records.
 const (
 	// recordKindSeats is the value of strategy.LabelSeatRecord on seat records. Their
-	// strategy.AnnotationReservations lists the reservations: "seat:id-hash:expiry"
-	// items separated by commas (hash: 64-bit FNV-1a of the admission UID, base 36;
-	// expiry: Unix seconds, base 36), about 25 bytes each.
+	// strategy.AnnotationReservations lists the owner's reservations when it wrote the
+	// record: "seat:id-hash:expiry" items separated by commas (hash: 64-bit FNV-1a of
+	// the admission UID, base 36; expiry: Unix seconds, base 36), about 25 bytes each.
 	recordKindSeats = "seats"
 	// maxReservations keeps a record's annotation under the API server's 256 KiB limit
 	// for all annotations of an object.
 	maxReservations = 9000
-	// maxWriteAttempts bounds the conflicts one batch retries before its claims fail
-	// (the pods are then admitted unplaced, with a warning).
-	maxWriteAttempts = 50
-	// DefaultLinger is how long the first claim of a quiet revision waits for more
-	// claims to share its write. Claims arriving while a write is in flight always
-	// share the next one.
-	DefaultLinger = 2 * time.Millisecond
+	// DefaultOwnership is how long a replica owns a revision after its last record
+	// write (the Lease's duration): another replica takes an unreleased revision over
+	// only once it has seen the record unchanged for this long.
+	DefaultOwnership = 5 * time.Second
 )
 
 // ErrRecordFull is returned by Claim when a revision has more reservations in flight
 // than its record can hold.
 var ErrRecordFull = errors.New("too many seat reservations in flight for this revision")
 
-// SeatLedger is the Ledger of every webhook replica: exact with any number of them.
+// errHandedOver is Claim's error after Handover where this replica would have to take
+// the revision: it is stopping.
+var errHandedOver = errors.New("the seat ledger is stopping and takes no revision")
+
+// errNotOwner is a peer's answer when it does not own the revision (any more).
+var errNotOwner = errors.New("the peer does not own the revision")
+
+// SeatLedger is the Ledger of every webhook replica: exact with any number of them, and
+// with no API write per claim.
 //
-// Seats held by placed pods come from the pod informer. Reservations for pods admitted
-// but not yet seen are kept in the API server, one record per revision (a
-// coordination.k8s.io Lease in the webhook's namespace, named after the revision),
-// written with optimistic concurrency. Claims are group-committed: those arriving
-// while a write of their revision is in flight (or within a short linger) share the
-// next single Update; on a Conflict the record is read again and the whole batch
-// recomputed. A claim's seat is final once its write succeeded.
+// Each revision has one owner replica, the holder of its seat record (a
+// coordination.k8s.io Lease in the webhook's namespace, named after the revision). Only
+// the owner hands out the revision's seats, from memory: the seats held by placed pods
+// (from the pod informer, which every replica runs) and its reservations for pods
+// admitted but not seen yet. Another replica forwards its claims to the owner over
+// HTTPS (the address is on the record). So a burst costs one record write to take the
+// revision, plus a renewal every OwnershipDuration/4 while claims keep coming; an
+// idle record lapses and is swept.
 //
-// A reservation counts until this replica sees a pod carrying its id (the
+// A replica that stops releases its revisions, writing its live reservations into their
+// records, so another takes over at once knowing them. One that dies stops answering
+// claims a quarter of the duration before its ownership lapses (a renewal that did not
+// land is no renewal), and another takes over only after seeing the record unchanged
+// for the whole duration: the pods of the dead owner's last claims have had that
+// quarter to appear in every pod informer, and the reservations its last renewal wrote
+// are in the record.
+//
+// A reservation counts until the owner sees a pod carrying its id (the
 // custom-kube-scheduler-webhook.io/reservation annotation; the pod then holds the seat
-// until it goes, so a deleted pod's seat is free at once), or until it expires. It is
-// never removed from the record because its pod was seen, since another replica may
-// not see that pod yet; expired ones are pruned by every write, and a record idle past
-// twice the TTL is deleted.
+// until it goes, so a deleted pod's seat is free at once), or until it expires.
 type SeatLedger struct {
 	client    kubernetes.Interface
 	namespace string
 	ttl       time.Duration
-	linger    time.Duration
+	duration  time.Duration
+	identity  string
+	peerURL   string
+	peers     *peerClient
 	clock     clock.Clock
 	log       logrus.FieldLogger
 	factory   informers.SharedInformerFactory
@@ -97,23 +112,33 @@ type SeatLedger struct {
 
 	mu   sync.Mutex
 	revs map[Revision]*revState
+	// handedOver is set by Handover: this replica takes no revision any more.
+	handedOver bool
 }
 
 // LedgerOptions tunes a SeatLedger; zero values take the defaults.
 type LedgerOptions struct {
-	// Linger is how long a write waits for more claims (DefaultLinger).
-	Linger time.Duration
+	// Identity names this replica in records (hostname_pid).
+	Identity string
+	// PeerURL is the base URL other replicas reach this one's PeerHandler at; empty
+	// when this replica serves no peers (then others wait for its records to lapse).
+	PeerURL string
+	// PeerClient calls other replicas' PeerHandler (nil: claims are never forwarded).
+	PeerClient *http.Client
+	// Ownership is the record's Lease duration (DefaultOwnership).
+	Ownership time.Duration
 	// Clock decides expiry (the real clock).
 	Clock clock.Clock
 }
 
 // NewSeatLedger returns a ledger keeping its records in namespace, whose reservations
 // last ttl: long enough for the API server to persist an admitted pod and for the pod
-// informer to show it. Feed it placed pods (PodVisible, PodGone), Start it and wait
-// for HasSynced before the first Claim.
+// informer to show it. Feed it placed pods (PodVisible, PodGone), serve its
+// PeerHandler, Start it and wait for HasSynced before the first Claim.
 func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Duration, log logrus.FieldLogger, opts LedgerOptions) (*SeatLedger, error) {
 	l := &SeatLedger{
-		client: client, namespace: namespace, ttl: ttl, linger: opts.Linger, clock: opts.Clock, log: log,
+		client: client, namespace: namespace, ttl: ttl, duration: opts.Ownership, identity: opts.Identity,
+		peerURL: opts.PeerURL, clock: opts.Clock, log: log,
 		ctx:  context.Background(),
 		revs: map[Revision]*revState{},
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
@@ -121,11 +146,17 @@ func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Durat
 				o.LabelSelector = labels.Set{strategy.LabelSeatRecord: recordKindSeats}.String()
 			})),
 	}
-	if l.linger <= 0 {
-		l.linger = DefaultLinger
+	if l.duration <= 0 {
+		l.duration = DefaultOwnership
 	}
 	if l.clock == nil {
 		l.clock = clock.RealClock{}
+	}
+	if l.identity == "" {
+		return nil, errors.New("seat ledger: an identity is required")
+	}
+	if opts.PeerClient != nil {
+		l.peers = &peerClient{client: opts.PeerClient}
 	}
 	l.records = l.factory.Coordination().V1().Leases().Informer()
 	_, err := l.records.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -162,27 +193,85 @@ func (l *SeatLedger) Start(ctx context.Context) {
 // HasSynced reports whether the record informer has listed the namespace.
 func (l *SeatLedger) HasSynced() bool { return l.records.HasSynced() }
 
-// Claim implements Ledger.
+// Claim implements Ledger: as the revision's owner, from memory; else through the owner,
+// or by taking the revision over when it has none.
 func (l *SeatLedger) Claim(ctx context.Context, rev Revision, admission types.UID) (int, error) {
-	hash := idHash(admission)
-	l.mu.Lock()
-	s := l.state(rev)
-	if e := s.view[hash]; e != nil && l.clock.Now().Before(e.expires) {
+	return l.claim(ctx, rev, idHash(admission), true)
+}
+
+// claim reserves a seat for the admission whose id hashes to hash. Without forward it
+// answers errNotOwner where another replica owns the revision (a peer's call).
+func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forward bool) (int, error) {
+	backoff := 5 * time.Millisecond
+	for {
+		l.mu.Lock()
+		s := l.state(rev)
+		now := l.clock.Now()
+		if l.owns(s, now) {
+			seat, err := l.reserve(s, hash, now)
+			l.renewIfDue(s, now)
+			l.mu.Unlock()
+			return seat, err
+		}
+		holder, peer := l.liveHolder(s, now)
+		var write *ownershipWrite
+		if holder == "" || holder == l.identity {
+			if l.handedOver {
+				l.mu.Unlock()
+				return 0, errHandedOver
+			}
+			write = l.acquire(s) // nobody owns it, or this replica's ownership lapsed
+		}
 		l.mu.Unlock()
-		return e.seat, nil // the API server retried this admission
-	}
-	r := &request{hash: hash, done: make(chan struct{})}
-	l.enqueue(s, r)
-	l.mu.Unlock()
-	select {
-	case <-r.done:
-		return r.seat, r.err
-	case <-ctx.Done():
-		return 0, fmt.Errorf("waiting for the seat record: %w", ctx.Err())
+
+		if write != nil {
+			select {
+			case <-write.done:
+			case <-ctx.Done():
+				return 0, fmt.Errorf("waiting for the seat record of revision %s: %w", rev.UID, ctx.Err())
+			}
+			if write.err != nil {
+				return 0, write.err
+			}
+			continue
+		}
+		// Another replica owns the revision.
+		if !forward {
+			return 0, errNotOwner
+		}
+		seat, err := l.forward(ctx, holder, peer, rev, hash)
+		switch {
+		case err == nil:
+			return seat, nil
+		case errors.Is(err, errPeerRefused):
+			return 0, err
+		case errors.Is(err, errNotOwner):
+			// The record this replica knows is stale: read it again.
+			if err := l.refresh(ctx, rev); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if errors.Is(err, errOwnerGone) {
+			l.mu.Lock()
+			l.ownerGone(l.state(rev), holder, l.clock.Now())
+			l.mu.Unlock()
+		}
+		// The owner is unreachable or gone: retry until it answers, or until its
+		// record lapses or it has been gone long enough for the pods of its last
+		// answers to be visible.
+		l.log.WithError(err).WithField("owner", holder).Debug("seat owner unreachable; retrying")
+		select {
+		case <-l.clock.After(backoff):
+		case <-ctx.Done():
+			return 0, fmt.Errorf("waiting for the seat owner %s of revision %s: %w (last: %v)", holder, rev.UID, ctx.Err(), err)
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
 	}
 }
 
-// Peek implements Ledger.
+// Peek implements Ledger, from this replica's view: exact on the owner; elsewhere it
+// misses the owner's reservations not in the record.
 func (l *SeatLedger) Peek(_ context.Context, rev Revision) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -193,24 +282,33 @@ func (l *SeatLedger) Peek(_ context.Context, rev Revision) (int, error) {
 	return s.lowest(l.clock.Now()), nil
 }
 
-// Release implements Ledger: the reservation is removed by the revision's next write
-// (in the background; until then, and on other replicas until they see that write, the
-// seat stays reserved).
-func (l *SeatLedger) Release(_ context.Context, rev Revision, admission types.UID) {
+// Release implements Ledger: the owner frees the seat at once. A release forwarded to an
+// owner that cannot be reached is dropped: the reservation then expires.
+func (l *SeatLedger) Release(ctx context.Context, rev Revision, admission types.UID) {
+	hash := idHash(admission)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	s := l.revs[rev]
 	if s == nil {
+		l.mu.Unlock()
 		return
 	}
-	hash := idHash(admission)
-	if _, ok := s.view[hash]; ok {
-		l.enqueue(s, &request{hash: hash, release: true, done: make(chan struct{})})
+	now := l.clock.Now()
+	if l.owns(s, now) || s.reserved[hash] != nil {
+		l.unreserve(s, hash)
+		l.mu.Unlock()
+		return
+	}
+	holder, peer := l.liveHolder(s, now)
+	l.mu.Unlock()
+	if holder != "" && holder != l.identity {
+		if err := l.forwardRelease(ctx, holder, peer, rev, hash); err != nil {
+			l.log.WithError(err).WithField("owner", holder).Debug("cannot release a seat at its owner; it expires")
+		}
 	}
 }
 
 // Reservations returns how many reservations this replica counts as taken (live, not
-// yet seen on a pod), tentative ones included.
+// yet seen on a pod).
 func (l *SeatLedger) Reservations() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -218,8 +316,7 @@ func (l *SeatLedger) Reservations() int {
 	n := 0
 	for _, s := range l.revs {
 		s.expire(now)
-		n += len(s.tentative)
-		for _, e := range s.view {
+		for _, e := range s.reserved {
 			if e.counted {
 				n++
 			}

@@ -3,6 +3,8 @@ package webhook
 // The ledger's view follows the informers: seat records and placed pods.
 
 import (
+	"time"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,37 +14,16 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// apply makes record (a version newer than the one known) the view: reservations gone
-// from it stop counting, new ones count while live. A new one that is the echo of this
-// replica's own in-flight write takes over its tentative seat.
+// apply makes record (a version newer than the one known, nil when it is gone) the
+// revision's record. A change of holder or renewal restarts this replica's clock on
+// the holder's ownership; a record held by another replica ends this one's.
 func (l *SeatLedger) apply(s *revState, record *coordinationv1.Lease) {
-	now := l.clock.Now()
-	next := map[uint64]*entry{}
-	if record != nil {
-		next = decodeReservations(record.Annotations[strategy.AnnotationReservations])
+	if record == nil || s.record == nil || holderOf(record) != holderOf(s.record) || !record.Spec.RenewTime.Equal(s.record.Spec.RenewTime) {
+		s.observed = l.clock.Now()
+		s.goneHolder = ""
 	}
-	for h, e := range s.view {
-		if _, ok := next[h]; !ok {
-			if e.counted {
-				s.untake(e.seat)
-			}
-			delete(s.view, h)
-		}
-	}
-	for h, e := range next {
-		if _, ok := s.view[h]; ok {
-			continue
-		}
-		if seat, ok := s.tentative[h]; ok {
-			delete(s.tentative, h)
-			s.untake(seat)
-		}
-		e.counted = now.Before(e.expires) && !s.isFulfilled(h)
-		if e.counted {
-			s.take(e.seat)
-			s.expiries.push(expiry{at: e.expires, hash: h})
-		}
-		s.view[h] = e
+	if holderOf(record) != l.identity {
+		s.ownedUntil = time.Time{}
 	}
 	s.record = record
 	s.rv = 0

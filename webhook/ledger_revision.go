@@ -1,7 +1,7 @@
 package webhook
 
 // What one replica knows of a revision's seats: the seats taken by visible pods and
-// live reservations, and the lowest free one.
+// live reservations, the lowest free one, and who owns the revision.
 
 import (
 	"time"
@@ -11,23 +11,34 @@ import (
 	"k8s.io/apimachinery/pkg/util/cache"
 )
 
-// revState is what one replica knows of a revision's seats. taken counts, per seat,
-// the visible pods holding it plus the live reservations on it; the lowest free seat
-// is the top of free (seats freed below low) or else the first untaken seat from low,
-// so a claim costs O(log N) amortized, never a copy of the held seats.
+// revState is what one replica knows of a revision. taken counts, per seat, the visible
+// pods holding it plus the live reservations on it; the lowest free seat is the top of
+// free (seats freed below low) or else the first untaken seat from low, so a claim
+// costs O(log N) amortized, never a copy of the held seats.
 type revState struct {
 	rev Revision
 
-	// The newest version of the record this replica knows (nil: none exists).
-	record *coordinationv1.Lease
-	rv     uint64
-	// view holds the record's reservations by id hash.
-	view map[uint64]*entry
-	// tentative holds the seats of the batch being written, by id hash.
-	tentative map[uint64]int
-	expiries  *minHeap[expiry]
-	// fulfilled holds the reservation ids whose pod this replica has seen; the state
-	// is kept until the last of them is surely out of every record (lastFulfil).
+	// The newest version of the record this replica knows (nil: none exists), and when
+	// this replica first saw its holder and renew time: another holder's ownership is
+	// judged by this replica's clock, as client-go's leader election does.
+	record   *coordinationv1.Lease
+	rv       uint64
+	observed time.Time
+	// ownedUntil is when this replica stops answering claims as the owner, unless a
+	// renewal lands first; renewedAt is the start of its last landed ownership write.
+	ownedUntil time.Time
+	renewedAt  time.Time
+	writing    *ownershipWrite
+	// goneHolder is a holder found gone (ownerGone) since goneSince.
+	goneHolder string
+	goneSince  time.Time
+
+	// reserved holds this replica's reservations (its own, and those it took over),
+	// by id hash.
+	reserved map[uint64]*entry
+	expiries *minHeap[expiry]
+	// fulfilled holds the reservation ids whose pod this replica has seen, so that a
+	// reservation taken over from a record after its pod was seen does not count.
 	fulfilled  *cache.Expiring
 	lastFulfil time.Time
 
@@ -37,9 +48,6 @@ type revState struct {
 	free   *minHeap[int]
 	inFree map[int]bool
 	low    int
-
-	queue   []*request
-	writing bool
 }
 
 type entry struct {
@@ -48,12 +56,11 @@ type entry struct {
 	counted bool
 }
 
-type request struct {
-	hash    uint64
-	release bool
-	seat    int
-	err     error
-	done    chan struct{}
+// ownershipWrite is one write of a revision's record by this replica (taking it,
+// renewing it); err is set before done is closed.
+type ownershipWrite struct {
+	done chan struct{}
+	err  error
 }
 
 // state returns the revision's state, creating it.
@@ -61,7 +68,7 @@ func (l *SeatLedger) state(rev Revision) *revState {
 	s := l.revs[rev]
 	if s == nil {
 		s = &revState{
-			rev: rev, view: map[uint64]*entry{}, tentative: map[uint64]int{},
+			rev: rev, reserved: map[uint64]*entry{},
 			fulfilled: cache.NewExpiringWithClock(l.clock),
 			pods:      map[types.UID]int{}, taken: map[int]int{}, inFree: map[int]bool{}, low: 1,
 			free:     newMinHeap(func(a, b int) bool { return a < b }),
@@ -74,7 +81,9 @@ func (l *SeatLedger) state(rev Revision) *revState {
 
 // forget drops a revision's state once it holds nothing.
 func (l *SeatLedger) forget(s *revState) {
-	if l.clock.Now().After(s.lastFulfil.Add(2*l.ttl)) && s.record == nil && len(s.view) == 0 && len(s.tentative) == 0 && len(s.pods) == 0 && len(s.queue) == 0 && !s.writing {
+	now := l.clock.Now()
+	s.expire(now)
+	if now.After(s.lastFulfil.Add(2*l.ttl)) && s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
 		delete(l.revs, s.rev)
 	}
 }
@@ -110,14 +119,62 @@ func (s *revState) lowest(now time.Time) int {
 	return s.low
 }
 
-// expire stops counting the reservations that expired by now.
+// expire stops counting the reservations that expired by now, and forgets them.
 func (s *revState) expire(now time.Time) {
 	for s.expiries.Len() > 0 && !s.expiries.peek().at.After(now) {
 		x := s.expiries.pop()
-		if e := s.view[x.hash]; e != nil && e.counted && !e.expires.After(now) {
-			e.counted = false
+		e := s.reserved[x.hash]
+		if e == nil || e.expires.After(now) {
+			continue
+		}
+		if e.counted {
 			s.untake(e.seat)
 		}
+		delete(s.reserved, x.hash)
+	}
+}
+
+// liveReservations counts the reservations not expired by now (fulfilled ones too: they
+// stay in the record until they expire, for a replica whose pod informer lags).
+func (s *revState) liveReservations(now time.Time) int {
+	s.expire(now)
+	return len(s.reserved)
+}
+
+// reserve hands out the lowest free seat for the admission hash, the same one again to
+// a retried admission.
+func (l *SeatLedger) reserve(s *revState, hash uint64, now time.Time) (int, error) {
+	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
+		return e.seat, nil
+	}
+	if s.liveReservations(now) >= maxReservations {
+		return 0, ErrRecordFull
+	}
+	seat := s.lowest(now)
+	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl)})
+	return seat, nil
+}
+
+// hold adds reservation e (counted unless its pod was seen already).
+func (l *SeatLedger) hold(s *revState, hash uint64, e *entry) {
+	if old := s.reserved[hash]; old != nil && old.counted {
+		s.untake(old.seat)
+	}
+	e.counted = !s.isFulfilled(hash)
+	if e.counted {
+		s.take(e.seat)
+	}
+	s.reserved[hash] = e
+	s.expiries.push(expiry{at: e.expires, hash: hash})
+}
+
+// unreserve drops the reservation of admission hash: its seat is free at once.
+func (l *SeatLedger) unreserve(s *revState, hash uint64) {
+	if e := s.reserved[hash]; e != nil {
+		if e.counted {
+			s.untake(e.seat)
+		}
+		delete(s.reserved, hash)
 	}
 }
 
@@ -126,7 +183,7 @@ func (s *revState) expire(now time.Time) {
 func (l *SeatLedger) fulfil(s *revState, hash uint64) {
 	s.fulfilled.Set(hash, struct{}{}, 2*l.ttl)
 	s.lastFulfil = l.clock.Now()
-	if e := s.view[hash]; e != nil && e.counted {
+	if e := s.reserved[hash]; e != nil && e.counted {
 		e.counted = false
 		s.untake(e.seat)
 	}

@@ -2,10 +2,17 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,17 +32,27 @@ import (
 
 var shopRS = Revision{Namespace: testNS, UID: "rs"}
 
-// ledgers starts n SeatLedgers (n webhook replicas) on one API server, in namespace ns.
+// ledgers starts n SeatLedgers (n webhook replicas) on one API server, in namespace ns,
+// each answering forwarded claims on a test HTTP server of its own.
 func ledgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts LedgerOptions) []*SeatLedger {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	out := make([]*SeatLedger, n)
 	for i := range out {
-		l, err := NewSeatLedger(client, ns, time.Minute, quietLog(), opts)
+		var handler atomic.Value
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			handler.Load().(http.Handler).ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		o := opts
+		o.Identity = fmt.Sprintf("replica-%d", i)
+		o.PeerURL, o.PeerClient = srv.URL, srv.Client()
+		l, err := NewSeatLedger(client, ns, time.Minute, quietLog(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
+		handler.Store(l.PeerHandler())
 		l.Start(ctx)
 		if !cache.WaitForCacheSync(ctx.Done(), l.HasSynced) {
 			t.Fatal("seat record informer did not sync")
@@ -129,7 +146,9 @@ func TestSeatLedgerOneReplica(t *testing.T) {
 		t.Fatalf("revisions are separate: Peek = %d, want 1", s)
 	}
 	l.Release(ctx, shopRS, "b")
-	waitFor(t, "the release to be written", func() bool { s, _ := l.Peek(ctx, shopRS); return s == 5 })
+	if s, _ := l.Peek(ctx, shopRS); s != 5 {
+		t.Fatalf("a released seat is not free at once: Peek = %d", s)
+	}
 	if s := claim(t, l, shopRS, "c"); s != 5 {
 		t.Fatalf("a released seat is handed out again, got %d", s)
 	}
@@ -159,13 +178,17 @@ func TestSeatLedgerOneReplica(t *testing.T) {
 	if n := l.Reservations(); n != 1 {
 		t.Fatalf("%d reservations counted, want 1", n)
 	}
-	// The write that made "g" pruned the expired ones from the record.
+	// The ownership had lapsed; taking it again wrote the record, without the expired
+	// reservations.
 	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := decodeReservations(rec.Annotations[strategy.AnnotationReservations]); len(got) != 1 || got[idHash("g")] == nil {
-		t.Fatalf("record holds %v, want only g's reservation", rec.Annotations[strategy.AnnotationReservations])
+	if holderOf(rec) != l.identity || rec.Annotations[strategy.AnnotationPeer] != l.peerURL {
+		t.Fatalf("record held by %q at %q", holderOf(rec), rec.Annotations[strategy.AnnotationPeer])
+	}
+	if got := decodeReservations(rec.Annotations[strategy.AnnotationReservations]); len(got) != 0 {
+		t.Fatalf("record holds %v, want no expired reservation", rec.Annotations[strategy.AnnotationReservations])
 	}
 }
 
@@ -179,10 +202,11 @@ func TestSeatLedgerAcrossReplicasIsExact(t *testing.T) {
 	}
 }
 
-// The race of two watch streams: replica a has seen the pod of a reservation, replica
-// b has not. b must not hand the pod's seat out again, so a never removes the
-// reservation from the record because it saw the pod; the reservation ends for b when b
-// sees the pod, or at expiry.
+// The race of two watch streams across a handover: replica a owns the revision and has
+// seen the pod of a reservation, replica b has not. a stops and releases the revision,
+// writing its reservations into the record; b takes over and must not hand the pod's
+// seat out again. The reservation ends for b when b sees the pod (then its deletion
+// frees the seat at once), or at expiry.
 func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 	client := fake.NewClientset()
 	withOptimisticConcurrency(client)
@@ -195,37 +219,174 @@ func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 	}
 	pod1 := placed("p1", shopRS, 1, "r1")
 	a.PodVisible(pod1)
-	// a writes again: r1 must stay in the record although a saw its pod.
 	if s := claim(t, a, shopRS, "r2"); s != 2 {
 		t.Fatalf("second claim got %d", s)
 	}
+	a.Handover(ctx)
 	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if decodeReservations(rec.Annotations[strategy.AnnotationReservations])[idHash("r1")] == nil {
-		t.Fatal("r1 was pruned from the record when its pod was seen")
+	if holderOf(rec) != "" {
+		t.Fatalf("after the handover the record is held by %q", holderOf(rec))
 	}
-	waitFor(t, "the lagging replica to see r2", func() bool { s, _ := lagging.Peek(ctx, shopRS); return s == 3 })
+	if got := decodeReservations(rec.Annotations[strategy.AnnotationReservations]); got[idHash("r1")] == nil || got[idHash("r2")] == nil {
+		t.Fatalf("the released record lists %v: r1 (its pod seen by a) and r2 must stay", rec.Annotations[strategy.AnnotationReservations])
+	}
+	waitFor(t, "the lagging replica to see the release", func() bool {
+		lagging.mu.Lock()
+		defer lagging.mu.Unlock()
+		s := lagging.revs[shopRS]
+		return s != nil && s.record != nil && s.record.ResourceVersion == rec.ResourceVersion
+	})
 	if s := claim(t, lagging, shopRS, "r3"); s != 3 {
 		t.Fatalf("a replica not seeing p1 got seat %d, want 3", s)
 	}
 
-	// p1 is deleted. a frees seat 1 at once; the lagging replica sees the pod and its
-	// deletion (in order, on its own pod watch) and frees it too.
-	a.PodGone(pod1)
-	if s, _ := a.Peek(ctx, shopRS); s != 1 {
-		t.Fatalf("replica a: the deleted pod's seat is not free: Peek = %d", s)
-	}
-	if s, _ := lagging.Peek(ctx, shopRS); s != 4 {
-		t.Fatalf("the lagging replica, not seeing p1 yet, must keep seat 1 reserved: Peek = %d", s)
-	}
+	// p1 is deleted; the lagging replica sees the pod and its deletion (in order, on its
+	// own pod watch) and frees seat 1 at once.
 	lagging.PodVisible(pod1)
 	lagging.PodGone(pod1)
 	if s := claim(t, lagging, shopRS, "r4"); s != 1 {
 		t.Fatalf("the replacement got seat %d, want 1 (where the lost pod was)", s)
 	}
-	waitFor(t, "replica a to see r4", func() bool { s, _ := a.Peek(ctx, shopRS); return s == 4 })
+	// a, once it sees the new owner, forwards its claims there; having handed over, it
+	// never takes the revision back.
+	waitFor(t, "a to see the new owner", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return holderOf(a.revs[shopRS].record) == lagging.identity
+	})
+	if s := claim(t, a, shopRS, "r5"); s != 4 {
+		t.Fatalf("a claim through the old owner got %d, want 4", s)
+	}
+}
+
+// The owner dies without a handover: the others forward to it in vain until its record
+// is unchanged for the ownership duration, then one takes over with the reservations
+// its last write listed.
+func TestOwnerDiesAnotherTakesOver(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{Clock: clock})
+	owner, other := ls[0], ls[1]
+	ctx := context.Background()
+	for i := range 3 {
+		if s := claim(t, owner, shopRS, types.UID(fmt.Sprint("before-", i))); s != i+1 {
+			t.Fatalf("claim %d got %d", i, s)
+		}
+	}
+	// A renewal lists the four reservations; then the owner dies (its peer endpoint
+	// refuses, it writes no more).
+	clock.Step(DefaultOwnership / 4)
+	claim(t, owner, shopRS, "renewing")
+	waitFor(t, "the renewal to list the reservations", func() bool {
+		rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
+		return err == nil && len(decodeReservations(rec.Annotations[strategy.AnnotationReservations])) == 4
+	})
+	owner.peers = nil
+	other.peers = &peerClient{client: &http.Client{Transport: refusing{}}}
+	rec, _ := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
+	waitFor(t, "the other replica to see the renewal", func() bool {
+		other.mu.Lock()
+		defer other.mu.Unlock()
+		s := other.revs[shopRS]
+		return s != nil && s.rv >= resourceVersion(rec)
+	})
+
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := other.Claim(short, shopRS, "too-early"); err == nil {
+		t.Fatal("a replica took over a live owner's revision")
+	}
+	clock.Step(DefaultOwnership)
+	// The dead owner's reservations of seats 1..4 count.
+	if s := claim(t, other, shopRS, "after"); s != 5 {
+		t.Fatalf("the new owner handed out %d, want 5", s)
+	}
+	got, _ := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
+	if holderOf(got) != other.identity {
+		t.Fatalf("record held by %q after the takeover", holderOf(got))
+	}
+	// The dead owner, back, forwards to the new one and answers no claim itself.
+	owner.peers = &peerClient{client: http.DefaultClient}
+	if s := claim(t, owner, shopRS, "via-new-owner"); s != 6 {
+		t.Fatalf("the old owner got %d, want 6", s)
+	}
+}
+
+// The owner's address refuses connections (its process is gone): the others take the
+// revision over half an ownership duration after the first refusal, sooner than the
+// record's lapse, and count the reservations its last write listed.
+func TestRefusedOwnerIsTakenOverSooner(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{Clock: clock})
+	owner, other := ls[0], ls[1]
+	ctx := context.Background()
+	for i := range 3 {
+		claim(t, owner, shopRS, types.UID(fmt.Sprint("before-", i)))
+	}
+	clock.Step(DefaultOwnership / 4)
+	claim(t, owner, shopRS, "renewing")
+	waitFor(t, "the other replica to see the renewal listing 4 reservations", func() bool {
+		other.mu.Lock()
+		defer other.mu.Unlock()
+		s := other.revs[shopRS]
+		return s != nil && s.record != nil && len(decodeReservations(s.record.Annotations[strategy.AnnotationReservations])) == 4
+	})
+	other.peers = &peerClient{client: &http.Client{Transport: connRefused{}}}
+
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := other.Claim(short, shopRS, "first-refusal"); err == nil {
+		t.Fatal("a replica took the revision over at the first refusal")
+	}
+	clock.Step(DefaultOwnership / 2)
+	bounded, cancel2 := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel2()
+	if s, err := other.Claim(bounded, shopRS, "after"); err != nil || s != 5 {
+		t.Fatalf("the new owner handed out %d (%v), want 5", s, err)
+	}
+}
+
+// A forwarded claim addressed to a replica that is not the one answering (its
+// container restarted, its IP reused) gets 410 Gone, which the caller takes as
+// evidence that the owner is gone.
+func TestClaimForAnotherProcessIsGone(t *testing.T) {
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{})[0]
+	srv := httptest.NewServer(l.PeerHandler())
+	t.Cleanup(srv.Close)
+	caller := &SeatLedger{peers: &peerClient{client: srv.Client()}}
+	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 42)
+	if !errors.Is(err, errOwnerGone) {
+		t.Fatalf("a claim for another process: %v, want errOwnerGone", err)
+	}
+	if seat, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, 42); err != nil || seat != 1 {
+		t.Fatalf("a claim for the process itself: seat %d, %v; want 1", seat, err)
+	}
+	// The owner's address leads back to the caller: the caller is the owner's
+	// container restarted, the owner is gone.
+	restarted := &SeatLedger{identity: l.identity, peers: caller.peers}
+	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 43); !errors.Is(err, errOwnerGone) {
+		t.Fatalf("an address leading back to the caller: %v, want errOwnerGone", err)
+	}
+}
+
+// connRefused fails every request as a closed port does.
+type connRefused struct{}
+
+func (connRefused) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+}
+
+// refusing fails every request, as a dead peer's address does.
+type refusing struct{}
+
+func (refusing) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, errors.New("connection refused")
 }
 
 // Tenant isolation: pods of another namespace naming the victim ReplicaSet's UID in a
@@ -361,7 +522,7 @@ func BenchmarkClaim(b *testing.B) {
 			client := fake.NewClientset()
 			instantLeases(client)
 			clock := clocktesting.NewFakeClock(time.Now())
-			l := ledgers(b, client, ledgerNS, 1, LedgerOptions{Clock: clock, Linger: time.Nanosecond})[0]
+			l := ledgers(b, client, ledgerNS, 1, LedgerOptions{Clock: clock})[0]
 			pods := make([]*corev1.Pod, n+1)
 			for i := 1; i <= n; i++ {
 				pods[i] = placed(fmt.Sprint("held-", i), shopRS, i, "")
@@ -383,5 +544,23 @@ func BenchmarkClaim(b *testing.B) {
 				clock.Step(600 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// A replica is ready only where it answers at its own peer address: an address where
+// another replica answers, or nobody, fails the check.
+func TestCheckPeerAddress(t *testing.T) {
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, LedgerOptions{})
+	ctx := context.Background()
+	if err := ls[0].CheckPeerAddress(ctx); err != nil {
+		t.Fatalf("at its own address: %v", err)
+	}
+	ls[0].peerURL = ls[1].peerURL
+	if err := ls[0].CheckPeerAddress(ctx); err == nil || !strings.Contains(err.Error(), "PEER_ADDRESS") {
+		t.Fatalf("at another replica's address: %v, want an error naming PEER_ADDRESS", err)
+	}
+	ls[0].peerURL = "http://127.0.0.1:1"
+	if err := ls[0].CheckPeerAddress(ctx); err == nil {
+		t.Fatal("at an address nobody answers: no error")
 	}
 }

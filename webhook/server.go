@@ -29,9 +29,12 @@ type Handlers struct {
 	Log     logrus.FieldLogger
 	// Limits bound in-flight admissions and their bodies (zero values: defaults).
 	Limits AdmissionLimits
+	// Peer answers the seat claims other replicas forward (SeatLedger.PeerHandler);
+	// nil serves none.
+	Peer http.Handler
 }
 
-// Mux routes /mutate, /validate, /healthz, /readyz and /metrics.
+// Mux routes /mutate, /validate, /healthz, /readyz, /metrics and the peers' seat claims.
 func (h *Handlers) Mux() http.Handler {
 	mux := http.NewServeMux()
 	// One gate for both webhooks: they share the process's memory.
@@ -47,6 +50,9 @@ func (h *Handlers) Mux() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.Metrics.Registry, promhttp.HandlerOpts{}))
+	if h.Peer != nil {
+		mux.Handle("POST "+PeerClaimPath, h.Peer)
+	}
 	return h.recoverPanics(mux)
 }
 

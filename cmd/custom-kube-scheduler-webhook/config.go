@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -33,6 +35,7 @@ var serveSettings = []setting{
 	{"kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty means in-cluster configuration"},
 	{"webhook-namespace", "POD_NAMESPACE", "custom-kube-scheduler-webhook", "the webhook's own namespace, never mutated"},
 	{"reservation-ttl", "RESERVATION_TTL", "30s", "how long a seat handed to an admitted pod stays reserved until the pod is seen"},
+	{"peer-address", "PEER_ADDRESS", "", "base URL at which other replicas reach this one with the seat claims of revisions it owns; empty: https://$POD_IP:<listen port>, or the listen address's host (127.0.0.1 when it has none) outside a pod"},
 	{"validation-mode", "VALIDATION_MODE", "reject", "invalid strategy on a workload at apply time: reject or warn"},
 	{"eks-cluster-name", "EKS_CLUSTER_NAME", "", "EKS cluster whose managed node groups serve terms; empty turns node-group lookups off"},
 	{"nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL", "5m", "how often node groups are listed"},
@@ -64,6 +67,7 @@ type serveConfig struct {
 	Kubeconfig       string
 	Namespace        string
 	ReservationTTL   time.Duration
+	PeerAddress      string
 	WarnOnly         bool
 	EKSClusterName   string
 	NodeGroupRefresh time.Duration
@@ -125,6 +129,9 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		return nil, fmt.Errorf("LOG_LEVEL %q: want trace, debug, info, warn or error", level)
 	}
 	if c.ReservationTTL, err = positiveDuration(v, "reservation-ttl", "RESERVATION_TTL"); err != nil {
+		return nil, err
+	}
+	if c.PeerAddress, err = peerAddress(v.GetString("peer-address"), c.ListenAddress, os.Getenv("POD_IP"), os.Getenv("KUBERNETES_SERVICE_HOST") != ""); err != nil {
 		return nil, err
 	}
 	if c.NodeGroupRefresh, err = positiveDuration(v, "nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL"); err != nil {
@@ -221,4 +228,32 @@ func parseList(s string) map[string]bool {
 		}
 	}
 	return out
+}
+
+// peerAddress is the URL other replicas forward seat claims to: PEER_ADDRESS, or
+// https://<pod IP>:<listen port> in a pod (POD_IP from the downward API), or the listen
+// address's own host outside one (127.0.0.1 for a wildcard: replicas on one machine).
+// In a pod without either, loopback would send the others' claims to themselves.
+func peerAddress(setting, listen, podIP string, inPod bool) (string, error) {
+	if setting != "" {
+		u, err := url.Parse(setting)
+		if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return "", usageError("PEER_ADDRESS %q: want https://host:port", setting)
+		}
+		return strings.TrimSuffix(setting, "/"), nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", usageError("LISTEN_ADDRESS %q: want host:port (%v)", listen, err)
+	}
+	wildcard := host == "" || host == "0.0.0.0" || host == "::"
+	switch {
+	case podIP != "":
+		host = podIP
+	case wildcard && inPod:
+		return "", usageError("in a pod, set POD_IP from the downward API (fieldPath: status.podIP) or PEER_ADDRESS: other replicas forward seat claims there")
+	case wildcard:
+		host = "127.0.0.1"
+	}
+	return "https://" + net.JoinHostPort(host, port), nil
 }

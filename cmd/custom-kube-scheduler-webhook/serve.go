@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -152,7 +154,8 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		return err
 	}
 	go catalog.Run(ctx)
-	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, log)
+	identity := replicaIdentity()
+	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, webhook.NewPeerClient(certs.GetCertificate), log)
 	if err != nil {
 		return err
 	}
@@ -198,11 +201,11 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Log:        entry,
 	}
 	mutator.Availability = records
-	if err := startConverge(ctx, cfg, client, caches, records, recorder, metrics, synced, log); err != nil {
+	if err := startConverge(ctx, cfg, client, caches, records, recorder, metrics, synced, identity, log); err != nil {
 		return err
 	}
 	validator := &webhook.WorkloadValidator{Capacity: catalog, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
-	var draining atomic.Bool
+	var draining, peerChecked atomic.Bool
 	handlers := &webhook.Handlers{
 		Mutate:   mutator.Admit,
 		Validate: validator.Admit,
@@ -212,14 +215,18 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 			}
 			select {
 			case <-synced:
-				return nil
 			default:
 				return errors.New("caches not synced yet")
 			}
+			if !peerChecked.Load() {
+				return errors.New("not reachable at its peer address yet")
+			}
+			return nil
 		},
 		Metrics: metrics,
 		Log:     entry,
 		Limits:  cfg.Limits,
+		Peer:    webhook.RequirePeerCertificate(certs.GetCertificate, ledger.PeerHandler()),
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddress)
 	if err != nil {
@@ -236,14 +243,47 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		_ = ln.Close()
 		return nil
 	}
+	go checkPeerAddress(ctx, ledger, &peerChecked, entry)
 	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() { draining.Store(true) }}
-	return webhook.ServeDrain(stop, ln, handlers.Mux(), certs.GetCertificate, drain, entry)
+	err = webhook.ServeDrain(stop, ln, handlers.Mux(), certs.GetCertificate, drain, entry)
+	// No admission reaches this replica any more: the other replicas take its
+	// revisions over at once, with its reservations.
+	handover, cancelHandover := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelHandover()
+	ledger.Handover(handover)
+	return err
+}
+
+// checkPeerAddress calls this replica at its peer address until it answers, then sets
+// ok: other replicas take a refused connection there as proof that this replica is gone.
+func checkPeerAddress(ctx context.Context, ledger *webhook.SeatLedger, ok *atomic.Bool, log logrus.FieldLogger) {
+	for attempt := 0; ; attempt++ {
+		check, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := ledger.CheckPeerAddress(check)
+		cancel()
+		if err == nil {
+			ok.Store(true)
+			return
+		}
+		if attempt%30 == 15 { // the server takes a moment to start: complain only after that
+			log.WithError(err).Error("not ready: other replicas cannot forward seat claims to this one; set PEER_ADDRESS or POD_IP")
+		}
+		wait := time.Second
+		if attempt < 10 {
+			wait = 50 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced.
 func startConverge(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, caches *webhook.Caches, records *converge.Records,
-	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, log *logrus.Logger,
+	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, identity string, log *logrus.Logger,
 ) error {
 	m, err := converge.NewMetrics(metrics.Registry)
 	if err != nil {
@@ -264,11 +304,6 @@ func startConverge(ctx context.Context, cfg *serveConfig, client kubernetes.Inte
 	if err != nil {
 		return err
 	}
-	host, err := os.Hostname()
-	if err != nil {
-		host = "unknown"
-	}
-	identity := fmt.Sprintf("%s_%d", host, os.Getpid())
 	go func() {
 		select {
 		case <-synced:
@@ -307,8 +342,8 @@ func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 
 // newLedger returns the seat ledger, fed by the placed-pod cache, and what its
 // readiness waits on.
-func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, log *logrus.Logger) (webhook.Ledger, cache.InformerSynced, error) {
-	// The ledger writes about one record Update per batch of claims, on the admission's
+func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, identity string, peers *http.Client, log *logrus.Logger) (*webhook.SeatLedger, cache.InformerSynced, error) {
+	// The ledger's record writes (taking a revision, renewing it) are on the admission's
 	// critical path: a client-side limit would only queue claims past the webhook
 	// timeout (pods then admitted unplaced). The API server's priority and fairness
 	// protects it instead.
@@ -318,7 +353,9 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 	if err != nil {
 		return nil, nil, fmt.Errorf("create ledger client: %w", err)
 	}
-	ledger, err := webhook.NewSeatLedger(ledgerClient, cfg.Namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), webhook.LedgerOptions{})
+	ledger, err := webhook.NewSeatLedger(ledgerClient, cfg.Namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), webhook.LedgerOptions{
+		Identity: identity, PeerURL: cfg.PeerAddress, PeerClient: peers,
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -363,4 +400,16 @@ func keys(m map[string]bool) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// replicaIdentity names this process in the Leases it holds (seat records, the
+// convergence loop's election): readable by people, and unique per process start. A
+// restarted container has the same hostname and PID 1, and must not pass for its
+// previous process: that one's reservations since its last record write are unknown.
+func replicaIdentity() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s_%d_%s", host, os.Getpid(), rand.Text()[:6])
 }

@@ -80,6 +80,7 @@ for env in LOG_LEVEL BLOCKLISTED_NAMESPACE_LIST LISTEN_ADDRESS TLS_CERT_FILE TLS
 	SERVICE_NAME MUTATING_WEBHOOK_CONFIGURATION VALIDATING_WEBHOOK_CONFIGURATION; do
 	check "env $env" contains "$dep" "- name: $env"
 done
+check "POD_IP from the downward API (the peer address)" matches "$(tr -d '\n' <<<"$dep")" 'name: POD_IP +valueFrom: +fieldRef: +fieldPath: status.podIP'
 check "ADMISSION_DEADLINE below timeoutSeconds" matches "$(tr -d '\n' <<<"$dep")" 'ADMISSION_DEADLINE +value: "4000ms"'
 check "BLOCKLISTED_NAMESPACE_LIST default" matches "$(tr -d '\n' <<<"$dep")" 'BLOCKLISTED_NAMESPACE_LIST +value: "kube-system,kube-public"'
 check "POD_NAMESPACE from the downward API" matches "$(tr -d '\n' <<<"$dep")" 'POD_NAMESPACE +valueFrom: +fieldRef: +fieldPath: metadata.namespace'
@@ -211,6 +212,8 @@ np=$(tr -d '\n' <<<"$(docs NetworkPolicy <"$tmp/netpol.yaml")")
 check "NetworkPolicy: ingress only" contains "$np" 'policyTypes: ["Ingress"]'
 check "NetworkPolicy: the API server's CIDRs" matches "$np" 'ipBlock: +cidr: "10.0.0.0/16" +- ipBlock: +cidr: "10.1.0.0/16"'
 check "NetworkPolicy: metrics peers" contains "$np" "kubernetes.io/metadata.name: monitoring"
+check "NetworkPolicy: the webhook's own replicas (forwarded seat claims)" matches "$np" 'podSelector: +matchLabels: +app.kubernetes.io/name: custom-kube-scheduler-webhook +app.kubernetes.io/instance: [a-z0-9-]+ +- namespaceSelector'
+
 check "NetworkPolicy: the container port" matches "$np" 'ports: +- protocol: TCP +port: 9443'
 
 nf=$(cat "$tmp/networkpolicy-fail.yaml")

@@ -1,0 +1,280 @@
+package webhook
+
+// Ownership: the replica holding a revision's record answers its claims. Taking,
+// renewing and releasing the record, and sweeping idle ones.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// owns reports whether this replica answers the revision's claims as its owner now.
+func (l *SeatLedger) owns(s *revState, now time.Time) bool { return now.Before(s.ownedUntil) }
+
+// liveHolder returns the replica owning the revision by the newest record this replica
+// knows, and the URL it answers claims at: "" when nobody does (no record, released,
+// or unchanged for the ownership duration). This replica's own name comes back even
+// when its ownership lapsed, since the record is still its to renew.
+func (l *SeatLedger) liveHolder(s *revState, now time.Time) (holder, peer string) {
+	r := s.record
+	if r == nil || r.Spec.HolderIdentity == nil || *r.Spec.HolderIdentity == "" {
+		return "", ""
+	}
+	if h := *r.Spec.HolderIdentity; h == l.identity {
+		return h, ""
+	}
+	if !now.Before(s.observed.Add(l.duration)) {
+		return "", ""
+	}
+	if s.goneHolder == *r.Spec.HolderIdentity && !now.Before(s.goneSince.Add(l.duration/2)) {
+		return "", ""
+	}
+	return *r.Spec.HolderIdentity, r.Annotations[strategy.AnnotationPeer]
+}
+
+// ownerGone records evidence that holder's process is gone (errOwnerGone). It answered
+// nothing since, so once the pods of its last answers have had half the ownership
+// duration to become visible, its revision is taken over without waiting for the
+// record to lapse. A newer record clears the evidence (apply).
+func (l *SeatLedger) ownerGone(s *revState, holder string, now time.Time) {
+	if s.goneHolder != holder {
+		s.goneHolder, s.goneSince = holder, now
+	}
+}
+
+// acquire starts a write taking (or renewing) the revision's record for this replica,
+// or joins the one in flight; l.mu is held.
+func (l *SeatLedger) acquire(s *revState) *ownershipWrite {
+	if s.writing == nil {
+		s.writing = &ownershipWrite{done: make(chan struct{})}
+		go l.writeOwnership(l.ctx, s, s.writing)
+	}
+	return s.writing
+}
+
+// renewIfDue renews the owner's record in the background once a quarter of the
+// ownership duration passed since the last renewal; claims go on meanwhile. Only claims
+// renew: an idle revision's record lapses.
+func (l *SeatLedger) renewIfDue(s *revState, now time.Time) {
+	if s.writing == nil && now.Sub(s.renewedAt) >= l.duration/4 {
+		l.acquire(s)
+	}
+}
+
+// writeOwnership writes the record with this replica as holder. Once the write lands,
+// this replica answers claims for half the ownership duration from the write's start:
+// a replica taking over after seeing the record unchanged for the whole duration
+// starts at least half of it after this replica's last answer.
+func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
+	l.mu.Lock()
+	start := l.clock.Now()
+	prev := s.record
+	record := l.ownedRecord(s, start)
+	l.mu.Unlock()
+
+	leases := l.client.CoordinationV1().Leases(l.namespace)
+	var (
+		written *coordinationv1.Lease
+		err     error
+	)
+	if prev == nil {
+		written, err = leases.Create(ctx, record, metav1.CreateOptions{})
+	} else {
+		written, err = leases.Update(ctx, record, metav1.UpdateOptions{})
+	}
+	if err != nil && (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)) {
+		// Another replica wrote first, or the sweep deleted the record: read it again and
+		// let the claims decide anew.
+		err = l.refresh(ctx, s.rev)
+		l.finishWrite(s, w, err)
+		return
+	}
+	l.mu.Lock()
+	if err == nil {
+		if prev == nil || holderOf(prev) != l.identity {
+			l.takeOver(s, prev, start)
+		}
+		l.apply(s, written)
+		s.renewedAt = start
+		s.ownedUntil = start.Add(l.duration / 2)
+	} else {
+		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
+	}
+	l.mu.Unlock()
+	l.finishWrite(s, w, err)
+}
+
+func (l *SeatLedger) finishWrite(s *revState, w *ownershipWrite, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w.err = err
+	if s.writing == w {
+		s.writing = nil
+	}
+	close(w.done)
+}
+
+// takeOver counts the live reservations of the record another replica held (or
+// released): claims it answered whose pods this replica may not see yet.
+func (l *SeatLedger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) {
+	if prev == nil {
+		return
+	}
+	for h, e := range decodeReservations(prev.Annotations[strategy.AnnotationReservations]) {
+		if now.Before(e.expires) && s.reserved[h] == nil {
+			l.hold(s, h, e)
+		}
+	}
+}
+
+// ownedRecord builds the next version of the revision's record with this replica as
+// holder, listing its live reservations.
+func (l *SeatLedger) ownedRecord(s *revState, now time.Time) *coordinationv1.Lease {
+	record := l.nextRecord(s, now)
+	if holderOf(s.record) != l.identity {
+		record.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+		record.Spec.LeaseTransitions = ptr.To(ptr.Deref(record.Spec.LeaseTransitions, 0) + 1)
+	}
+	record.Spec.HolderIdentity = ptr.To(l.identity)
+	record.Annotations[strategy.AnnotationPeer] = l.peerURL
+	return record
+}
+
+// nextRecord builds the next version of the revision's record with the live
+// reservations this replica holds.
+func (l *SeatLedger) nextRecord(s *revState, now time.Time) *coordinationv1.Lease {
+	var record *coordinationv1.Lease
+	if s.record != nil {
+		record = s.record.DeepCopy()
+	} else {
+		record = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name: recordName(s.rev.UID), Namespace: l.namespace,
+			Labels: map[string]string{
+				strategy.LabelSeatRecord: recordKindSeats, strategy.LabelRevision: string(s.rev.UID), strategy.LabelRevisionNamespace: s.rev.Namespace,
+			},
+		}}
+	}
+	if record.Annotations == nil {
+		record.Annotations = map[string]string{}
+	}
+	s.expire(now)
+	record.Annotations[strategy.AnnotationReservations] = encodeReservations(s.reserved)
+	record.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	record.Spec.LeaseDurationSeconds = ptr.To(int32((l.duration + time.Second - 1) / time.Second))
+	return record
+}
+
+func holderOf(record *coordinationv1.Lease) string {
+	if record == nil {
+		return ""
+	}
+	return ptr.Deref(record.Spec.HolderIdentity, "")
+}
+
+// refresh reads the revision's record from the API server, for a view newer than the
+// informer's.
+func (l *SeatLedger) refresh(ctx context.Context, rev Revision) error {
+	fresh, err := l.client.CoordinationV1().Leases(l.namespace).Get(ctx, recordName(rev.UID), metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read the seat record of revision %s: %w", rev.UID, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.state(rev)
+	switch {
+	case apierrors.IsNotFound(err):
+		l.apply(s, nil)
+	case s.record == nil || resourceVersion(fresh) > s.rv:
+		l.apply(s, fresh)
+	}
+	return nil
+}
+
+// Handover releases every revision this replica owns, writing its live reservations
+// into their records, so that other replicas take them over at once: call it when the
+// server has stopped taking admissions. Revisions whose write fails lapse instead.
+func (l *SeatLedger) Handover(ctx context.Context) {
+	l.mu.Lock()
+	l.handedOver = true
+	var owned []*revState
+	for _, s := range l.revs {
+		if holderOf(s.record) == l.identity {
+			s.ownedUntil = time.Time{} // answer no more claims
+			owned = append(owned, s)
+		}
+	}
+	l.mu.Unlock()
+	leases := l.client.CoordinationV1().Leases(l.namespace)
+	for _, s := range owned {
+		l.mu.Lock()
+		if s.writing != nil {
+			w := s.writing
+			l.mu.Unlock()
+			<-w.done
+			l.mu.Lock()
+			s.ownedUntil = time.Time{}
+		}
+		if holderOf(s.record) != l.identity {
+			l.mu.Unlock()
+			continue
+		}
+		record := l.nextRecord(s, l.clock.Now())
+		record.Spec.HolderIdentity = ptr.To("")
+		l.mu.Unlock()
+		written, err := leases.Update(ctx, record, metav1.UpdateOptions{})
+		if err != nil {
+			l.log.WithError(err).WithField("record", record.Name).Info("cannot release a seat record; it lapses")
+			continue
+		}
+		l.mu.Lock()
+		if resourceVersion(written) > s.rv {
+			l.apply(s, written)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// Sweep deletes the records unrenewed for twice the TTL whose reservations all expired,
+// so no record outlives its burst for long. Deletion is conditioned on the version
+// seen: a record written meanwhile stays.
+func (l *SeatLedger) Sweep(ctx context.Context) {
+	now := l.clock.Now()
+	for _, obj := range l.records.GetStore().List() {
+		record, ok := obj.(*coordinationv1.Lease)
+		if !ok || record.Spec.RenewTime == nil || now.Before(record.Spec.RenewTime.Add(2*l.ttl)) {
+			continue
+		}
+		if liveEntries(decodeReservations(record.Annotations[strategy.AnnotationReservations]), now) > 0 {
+			continue
+		}
+		err := l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, record.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &record.UID, ResourceVersion: &record.ResourceVersion},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			l.log.WithError(err).WithField("record", record.Name).Debug("cannot delete an idle seat record")
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.revs {
+		l.forget(s)
+	}
+}
+
+func liveEntries(view map[uint64]*entry, now time.Time) int {
+	n := 0
+	for _, e := range view {
+		if now.Before(e.expires) {
+			n++
+		}
+	}
+	return n
+}
