@@ -262,38 +262,42 @@ func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 	}
 }
 
-// The owner dies without a handover: the others forward to it in vain until its record
-// is unchanged for the ownership duration, then one takes over with the reservations
-// its last write listed.
-func TestOwnerDiesAnotherTakesOver(t *testing.T) {
+// renewedOwner starts two ledgers on a fake clock; the first owns shopRS with
+// reservations of seats 1..4, listed by a renewal of its record that the second has
+// seen.
+func renewedOwner(t *testing.T) (*fake.Clientset, *clocktesting.FakeClock, *SeatLedger, *SeatLedger) {
+	t.Helper()
 	client := fake.NewClientset()
 	withOptimisticConcurrency(client)
 	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
 	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{Clock: clock})
 	owner, other := ls[0], ls[1]
-	ctx := context.Background()
 	for i := range 3 {
 		if s := claim(t, owner, shopRS, types.UID(fmt.Sprint("before-", i))); s != i+1 {
 			t.Fatalf("claim %d got %d", i, s)
 		}
 	}
-	// A renewal lists the four reservations; then the owner dies (its peer endpoint
-	// refuses, it writes no more).
 	clock.Step(DefaultOwnership / 4)
 	claim(t, owner, shopRS, "renewing")
-	waitFor(t, "the renewal to list the reservations", func() bool {
-		rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
-		return err == nil && len(decodeReservations(rec.Annotations[strategy.AnnotationReservations])) == 4
-	})
-	owner.peers = nil
-	other.peers = &peerClient{client: &http.Client{Transport: refusing{}}}
-	rec, _ := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
-	waitFor(t, "the other replica to see the renewal", func() bool {
+	waitFor(t, "the other replica to see the renewal listing 4 reservations", func() bool {
 		other.mu.Lock()
 		defer other.mu.Unlock()
 		s := other.revs[shopRS]
-		return s != nil && s.rv >= resourceVersion(rec)
+		return s != nil && s.record != nil && len(decodeReservations(s.record.Annotations[strategy.AnnotationReservations])) == 4
 	})
+	return client, clock, owner, other
+}
+
+// The owner dies without a handover: the others forward to it in vain until its record
+// is unchanged for the ownership duration, then one takes over with the reservations
+// its last write listed.
+func TestOwnerDiesAnotherTakesOver(t *testing.T) {
+	client, clock, owner, other := renewedOwner(t)
+	ctx := context.Background()
+	// The owner dies: its peer endpoint refuses (not as a closed port does), it writes
+	// no more.
+	owner.peers = nil
+	other.peers = &peerClient{client: &http.Client{Transport: refusing{}}}
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
@@ -320,23 +324,8 @@ func TestOwnerDiesAnotherTakesOver(t *testing.T) {
 // revision over half an ownership duration after the first refusal, sooner than the
 // record's lapse, and count the reservations its last write listed.
 func TestRefusedOwnerIsTakenOverSooner(t *testing.T) {
-	client := fake.NewClientset()
-	withOptimisticConcurrency(client)
-	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{Clock: clock})
-	owner, other := ls[0], ls[1]
+	_, clock, _, other := renewedOwner(t)
 	ctx := context.Background()
-	for i := range 3 {
-		claim(t, owner, shopRS, types.UID(fmt.Sprint("before-", i)))
-	}
-	clock.Step(DefaultOwnership / 4)
-	claim(t, owner, shopRS, "renewing")
-	waitFor(t, "the other replica to see the renewal listing 4 reservations", func() bool {
-		other.mu.Lock()
-		defer other.mu.Unlock()
-		s := other.revs[shopRS]
-		return s != nil && s.record != nil && len(decodeReservations(s.record.Annotations[strategy.AnnotationReservations])) == 4
-	})
 	other.peers = &peerClient{client: &http.Client{Transport: connRefused{}}}
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
