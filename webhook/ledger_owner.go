@@ -76,6 +76,14 @@ func (l *SeatLedger) renewIfDue(s *revState, now time.Time) {
 func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
 	l.mu.Lock()
 	start := l.clock.Now()
+	// The claim that started this write judged an older view: the record may have
+	// shown up since (the informer, a refresh), held by another live replica. Taking
+	// it then would make two owners: let the claims forward instead.
+	if holder, _ := l.liveHolder(s, start); holder != "" && holder != l.identity {
+		l.mu.Unlock()
+		l.finishWrite(s, w, nil)
+		return
+	}
 	prev := s.record
 	record := l.ownedRecord(s, start)
 	l.mu.Unlock()

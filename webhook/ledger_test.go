@@ -553,3 +553,37 @@ func TestCheckPeerAddress(t *testing.T) {
 		t.Fatal("at an address nobody answers: no error")
 	}
 }
+
+// A claim decides to take a revision nobody held, and the record of another replica
+// shows up before its write starts: the write must not take the live owner's record
+// (the race of a burst's first claims on several replicas: two owners, one seat twice).
+func TestWriteDoesNotTakeALiveOwnersRecord(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{})
+	owner, late := ls[0], ls[1]
+	if s := claim(t, owner, shopRS, "first"); s != 1 {
+		t.Fatalf("first claim got %d", s)
+	}
+	waitFor(t, "the other replica to see the owner's record", func() bool {
+		late.mu.Lock()
+		defer late.mu.Unlock()
+		s := late.revs[shopRS]
+		return s != nil && holderOf(s.record) == owner.identity
+	})
+	// The write a claim started on the older view (no record).
+	late.mu.Lock()
+	w := late.acquire(late.state(shopRS))
+	late.mu.Unlock()
+	<-w.done
+	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(context.Background(), recordName(shopRS.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holderOf(rec) != owner.identity {
+		t.Fatalf("the record is held by %q, want the live owner %q", holderOf(rec), owner.identity)
+	}
+	if s := claim(t, late, shopRS, "second"); s != 2 {
+		t.Fatalf("a claim through the other replica got %d, want 2", s)
+	}
+}
