@@ -316,6 +316,14 @@ func TestOwnerDiesAnotherTakesOver(t *testing.T) {
 	// The dead owner, back, forwards to the new one and answers no claim itself.
 	owner.peers = &peerClient{client: http.DefaultClient}
 	if s := claim(t, owner, shopRS, "via-new-owner"); s != 6 {
+		owner.mu.Lock()
+		st := owner.revs[shopRS]
+		t.Logf("the old owner's view: holder %q rv %d observed %v ownedUntil %v renewedAt %v now %v gone %q reserved %d", holderOf(st.record), st.rv, st.observed, st.ownedUntil, st.renewedAt, clock.Now(), st.goneHolder, len(st.reserved))
+		owner.mu.Unlock()
+		other.mu.Lock()
+		so := other.revs[shopRS]
+		t.Logf("the new owner's view: holder %q rv %d ownedUntil %v reserved %d", holderOf(so.record), so.rv, so.ownedUntil, len(so.reserved))
+		other.mu.Unlock()
 		t.Fatalf("the old owner got %d, want 6", s)
 	}
 }
