@@ -101,7 +101,7 @@ type SeatLedger struct {
 	duration  time.Duration
 	identity  string
 	peerURL   string
-	peers     *peerClient
+	peers     *http.Client // nil: claims are never forwarded
 	clock     clock.Clock
 	log       logrus.FieldLogger
 	factory   informers.SharedInformerFactory
@@ -138,7 +138,7 @@ type LedgerOptions struct {
 func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Duration, log logrus.FieldLogger, opts LedgerOptions) (*SeatLedger, error) {
 	l := &SeatLedger{
 		client: client, namespace: namespace, ttl: ttl, duration: opts.Ownership, identity: opts.Identity,
-		peerURL: opts.PeerURL, clock: opts.Clock, log: log,
+		peerURL: opts.PeerURL, peers: opts.PeerClient, clock: opts.Clock, log: log,
 		ctx:  context.Background(),
 		revs: map[Revision]*revState{},
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
@@ -154,9 +154,6 @@ func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Durat
 	}
 	if l.identity == "" {
 		return nil, errors.New("seat ledger: an identity is required")
-	}
-	if opts.PeerClient != nil {
-		l.peers = &peerClient{client: opts.PeerClient}
 	}
 	l.records = l.factory.Coordination().V1().Leases().Informer()
 	_, err := l.records.AddEventHandler(toolscache.ResourceEventHandlerFuncs{

@@ -43,9 +43,6 @@ type peerResponse struct {
 	Identity string `json:"identity,omitempty"`
 }
 
-// peerClient calls other replicas' PeerHandler.
-type peerClient struct{ client *http.Client }
-
 // errOwnerGone is evidence that the owner process is gone: its address refuses
 // connections, or another process answers there.
 var errOwnerGone = errors.New("the seat owner is gone")
@@ -127,7 +124,7 @@ func (l *SeatLedger) callPeer(ctx context.Context, peer string, req peerRequest)
 		return peerResponse{}, fmt.Errorf("forward a claim to %s: %w", peer, err)
 	}
 	httpReq.Header.Set("Content-Type", "application/json")
-	httpResp, err := l.peers.client.Do(httpReq)
+	httpResp, err := l.peers.Do(httpReq)
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return peerResponse{}, fmt.Errorf("%w: %s refuses connections", errOwnerGone, peer)
 	}
@@ -174,7 +171,7 @@ func (l *SeatLedger) CheckPeerAddress(ctx context.Context) error {
 		return nil
 	}
 	for range 3 {
-		l.peers.client.CloseIdleConnections()
+		l.peers.CloseIdleConnections()
 		_, err := l.callPeer(ctx, l.peerURL, peerRequest{Namespace: "-", Revision: "self-check", ID: 1, Release: true, Owner: l.identity})
 		if err != nil {
 			return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS): %w", l.peerURL, err)

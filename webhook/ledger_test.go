@@ -297,7 +297,7 @@ func TestOwnerDiesAnotherTakesOver(t *testing.T) {
 	// The owner dies: its peer endpoint refuses (not as a closed port does), it writes
 	// no more.
 	owner.peers = nil
-	other.peers = &peerClient{client: &http.Client{Transport: refusing{}}}
+	other.peers = &http.Client{Transport: refusing{}}
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
@@ -314,7 +314,7 @@ func TestOwnerDiesAnotherTakesOver(t *testing.T) {
 		t.Fatalf("record held by %q after the takeover", holderOf(got))
 	}
 	// The dead owner, back, forwards to the new one and answers no claim itself.
-	owner.peers = &peerClient{client: http.DefaultClient}
+	owner.peers = http.DefaultClient
 	if s := claim(t, owner, shopRS, "via-new-owner"); s != 6 {
 		owner.mu.Lock()
 		st := owner.revs[shopRS]
@@ -334,7 +334,7 @@ func TestOwnerDiesAnotherTakesOver(t *testing.T) {
 func TestRefusedOwnerIsTakenOverSooner(t *testing.T) {
 	_, clock, _, other := renewedOwner(t)
 	ctx := context.Background()
-	other.peers = &peerClient{client: &http.Client{Transport: connRefused{}}}
+	other.peers = &http.Client{Transport: connRefused{}}
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
@@ -356,7 +356,7 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{})[0]
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
-	caller := &SeatLedger{peers: &peerClient{client: srv.Client()}}
+	caller := &SeatLedger{peers: srv.Client()}
 	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 42)
 	if !errors.Is(err, errOwnerGone) {
 		t.Fatalf("a claim for another process: %v, want errOwnerGone", err)
