@@ -23,9 +23,16 @@ type patchOp struct {
 	Value any    `json:"value"`
 }
 
-// escapePointer escapes a map key for a JSON pointer (RFC 6901): "~" then "/".
+// pointerEscaper escapes "~" then "/" (RFC 6901). Built once: building a Replacer
+// allocates its lookup tables, which was a sixth of an admission's allocations.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// escapePointer escapes a map key for a JSON pointer (RFC 6901).
 func escapePointer(key string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+	if !strings.ContainsAny(key, "~/") {
+		return key
+	}
+	return pointerEscaper.Replace(key)
 }
 
 // podPatch collects additions to a pod and renders them as a JSON patch that merges:

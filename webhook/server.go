@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -72,8 +74,7 @@ func (h *Handlers) admission(name string, admit AdmitFunc, gate *admissionGate) 
 		}
 		defer leave()
 		var review admissionv1.AdmissionReview
-		body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		if err := json.NewDecoder(body).Decode(&review); err != nil {
+		if err := decodeReview(w, r, &review); err != nil {
 			http.Error(w, "cannot decode AdmissionReview: "+err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -90,6 +91,31 @@ func (h *Handlers) admission(name string, admit AdmitFunc, gate *admissionGate) 
 			h.Log.WithError(err).Warn("cannot write admission response")
 		}
 	})
+}
+
+// reviewBuffers holds request bodies between admissions: a burst then reads into
+// buffers already grown to a review's size instead of growing a decoder's each time.
+var reviewBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// decodeReview reads the request body (at most MaxBodyBytes) and decodes it into review.
+func decodeReview(w http.ResponseWriter, r *http.Request, review *admissionv1.AdmissionReview) error {
+	buf := reviewBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		// A rare huge review is not kept for the next one.
+		if buf.Cap() <= 256<<10 {
+			buf.Reset()
+			reviewBuffers.Put(buf)
+		}
+	}()
+	if r.ContentLength > 0 && r.ContentLength <= MaxBodyBytes {
+		// ReadFrom wants MinRead bytes free before each read, the one that sees EOF too.
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
+		return err
+	}
+	// Unmarshal copies what it keeps (RawExtension included), so the buffer is free after.
+	return json.Unmarshal(buf.Bytes(), review)
 }
 
 func (h *Handlers) safeAdmit(ctx context.Context, name string, admit AdmitFunc, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
