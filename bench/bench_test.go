@@ -155,6 +155,8 @@ func setup(ctx context.Context, t *testing.T) (*bench, error) {
 func serveEnv() []string {
 	extra := os.Getenv("BENCH_SERVE_ENV")
 	env := []string{
+		// As the chart runs it: GOGC from gcPercent, GOMEMLIMIT from its memory limit.
+		"GOGC=400", "GOMEMLIMIT=256MiB",
 		"LOG_LEVEL=info",
 		"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public," + withoutNS,
 		"POD_NAMESPACE=" + webhookNS,

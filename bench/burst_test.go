@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -27,6 +28,10 @@ type burstRun struct {
 	reads  float64
 	// admission latency histogram of the mutating webhook, as the API server saw it
 	admission harness.Histogram
+	// CPU seconds by component from the create call until all pods existed
+	cpu map[string]float64
+	// the same calls as the webhook replicas timed them, summed over the replicas
+	served harness.Histogram
 	// calls that failed (timeout, error) and were let through unmutated (failurePolicy Ignore)
 	failOpen float64
 }
@@ -65,21 +70,43 @@ func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 	}
 
 	b.printf("### A Deployment created at once (median of %d alternating runs each)\n\n", runs)
-	b.printf("| replicas | all pods exist, webhook | no webhook | ratio (no webhook / webhook) | all Running, webhook | no webhook | ratio | webhook p99 at the API server | calls failed open |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.printf("| replicas | all pods exist, webhook | no webhook | ratio (no webhook / webhook) | all Running, webhook | no webhook | ratio | webhook p99 at the API server | at the webhook | calls failed open |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range sizes {
 		w, o := results[n][true], results[n][false]
 		ew, eo := median(w, func(r burstRun) float64 { return r.times.exist.Seconds() }), median(o, func(r burstRun) float64 { return r.times.exist.Seconds() })
 		rw, ro := median(w, func(r burstRun) float64 { return r.times.running.Seconds() }), median(o, func(r burstRun) float64 { return r.times.running.Seconds() })
-		var h harness.Histogram
+		var h, served harness.Histogram
 		var failOpen float64
 		for _, run := range w {
 			h = merge(h, run.admission)
+			served = merge(served, run.served)
 			failOpen += run.failOpen
 		}
-		b.printf("| %d | %.1f s | %.1f s | **%.2f** | %.1f s | %.1f s | %.2f | %s | %.0f of %.0f |\n", n, ew, eo, eo/ew, rw, ro, ro/rw, h.FormatQuantile(0.99), failOpen, h.Count())
+		b.printf("| %d | %.1f s | %.1f s | **%.2f** | %.1f s | %.1f s | %.2f | %s | %s | %.0f of %.0f |\n", n, ew, eo, eo/ew, rw, ro, ro/rw, h.FormatQuantile(0.99), served.FormatQuantile(0.99), failOpen, h.Count())
 	}
-	b.printf("\nThe p99 is interpolated within its bucket of apiserver_admission_webhook_admission_duration_seconds (the bucket is what is known); " +
+	b.printf("\nThe p99s are interpolated within their buckets (the bucket is what is known) of apiserver_admission_webhook_admission_duration_seconds, " +
+		"and of the replicas' own custom_kube_scheduler_webhook_admission_duration_seconds (from reading the request to writing the answer); " +
 		"calls failed open are those the API server gave up on (apiserver_admission_webhook_fail_open_count): their pods were admitted unplaced.\n\n")
+
+	b.printf("### CPU seconds from the create call until all pods exist (median of the runs, all processes on the machine)\n\n")
+	b.printf("| replicas | webhook |")
+	for _, c := range cpuComponents {
+		b.printf(" %s |", c.name)
+	}
+	b.printf(" %s | all |\n|---|---|%s\n", otherCPU, strings.Repeat("---|", len(cpuComponents)+2))
+	for _, n := range sizes {
+		for _, with := range []bool{true, false} {
+			runs := results[n][with]
+			b.printf("| %d | %v |", n, with)
+			for _, c := range cpuComponents {
+				b.printf(" %.2f |", median(runs, func(r burstRun) float64 { return r.cpu[c.name] }))
+			}
+			b.printf(" %.2f | %.2f |\n", median(runs, func(r burstRun) float64 { return r.cpu[otherCPU] }),
+				median(runs, func(r burstRun) float64 { return sumValues(r.cpu) }))
+		}
+	}
+	b.printf("\nThe machine has %d CPUs: \"all\" close to %d × the time until all pods exist means the burst was bound by CPU, "+
+		"and what the webhook adds to it (its replicas, the API server's calls to them) lengthens it.\n\n", runtime.NumCPU(), runtime.NumCPU())
 
 	// API calls the webhook adds per placed pod: same burst with minus without the
 	// webhook (the controllers' own calls cancel out), median over the runs.
@@ -125,6 +152,19 @@ func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 	return nil
 }
 
+// servedLatency sums the mutating webhook's admission_duration_seconds over the replicas.
+func (b *bench) servedLatency(ctx context.Context) (harness.Histogram, error) {
+	var h harness.Histogram
+	for _, r := range b.replicas {
+		m, err := r.Metrics(ctx)
+		if err != nil {
+			return h, err
+		}
+		h = merge(h, m.Histogram("custom_kube_scheduler_webhook_admission_duration_seconds", harness.Labels{"webhook": "mutate"}))
+	}
+	return h, nil
+}
+
 // clusterSide are resources the cluster's own components write for a burst.
 var clusterSide = map[string]bool{
 	"pods": true, "pods/binding": true, "pods/status": true, "events": true,
@@ -154,7 +194,13 @@ func (b *bench) burst(ctx context.Context, n int, with bool, run int) (burstRun,
 	if err != nil {
 		return out, err
 	}
-	out.times, err = b.createAndWatch(ctx, deployment(ns, name, burstStrategy, n), true, 10*time.Minute)
+	servedBefore, err := b.servedLatency(ctx)
+	if err != nil {
+		return out, err
+	}
+	cpuBefore := cpuSeconds()
+	out.times, err = b.createAndWatch(ctx, deployment(ns, name, burstStrategy, n), true, 10*time.Minute,
+		func() { out.cpu = cpuSince(cpuBefore) })
 	if err != nil {
 		return out, err
 	}
@@ -172,11 +218,24 @@ func (b *bench) burst(ctx context.Context, n int, with bool, run int) (burstRun,
 	sel := harness.Labels{"name": mutatingHook}
 	out.admission = after.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel).
 		Sub(before.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel))
+	servedAfter, err := b.servedLatency(ctx)
+	if err != nil {
+		return out, err
+	}
+	out.served = servedAfter.Sub(servedBefore)
 	out.failOpen = after.Sum("apiserver_admission_webhook_fail_open_count", sel) - before.Sum("apiserver_admission_webhook_fail_open_count", sel)
 	if err := b.remove(ctx, ns, name); err != nil {
 		return out, err
 	}
 	return out, nil
+}
+
+func sumValues(m map[string]float64) float64 {
+	var s float64
+	for _, v := range m {
+		s += v
+	}
+	return s
 }
 
 func median[T any](xs []T, f func(T) float64) float64 {

@@ -28,7 +28,7 @@ func (b *bench) memory(ctx context.Context, t *testing.T) error {
 	}
 	name := fmt.Sprintf("memory-%d", n)
 	d := deployment(withNS, name, unservedStrategy, n)
-	times, err := b.createAndWatch(ctx, d, false, 15*time.Minute)
+	times, err := b.createAndWatch(ctx, d, false, 15*time.Minute, nil)
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ func (b *bench) memory(ctx context.Context, t *testing.T) error {
 		return err
 	}
 	b.printf("### Memory of one serve replica (lowest of 5 scrapes of /metrics)\n\n")
-	b.printf("Live heap: the heap marked live at the last GC (go_memstats_next_gc_bytes / (1 + GOGC/100), GOGC 100); heap: go_memstats_heap_alloc_bytes (live and garbage); RSS: process_resident_memory_bytes.\n\n")
+	b.printf("Live heap: the heap marked live at the last GC (go_memstats_next_gc_bytes / (1 + go_gc_gogc_percent/100)); heap: go_memstats_heap_alloc_bytes (live and garbage); RSS: process_resident_memory_bytes.\n\n")
 	b.printf("| placed pods in the cache | live heap | heap | RSS |\n|---|---|---|---|\n")
 	b.printf("| 0 | %s | %s | %s |\n| %d | %s | %s | %s |\n", mib(live0), mib(heap0), mib(rss0), n, mib(liveN), mib(heapN), mib(rssN))
 	b.printf("| **per cached pod** | **%.2f KiB** | %.2f KiB | %.2f KiB |\n\n",
@@ -58,7 +58,11 @@ func (b *bench) sampleMemory(ctx context.Context) (heap, live, rss float64, err 
 		}
 		heap = math.Min(heap, ms.Sum("go_memstats_heap_alloc_bytes", nil))
 		// The GC's goal is the live heap after the last cycle times 1 + GOGC/100.
-		live = math.Min(live, ms.Sum("go_memstats_next_gc_bytes", nil)/2)
+		gogc := ms.Sum("go_gc_gogc_percent", nil)
+		if gogc <= 0 {
+			return 0, 0, 0, fmt.Errorf("serve reports GOGC %v: the live heap cannot be told from the GC's goal", gogc)
+		}
+		live = math.Min(live, ms.Sum("go_memstats_next_gc_bytes", nil)/(1+gogc/100))
 		rss = math.Min(rss, ms.Sum("process_resident_memory_bytes", nil))
 		time.Sleep(time.Second)
 	}

@@ -51,8 +51,9 @@ func ptr[T any](v T) *T { return &v }
 type burstTimes struct{ exist, running time.Duration }
 
 // createAndWatch creates d and watches its pods until all n are Running (or only
-// until they exist, when running is false), within timeout.
-func (b *bench) createAndWatch(ctx context.Context, d *appsv1.Deployment, running bool, timeout time.Duration) (burstTimes, error) {
+// until they exist, when running is false), within timeout; atExist (if not nil) is
+// called once all exist.
+func (b *bench) createAndWatch(ctx context.Context, d *appsv1.Deployment, running bool, timeout time.Duration, atExist func()) (burstTimes, error) {
 	var bt burstTimes
 	pods := b.c.Client.CoreV1().Pods(d.Namespace)
 	sel := labels.SelectorFromSet(d.Spec.Selector.MatchLabels).String()
@@ -95,6 +96,9 @@ func (b *bench) createAndWatch(ctx context.Context, d *appsv1.Deployment, runnin
 			}
 			if bt.exist == 0 && len(exist) >= n {
 				bt.exist = time.Since(start)
+				if atExist != nil {
+					atExist()
+				}
 				if !running {
 					w.Stop()
 					return bt, nil
