@@ -106,6 +106,7 @@ type SeatLedger struct {
 	log       logrus.FieldLogger
 	factory   informers.SharedInformerFactory
 	records   toolscache.SharedIndexInformer
+	metrics   *ledgerMetrics
 
 	// ctx bounds background writes; set by Start.
 	ctx context.Context
@@ -140,7 +141,7 @@ func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Durat
 		client: client, namespace: namespace, ttl: ttl, duration: opts.Ownership, identity: opts.Identity,
 		peerURL: opts.PeerURL, peers: opts.PeerClient, clock: opts.Clock, log: log,
 		ctx:  context.Background(),
-		revs: map[Revision]*revState{},
+		revs: map[Revision]*revState{}, metrics: newLedgerMetrics(),
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = labels.Set{strategy.LabelSeatRecord: recordKindSeats}.String()
@@ -193,12 +194,15 @@ func (l *SeatLedger) HasSynced() bool { return l.records.HasSynced() }
 // Claim implements Ledger: as the revision's owner, from memory; else through the owner,
 // or by taking the revision over when it has none.
 func (l *SeatLedger) Claim(ctx context.Context, rev Revision, admission types.UID) (int, error) {
-	return l.claim(ctx, rev, idHash(admission), true)
+	seat, forwarded, err := l.claim(ctx, rev, idHash(admission), true)
+	l.metrics.countClaim(err, forwarded)
+	return seat, err
 }
 
-// claim reserves a seat for the admission whose id hashes to hash. Without forward it
-// answers errNotOwner where another replica owns the revision (a peer's call).
-func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forward bool) (int, error) {
+// claim reserves a seat for the admission whose id hashes to hash, and tells whether
+// a peer answered. Without forward it answers errNotOwner where another replica owns
+// the revision (a peer's call).
+func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forward bool) (seat int, forwarded bool, err error) {
 	backoff := 5 * time.Millisecond
 	for {
 		l.mu.Lock()
@@ -208,14 +212,14 @@ func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forwa
 			seat, err := l.reserve(s, hash, now)
 			l.renewIfDue(s, now)
 			l.mu.Unlock()
-			return seat, err
+			return seat, false, err
 		}
 		holder, peer := l.liveHolder(s, now)
 		var write *ownershipWrite
 		if holder == "" || holder == l.identity {
 			if l.handedOver {
 				l.mu.Unlock()
-				return 0, errHandedOver
+				return 0, false, errHandedOver
 			}
 			write = l.acquire(s) // nobody owns it, or this replica's ownership lapsed
 		}
@@ -225,27 +229,27 @@ func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forwa
 			select {
 			case <-write.done:
 			case <-ctx.Done():
-				return 0, fmt.Errorf("waiting for the seat record of revision %s: %w", rev.UID, ctx.Err())
+				return 0, false, fmt.Errorf("waiting for the seat record of revision %s: %w", rev.UID, ctx.Err())
 			}
 			if write.err != nil {
-				return 0, write.err
+				return 0, false, write.err
 			}
 			continue
 		}
 		// Another replica owns the revision.
 		if !forward {
-			return 0, errNotOwner
+			return 0, false, errNotOwner
 		}
 		seat, err := l.forward(ctx, holder, peer, rev, hash)
 		switch {
 		case err == nil:
-			return seat, nil
+			return seat, true, nil
 		case errors.Is(err, errPeerRefused):
-			return 0, err
+			return 0, true, err
 		case errors.Is(err, errNotOwner):
 			// The record this replica knows is stale: read it again.
 			if err := l.refresh(ctx, rev); err != nil {
-				return 0, err
+				return 0, false, err
 			}
 			continue
 		}
@@ -261,7 +265,7 @@ func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forwa
 		select {
 		case <-l.clock.After(backoff):
 		case <-ctx.Done():
-			return 0, fmt.Errorf("waiting for the seat owner %s of revision %s: %w (last: %v)", holder, rev.UID, ctx.Err(), err)
+			return 0, true, fmt.Errorf("waiting for the seat owner %s of revision %s: %w (last: %v)", holder, rev.UID, ctx.Err(), err)
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}

@@ -108,6 +108,7 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 	l.mu.Lock()
 	if err == nil {
 		if prev == nil || holderOf(prev) != l.identity {
+			l.metrics.ownership.WithLabelValues(takenFrom(s, holderOf(prev), prev != nil)).Inc()
 			l.takeOver(s, prev, start)
 		}
 		l.apply(s, written)
@@ -242,6 +243,7 @@ func (l *SeatLedger) Handover(ctx context.Context) {
 			l.log.WithError(err).WithField("record", record.Name).Info("cannot release a seat record; it lapses")
 			continue
 		}
+		l.metrics.handovers.Inc()
 		l.mu.Lock()
 		if resourceVersion(written) > s.rv {
 			l.apply(s, written)

@@ -74,7 +74,7 @@ func (l *SeatLedger) PeerHandler() http.Handler {
 			writePeer(w, http.StatusOK, peerResponse{})
 			return
 		}
-		seat, err := l.claim(r.Context(), rev, req.ID, false)
+		seat, _, err := l.claim(r.Context(), rev, req.ID, false)
 		switch {
 		case err == nil:
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})

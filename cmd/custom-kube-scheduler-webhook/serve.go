@@ -183,6 +183,9 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 
 	metrics := webhook.NewMetrics()
+	if err := ledger.RegisterMetrics(metrics.Registry); err != nil {
+		return err
+	}
 	if groups != nil {
 		if err := nodegroups.RegisterMetrics(metrics.Registry, webhook.MetricsNamespace, groups.Status); err != nil {
 			return err

@@ -1,0 +1,97 @@
+package webhook
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// The ledger's counters follow what it did: claims answered as owner and forwarded,
+// revisions taken new and after a handover, handovers.
+func TestLedgerMetricsCountWhatHappened(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{})
+	a, b := ls[0], ls[1]
+	for _, l := range ls {
+		if err := l.RegisterMetrics(prometheus.NewRegistry()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim(t, a, shopRS, "a1")
+	claim(t, a, shopRS, "a2")
+	waitFor(t, "b to see a's record", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		s := b.revs[shopRS]
+		return s != nil && holderOf(s.record) == a.identity
+	})
+	if s := claim(t, b, shopRS, "b1"); s != 3 {
+		t.Fatalf("b's forwarded claim got %d, want 3", s)
+	}
+	a.Handover(context.Background())
+	waitFor(t, "b to see the release", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		s := b.revs[shopRS]
+		return s != nil && s.record != nil && holderOf(s.record) == ""
+	})
+	if s := claim(t, b, shopRS, "b2"); s != 4 {
+		t.Fatalf("b's claim after the handover got %d, want 4", s)
+	}
+
+	for _, c := range []struct {
+		what string
+		got  prometheus.Collector
+		want float64
+	}{
+		{"a's claims answered as owner", a.metrics.claims.WithLabelValues(claimOwner), 2},
+		{"a's forwarded claims", a.metrics.claims.WithLabelValues(claimForwarded), 0},
+		{"b's forwarded claims", b.metrics.claims.WithLabelValues(claimForwarded), 1},
+		{"b's claims answered as owner", b.metrics.claims.WithLabelValues(claimOwner), 1},
+		{"failed claims", b.metrics.claims.WithLabelValues(claimFailed), 0},
+		{"a took a new revision", a.metrics.ownership.WithLabelValues(ownedNew), 1},
+		{"b took a released revision", b.metrics.ownership.WithLabelValues(ownedReleased), 1},
+		{"b took no new revision", b.metrics.ownership.WithLabelValues(ownedNew), 0},
+		{"a handed over", a.metrics.handovers, 1},
+	} {
+		if got := testutil.ToFloat64(c.got); got != c.want {
+			t.Errorf("%s: %v, want %v", c.what, got, c.want)
+		}
+	}
+}
+
+// Taken over after the owner's record lapsed, or after its address refused.
+func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
+	t.Run("lapsed", func(t *testing.T) {
+		_, clock, owner, other := renewedOwner(t)
+		owner.peers = nil
+		clock.Step(DefaultOwnership)
+		claim(t, other, shopRS, "after")
+		if got := testutil.ToFloat64(other.metrics.ownership.WithLabelValues(ownedLapsed)); got != 1 {
+			t.Fatalf("takeovers after a lapse: %v, want 1", got)
+		}
+	})
+	t.Run("owner gone", func(t *testing.T) {
+		_, clock, _, other := renewedOwner(t)
+		other.peers = &http.Client{Transport: connRefused{}}
+		short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if _, err := other.Claim(short, shopRS, "first-refusal"); err == nil {
+			t.Fatal("taken over at the first refusal")
+		}
+		clock.Step(DefaultOwnership / 2)
+		claim(t, other, shopRS, "after")
+		if got := testutil.ToFloat64(other.metrics.ownership.WithLabelValues(ownedGone)); got != 1 {
+			t.Fatalf("takeovers of a gone owner: %v, want 1", got)
+		}
+		if got := testutil.ToFloat64(other.metrics.claims.WithLabelValues(claimFailed)); got != 1 {
+			t.Fatalf("failed claims: %v, want 1 (the first refusal)", got)
+		}
+	})
+}
