@@ -80,6 +80,22 @@ func TestThreeReplicasBurst500OneKilled(t *testing.T) {
 	}
 	assertExactSpread(ctx, t, capacityStrategy, settled(ctx, t, ns, d.Name, 500))
 	t.Logf("admissions per replica (including canaries): %v", lb.served())
+	// The takeover shows in the metrics of the replica that did it (the killed
+	// process's counters died with it).
+	taken := map[string]float64{}
+	for _, p := range procs {
+		ms, err := p.Metrics(ctx)
+		if err != nil {
+			t.Fatalf("metrics of the replica on port %d: %v", p.Port, err)
+		}
+		for from, v := range ms.SumBy("custom_kube_scheduler_webhook_seat_revisions_taken_total", "from", nil) {
+			taken[from] += v
+		}
+	}
+	t.Logf("revisions taken, summed over the running replicas: %v", taken)
+	if taken["owner_gone"]+taken["lapsed"] < 1 {
+		t.Errorf("no running replica counts a takeover of the killed owner's revision: %v", taken)
+	}
 }
 
 // seatOwner returns the process holding the seat record of the Deployment's
