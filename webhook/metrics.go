@@ -3,6 +3,7 @@ package webhook
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"regexp"
 )
 
 // Admission outcomes, the values of the "outcome" label.
@@ -60,6 +61,10 @@ func NewMetrics() *Metrics {
 		}, []string{"webhook", "status"}),
 	}
 	m.Registry.MustRegister(m.admissions, m.latency, m.placements, m.unserved, m.refused,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		// Go's defaults, and go_gc_heap_live_bytes: the heap the last collection marked
+		// live, what the heap comes back to (the GC's goal only bounds it from above).
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
