@@ -68,7 +68,9 @@ func TestBench(t *testing.T) {
 	}
 	host, _ := os.Hostname()
 	b.printf("## Benchmark (`make bench`), %s, %d CPUs (%s)\n\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), host)
-	b.printf("serve settings: %s; 2 replicas behind a round-robin proxy unless noted.\n\n", strings.Join(serveEnv(), " "))
+	b.printf("serve settings: %s; 2 replicas behind a round-robin proxy unless noted. "+
+		"Each burst and the load phase start once the machine's processes use under %.2f cores (at most 1 and 3 minutes' wait): "+
+		"a burst leaves work behind (Karpenter removing its nodes) that would otherwise be measured with the next one.\n\n", strings.Join(serveEnv(), " "), quietCPU)
 	if !skip["burst"] {
 		if err := b.bursts(ctx, t); err != nil {
 			t.Error(err)

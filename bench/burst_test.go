@@ -59,6 +59,8 @@ func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 				order = []bool{false, true}
 			}
 			for _, with := range order {
+				waited, rate := waitQuiet(ctx, time.Minute)
+				t.Logf("burst %d run %d webhook=%v: the machine quiet (%.2f cores) after %.0fs", n, r+1, with, rate, waited.Seconds())
 				run, err := b.burst(ctx, n, with, r)
 				if err != nil {
 					return err

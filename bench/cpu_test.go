@@ -3,10 +3,12 @@
 package bench
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // userHZ is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on Linux).
@@ -74,4 +76,25 @@ func cpuSince(before map[string]float64) map[string]float64 {
 		out[k] -= v
 	}
 	return out
+}
+
+// quietCPU is the CPU use (in cores) below which the machine counts as quiet.
+const quietCPU = 0.15
+
+// waitQuiet waits until the machine's processes use less than quietCPU cores over two
+// seconds, at most limit: a burst leaves work behind (Karpenter consolidating its
+// nodes, kwok and the garbage collector deleting them), which would otherwise be
+// measured as part of the next phase. It returns how long it waited and the last rate.
+func waitQuiet(ctx context.Context, limit time.Duration) (time.Duration, float64) {
+	start := time.Now()
+	var rate float64
+	for time.Since(start) < limit && ctx.Err() == nil {
+		before := cpuSeconds()
+		time.Sleep(2 * time.Second)
+		rate = sumValues(cpuSince(before)) / 2
+		if rate < quietCPU {
+			break
+		}
+	}
+	return time.Since(start), rate
 }

@@ -40,6 +40,8 @@ func (b *bench) load(ctx context.Context, t *testing.T) error {
 			name, r.Requests, concurrency, r.Throughput(), r.Quantile(0.5), r.Quantile(0.99), r.Max(), r.Failed, r.FirstFail)
 		return r, nil
 	}
+	waited, rate := waitQuiet(ctx, 3*time.Minute)
+	t.Logf("load: the machine quiet (%.2f cores) after %.0fs", rate, waited.Seconds())
 	// Warm-up: 100 TLS connections open (the handshakes are not what is measured) and
 	// the server's caches and pools filled.
 	if _, err := run("warmup", 400, 100, true); err != nil {

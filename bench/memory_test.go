@@ -52,7 +52,7 @@ func (b *bench) memory(ctx context.Context, t *testing.T) error {
 // (the Go runtime forces it), and at GOGC 400 may not have collected at all since it
 // started: waiting for a fresh collection is what makes the live heap mean something.
 func (b *bench) sampleMemory(ctx context.Context) (heap, live, rss float64, err error) {
-	const gcCount = "go_gc_duration_seconds_count"
+	const lastGC = "go_memstats_last_gc_time_seconds"
 	time.Sleep(10 * time.Second)
 	ms, err := b.replicas[0].Metrics(ctx)
 	if err != nil {
@@ -61,9 +61,9 @@ func (b *bench) sampleMemory(ctx context.Context) (heap, live, rss float64, err 
 	if _, ok := ms["go_gc_heap_live_bytes"]; !ok {
 		return 0, 0, 0, fmt.Errorf("serve does not report go_gc_heap_live_bytes")
 	}
-	settled := ms.Sum(gcCount, nil)
+	settled := ms.Sum(lastGC, nil)
 	deadline := time.Now().Add(3 * time.Minute)
-	for ms.Sum(gcCount, nil) <= settled {
+	for ms.Sum(lastGC, nil) <= settled {
 		if time.Now().After(deadline) {
 			return 0, 0, 0, fmt.Errorf("serve did not collect garbage within 3 minutes of settling")
 		}
