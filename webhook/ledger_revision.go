@@ -8,7 +8,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/cache"
 )
 
 // revState is what one replica knows of a revision. taken counts, per seat, the visible
@@ -39,7 +38,7 @@ type revState struct {
 	expiries *minHeap[expiry]
 	// fulfilled holds the reservation ids whose pod this replica has seen, so that a
 	// reservation taken over from a record after its pod was seen does not count.
-	fulfilled  *cache.Expiring
+	fulfilled  *recentIDs
 	lastFulfil time.Time
 
 	pods map[types.UID]int // visible pod -> the seat it holds
@@ -69,7 +68,7 @@ func (l *SeatLedger) state(rev Revision) *revState {
 	if s == nil {
 		s = &revState{
 			rev: rev, reserved: map[uint64]*entry{},
-			fulfilled: cache.NewExpiringWithClock(l.clock),
+			fulfilled: newRecentIDs(),
 			pods:      map[types.UID]int{}, taken: map[int]int{}, inFree: map[int]bool{}, low: 1,
 			free:     newMinHeap(func(a, b int) bool { return a < b }),
 			expiries: newMinHeap(func(a, b expiry) bool { return a.at.Before(b.at) }),
@@ -121,6 +120,7 @@ func (s *revState) lowest(now time.Time) int {
 
 // expire stops counting the reservations that expired by now, and forgets them.
 func (s *revState) expire(now time.Time) {
+	s.fulfilled.expire(now)
 	for s.expiries.Len() > 0 && !s.expiries.peek().at.After(now) {
 		x := s.expiries.pop()
 		e := s.reserved[x.hash]
@@ -160,7 +160,7 @@ func (l *SeatLedger) hold(s *revState, hash uint64, e *entry) {
 	if old := s.reserved[hash]; old != nil && old.counted {
 		s.untake(old.seat)
 	}
-	e.counted = !s.isFulfilled(hash)
+	e.counted = !s.fulfilled.has(hash, l.clock.Now())
 	if e.counted {
 		s.take(e.seat)
 	}
@@ -181,15 +181,11 @@ func (l *SeatLedger) unreserve(s *revState, hash uint64) {
 // fulfil records that the pod of reservation hash is visible: the pod, not the
 // reservation, holds the seat from now on.
 func (l *SeatLedger) fulfil(s *revState, hash uint64) {
-	s.fulfilled.Set(hash, struct{}{}, 2*l.ttl)
-	s.lastFulfil = l.clock.Now()
+	now := l.clock.Now()
+	s.fulfilled.add(hash, now, now.Add(2*l.ttl))
+	s.lastFulfil = now
 	if e := s.reserved[hash]; e != nil && e.counted {
 		e.counted = false
 		s.untake(e.seat)
 	}
-}
-
-func (s *revState) isFulfilled(hash uint64) bool {
-	_, ok := s.fulfilled.Get(hash)
-	return ok
 }

@@ -1,0 +1,34 @@
+package webhook
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRecentIDsExpireWithoutNewAdds(t *testing.T) {
+	r := newRecentIDs()
+	t0 := time.Unix(1_000_000, 0)
+	const keep = time.Minute
+	for i := range uint64(5000) {
+		r.add(i+1, t0, t0.Add(keep))
+	}
+	if !r.has(42, t0.Add(keep-time.Second)) || r.len() != 5000 {
+		t.Fatalf("before their time: has(42) %v, len %d", r.has(42, t0.Add(keep-time.Second)), r.len())
+	}
+	// An id added again later stays under its later time.
+	r.add(7, t0.Add(10*time.Second), t0.Add(10*time.Second+keep))
+	r.expire(t0.Add(keep))
+	if r.has(42, t0.Add(keep)) || !r.has(7, t0.Add(keep)) {
+		t.Fatalf("after the first ids' time: has(42) %v, has(7) %v", r.has(42, t0.Add(keep)), r.has(7, t0.Add(keep)))
+	}
+	if r.len() != 1 || len(r.queue)-r.head != 1 {
+		t.Fatalf("after expiry %d ids and %d queued are kept, want 1 and 1", r.len(), len(r.queue)-r.head)
+	}
+	if cap(r.queue) > 64 {
+		t.Fatalf("the queue keeps room for %d ids after its burst", cap(r.queue))
+	}
+	r.expire(t0.Add(10*time.Second + keep))
+	if r.len() != 0 || r.has(7, t0.Add(10*time.Second+keep)) {
+		t.Fatalf("after every id's time: len %d", r.len())
+	}
+}
