@@ -54,6 +54,7 @@ func (b *bench) memory(ctx context.Context, t *testing.T) error {
 func (b *bench) sampleMemory(ctx context.Context) (heap, live, rss float64, err error) {
 	const lastGC = "go_memstats_last_gc_time_seconds"
 	time.Sleep(10 * time.Second)
+	waitQuiet(ctx, time.Minute)
 	ms, err := b.replicas[0].Metrics(ctx)
 	if err != nil {
 		return 0, 0, 0, err
