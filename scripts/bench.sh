@@ -2,7 +2,7 @@
 # make bench: bring up a dedicated local cluster, run the benchmark of bench/ against
 # it (two serve replicas behind a round-robin proxy against no webhook, an HTTPS
 # load generator, memory, API calls per placed pod) and print its Markdown tables;
-# the cluster is always torn down. Takes about 15 minutes on 2 cores.
+# the cluster is always torn down. Takes about 25 minutes on 2 cores.
 # Env: BENCH_PORT_OFFSET (default 600), BENCH_CLUSTER_DIR (default
 # <repo>/.localcluster/bench), BENCH_OUT (default <repo>/bin/bench.md), BENCH_TIMEOUT
 # (default 40m), BENCH_WEBHOOK_BIN, and the benchmark's own settings: BENCH_RUNS,
