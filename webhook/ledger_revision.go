@@ -82,8 +82,22 @@ func (l *SeatLedger) state(rev Revision) *revState {
 func (l *SeatLedger) forget(s *revState) {
 	now := l.clock.Now()
 	s.expire(now)
+	s.shrink()
 	if now.After(s.lastFulfil.Add(2*l.ttl)) && s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
 		delete(l.revs, s.rev)
+	}
+}
+
+// shrink gives back the room a burst's reservations took once they are all gone: Go
+// maps and slices keep their largest size, so the owner of a revision would otherwise
+// hold the burst's high-water mark (about 0.5 KiB per claim) for the revision's life.
+func (s *revState) shrink() {
+	if len(s.reserved) == 0 && s.expiries.Len() == 0 {
+		s.reserved = map[uint64]*entry{}
+		s.expiries.items = nil
+	}
+	if s.fulfilled.len() == 0 {
+		s.fulfilled = newRecentIDs()
 	}
 }
 

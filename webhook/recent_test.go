@@ -1,8 +1,11 @@
 package webhook
 
 import (
+	"reflect"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestRecentIDsExpireWithoutNewAdds(t *testing.T) {
@@ -30,5 +33,31 @@ func TestRecentIDsExpireWithoutNewAdds(t *testing.T) {
 	r.expire(t0.Add(10*time.Second + keep))
 	if r.len() != 0 || r.has(7, t0.Add(10*time.Second+keep)) {
 		t.Fatalf("after every id's time: len %d", r.len())
+	}
+}
+
+// Once a burst's reservations and fulfilled ids are all gone, the sweep gives their
+// room back: the maps are new ones.
+func TestSweepGivesABurstsRoomBack(t *testing.T) {
+	l := &SeatLedger{ttl: time.Second, clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), revs: map[Revision]*revState{}}
+	s := l.state(shopRS)
+	for i := range uint64(5000) {
+		now := l.clock.Now()
+		l.hold(s, i+1, &entry{seat: int(i) + 1, expires: now.Add(l.ttl)})
+		l.fulfil(s, i+1)
+	}
+	// A placed pod keeps the revision's state alive.
+	s.pods["pod"] = 1
+	reserved, fulfilled := reflect.ValueOf(s.reserved).UnsafePointer(), s.fulfilled
+	l.clock.(*clocktesting.FakeClock).Step(3 * l.ttl)
+	l.forget(s)
+	if l.revs[shopRS] != s {
+		t.Fatal("a revision with a placed pod was forgotten")
+	}
+	if len(s.reserved) != 0 || s.fulfilled.len() != 0 || s.expiries.Len() != 0 {
+		t.Fatalf("after the burst: %d reservations, %d fulfilled ids, %d expiries", len(s.reserved), s.fulfilled.len(), s.expiries.Len())
+	}
+	if reflect.ValueOf(s.reserved).UnsafePointer() == reserved || s.fulfilled == fulfilled || s.expiries.items != nil {
+		t.Fatal("the burst's maps and queues are kept after it ended")
 	}
 }
