@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -34,9 +35,12 @@ type Handlers struct {
 	// Peer answers the seat claims other replicas forward (SeatLedger.PeerHandler);
 	// nil serves none.
 	Peer http.Handler
+	// Profiling serves the Go runtime's profiles at /debug/pprof/.
+	Profiling bool
 }
 
-// Mux routes /mutate, /validate, /healthz, /readyz, /metrics and the peers' seat claims.
+// Mux routes /mutate, /validate, /healthz, /readyz, /metrics, the peers' seat claims
+// and, with Profiling, /debug/pprof/.
 func (h *Handlers) Mux() http.Handler {
 	mux := http.NewServeMux()
 	// One gate for both webhooks: they share the process's memory.
@@ -54,6 +58,13 @@ func (h *Handlers) Mux() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.Metrics.Registry, promhttp.HandlerOpts{}))
 	if h.Peer != nil {
 		mux.Handle("POST "+PeerClaimPath, h.Peer)
+	}
+	if h.Profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	return h.recoverPanics(mux)
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -254,6 +255,29 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 	if s := status("/metrics"); s != http.StatusOK {
 		t.Errorf("/metrics %d", s)
+	}
+}
+
+func TestProfilesOnlyWhenProfiling(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		h := &Handlers{Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog(), Profiling: on}
+		url, _, _, client := startServer(t, h)
+		resp, err := client.Get(url + "/debug/pprof/heap?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := http.StatusNotFound
+		if on {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("Profiling %v: /debug/pprof/heap %d, want %d", on, resp.StatusCode, want)
+		}
+		if on && !strings.Contains(string(body), "heap profile") {
+			t.Errorf("Profiling on: /debug/pprof/heap is not a heap profile: %.100q", body)
+		}
 	}
 }
 

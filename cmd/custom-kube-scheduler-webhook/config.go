@@ -54,6 +54,7 @@ var serveSettings = []setting{
 	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
 	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
+	{"profiling", "PROFILING", "off", "on: serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on the HTTPS port, for diagnosing memory or CPU use; off in normal operation"},
 	{"admission-deadline", "ADMISSION_DEADLINE", "4s", "time a pod admission may take; past it the pod is admitted unplaced with a warning (keep it below the webhook's timeoutSeconds, 5 in the chart)"},
 }
 
@@ -87,6 +88,7 @@ type serveConfig struct {
 	FallbackCooldown  time.Duration
 	MaxUnavailable    intstr.IntOrString
 	AdmissionDeadline time.Duration
+	Profiling         bool
 }
 
 func addSettingFlags(flags *pflag.FlagSet, settings []setting) {
@@ -184,11 +186,11 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 	default:
 		return nil, fmt.Errorf("CERT_MODE %q: want file or self", mode)
 	}
-	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("converge"))); mode {
-	case "on", "true", "off", "false":
-		c.Converge = mode == "on" || mode == "true"
-	default:
-		return nil, fmt.Errorf("CONVERGE %q: want on or off", mode)
+	if c.Converge, err = onOff(v, "converge", "CONVERGE"); err != nil {
+		return nil, err
+	}
+	if c.Profiling, err = onOff(v, "profiling", "PROFILING"); err != nil {
+		return nil, err
 	}
 	if c.FallbackAfter, err = positiveDuration(v, "fallback-after", "FALLBACK_AFTER"); err != nil {
 		return nil, err
@@ -256,4 +258,16 @@ func peerAddress(setting, listen, podIP string, inPod bool) (string, error) {
 		host = "127.0.0.1"
 	}
 	return "https://" + net.JoinHostPort(host, port), nil
+}
+
+// onOff reads a switch: on or off (true and false are taken too).
+func onOff(v *viper.Viper, key, env string) (bool, error) {
+	switch mode := strings.ToLower(strings.TrimSpace(v.GetString(key))); mode {
+	case "on", "true":
+		return true, nil
+	case "off", "false":
+		return false, nil
+	default:
+		return false, fmt.Errorf("%s %q: want on or off", env, mode)
+	}
 }

@@ -226,10 +226,11 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 			}
 			return nil
 		},
-		Metrics: metrics,
-		Log:     entry,
-		Limits:  cfg.Limits,
-		Peer:    webhook.RequirePeerCertificate(certs.GetCertificate, ledger.PeerHandler()),
+		Metrics:   metrics,
+		Log:       entry,
+		Limits:    cfg.Limits,
+		Peer:      webhook.RequirePeerCertificate(certs.GetCertificate, ledger.PeerHandler()),
+		Profiling: cfg.Profiling,
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddress)
 	if err != nil {
