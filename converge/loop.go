@@ -298,14 +298,9 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		}
 	}
 
-	var live []*corev1.Pod
-	placedLive := 0
-	for _, p := range l.cfg.Caches.PodsOf(webhook.Revision{Namespace: rev.namespace, UID: rev.uid}) {
-		if strategy.HoldsSeat(p) {
-			live = append(live, p)
-			placedLive++
-		}
-	}
+	// The pods are read from the cache twice (detection, then moves), as views: a pass
+	// keeps copies only of the pods it may name or move, not of all of a revision's.
+	cached := webhook.Revision{Namespace: rev.namespace, UID: rev.uid}
 	n := rev.replicas
 
 	// Detection: terms whose placed pods cannot get a node.
@@ -317,20 +312,25 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		}
 	}
 	struck := false
-	stranded := map[int][]*corev1.Pod{}
-	waiting := map[int][]*corev1.Pod{}
-	for _, p := range live {
+	placedLive := 0
+	stranded := map[int]*pendingPods{}
+	waiting := map[int]*pendingPods{}
+	l.cfg.Caches.EachPodOf(cached, func(p *corev1.Pod) {
+		if !strategy.HoldsSeat(p) {
+			return
+		}
+		placedLive++
 		t := strategy.TermOf(s, p)
 		since, ok := unschedulableSince(p)
 		if t < 0 || !ok {
-			continue
+			return
 		}
+		group := waiting
 		if now.Sub(since) >= l.cfg.FallbackAfter {
-			stranded[t] = append(stranded[t], p)
-		} else {
-			waiting[t] = append(waiting[t], p)
+			group = stranded
 		}
-	}
+		group[t] = group[t].add(p, since)
+	})
 	terms := make([]int, 0, len(s.Terms))
 	for t := range s.Terms {
 		terms = append(terms, t)
@@ -341,19 +341,21 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		}
 		var reason string
 		switch {
-		case len(stranded[t]) > 0:
-			reason = fmt.Sprintf("%d pods unschedulable for %s", len(stranded[t]), oldest(stranded[t], now))
+		case stranded[t] != nil:
+			g := stranded[t]
+			reason = fmt.Sprintf("%d pods unschedulable for %s", g.count, g.age(now))
 			if l.cfg.Signals != nil {
-				if word := l.cfg.Signals.Unlaunchable(ctx, s.Terms[t].LabelMap(), stranded[t]); word != "" {
+				if word := l.cfg.Signals.Unlaunchable(ctx, s.Terms[t].LabelMap(), []*corev1.Pod{g.oldest}); word != "" {
 					reason += ", " + word
 				}
 			}
-		case len(waiting[t]) > 0 && l.cfg.Signals != nil:
-			word := l.cfg.Signals.Unlaunchable(ctx, s.Terms[t].LabelMap(), waiting[t])
+		case waiting[t] != nil && l.cfg.Signals != nil:
+			g := waiting[t]
+			word := l.cfg.Signals.Unlaunchable(ctx, s.Terms[t].LabelMap(), []*corev1.Pod{g.oldest})
 			if word == "" {
 				continue
 			}
-			reason = fmt.Sprintf("%d pods unschedulable for %s, %s", len(waiting[t]), oldest(waiting[t], now), word)
+			reason = fmt.Sprintf("%d pods unschedulable for %s, %s", g.count, g.age(now), word)
 		default:
 			continue
 		}
@@ -401,42 +403,52 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		delete(l.suspect, rev.uid)
 		delete(l.listed, rev.uid)
 	}
+	var unplaced []*corev1.Pod
 	if last, ok := l.listed[rev.uid]; l.suspect[rev.uid] >= 2 && (!ok || now.Sub(last) >= 10*time.Second) {
-		unplaced, err := l.unplaced(ctx, rev)
-		if err != nil {
+		var err error
+		if unplaced, err = l.unplaced(ctx, rev); err != nil {
 			log.WithError(err).Warn("cannot list the revision's pods")
 		}
 		if len(unplaced) == 0 {
 			l.listed[rev.uid] = now
 		}
-		live = append(live, unplaced...)
 	}
 
-	// What should move.
+	// What should move; the seats held up to n, and the pods above n by seat.
 	var moves []move
-	bySeat := map[int]*corev1.Pod{}
-	for _, p := range live {
+	var heldSeats []int
+	above := map[int]*corev1.Pod{}
+	live, ready := 0, 0
+	consider := func(p *corev1.Pod) {
+		if !strategy.HoldsSeat(p) {
+			return
+		}
+		live++
+		if isReady(p) && !l.wasEvicted(p) {
+			ready++
+		}
 		seat, ok := strategy.SeatOf(p)
 		if !ok {
 			// A pod whose own nodeSelector contradicts a term was left unplaced on
 			// purpose; its replacement would be too, so moving it would only churn.
 			if !selectorConflicts(s, p.Spec.NodeSelector) {
-				moves = append(moves, move{pod: p, reason: MoveUnplaced, why: "it was admitted without a seat (the webhook was unreachable)"})
+				moves = append(moves, move{pod: keep(p), reason: MoveUnplaced, why: "it was admitted without a seat (the webhook was unreachable)"})
 			}
-			continue
+			return
 		}
 		if p.Annotations[strategy.AnnotationFallbackFrom] != "" {
 			res.fallbackPods++
 		}
-		bySeat[seat] = p
 		if seat > n {
-			continue
+			above[seat] = keep(p)
+			return
 		}
+		heldSeats = append(heldSeats, seat)
 		want, have := placement.Terms[seat-1], strategy.TermOf(s, p)
 		if have == want {
-			continue
+			return
 		}
-		m := move{pod: p, seat: seat, reason: MoveDrift}
+		m := move{pod: keep(p), seat: seat, reason: MoveDrift}
 		from, _ := strconv.Atoi(p.Annotations[strategy.AnnotationFallbackFrom])
 		_, haveGone := active[have]
 		switch {
@@ -452,23 +464,29 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		}
 		moves = append(moves, m)
 	}
-	if len(live) >= n {
+	l.cfg.Caches.EachPodOf(cached, consider)
+	for _, p := range unplaced {
+		consider(p)
+	}
+	if live >= n {
+		held := make([]bool, n+1) // n is at most live: no bigger than the pods that exist
+		for _, seat := range heldSeats {
+			held[seat] = true
+		}
 		var free []int
 		for seat := 1; seat <= n; seat++ {
-			if bySeat[seat] == nil {
+			if !held[seat] {
 				free = append(free, seat)
 			}
 		}
-		var above []int
-		for seat := range bySeat {
-			if seat > n {
-				above = append(above, seat)
-			}
+		seats := make([]int, 0, len(above))
+		for seat := range above {
+			seats = append(seats, seat)
 		}
-		sort.Sort(sort.Reverse(sort.IntSlice(above)))
-		for i := 0; i < len(above) && i < len(free); i++ {
-			moves = append(moves, move{pod: bySeat[above[i]], seat: above[i], reason: MoveSeatAbove,
-				why: fmt.Sprintf("seat %d is above the replica count %d while seat %d is free", above[i], n, free[i])})
+		sort.Sort(sort.Reverse(sort.IntSlice(seats)))
+		for i := 0; i < len(seats) && i < len(free); i++ {
+			moves = append(moves, move{pod: above[seats[i]], seat: seats[i], reason: MoveSeatAbove,
+				why: fmt.Sprintf("seat %d is above the replica count %d while seat %d is free", seats[i], n, free[i])})
 		}
 	}
 	res.off = len(moves) > 0 || len(stranded) > 0
@@ -497,26 +515,20 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		}
 		moves = kept
 	}
-	res.pending = l.evictWithinBudget(ctx, w, rev, live, moves, log)
+	res.pending = l.evictWithinBudget(ctx, w, rev, ready, moves, log)
 	return res
 }
 
 // evictWithinBudget evicts moves, pods not Ready first (they cost no budget), then the
 // highest seats first, while the revision's unavailable pods stay within the budget.
 // It returns how many moves are left for a later pass.
-func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev revision, live []*corev1.Pod, moves []move, log logrus.FieldLogger) int {
+func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev revision, ready int, moves []move, log logrus.FieldLogger) int {
 	budget, err := Budget(l.cfg.MaxUnavailable, rev.replicas)
 	if err != nil {
 		return len(moves)
 	}
 	if rev.rolling {
 		budget = 0
-	}
-	ready := 0
-	for _, p := range live {
-		if isReady(p) && !l.wasEvicted(p) {
-			ready++
-		}
 	}
 	unavailable := max(0, rev.replicas-ready)
 	sort.SliceStable(moves, func(i, j int) bool {
@@ -708,14 +720,33 @@ func isReady(p *corev1.Pod) bool {
 	return false
 }
 
-func oldest(pods []*corev1.Pod, now time.Time) time.Duration {
-	var d time.Duration
-	for _, p := range pods {
-		if since, ok := unschedulableSince(p); ok {
-			d = max(d, now.Sub(since))
-		}
+// pendingPods are a term's placed pods found unschedulable: how many, and the one
+// unschedulable longest (kept: Karpenter's word is read from its Events).
+type pendingPods struct {
+	count  int
+	oldest *corev1.Pod
+	since  time.Time
+}
+
+// add counts p, unschedulable since since; a nil g starts a group.
+func (g *pendingPods) add(p *corev1.Pod, since time.Time) *pendingPods {
+	if g == nil {
+		g = &pendingPods{}
 	}
-	return d.Round(time.Second)
+	g.count++
+	if g.oldest == nil || since.Before(g.since) {
+		g.oldest, g.since = keep(p), since
+	}
+	return g
+}
+
+// age is how long the oldest pod has been unschedulable.
+func (g *pendingPods) age(now time.Time) time.Duration { return now.Sub(g.since).Round(time.Second) }
+
+// keep copies a pod the cache lent (Caches.EachPodOf) for use after the call.
+func keep(p *corev1.Pod) *corev1.Pod {
+	kept := *p
+	return &kept
 }
 
 func termLabels(s *strategy.Strategy, t int) string {
