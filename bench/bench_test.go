@@ -13,7 +13,9 @@
 // 2000), BENCH_MEMORY_PODS (default 5000), BENCH_SERVE_ENV (extra settings of
 // serve, space-separated KEY=VALUE; default none: the chart's settings),
 // BENCH_OUT (also write the tables to this file), BENCH_SKIP (comma-separated
-// phases to skip: burst, load, memory).
+// phases to skip: burst, load, memory), BENCH_PROFILE_DIR (serve with PROFILING=on
+// and save there each replica's CPU profiles of the bursts with the webhook and heap
+// profiles of the memory phase).
 package bench
 
 import (
@@ -162,6 +164,9 @@ func serveEnv() []string {
 		"LOG_LEVEL=info",
 		"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public," + withoutNS,
 		"POD_NAMESPACE=" + webhookNS,
+	}
+	if os.Getenv("BENCH_PROFILE_DIR") != "" {
+		env = append(env, "PROFILING=on")
 	}
 	return append(env, strings.Fields(extra)...)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
+	"golang.org/x/sync/errgroup"
 )
 
 // writeVerbs are the verbs of apiserver_request_total that change state.
@@ -200,9 +202,13 @@ func (b *bench) burst(ctx context.Context, n int, with bool, run int) (burstRun,
 	if err != nil {
 		return out, err
 	}
+	profiled := b.profileBurst(ctx, with, n, run)
 	cpuBefore := cpuSeconds()
 	out.times, err = b.createAndWatch(ctx, deployment(ns, name, burstStrategy, n), true, 10*time.Minute,
 		func() { out.cpu = cpuSince(cpuBefore) })
+	if perr := profiled(); err == nil && perr != nil {
+		err = perr
+	}
 	if err != nil {
 		return out, err
 	}
@@ -230,6 +236,25 @@ func (b *bench) burst(ctx context.Context, n int, with bool, run int) (burstRun,
 		return out, err
 	}
 	return out, nil
+}
+
+// profileBurst starts, with BENCH_PROFILE_DIR and the webhook, a CPU profile of each
+// replica covering a burst of n (2 s + 1 s per 100 pods: about until all pods exist),
+// saved as cpu-<replica>-<n>-<run>.pb.gz; go tool pprof merges the files it is given.
+// The returned function waits for them.
+func (b *bench) profileBurst(ctx context.Context, with bool, n, run int) func() error {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" || !with {
+		return func() error { return nil }
+	}
+	var g errgroup.Group
+	for _, s := range b.replicas {
+		g.Go(func() error {
+			path := filepath.Join(dir, fmt.Sprintf("cpu-%s-%d-%d.pb.gz", s.Name, n, run+1))
+			return s.SaveProfile(ctx, "profile", fmt.Sprintf("seconds=%d", 2+n/100), path)
+		})
+	}
+	return g.Wait
 }
 
 func sumValues(m map[string]float64) float64 {

@@ -30,15 +30,20 @@ var cpuComponents = []struct{ comm, name string }{
 
 const otherCPU = "other"
 
-// cpuSeconds returns the CPU seconds (user + system) the processes on the machine
-// have used so far, by component: the cost of a burst is the difference of two
-// readings (processes that ended between them are missed).
-func cpuSeconds() map[string]float64 {
+// procCPU is one process's CPU seconds (user + system) so far, and its component.
+type procCPU struct {
+	name string
+	secs float64
+}
+
+// cpuSeconds returns the CPU seconds the processes on the machine have used so far,
+// by process (PID and start time, so that a reused PID is another process).
+func cpuSeconds() map[string]procCPU {
 	byComm := map[string]string{}
 	for _, c := range cpuComponents {
 		byComm[c.comm] = c.name
 	}
-	out := map[string]float64{}
+	out := map[string]procCPU{}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range stats {
 		raw, err := os.ReadFile(p)
@@ -50,9 +55,9 @@ func cpuSeconds() map[string]float64 {
 		if open < 0 || closing < open {
 			continue
 		}
-		// After the command: state(0) ... utime(11) stime(12).
+		// After the command: state(0) ... utime(11) stime(12) ... starttime(19).
 		fields := strings.Fields(s[closing+1:])
-		if len(fields) < 13 {
+		if len(fields) < 20 {
 			continue
 		}
 		u, err1 := strconv.ParseFloat(fields[11], 64)
@@ -64,16 +69,18 @@ func cpuSeconds() map[string]float64 {
 		if !ok {
 			name = otherCPU
 		}
-		out[name] += (u + k) / userHZ
+		out[filepath.Base(filepath.Dir(p))+"/"+fields[19]] = procCPU{name: name, secs: (u + k) / userHZ}
 	}
 	return out
 }
 
-// cpuSince returns the CPU seconds used since before, by component.
-func cpuSince(before map[string]float64) map[string]float64 {
-	out := cpuSeconds()
-	for k, v := range before {
-		out[k] -= v
+// cpuSince returns the CPU seconds used since before, by component: all of a process
+// started since, none of one that ended since (a process that ended would otherwise
+// make the difference negative).
+func cpuSince(before map[string]procCPU) map[string]float64 {
+	out := map[string]float64{}
+	for id, p := range cpuSeconds() {
+		out[p.name] += p.secs - before[id].secs
 	}
 	return out
 }

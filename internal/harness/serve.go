@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -203,4 +204,37 @@ func (s *Serve) Metrics(ctx context.Context) (Metrics, error) {
 		return nil, fmt.Errorf("scraping %s: status %s", s.URL("/metrics"), resp.Status)
 	}
 	return ParseMetrics(resp.Body)
+}
+
+// SaveProfile writes the process's /debug/pprof/<name> (serve with PROFILING=on) to
+// path; query is appended as is (for example "gc=1" for a heap profile taken after
+// a collection).
+func (s *Serve) SaveProfile(ctx context.Context, name, query, path string) error {
+	url := s.URL("/debug/pprof/" + name)
+	if query != "" {
+		url += "?" + query
+	}
+	hc := s.cluster.HTTPClient(time.Minute)
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("building profile request: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetching %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetching %s: status %s (is PROFILING on?)", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("saving profile: %w", err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("saving profile %s: %w", path, err)
+	}
+	return f.Close()
 }
