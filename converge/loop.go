@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -653,6 +654,14 @@ func (l *Loop) unplaced(ctx context.Context, rev revision) ([]*corev1.Pod, error
 	if err != nil {
 		return nil, fmt.Errorf("selector of %s %s/%s: %w", rev.kind, rev.namespace, rev.name, err)
 	}
+	// Only pods without the managed label: the cache has the others. A revision is
+	// short of placed pods through every big scale-up, and listing all its pods then
+	// moved thousands of them every 10 s to find none.
+	unmanaged, err := labels.NewRequirement(strategy.LabelManaged, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, fmt.Errorf("selector of unplaced pods: %w", err)
+	}
+	selector = selector.Add(*unmanaged)
 	list, err := l.cfg.Client.CoreV1().Pods(rev.namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
 	if err != nil {
 		return nil, fmt.Errorf("list pods of %s %s/%s: %w", rev.kind, rev.namespace, rev.name, err)

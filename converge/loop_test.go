@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -338,6 +339,24 @@ func TestUnplacedPodsMove(t *testing.T) {
 	w.loop.Pass(ctx)
 	if got := w.evictions(); len(got) != 1 || got[0] != "web-unplaced" {
 		t.Fatalf("evicted %v, want the unplaced pod", got)
+	}
+	// The live listing asks only for pods the webhook did not place (the cache has the
+	// others), or a big scale-up would move all of its pods every 10 s.
+	lists := 0
+	for _, a := range w.client.Actions() {
+		if l, ok := a.(k8stesting.ListAction); ok && a.GetResource().Resource == "pods" {
+			sel := l.GetListRestrictions().Labels
+			if sel.Matches(labels.Set{strategy.LabelManaged: "true"}) {
+				continue // the pod cache's own listing
+			}
+			lists++
+			if sel.Matches(labels.Set{"app": "web", strategy.LabelManaged: "true"}) || !sel.Matches(labels.Set{"app": "web"}) {
+				t.Errorf("pods listed with selector %q, want the revision's pods without %s", sel, strategy.LabelManaged)
+			}
+		}
+	}
+	if lists == 0 {
+		t.Error("the unplaced pod was found without listing pods")
 	}
 }
 
