@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -30,8 +31,17 @@ type Drain struct {
 // getCertificate is consulted on every handshake, so rotated certificates are served
 // without a restart.
 func ServeDrain(stop context.Context, ln net.Listener, handler http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), d Drain, log logrus.FieldLogger) error {
+	var draining atomic.Bool
 	srv := &http.Server{
-		Handler: handler,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if draining.Load() {
+				// Each connection closes after its current request (HTTP/2: a graceful
+				// GOAWAY), so clients that keep connections open (the API server does)
+				// reconnect to a replica that stays.
+				w.Header().Set("Connection", "close")
+			}
+			handler.ServeHTTP(w, r)
+		}),
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12, GetCertificate: getCertificate,
 			// Asked, not required: other replicas present one on seat claims
@@ -56,9 +66,10 @@ func ServeDrain(stop context.Context, ln net.Listener, handler http.Handler, get
 		d.Begin()
 	}
 	if d.Period > 0 {
-		// Connections are closed after their current request, so clients that keep
-		// them open (the API server does) reconnect to a replica that stays.
-		srv.SetKeepAlivesEnabled(false)
+		// Not SetKeepAlivesEnabled(false): it closes idle HTTP/1.1 connections at once,
+		// and a client sending a request on one at that moment gets EOF (seen in e2e:
+		// the balancer's calls failed). Idle connections stay open until Shutdown.
+		draining.Store(true)
 		log.WithField("drain", d.Period.String()).Info("stop signal: not ready; serving until the endpoint removal has spread")
 		time.Sleep(d.Period)
 	}

@@ -1,17 +1,22 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
@@ -98,5 +103,78 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 	}
 	if _, err := client.Get(url + "/healthz"); err == nil {
 		t.Error("still serving after ServeDrain returned")
+	}
+}
+
+// An HTTP/1.1 connection idle when the stop signal comes stays open: the next request
+// on it is served (closing idle connections at once races a client sending on one: it
+// gets EOF), and its answer closes the connection, so the client reconnects elsewhere.
+func TestDrainServesIdleConnectionsThenClosesThem(t *testing.T) {
+	h := &Handlers{Mutate: func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { return allow() },
+		Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog()}
+	certPEM, keyPEM := issueCert(t, 1)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, signal := context.WithCancel(context.Background())
+	defer signal()
+	done := make(chan error, 1)
+	go func() {
+		getCert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
+		done <- ServeDrain(stop, ln, h.Mux(), getCert, Drain{Period: time.Second}, quietLog())
+	}()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	// A custom TLS configuration and no ForceAttemptHTTP2: HTTP/1.1 with keep-alives.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	url := "https://" + ln.Addr().String()
+	post := func() (reused bool, resp *http.Response) {
+		t.Helper()
+		body, err := json.Marshal(admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request:  createRequest(t, rsPod()),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequest(http.MethodPost, url+"/mutate", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused },
+		}))
+		resp, err = client.Do(req)
+		if err != nil {
+			t.Fatalf("admission: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return reused, resp
+	}
+	if _, resp := post(); resp.Close {
+		t.Fatal("the server closed the connection before the stop signal")
+	}
+	signal()
+	time.Sleep(200 * time.Millisecond) // the drain has begun
+	reused, resp := post()
+	if !reused {
+		t.Error("the connection idle at the stop signal was closed: a request sent on it then fails")
+	}
+	if resp.StatusCode != http.StatusOK || !resp.Close {
+		t.Errorf("during the drain: status %d, Connection: close %v; want 200 and the connection closed after it", resp.StatusCode, resp.Close)
+	}
+	if reused, _ := post(); reused {
+		t.Error("a connection answered with Connection: close was used again")
+	}
+	if err := <-done; err != nil {
+		t.Errorf("ServeDrain: %v", err)
 	}
 }
