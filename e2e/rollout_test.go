@@ -93,7 +93,8 @@ func TestWebhookRolloutLeavesNoPodUnplaced(t *testing.T) {
 	t.Logf("rollout: SIGTERM after %d admissions, old replica exited %v later; %d admissions per backend %v, %d failed at the balancer; unplaced pods %d of %d",
 		atSignal, exited.Round(time.Millisecond), lb.total()-baseline, lb.served(), lb.Failed(), unplaced, len(list.Items))
 	if unplaced != 0 || lb.Failed() != 0 {
-		t.Errorf("%d pods unplaced, %d admissions failed during the webhook rollout; want 0", unplaced, lb.Failed())
+		t.Errorf("%d pods unplaced, %d admissions failed during the webhook rollout; want 0 (SIGTERM at %s; %v)",
+			unplaced, lb.Failed(), sigterm.Format("15:04:05.000"), lb.Failures())
 	}
 	assertExactSpread(ctx, t, capacityStrategy, pods)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -26,6 +27,8 @@ type Proxy struct {
 	counts    []atomic.Int64
 	ready     []atomic.Bool
 	failed    atomic.Int64
+	errMu     sync.Mutex
+	errs      []string // the first failures, for a test's report
 	next      atomic.Int64
 	srv       *http.Server
 	transport *http.Transport
@@ -87,6 +90,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		resp, err := p.transport.RoundTrip(out)
 		if err != nil {
 			p.failed.Add(1)
+			p.errMu.Lock()
+			if len(p.errs) < 10 {
+				p.errs = append(p.errs, fmt.Sprintf("backend %d (ready %v) at %s: %v", p.backends[i], p.ready[i].Load(), time.Now().Format("15:04:05.000"), err))
+			}
+			p.errMu.Unlock()
 			continue
 		}
 		p.counts[i].Add(1)
@@ -101,27 +109,41 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, "no backend answered", http.StatusBadGateway)
 }
 
-// WatchReadiness polls every backend's /readyz each interval until ctx ends, and sends
-// requests to those that answer 200 first, as an endpoint controller keeps only Ready
-// pods in a Service. The returned channel is closed when it stopped.
+// Readiness probing as the kubelet does it by default: a probe times out after a second,
+// and a backend is not ready after three failed probes in a row, ready again after one
+// success. A single slow answer of a busy backend must not take it out of the rotation
+// (with every backend out, requests would go to one that is shutting down).
+const (
+	probeTimeout     = time.Second
+	failureThreshold = 3
+)
+
+// WatchReadiness probes every backend's /readyz each interval until ctx ends (all at
+// once, so that a slow one delays no other), and sends requests to the ready ones first,
+// as an endpoint controller keeps only Ready pods in a Service. The returned channel is
+// closed when it stopped.
 func (p *Proxy) WatchReadiness(ctx context.Context, interval time.Duration) <-chan struct{} {
-	hc := &http.Client{Timeout: interval, Transport: &http.Transport{TLSClientConfig: p.transport.TLSClientConfig}}
+	hc := &http.Client{Timeout: probeTimeout, Transport: &http.Transport{TLSClientConfig: p.transport.TLSClientConfig}}
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		defer hc.CloseIdleConnections()
+		failures := make([]int, len(p.backends))
 		for {
+			var wg sync.WaitGroup
 			for i, b := range p.backends {
-				ok := false
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", b), nil)
-				if err == nil {
-					if resp, err := hc.Do(req); err == nil {
-						_ = resp.Body.Close()
-						ok = resp.StatusCode == http.StatusOK
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if probeReady(ctx, hc, b) {
+						failures[i] = 0
+						p.ready[i].Store(true)
+					} else if failures[i]++; failures[i] >= failureThreshold {
+						p.ready[i].Store(false)
 					}
-				}
-				p.ready[i].Store(ok)
+				}()
 			}
+			wg.Wait()
 			select {
 			case <-ctx.Done():
 				return
@@ -130,6 +152,20 @@ func (p *Proxy) WatchReadiness(ctx context.Context, interval time.Duration) <-ch
 		}
 	}()
 	return stopped
+}
+
+// probeReady reports whether the backend's /readyz answers 200.
+func probeReady(ctx context.Context, hc *http.Client, port int) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", port), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // Served returns how many requests each backend answered, in backend order.
@@ -152,6 +188,13 @@ func (p *Proxy) Total() int64 {
 
 // Failed returns how many calls a backend failed to answer (each then went to the next).
 func (p *Proxy) Failed() int64 { return p.failed.Load() }
+
+// Failures describes the first of those failures: backend, readiness, time, error.
+func (p *Proxy) Failures() []string {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	return append([]string(nil), p.errs...)
+}
 
 // Close stops the proxy and returns the server's error, if it failed other than by closing.
 func (p *Proxy) Close(ctx context.Context) error {

@@ -1,0 +1,84 @@
+package harness
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// tlsBackend serves readyz (its status, after its delay) and / on 127.0.0.1.
+func tlsBackend(t *testing.T, status *atomic.Int32, delay *atomic.Int64) (port int, srv *httptest.Server) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(time.Duration(delay.Load()))
+		w.WriteHeader(int(status.Load()))
+	})
+	mux.HandleFunc("/", func(http.ResponseWriter, *http.Request) {})
+	srv = httptest.NewTLSServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().(*net.TCPAddr).Port, srv
+}
+
+// A backend whose /readyz is slow once stays in the rotation (the kubelet's default
+// probe timeout and failure threshold); one that answers 503 leaves it after three
+// probes, and comes back on its first 200.
+func TestProxyReadinessLikeTheKubelet(t *testing.T) {
+	var okStatus, badStatus atomic.Int32
+	var okDelay, badDelay atomic.Int64
+	okStatus.Store(http.StatusOK)
+	badStatus.Store(http.StatusServiceUnavailable)
+	okPort, okSrv := tlsBackend(t, &okStatus, &okDelay)
+	badPort, _ := tlsBackend(t, &badStatus, &badDelay)
+	okDelay.Store(int64(300 * time.Millisecond)) // slower than the poll interval, within the timeout
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cert := okSrv.TLS.Certificates[0]
+	backendTLS := okSrv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	p, err := StartProxy(port, cert, backendTLS, okPort, badPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := p.WatchReadiness(ctx, 50*time.Millisecond)
+	t.Cleanup(func() { cancel(); <-stopped })
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: ready %v", what, []bool{p.ready[0].Load(), p.ready[1].Load()})
+			}
+		}
+	}
+	waitFor("the backend answering 503 leaves the rotation", func() bool { return !p.ready[1].Load() })
+	if !p.ready[0].Load() {
+		t.Fatal("a backend whose /readyz is slower than the poll interval but answers 200 left the rotation")
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: backendTLS.RootCAs, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	for range 4 {
+		resp, err := client.Get("https://127.0.0.1:" + strconv.Itoa(port) + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if got := p.Served(); got[0] != 4 || got[1] != 0 {
+		t.Errorf("served %v, want all 4 requests on the ready backend", got)
+	}
+	badStatus.Store(http.StatusOK)
+	waitFor("the backend back to 200 returns", func() bool { return p.ready[1].Load() })
+}
