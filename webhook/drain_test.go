@@ -10,14 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
 // On the stop signal /readyz fails at once, admissions are still served during the
@@ -41,29 +39,8 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 		},
 		Metrics: NewMetrics(), Log: quietLog(),
 	}
-	dir := t.TempDir()
-	certPEM, keyPEM := issueCert(t, 1)
-	writeFile(t, filepath.Join(dir, "tls.crt"), certPEM)
-	writeFile(t, filepath.Join(dir, "tls.key"), keyPEM)
-	watcher, err := certwatcher.New(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, signal := context.WithCancel(context.Background())
-	defer signal()
-	done := make(chan error, 1)
 	const period = 700 * time.Millisecond
-	go func() {
-		done <- ServeDrain(stop, ln, h.Mux(), watcher.GetCertificate, Drain{Period: period, Begin: func() { draining.Store(true) }}, quietLog())
-	}()
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certPEM)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}}
-	url := "https://" + ln.Addr().String()
+	url, client, signal, done := startDrain(t, h, Drain{Period: period, Begin: func() { draining.Store(true) }}, true)
 	status := func(path string) int {
 		resp, err := client.Get(url + path)
 		if err != nil {
@@ -112,28 +89,8 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 func TestDrainServesIdleConnectionsThenClosesThem(t *testing.T) {
 	h := &Handlers{Mutate: func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { return allow() },
 		Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog()}
-	certPEM, keyPEM := issueCert(t, 1)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, signal := context.WithCancel(context.Background())
-	defer signal()
-	done := make(chan error, 1)
-	go func() {
-		getCert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
-		done <- ServeDrain(stop, ln, h.Mux(), getCert, Drain{Period: time.Second}, quietLog())
-	}()
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certPEM)
-	// A custom TLS configuration and no ForceAttemptHTTP2: HTTP/1.1 with keep-alives.
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	defer client.CloseIdleConnections()
-	url := "https://" + ln.Addr().String()
+	// HTTP/1.1 with keep-alives.
+	url, client, signal, done := startDrain(t, h, Drain{Period: time.Second}, false)
 	post := func() (reused bool, resp *http.Response) {
 		t.Helper()
 		body, err := json.Marshal(admissionv1.AdmissionReview{
@@ -177,4 +134,32 @@ func TestDrainServesIdleConnectionsThenClosesThem(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("ServeDrain: %v", err)
 	}
+}
+
+// startDrain runs ServeDrain with h on a loopback port and a fresh certificate, and
+// returns its URL, a client trusting it (HTTP/2 with forceHTTP2, else HTTP/1.1 with
+// keep-alives), the stop signal and ServeDrain's result.
+func startDrain(t *testing.T, h *Handlers, d Drain, forceHTTP2 bool) (url string, client *http.Client, signal context.CancelFunc, done <-chan error) {
+	t.Helper()
+	certPEM, keyPEM := issueCert(t, 1)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, signal := context.WithCancel(context.Background())
+	t.Cleanup(signal)
+	result := make(chan error, 1)
+	getCert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
+	go func() { result <- ServeDrain(stop, ln, h.Mux(), getCert, d, quietLog()) }()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: forceHTTP2,
+	}}
+	t.Cleanup(client.CloseIdleConnections)
+	return "https://" + ln.Addr().String(), client, signal, result
 }
