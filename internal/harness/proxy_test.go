@@ -12,12 +12,12 @@ import (
 	"time"
 )
 
-// tlsBackend serves readyz (its status, after its delay) and / on 127.0.0.1.
-func tlsBackend(t *testing.T, status *atomic.Int32, delay *atomic.Int64) (port int, srv *httptest.Server) {
+// tlsBackend serves /readyz (its status, after delay) and / on 127.0.0.1.
+func tlsBackend(t *testing.T, status *atomic.Int32, delay time.Duration) (port int, srv *httptest.Server) {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		time.Sleep(time.Duration(delay.Load()))
+		time.Sleep(delay)
 		w.WriteHeader(int(status.Load()))
 	})
 	mux.HandleFunc("/", func(http.ResponseWriter, *http.Request) {})
@@ -26,17 +26,16 @@ func tlsBackend(t *testing.T, status *atomic.Int32, delay *atomic.Int64) (port i
 	return srv.Listener.Addr().(*net.TCPAddr).Port, srv
 }
 
-// A backend whose /readyz is slow once stays in the rotation (the kubelet's default
+// A backend whose /readyz is slower than the poll interval stays in the rotation (the kubelet's default
 // probe timeout and failure threshold); one that answers 503 leaves it after three
 // probes, and comes back on its first 200.
 func TestProxyReadinessLikeTheKubelet(t *testing.T) {
 	var okStatus, badStatus atomic.Int32
-	var okDelay, badDelay atomic.Int64
 	okStatus.Store(http.StatusOK)
 	badStatus.Store(http.StatusServiceUnavailable)
-	okPort, okSrv := tlsBackend(t, &okStatus, &okDelay)
-	badPort, _ := tlsBackend(t, &badStatus, &badDelay)
-	okDelay.Store(int64(300 * time.Millisecond)) // slower than the poll interval, within the timeout
+	// Slower than the poll interval (50 ms), within the probe timeout.
+	okPort, okSrv := tlsBackend(t, &okStatus, 300*time.Millisecond)
+	badPort, _ := tlsBackend(t, &badStatus, 0)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -189,52 +189,53 @@ func (s *Serve) Stop() error {
 
 // Metrics scrapes the process's /metrics.
 func (s *Serve) Metrics(ctx context.Context) (Metrics, error) {
-	hc := s.cluster.HTTPClient(10 * time.Second)
-	defer hc.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL("/metrics"), nil)
-	if err != nil {
-		return nil, fmt.Errorf("building metrics request: %w", err)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", s.URL("/metrics"), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scraping %s: status %s", s.URL("/metrics"), resp.Status)
-	}
-	return ParseMetrics(resp.Body)
+	var ms Metrics
+	err := s.get(ctx, "/metrics", 10*time.Second, func(body io.Reader) (err error) {
+		ms, err = ParseMetrics(body)
+		return err
+	})
+	return ms, err
 }
 
 // SaveProfile writes the process's /debug/pprof/<name> (serve with PROFILING=on) to
 // path; query is appended as is (for example "gc=1" for a heap profile taken after
 // a collection).
 func (s *Serve) SaveProfile(ctx context.Context, name, query, path string) error {
-	url := s.URL("/debug/pprof/" + name)
 	if query != "" {
-		url += "?" + query
+		name += "?" + query
 	}
-	hc := s.cluster.HTTPClient(time.Minute)
-	defer hc.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	err := s.get(ctx, "/debug/pprof/"+name, time.Minute, func(body io.Reader) error {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("saving profile: %w", err)
+		}
+		if _, err := io.Copy(f, body); err != nil {
+			f.Close()
+			return fmt.Errorf("saving profile %s: %w", path, err)
+		}
+		return f.Close()
+	})
 	if err != nil {
-		return fmt.Errorf("building profile request: %w", err)
+		return fmt.Errorf("profile %s (serve needs PROFILING=on): %w", name, err)
+	}
+	return nil
+}
+
+// get GETs path from the process (within timeout) and hands a 200 answer's body to read.
+func (s *Serve) get(ctx context.Context, path string, timeout time.Duration, read func(io.Reader) error) error {
+	hc := s.cluster.HTTPClient(timeout)
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL(path), nil)
+	if err != nil {
+		return fmt.Errorf("building request for %s: %w", s.URL(path), err)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("fetching %s: %w", url, err)
+		return fmt.Errorf("fetching %s: %w", s.URL(path), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("fetching %s: status %s (is PROFILING on?)", url, resp.Status)
+		return fmt.Errorf("fetching %s: status %s", s.URL(path), resp.Status)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("saving profile: %w", err)
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return fmt.Errorf("saving profile %s: %w", path, err)
-	}
-	return f.Close()
+	return read(resp.Body)
 }
