@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,9 @@ type NodeGroupSource interface {
 	HasSynced() bool
 	// Groups returns the current view.
 	Groups() []nodegroups.Group
+	// Generation changes whenever the view does (Catalog remembers answers until it
+	// does).
+	Generation() uint64
 }
 
 // Options configure a Catalog.
@@ -79,6 +83,11 @@ type Catalog struct {
 	poolState     atomic.Int32
 	groups        NodeGroupSource // nil when node groups are off
 	discoveryTick time.Duration
+
+	// capacityGen counts the changes of Nodes and NodePools that can change what
+	// serves a term (not heartbeats or NodePool status counts).
+	capacityGen atomic.Uint64
+	memo        tolerationsMemo
 }
 
 // NewCatalog builds a Catalog; nothing is listed or watched before Run.
@@ -108,12 +117,37 @@ func NewCatalog(o Options) (*Catalog, error) {
 	if c.nodes, err = newNodeInformer(o.Kube, o.ResyncPeriod); err != nil {
 		return nil, err
 	}
+	if err := c.countChanges(c.nodes, nodeMatters); err != nil {
+		return nil, err
+	}
 	if o.Dynamic != nil {
 		if c.pools, err = newNodePoolInformer(o.Dynamic, o.ResyncPeriod); err != nil {
 			return nil, err
 		}
+		if err := c.countChanges(c.pools, nodePoolMatters); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
+}
+
+// countChanges bumps capacityGen on every add and delete of inf, and on each update
+// for which changed reports a difference.
+func (c *Catalog) countChanges(inf cache.SharedIndexInformer, changed func(old, cur interface{}) bool) error {
+	bump := func(interface{}) { c.capacityGen.Add(1) }
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { bump(obj) },
+		DeleteFunc: bump,
+		UpdateFunc: func(old, cur interface{}) {
+			if changed(old, cur) {
+				bump(cur)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching capacity changes: %w", err)
+	}
+	return nil
 }
 
 // Run watches Nodes and NodePools and refreshes node groups until ctx is
@@ -197,10 +231,31 @@ func (c *Catalog) HasSynced() bool {
 
 // Tolerations answers what a pod selecting term needs: tolerations for the taints of
 // the NodePools and node groups serving it (TolerationsFor), and whether anything,
-// including a Ready node, serves it at all.
+// including a Ready node, serves it at all. It runs on every admission, so answers are
+// remembered per term until a Node, NodePool or node group changes in a way that
+// matters to them (Serving walks every NodePool and Node: 1.6 ms with 1,000 nodes,
+// BenchmarkTolerations). An answer may lag a change by the moment between the
+// informer's store taking it and its event handler counting it.
 func (c *Catalog) Tolerations(term map[string]string) (tolerations []corev1.Toleration, served bool) {
+	key := termKey(term)
+	gen := c.generation()
+	if a, ok := c.memo.get(key, gen); ok {
+		return slices.Clone(a.tolerations), a.served
+	}
 	sources := c.Serving(term)
-	return TolerationsFor(sources), len(sources) > 0
+	a := tolerationsAnswer{tolerations: TolerationsFor(sources), served: len(sources) > 0}
+	c.memo.put(key, gen, a)
+	return slices.Clone(a.tolerations), a.served
+}
+
+// generation identifies the state of the capacity Serving reads: it changes whenever
+// a relevant Node, NodePool or node group change was seen.
+func (c *Catalog) generation() memoGeneration {
+	g := memoGeneration{capacity: c.capacityGen.Load()}
+	if c.groups != nil {
+		g.groups = c.groups.Generation()
+	}
+	return g
 }
 
 // Serving returns the capacity that can carry a pod whose nodeSelector holds

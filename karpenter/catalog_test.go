@@ -20,11 +20,15 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 )
 
-type fakeGroups struct{ groups []nodegroups.Group }
+type fakeGroups struct {
+	groups []nodegroups.Group
+	gen    uint64 // bump when groups change
+}
 
 func (f *fakeGroups) Run(ctx context.Context)    { <-ctx.Done() }
 func (f *fakeGroups) HasSynced() bool            { return true }
 func (f *fakeGroups) Groups() []nodegroups.Group { return f.groups }
+func (f *fakeGroups) Generation() uint64         { return f.gen }
 
 func node(name string, ready bool, labels map[string]string) *corev1.Node {
 	st := corev1.ConditionFalse
@@ -40,7 +44,7 @@ func node(name string, ready bool, labels map[string]string) *corev1.Node {
 	}
 }
 
-func unstructuredPool(t *testing.T, np *karpv1.NodePool) *unstructured.Unstructured {
+func unstructuredPool(t testing.TB, np *karpv1.NodePool) *unstructured.Unstructured {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(np)
 	if err != nil {
@@ -49,7 +53,7 @@ func unstructuredPool(t *testing.T, np *karpv1.NodePool) *unstructured.Unstructu
 	return &unstructured.Unstructured{Object: m}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {

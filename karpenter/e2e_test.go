@@ -16,9 +16,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 )
 
@@ -109,8 +111,35 @@ func TestE2ENodePoolInformer(t *testing.T) {
 		t.Errorf("tolerations = %+v, want %+v", got, want)
 	}
 
+	// Tolerations remembers its answers; a changed taint and a deleted pool must
+	// still reach them (Karpenter updating the pool's status meanwhile must not matter).
+	if tols, ok := c.Tolerations(match); !ok || !reflect.DeepEqual(tols, want) {
+		t.Fatalf("Tolerations = %+v, %v; want %+v, true", tols, ok, want)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := res.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		taints := []interface{}{map[string]interface{}{"key": "capacity", "value": "spot-changed", "effect": "NoSchedule"}}
+		if err := unstructured.SetNestedSlice(u.Object, taints, "spec", "template", "spec", "taints"); err != nil {
+			return err
+		}
+		_, err = res.Update(ctx, u, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("changing the taint of NodePool %s: %v", name, err)
+	}
+	waitFor(t, "the changed taint in the remembered tolerations", func() bool {
+		tols, ok := c.Tolerations(match)
+		return ok && len(tols) == 1 && tols[0].Value == "spot-changed"
+	})
+
 	if err := res.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting NodePool %s: %v", name, err)
 	}
 	waitFor(t, "the deleted NodePool to stop serving", func() bool { return !served(match) })
+	// The generation moves in an event handler, just after the store changes.
+	waitFor(t, "the remembered answer to follow the deletion", func() bool { _, ok := c.Tolerations(match); return !ok })
 }

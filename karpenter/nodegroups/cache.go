@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -59,9 +60,10 @@ type Cache struct {
 	interval time.Duration
 	log      logrus.FieldLogger
 
-	mu     sync.RWMutex
-	groups []Group
-	status Status
+	mu         sync.RWMutex
+	groups     []Group
+	generation uint64 // changes with groups
+	status     Status
 }
 
 // New returns a Cache reading the node groups of cfg.ClusterName through api.
@@ -128,6 +130,9 @@ func (c *Cache) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !reflect.DeepEqual(c.groups, groups) {
+		c.generation++
+	}
 	c.groups = groups
 	c.status.LastSuccess = now
 	c.status.Groups = len(groups)
@@ -169,6 +174,14 @@ func (c *Cache) Groups() []Group {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return append([]Group(nil), c.groups...)
+}
+
+// Generation changes whenever a refresh changes the view (not when it finds the same
+// groups again).
+func (c *Cache) Generation() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.generation
 }
 
 // HasSynced reports whether a first refresh has finished, successful or not.

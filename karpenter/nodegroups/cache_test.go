@@ -419,3 +419,28 @@ func TestNewClientNeedsRegion(t *testing.T) {
 		t.Fatalf("endpoint overridden without being asked: %q", aws.ToString(c.Options().BaseEndpoint))
 	}
 }
+
+// The generation moves when a refresh changes the view, and only then: the catalog
+// keeps its answers while it stays.
+func TestGenerationFollowsTheView(t *testing.T) {
+	f := newFakeEKS(onDemandJSON())
+	c := newTestCache(t, f)
+	refresh := func() uint64 {
+		t.Helper()
+		if err := c.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return c.Generation()
+	}
+	first := refresh()
+	if first == 0 {
+		t.Fatal("the first view left the generation at 0")
+	}
+	if again := refresh(); again != first {
+		t.Fatalf("generation %d → %d for the same groups", first, again)
+	}
+	f.set(onDemandJSON(), spotZeroJSON())
+	if changed := refresh(); changed == first {
+		t.Fatal("generation unchanged for a new group")
+	}
+}
