@@ -14,8 +14,13 @@
 // serve, space-separated KEY=VALUE; default none: the chart's settings),
 // BENCH_OUT (also write the tables to this file), BENCH_SKIP (comma-separated
 // phases to skip: burst, load, memory), BENCH_PROFILE_DIR (serve with PROFILING=on
-// and save there each replica's CPU profiles of the bursts with the webhook and heap
-// profiles of the memory phase).
+// and save there each replica's CPU profiles of the bursts with the webhook, CPU
+// profiles of serve and of the floor during the load phase's concurrency-100 runs,
+// and heap profiles of the memory phase).
+//
+// Each burst size also runs with the floor (bench/floorhook): two processes of the
+// least a placing webhook does, behind the same proxy and call filters, so the
+// table shows what any mutating webhook costs a burst here beside what serve costs.
 package bench
 
 import (
@@ -40,7 +45,11 @@ const (
 	webhookNS    = "custom-kube-scheduler-webhook" // serve's POD_NAMESPACE
 	withNS       = "bench-webhook"
 	withoutNS    = "bench-nowebhook" // blocklisted: the API server never calls the webhook
+	floorNS      = "bench-floor"     // blocklisted too: the API server calls the floor webhook instead
 	mutatingHook = "pods.custom-kube-scheduler-webhook.io"
+	// floorHook is the floor webhook's configuration (and its one webhook's name): a copy of
+	// serve's pod webhook for the floor's namespace only.
+	floorHook = "pods.floor.bench.example.com"
 	// The e2e capacity strategy: served by the local cluster's capacity-type pools,
 	// which also take pods without a nodeSelector (the baseline).
 	burstStrategy = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
@@ -54,9 +63,14 @@ type bench struct {
 	c        *harness.Cluster
 	repo     string
 	replicas []*harness.Serve
+	floors   []*harness.Serve // the floor webhook's processes
 	proxy    *harness.Proxy
 	out      strings.Builder
 }
+
+// blocklist is serve's BLOCKLISTED_NAMESPACE_LIST: the namespaces of the baseline and
+// the floor are never sent to serve.
+const blocklist = "kube-system,kube-public," + withoutNS + "," + floorNS
 
 func TestBench(t *testing.T) {
 	ctx := context.Background()
@@ -113,14 +127,15 @@ func setup(ctx context.Context, t *testing.T) (*bench, error) {
 	}
 	bin := os.Getenv("BENCH_WEBHOOK_BIN")
 	if bin == "" {
-		bin = filepath.Join(t.TempDir(), "custom-kube-scheduler-webhook")
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/custom-kube-scheduler-webhook")
-		build.Dir, build.Stdout, build.Stderr = repo, os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return nil, fmt.Errorf("building the webhook: %w", err)
+		if bin, err = goBuild(ctx, t, repo, "./cmd/custom-kube-scheduler-webhook"); err != nil {
+			return nil, err
 		}
 	}
-	for _, ns := range []string{webhookNS, withNS, withoutNS} {
+	floorBin, err := goBuild(ctx, t, repo, "./bench/floorhook")
+	if err != nil {
+		return nil, err
+	}
+	for _, ns := range []string{webhookNS, withNS, withoutNS, floorNS} {
 		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
@@ -152,7 +167,21 @@ func setup(ctx context.Context, t *testing.T) (*bench, error) {
 		return nil, err
 	}
 	t.Cleanup(func() { _ = b.runScript(context.Background(), "register-webhook.sh", port+2, "delete") })
+	if err := b.startFloor(ctx, t, floorBin, port+3); err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// goBuild builds pkg of the repository into the test's temporary directory.
+func goBuild(ctx context.Context, t *testing.T, repo, pkg string) (string, error) {
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
+	build.Dir, build.Stdout, build.Stderr = repo, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("building %s: %w", pkg, err)
+	}
+	return bin, nil
 }
 
 // serveEnv is serve's configuration for the benchmark.
@@ -162,7 +191,7 @@ func serveEnv() []string {
 		// As the chart runs it: GOGC from gcPercent, GOMEMLIMIT from its memory limit.
 		"GOGC=400", "GOMEMLIMIT=256MiB",
 		"LOG_LEVEL=info",
-		"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public," + withoutNS,
+		"BLOCKLISTED_NAMESPACE_LIST=" + blocklist,
 		"POD_NAMESPACE=" + webhookNS,
 	}
 	if os.Getenv("BENCH_PROFILE_DIR") != "" {
@@ -181,7 +210,7 @@ func (b *bench) runScript(ctx context.Context, script string, port int, args ...
 		"LOCALCLUSTER_DIR="+b.c.Dir,
 		fmt.Sprintf("WEBHOOK_PORT=%d", port),
 		"WEBHOOK_FILTERS=full",
-		"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public,"+withoutNS,
+		"BLOCKLISTED_NAMESPACE_LIST="+blocklist,
 	)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

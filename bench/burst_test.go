@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -38,8 +39,27 @@ type burstRun struct {
 	failOpen float64
 }
 
-// bursts creates Deployments of each size with and without the webhook, alternating
-// which goes first, and prints the medians and their ratio, and the API calls per pod.
+// mode is what the API server calls for a burst's pods.
+type mode int
+
+const (
+	withServe mode = iota // serve: two replicas behind the proxy
+	noWebhook             // no webhook: the baseline
+	withFloor             // the floor webhook (bench/floorhook)
+)
+
+var modes = []mode{withServe, noWebhook, withFloor}
+
+func (m mode) String() string { return [...]string{"serve", "none", "floor"}[m] }
+
+// namespace is where the mode's Deployments run: the webhook configurations select by it.
+func (m mode) namespace() string { return [...]string{withNS, withoutNS, floorNS}[m] }
+
+// hook is the name of the mode's mutating webhook in the API server's metrics.
+func (m mode) hook() string { return [...]string{mutatingHook, "", floorHook}[m] }
+
+// bursts creates Deployments of each size in each mode, rotating which goes first,
+// and prints the medians and their ratios, and the API calls per pod.
 func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 	runs := envInt("BENCH_RUNS", 3)
 	var sizes []int
@@ -50,47 +70,58 @@ func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 		}
 		sizes = append(sizes, n)
 	}
-	results := map[int]map[bool][]burstRun{}
+	results := map[int]map[mode][]burstRun{}
 	for _, n := range sizes {
-		results[n] = map[bool][]burstRun{}
+		results[n] = map[mode][]burstRun{}
 	}
 	for r := range runs {
 		for _, n := range sizes {
-			order := []bool{true, false}
-			if r%2 == 1 {
-				order = []bool{false, true}
-			}
-			for _, with := range order {
+			order := append(slices.Clone(modes[r%len(modes):]), modes[:r%len(modes)]...)
+			for _, m := range order {
 				waited, rate := waitQuiet(ctx, time.Minute)
-				t.Logf("burst %d run %d webhook=%v: the machine quiet (%.2f cores) after %.0fs", n, r+1, with, rate, waited.Seconds())
-				run, err := b.burst(ctx, n, with, r)
+				t.Logf("burst %d run %d %s: the machine quiet (%.2f cores) after %.0fs", n, r+1, m, rate, waited.Seconds())
+				run, err := b.burst(ctx, n, m, r)
 				if err != nil {
 					return err
 				}
-				t.Logf("burst %d run %d webhook=%v: all exist %.1fs, all Running %.1fs", n, r+1, with, run.times.exist.Seconds(), run.times.running.Seconds())
-				results[n][with] = append(results[n][with], run)
+				t.Logf("burst %d run %d %s: all exist %.1fs, all Running %.1fs", n, r+1, m, run.times.exist.Seconds(), run.times.running.Seconds())
+				results[n][m] = append(results[n][m], run)
 			}
 		}
 	}
+	exist := func(r burstRun) float64 { return r.times.exist.Seconds() }
+	running := func(r burstRun) float64 { return r.times.running.Seconds() }
 
 	b.printf("### A Deployment created at once (median of %d alternating runs each)\n\n", runs)
 	b.printf("| replicas | all pods exist, webhook | no webhook | ratio (no webhook / webhook) | all Running, webhook | no webhook | ratio | webhook p99 at the API server | at the webhook | calls failed open |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range sizes {
-		w, o := results[n][true], results[n][false]
-		ew, eo := median(w, func(r burstRun) float64 { return r.times.exist.Seconds() }), median(o, func(r burstRun) float64 { return r.times.exist.Seconds() })
-		rw, ro := median(w, func(r burstRun) float64 { return r.times.running.Seconds() }), median(o, func(r burstRun) float64 { return r.times.running.Seconds() })
-		var h, served harness.Histogram
-		var failOpen float64
+		w, o := results[n][withServe], results[n][noWebhook]
+		ew, eo := median(w, exist), median(o, exist)
+		rw, ro := median(w, running), median(o, running)
+		h, failOpen := admissions(w)
+		var served harness.Histogram
 		for _, run := range w {
-			h = merge(h, run.admission)
 			served = merge(served, run.served)
-			failOpen += run.failOpen
 		}
 		b.printf("| %d | %.1f s | %.1f s | **%.2f** | %.1f s | %.1f s | %.2f | %s | %s | %.0f of %.0f |\n", n, ew, eo, eo/ew, rw, ro, ro/rw, h.FormatQuantile(0.99), served.FormatQuantile(0.99), failOpen, h.Count())
 	}
 	b.printf("\nThe p99s are interpolated within their buckets (the bucket is what is known) of apiserver_admission_webhook_admission_duration_seconds, " +
 		"and of the replicas' own custom_kube_scheduler_webhook_admission_duration_seconds (from reading the request to writing the answer); " +
 		"calls failed open are those the API server gave up on (apiserver_admission_webhook_fail_open_count): their pods were admitted unplaced.\n\n")
+
+	b.printf("### The floor: what any placing webhook costs the same bursts (median of %d alternating runs each)\n\n", runs)
+	b.printf("The floor (bench/floorhook) is two processes that only decode each AdmissionReview and answer a seat from a counter " +
+		"(no informers, no ledger, no API calls), behind the same proxy, with serve's call filters (objectSelector, CEL matchConditions). " +
+		"Its ratio bounds what any mutating webhook reaches on this machine with this set-up.\n\n")
+	b.printf("| replicas | all pods exist, floor | ratio (no webhook / floor) | serve / floor | all Running, floor | ratio (no webhook / floor) | floor p99 at the API server | calls failed open |\n|---|---|---|---|---|---|---|---|\n")
+	for _, n := range sizes {
+		f, o, w := results[n][withFloor], results[n][noWebhook], results[n][withServe]
+		ef := median(f, exist)
+		h, failOpen := admissions(f)
+		b.printf("| %d | %.1f s | **%.2f** | %.2f | %.1f s | %.2f | %s | %.0f of %.0f |\n", n, ef, median(o, exist)/ef, ef/median(w, exist),
+			median(f, running), median(o, running)/median(f, running), h.FormatQuantile(0.99), failOpen, h.Count())
+	}
+	b.printf("\nserve / floor is the floor's time until all pods exist over serve's: 1 means serve costs the burst no more than the floor.\n\n")
 
 	b.printf("### CPU seconds from the create call until all pods exist (median of the runs, all processes on the machine)\n\n")
 	b.printf("| replicas | webhook |")
@@ -99,9 +130,9 @@ func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 	}
 	b.printf(" %s | all |\n|---|---|%s\n", otherCPU, strings.Repeat("---|", len(cpuComponents)+2))
 	for _, n := range sizes {
-		for _, with := range []bool{true, false} {
-			runs := results[n][with]
-			b.printf("| %d | %v |", n, with)
+		for _, m := range modes {
+			runs := results[n][m]
+			b.printf("| %d | %s |", n, m)
 			for _, c := range cpuComponents {
 				b.printf(" %.2f |", median(runs, func(r burstRun) float64 { return r.cpu[c.name] }))
 			}
@@ -115,7 +146,7 @@ func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 	// API calls the webhook adds per placed pod: same burst with minus without the
 	// webhook (the controllers' own calls cancel out), median over the runs.
 	n := sizes[len(sizes)-1]
-	w, o := results[n][true], results[n][false]
+	w, o := results[n][withServe], results[n][noWebhook]
 	resources := map[string]bool{}
 	for _, run := range append(slices.Clone(w), o...) {
 		for res := range run.writes {
@@ -156,6 +187,16 @@ func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 	return nil
 }
 
+// admissions merges the runs' API server histograms of their webhook's calls and sums
+// the calls that failed open.
+func admissions(runs []burstRun) (h harness.Histogram, failOpen float64) {
+	for _, run := range runs {
+		h = merge(h, run.admission)
+		failOpen += run.failOpen
+	}
+	return h, failOpen
+}
+
 // servedLatency sums the mutating webhook's admission_duration_seconds over the replicas.
 func (b *bench) servedLatency(ctx context.Context) (harness.Histogram, error) {
 	var h harness.Histogram
@@ -186,13 +227,10 @@ func clusterSideList() []string {
 	return out
 }
 
-// burst runs one Deployment of n pods, in the webhook's namespace or the blocklisted one.
-func (b *bench) burst(ctx context.Context, n int, with bool, run int) (burstRun, error) {
+// burst runs one Deployment of n pods in mode m's namespace.
+func (b *bench) burst(ctx context.Context, n int, m mode, run int) (burstRun, error) {
 	var out burstRun
-	ns := withoutNS
-	if with {
-		ns = withNS
-	}
+	ns := m.namespace()
 	name := fmt.Sprintf("burst-%d-%d", n, run+1)
 	before, err := harness.APIServerMetrics(ctx, b.c.Client)
 	if err != nil {
@@ -202,7 +240,7 @@ func (b *bench) burst(ctx context.Context, n int, with bool, run int) (burstRun,
 	if err != nil {
 		return out, err
 	}
-	profiled := b.profileBurst(ctx, with, n, run)
+	profiled := b.profileBurst(ctx, m == withServe, n, run)
 	cpuBefore := cpuSeconds()
 	out.times, err = b.createAndWatch(ctx, deployment(ns, name, burstStrategy, n), true, 10*time.Minute,
 		func() { out.cpu = cpuSince(cpuBefore) })
@@ -223,7 +261,7 @@ func (b *bench) burst(ctx context.Context, n int, with bool, run int) (burstRun,
 	for _, verb := range []string{"GET", "LIST"} {
 		out.reads += after.Sum("apiserver_request_total", harness.Labels{"verb": verb}) - before.Sum("apiserver_request_total", harness.Labels{"verb": verb})
 	}
-	sel := harness.Labels{"name": mutatingHook}
+	sel := harness.Labels{"name": m.hook()}
 	out.admission = after.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel).
 		Sub(before.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel))
 	servedAfter, err := b.servedLatency(ctx)
@@ -247,13 +285,24 @@ func (b *bench) profileBurst(ctx context.Context, with bool, n, run int) func() 
 	if dir == "" || !with {
 		return func() error { return nil }
 	}
-	var g errgroup.Group
+	var waits []func() error
 	for _, s := range b.replicas {
-		g.Go(func() error {
-			path := filepath.Join(dir, fmt.Sprintf("cpu-%s-%d-%d.pb.gz", s.Name, n, run+1))
-			return s.SaveProfile(ctx, "profile", fmt.Sprintf("seconds=%d", 2+n/100), path)
-		})
+		waits = append(waits, profile(ctx, s, filepath.Join(dir, fmt.Sprintf("cpu-%s-%d-%d.pb.gz", s.Name, n, run+1)), 2+n/100))
 	}
+	return func() error {
+		var errs []error
+		for _, wait := range waits {
+			errs = append(errs, wait())
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// profile starts a CPU profile of s for seconds, saved at path; the returned function
+// waits for it.
+func profile(ctx context.Context, s *harness.Serve, path string, seconds int) func() error {
+	var g errgroup.Group
+	g.Go(func() error { return s.SaveProfile(ctx, "profile", fmt.Sprintf("seconds=%d", seconds), path) })
 	return g.Wait
 }
 

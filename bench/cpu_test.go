@@ -19,6 +19,7 @@ const userHZ = 100
 // process (kernel threads included) counts as "other".
 var cpuComponents = []struct{ comm, name string }{
 	{"custom-kube-sch", "webhook (2 replicas)"},
+	{"floorhook", "floor (2 processes)"},
 	{"kube-apiserver", "API server"},
 	{"etcd", "etcd"},
 	{"kube-controller", "controller-manager"},

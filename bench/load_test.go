@@ -5,6 +5,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"testing"
 	"time"
@@ -30,22 +32,41 @@ func (b *bench) load(ctx context.Context, t *testing.T) error {
 	defer hc.CloseIdleConnections()
 	url := target.URL("/mutate")
 
-	run := func(name string, requests, concurrency int, dryRun bool) (harness.LoadResult, error) {
+	runAt := func(url, name string, requests, concurrency int, dryRun bool) (harness.LoadResult, error) {
 		bodies, cleanup, err := b.reviews(ctx, name, requests, dryRun)
 		if err != nil {
 			return harness.LoadResult{}, err
 		}
 		defer cleanup()
+		profiled := func() error { return nil }
+		if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" && concurrency == 100 {
+			// A CPU profile of the process covering the run (idle time adds no samples).
+			p := target
+			if url != target.URL("/mutate") {
+				p = b.floors[0]
+			}
+			profiled = profile(ctx, p, filepath.Join(dir, fmt.Sprintf("cpu-%s-%s.pb.gz", p.Name, name)), 1+requests/3000)
+		}
 		r := harness.Load(ctx, hc, url, bodies, concurrency)
+		if err := profiled(); err != nil {
+			return r, err
+		}
 		t.Logf("load %s: %d requests at concurrency %d: %.0f/s, p50 %s, p99 %s, max %s, failed %d %s",
 			name, r.Requests, concurrency, r.Throughput(), r.Quantile(0.5), r.Quantile(0.99), r.Max(), r.Failed, r.FirstFail)
 		return r, nil
+	}
+	run := func(name string, requests, concurrency int, dryRun bool) (harness.LoadResult, error) {
+		return runAt(url, name, requests, concurrency, dryRun)
 	}
 	waited, rate := waitQuiet(ctx, 3*time.Minute)
 	t.Logf("load: the machine quiet (%.2f cores) after %.0fs", rate, waited.Seconds())
 	// Warm-up: 100 TLS connections open (the handshakes are not what is measured) and
 	// the server's caches and pools filled.
 	if _, err := run("warmup", 400, 100, true); err != nil {
+		return err
+	}
+	floorURL := b.floors[0].URL("/mutate")
+	if _, err := runAt(floorURL, "warmup-floor", 400, 100, false); err != nil {
 		return err
 	}
 	b.printf("### AdmissionReviews over HTTPS straight to one serve (%d requests per row, load generator on the same machine, GOGC 400 as serve)\n\n", n)
@@ -63,7 +84,15 @@ func (b *bench) load(ctx context.Context, t *testing.T) error {
 			b.printf("| %s | %d | %.0f/s | %s | %s | %s | %d |\n", mode, c, r.Throughput(), dur(r.Quantile(0.5)), dur(r.Quantile(0.99)), dur(r.Max()), r.Failed)
 		}
 	}
-	b.printf("\n")
+	for _, c := range []int{1, 10, 100} {
+		r, err := runAt(floorURL, fmt.Sprintf("lg-floor-c%d", c), n, c, false)
+		if err != nil {
+			return err
+		}
+		b.printf("| floor | %d | %.0f/s | %s | %s | %s | %d |\n", c, r.Throughput(), dur(r.Quantile(0.5)), dur(r.Quantile(0.99)), dur(r.Max()), r.Failed)
+	}
+	b.printf("\nfloor: the same real AdmissionReviews straight to one process of the benchmark's floor webhook (bench/floorhook: " +
+		"decode, a seat from a counter, a patch), the least a placing webhook does; what the machine gives any webhook at that concurrency.\n\n")
 	// Revisions of 500 against one of 5,000, for the same 5,000 requests: ten revisions
 	// of 500 one after the other, so both runs last as long and pay the same garbage
 	// collections (a lone run of 500 lasts under 0.1 s and often ends before the
