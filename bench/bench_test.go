@@ -20,7 +20,8 @@
 //
 // Each burst size also runs with the floor (bench/floorhook): two processes of the
 // least a placing webhook does, behind the same proxy and call filters, so the
-// table shows what any mutating webhook costs a burst here beside what serve costs.
+// table shows what any mutating webhook costs a burst here beside what serve costs;
+// and with the floor keeping a cache of the burst's pods (as serve's ledger must).
 package bench
 
 import (
@@ -42,10 +43,12 @@ import (
 )
 
 const (
-	webhookNS    = "custom-kube-scheduler-webhook" // serve's POD_NAMESPACE
-	withNS       = "bench-webhook"
-	withoutNS    = "bench-nowebhook" // blocklisted: the API server never calls the webhook
-	floorNS      = "bench-floor"     // blocklisted too: the API server calls the floor webhook instead
+	webhookNS = "custom-kube-scheduler-webhook" // serve's POD_NAMESPACE
+	withNS    = "bench-webhook"
+	withoutNS = "bench-nowebhook" // blocklisted: the API server never calls the webhook
+	floorNS   = "bench-floor"     // blocklisted too: the API server calls the floor webhook instead
+	// floorWatchNS is the floor's too, and its processes keep a cache of its pods.
+	floorWatchNS = "bench-floor-watch"
 	mutatingHook = "pods.custom-kube-scheduler-webhook.io"
 	// floorHook is the floor webhook's configuration (and its one webhook's name): a copy of
 	// serve's pod webhook for the floor's namespace only.
@@ -70,7 +73,7 @@ type bench struct {
 
 // blocklist is serve's BLOCKLISTED_NAMESPACE_LIST: the namespaces of the baseline and
 // the floor are never sent to serve.
-const blocklist = "kube-system,kube-public," + withoutNS + "," + floorNS
+const blocklist = "kube-system,kube-public," + withoutNS + "," + floorNS + "," + floorWatchNS
 
 func TestBench(t *testing.T) {
 	ctx := context.Background()
@@ -135,7 +138,7 @@ func setup(ctx context.Context, t *testing.T) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, ns := range []string{webhookNS, withNS, withoutNS, floorNS} {
+	for _, ns := range []string{webhookNS, withNS, withoutNS, floorNS, floorWatchNS} {
 		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)

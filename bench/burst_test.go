@@ -43,20 +43,21 @@ type burstRun struct {
 type mode int
 
 const (
-	withServe mode = iota // serve: two replicas behind the proxy
-	noWebhook             // no webhook: the baseline
-	withFloor             // the floor webhook (bench/floorhook)
+	withServe      mode = iota // serve: two replicas behind the proxy
+	noWebhook                  // no webhook: the baseline
+	withFloor                  // the floor webhook (bench/floorhook)
+	withFloorWatch             // the floor, its processes caching the burst's pods
 )
 
-var modes = []mode{withServe, noWebhook, withFloor}
+var modes = []mode{withServe, noWebhook, withFloor, withFloorWatch}
 
-func (m mode) String() string { return [...]string{"serve", "none", "floor"}[m] }
+func (m mode) String() string { return [...]string{"serve", "none", "floor", "floor + pod cache"}[m] }
 
 // namespace is where the mode's Deployments run: the webhook configurations select by it.
-func (m mode) namespace() string { return [...]string{withNS, withoutNS, floorNS}[m] }
+func (m mode) namespace() string { return [...]string{withNS, withoutNS, floorNS, floorWatchNS}[m] }
 
 // hook is the name of the mode's mutating webhook in the API server's metrics.
-func (m mode) hook() string { return [...]string{mutatingHook, "", floorHook}[m] }
+func (m mode) hook() string { return [...]string{mutatingHook, "", floorHook, floorHook}[m] }
 
 // bursts creates Deployments of each size in each mode, rotating which goes first,
 // and prints the medians and their ratios, and the API calls per pod.
@@ -111,17 +112,21 @@ func (b *bench) bursts(ctx context.Context, t *testing.T) error {
 
 	b.printf("### The floor: what any placing webhook costs the same bursts (median of %d alternating runs each)\n\n", runs)
 	b.printf("The floor (bench/floorhook) is two processes that only decode each AdmissionReview and answer a seat from a counter " +
-		"(no informers, no ledger, no API calls), behind the same proxy, with serve's call filters (objectSelector, CEL matchConditions). " +
-		"Its ratio bounds what any mutating webhook reaches on this machine with this set-up.\n\n")
-	b.printf("| replicas | all pods exist, floor | ratio (no webhook / floor) | serve / floor | all Running, floor | ratio (no webhook / floor) | floor p99 at the API server | calls failed open |\n|---|---|---|---|---|---|---|---|\n")
+		"(no informers, no ledger, no API calls), behind the same proxy, with serve's call filters (objectSelector, CEL matchConditions): " +
+		"its ratio bounds what any mutating webhook reaches on this machine with this set-up. " +
+		"With a pod cache, each floor process also watches the burst's pods, as every serve replica watches the pods it placed (the ledger's record of held seats).\n\n")
+	b.printf("| replicas | webhook | all pods exist | ratio (no webhook / it) | serve / it | all Running | ratio (no webhook / it) | p99 at the API server | calls failed open |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range sizes {
-		f, o, w := results[n][withFloor], results[n][noWebhook], results[n][withServe]
-		ef := median(f, exist)
-		h, failOpen := admissions(f)
-		b.printf("| %d | %.1f s | **%.2f** | %.2f | %.1f s | %.2f | %s | %.0f of %.0f |\n", n, ef, median(o, exist)/ef, ef/median(w, exist),
-			median(f, running), median(o, running)/median(f, running), h.FormatQuantile(0.99), failOpen, h.Count())
+		o, w := results[n][noWebhook], results[n][withServe]
+		for _, m := range []mode{withFloor, withFloorWatch, withServe} {
+			f := results[n][m]
+			ef := median(f, exist)
+			h, failOpen := admissions(f)
+			b.printf("| %d | %s | %.1f s | **%.2f** | %.2f | %.1f s | %.2f | %s | %.0f of %.0f |\n", n, m, ef, median(o, exist)/ef, ef/median(w, exist),
+				median(f, running), median(o, running)/median(f, running), h.FormatQuantile(0.99), failOpen, h.Count())
+		}
 	}
-	b.printf("\nserve / floor is the floor's time until all pods exist over serve's: 1 means serve costs the burst no more than the floor.\n\n")
+	b.printf("\nserve / it is its time until all pods exist over serve's: 1 means serve costs the burst no more than it.\n\n")
 
 	b.printf("### CPU seconds from the create call until all pods exist (median of the runs, all processes on the machine)\n\n")
 	b.printf("| replicas | webhook |")

@@ -21,14 +21,17 @@ import (
 const registeredHook = "custom-kube-scheduler-webhook"
 
 // startFloor runs two floorhook processes on port and port+1 behind a round-robin proxy
-// on port+2, and registers them for floorNS with serve's pod webhook configuration
-// (rules, timeout, objectSelector, matchConditions) copied from the API server.
+// on port+2, and registers them for floorNS and floorWatchNS with serve's pod webhook
+// configuration (rules, timeout, objectSelector, matchConditions) copied from the API
+// server.
 func (b *bench) startFloor(ctx context.Context, t *testing.T, bin string, port int) error {
 	for i := range 2 {
 		// The harness starts any binary as "<bin> serve" with serve's TLS and listen
 		// settings; floorhook ignores the argument. The name must start with
 		// "webhook" for the cluster's down.sh to stop it if the benchmark dies.
-		s := b.c.NewServe(bin, fmt.Sprintf("webhook-floor-%d", i+1), port+i, "GOGC=400", "GOMEMLIMIT=256MiB") // as serve
+		// GOGC and GOMEMLIMIT as serve; the pod cache is of floorWatchNS only, so it
+		// sees the pods of the floor-with-watch bursts alone.
+		s := b.c.NewServe(bin, fmt.Sprintf("webhook-floor-%d", i+1), port+i, "GOGC=400", "GOMEMLIMIT=256MiB", "WATCH_NAMESPACE="+floorWatchNS)
 		if err := s.Start(ctx); err != nil {
 			return err
 		}
@@ -61,7 +64,9 @@ func (b *bench) startFloor(ctx context.Context, t *testing.T, bin string, port i
 	hook.Name = floorHook
 	url := fmt.Sprintf("https://127.0.0.1:%d/mutate", port+2)
 	hook.ClientConfig.URL = &url
-	hook.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: floorNS}}
+	hook.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: []string{floorNS, floorWatchNS},
+	}}}
 	floor := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: floorHook},
 		Webhooks:   []admissionregistrationv1.MutatingWebhook{hook},

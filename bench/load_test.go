@@ -69,30 +69,55 @@ func (b *bench) load(ctx context.Context, t *testing.T) error {
 	if _, err := runAt(floorURL, "warmup-floor", 400, 100, false); err != nil {
 		return err
 	}
-	b.printf("### AdmissionReviews over HTTPS straight to one serve (%d requests per row, load generator on the same machine, GOGC 400 as serve)\n\n", n)
-	b.printf("| mode | concurrency | throughput | p50 | p99 | max | failed |\n|---|---|---|---|---|---|---|\n")
-	for _, dry := range []bool{true, false} {
-		mode := "real"
-		if dry {
-			mode = "dry-run"
-		}
-		for _, c := range []int{1, 10, 100} {
-			r, err := run(fmt.Sprintf("lg-%s-c%d", mode, c), n, c, dry)
-			if err != nil {
-				return err
-			}
-			b.printf("| %s | %d | %.0f/s | %s | %s | %s | %d |\n", mode, c, r.Throughput(), dur(r.Quantile(0.5)), dur(r.Quantile(0.99)), dur(r.Max()), r.Failed)
-		}
+	// Each row is the median of loadRuns runs; the rows of one concurrency run in turn,
+	// in a rotating order, so a noisy moment of the machine hits them alike.
+	const loadRuns = 3
+	type loadRow struct {
+		mode        string
+		concurrency int
 	}
+	var rows []loadRow
 	for _, c := range []int{1, 10, 100} {
-		r, err := runAt(floorURL, fmt.Sprintf("lg-floor-c%d", c), n, c, false)
-		if err != nil {
-			return err
+		for _, m := range []string{"dry-run", "real", "floor"} {
+			rows = append(rows, loadRow{m, c})
 		}
-		b.printf("| floor | %d | %.0f/s | %s | %s | %s | %d |\n", c, r.Throughput(), dur(r.Quantile(0.5)), dur(r.Quantile(0.99)), dur(r.Max()), r.Failed)
 	}
-	b.printf("\nfloor: the same real AdmissionReviews straight to one process of the benchmark's floor webhook (bench/floorhook: " +
-		"decode, a seat from a counter, a patch), the least a placing webhook does; what the machine gives any webhook at that concurrency.\n\n")
+	results := map[loadRow][]harness.LoadResult{}
+	for r := range loadRuns {
+		for i := 0; i < len(rows); i += 3 {
+			for k := range 3 {
+				row := rows[i+(k+r)%3]
+				u := url
+				if row.mode == "floor" {
+					u = floorURL
+				}
+				res, err := runAt(u, fmt.Sprintf("lg-%s-c%d-%d", row.mode, row.concurrency, r+1), n, row.concurrency, row.mode == "dry-run")
+				if err != nil {
+					return err
+				}
+				results[row] = append(results[row], res)
+			}
+		}
+	}
+	b.printf("### AdmissionReviews over HTTPS straight to one process (%d requests per run, median of %d runs in rotating order, load generator on the same machine, GOGC 400 as serve)\n\n", n, loadRuns)
+	b.printf("| mode | concurrency | throughput | p50 | p99 | max | failed |\n|---|---|---|---|---|---|---|\n")
+	quantile := func(q float64) func(harness.LoadResult) float64 {
+		return func(r harness.LoadResult) float64 { return float64(r.Quantile(q)) }
+	}
+	for _, m := range []string{"dry-run", "real", "floor"} {
+		for _, c := range []int{1, 10, 100} {
+			rs := results[loadRow{m, c}]
+			failed := 0
+			for _, r := range rs {
+				failed += r.Failed
+			}
+			b.printf("| %s | %d | %.0f/s | %s | %s | %s | %d |\n", m, c, median(rs, harness.LoadResult.Throughput),
+				dur(time.Duration(median(rs, quantile(0.5)))), dur(time.Duration(median(rs, quantile(0.99)))),
+				dur(time.Duration(median(rs, func(r harness.LoadResult) float64 { return float64(r.Max()) }))), failed)
+		}
+	}
+	b.printf("\ndry-run and real go to one serve; floor: the same real AdmissionReviews to one process of the benchmark's floor webhook (bench/floorhook: " +
+		"decode, a seat from a counter, a patch), the least a placing webhook does: what the machine gives any webhook at that concurrency.\n\n")
 	// Revisions of 500 against one of 5,000, for the same 5,000 requests: ten revisions
 	// of 500 one after the other, so both runs last as long and pay the same garbage
 	// collections (a lone run of 500 lasts under 0.1 s and often ends before the

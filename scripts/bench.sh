@@ -5,7 +5,7 @@
 # the cluster is always torn down. Takes about 25 minutes on 2 cores.
 # Env: BENCH_PORT_OFFSET (default 600), BENCH_CLUSTER_DIR (default
 # <repo>/.localcluster/bench), BENCH_OUT (default <repo>/bin/bench.md), BENCH_TIMEOUT
-# (default 40m), BENCH_WEBHOOK_BIN, and the benchmark's own settings: BENCH_RUNS,
+# (default 60m), BENCH_WEBHOOK_BIN, and the benchmark's own settings: BENCH_RUNS,
 # BENCH_SIZES, BENCH_LOAD_REQUESTS, BENCH_MEMORY_PODS, BENCH_SERVE_ENV, BENCH_SKIP,
 # BENCH_PROFILE_DIR
 # (see bench/bench_test.go).
@@ -19,7 +19,7 @@ rm -f "$BENCH_OUT"
 cd "$repo"
 rc=0
 bash scripts/localcluster/with-cluster.sh \
-	go test -tags bench -count=1 -v -timeout "${BENCH_TIMEOUT:-40m}" -run TestBench ./bench/ || rc=$?
+	go test -tags bench -count=1 -v -timeout "${BENCH_TIMEOUT:-60m}" -run TestBench ./bench/ || rc=$?
 [[ -n ${BENCH_CLUSTER_DIR:-} ]] || rmdir "$repo/.localcluster" 2>/dev/null || true
 if [[ -s $BENCH_OUT ]]; then
 	echo

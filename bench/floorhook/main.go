@@ -8,7 +8,12 @@
 // exact across replicas or restarts) and answers a JSON patch that sets the seat's
 // term as the nodeSelector and records the seat, as serve's patch does.
 //
-// Settings (environment): LISTEN_ADDRESS (host:port), TLS_CERT_FILE, TLS_KEY_FILE.
+// With WATCH_NAMESPACE (and KUBECONFIG) it also keeps a cache of that namespace's
+// pods, as serve's ledger keeps one of the placed pods: the floor of a placing webhook
+// that must see the pods it placed. It is ready once the cache has synced.
+//
+// Settings (environment): LISTEN_ADDRESS (host:port), TLS_CERT_FILE, TLS_KEY_FILE,
+// WATCH_NAMESPACE, KUBECONFIG.
 package main
 
 import (
@@ -28,7 +33,11 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 func main() {
@@ -38,9 +47,21 @@ func main() {
 		os.Exit(2)
 	}
 	h := &floor{seats: map[types.UID]int{}, strategies: map[string]*strategy.Strategy{}}
+	synced := func() bool { return true }
+	if ns := os.Getenv("WATCH_NAMESPACE"); ns != "" {
+		var err error
+		if synced, err = watchPods(ns, os.Getenv("KUBECONFIG")); err != nil {
+			log.Printf("floorhook: %v", err)
+			os.Exit(1)
+		}
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mutate", h.mutate)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !synced() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
 	// Profiles, to compare with serve's (PROFILING=on) in `make bench`.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -141,3 +162,22 @@ func (f *floor) place(pod *corev1.Pod, dryRun bool) []byte {
 
 // escape is a JSON pointer token (RFC 6901).
 func escape(s string) string { return strings.NewReplacer("~", "~0", "/", "~1").Replace(s) }
+
+// watchPods starts a cache of the pods of ns, asked for as protobuf (as serve asks), and
+// returns whether it has synced.
+func watchPods(ns, kubeconfig string) (func() bool, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", kubeconfig, err)
+	}
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building client: %w", err)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
+	pods := factory.Core().V1().Pods().Informer()
+	factory.Start(nil) // runs until the process ends
+	return pods.HasSynced, nil
+}
