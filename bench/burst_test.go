@@ -4,7 +4,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -290,25 +289,16 @@ func (b *bench) profileBurst(ctx context.Context, with bool, n, run int) func() 
 	if dir == "" || !with {
 		return func() error { return nil }
 	}
-	var waits []func() error
+	var g errgroup.Group
 	for _, s := range b.replicas {
-		waits = append(waits, profile(ctx, s, filepath.Join(dir, fmt.Sprintf("cpu-%s-%d-%d.pb.gz", s.Name, n, run+1)), 2+n/100))
+		profile(ctx, &g, s, filepath.Join(dir, fmt.Sprintf("cpu-%s-%d-%d.pb.gz", s.Name, n, run+1)), 2+n/100)
 	}
-	return func() error {
-		var errs []error
-		for _, wait := range waits {
-			errs = append(errs, wait())
-		}
-		return errors.Join(errs...)
-	}
+	return g.Wait
 }
 
-// profile starts a CPU profile of s for seconds, saved at path; the returned function
-// waits for it.
-func profile(ctx context.Context, s *harness.Serve, path string, seconds int) func() error {
-	var g errgroup.Group
+// profile starts, in g, a CPU profile of s for seconds, saved at path.
+func profile(ctx context.Context, g *errgroup.Group, s *harness.Serve, path string, seconds int) {
 	g.Go(func() error { return s.SaveProfile(ctx, "profile", fmt.Sprintf("seconds=%d", seconds), path) })
-	return g.Wait
 }
 
 func sumValues(m map[string]float64) float64 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,25 +31,21 @@ func (b *bench) load(ctx context.Context, t *testing.T) error {
 	target := b.replicas[0]
 	hc := b.c.HTTPClient(30 * time.Second)
 	defer hc.CloseIdleConnections()
-	url := target.URL("/mutate")
 
-	runAt := func(url, name string, requests, concurrency int, dryRun bool) (harness.LoadResult, error) {
+	// runAt sends requests AdmissionReviews of a fresh revision to p's /mutate.
+	runAt := func(p *harness.Serve, name string, requests, concurrency int, dryRun bool) (harness.LoadResult, error) {
 		bodies, cleanup, err := b.reviews(ctx, name, requests, dryRun)
 		if err != nil {
 			return harness.LoadResult{}, err
 		}
 		defer cleanup()
-		profiled := func() error { return nil }
+		var profiled errgroup.Group
 		if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" && concurrency == 100 {
 			// A CPU profile of the process covering the run (idle time adds no samples).
-			p := target
-			if url != target.URL("/mutate") {
-				p = b.floors[0]
-			}
-			profiled = profile(ctx, p, filepath.Join(dir, fmt.Sprintf("cpu-%s-%s.pb.gz", p.Name, name)), 1+requests/3000)
+			profile(ctx, &profiled, p, filepath.Join(dir, fmt.Sprintf("cpu-%s-%s.pb.gz", p.Name, name)), 1+requests/3000)
 		}
-		r := harness.Load(ctx, hc, url, bodies, concurrency)
-		if err := profiled(); err != nil {
+		r := harness.Load(ctx, hc, p.URL("/mutate"), bodies, concurrency)
+		if err := profiled.Wait(); err != nil {
 			return r, err
 		}
 		t.Logf("load %s: %d requests at concurrency %d: %.0f/s, p50 %s, p99 %s, max %s, failed %d %s",
@@ -56,7 +53,7 @@ func (b *bench) load(ctx context.Context, t *testing.T) error {
 		return r, nil
 	}
 	run := func(name string, requests, concurrency int, dryRun bool) (harness.LoadResult, error) {
-		return runAt(url, name, requests, concurrency, dryRun)
+		return runAt(target, name, requests, concurrency, dryRun)
 	}
 	waited, rate := waitQuiet(ctx, 3*time.Minute)
 	t.Logf("load: the machine quiet (%.2f cores) after %.0fs", rate, waited.Seconds())
@@ -65,8 +62,8 @@ func (b *bench) load(ctx context.Context, t *testing.T) error {
 	if _, err := run("warmup", 400, 100, true); err != nil {
 		return err
 	}
-	floorURL := b.floors[0].URL("/mutate")
-	if _, err := runAt(floorURL, "warmup-floor", 400, 100, false); err != nil {
+	floor := b.floors[0]
+	if _, err := runAt(floor, "warmup-floor", 400, 100, false); err != nil {
 		return err
 	}
 	// Each row is the median of loadRuns runs; the rows of one concurrency run in turn,
@@ -87,11 +84,11 @@ func (b *bench) load(ctx context.Context, t *testing.T) error {
 		for i := 0; i < len(rows); i += 3 {
 			for k := range 3 {
 				row := rows[i+(k+r)%3]
-				u := url
+				p := target
 				if row.mode == "floor" {
-					u = floorURL
+					p = floor
 				}
-				res, err := runAt(u, fmt.Sprintf("lg-%s-c%d-%d", row.mode, row.concurrency, r+1), n, row.concurrency, row.mode == "dry-run")
+				res, err := runAt(p, fmt.Sprintf("lg-%s-c%d-%d", row.mode, row.concurrency, r+1), n, row.concurrency, row.mode == "dry-run")
 				if err != nil {
 					return err
 				}
@@ -134,7 +131,7 @@ func (b *bench) load(ctx context.Context, t *testing.T) error {
 			defer cleanup()
 			bodies = append(bodies, bs...)
 		}
-		r := harness.Load(ctx, hc, url, bodies, 100)
+		r := harness.Load(ctx, hc, target.URL("/mutate"), bodies, 100)
 		t.Logf("load %s: %d revisions of %d at concurrency 100: %.0f/s, p99 %s, failed %d %s",
 			name, large/small, small, r.Throughput(), r.Quantile(0.99), r.Failed, r.FirstFail)
 		return r, nil

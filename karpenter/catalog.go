@@ -136,7 +136,7 @@ func NewCatalog(o Options) (*Catalog, error) {
 func (c *Catalog) countChanges(inf cache.SharedIndexInformer, changed func(old, cur interface{}) bool) error {
 	bump := func(interface{}) { c.capacityGen.Add(1) }
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { bump(obj) },
+		AddFunc:    bump,
 		DeleteFunc: bump,
 		UpdateFunc: func(old, cur interface{}) {
 			if changed(old, cur) {
@@ -237,7 +237,7 @@ func (c *Catalog) HasSynced() bool {
 // BenchmarkTolerations). An answer may lag a change by the moment between the
 // informer's store taking it and its event handler counting it.
 func (c *Catalog) Tolerations(term map[string]string) (tolerations []corev1.Toleration, served bool) {
-	key := termKey(term)
+	key := SelectorKey(term)
 	gen := c.generation()
 	if a, ok := c.memo.get(key, gen); ok {
 		return slices.Clone(a.tolerations), a.served
