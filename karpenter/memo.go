@@ -56,19 +56,19 @@ func (m *tolerationsMemo) put(key string, gen memoGeneration, a tolerationsAnswe
 	m.answers[key] = a
 }
 
-// termKey is a canonical string of term: its labels sorted by key, each key and
-// value prefixed by its length. The webhook sees a pod before the API server
-// validates it, so keys and values may hold any character; the lengths keep
-// distinct terms distinct.
-func termKey(term map[string]string) string {
-	keys := make([]string, 0, len(term))
-	for k := range term {
+// SelectorKey is a canonical string of a node selector (or a term's labels): its
+// labels sorted by key, each key and value prefixed by its length. The webhook sees a
+// pod before the API server validates it, so keys and values may hold any character;
+// the lengths keep distinct selectors distinct.
+func SelectorKey(selector map[string]string) string {
+	keys := make([]string, 0, len(selector))
+	for k := range selector {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var b strings.Builder
 	for _, k := range keys {
-		for _, s := range [2]string{k, term[k]} {
+		for _, s := range [2]string{k, selector[k]} {
 			b.WriteString(strconv.Itoa(len(s)))
 			b.WriteByte(':')
 			b.WriteString(s)

@@ -145,13 +145,13 @@ func TestTolerationsMemoBounds(t *testing.T) {
 	}
 }
 
-func TestTermKeyKeepsTermsApart(t *testing.T) {
+func TestSelectorKeyKeepsSelectorsApart(t *testing.T) {
 	// Before validation a nodeSelector may hold any character.
-	a, b := termKey(term("a", "b,c=d")), termKey(term("a", "b", "c", "d"))
+	a, b := SelectorKey(term("a", "b,c=d")), SelectorKey(term("a", "b", "c", "d"))
 	if a == b {
 		t.Fatalf("two terms share the key %q", a)
 	}
-	if termKey(term("x", "1", "y", "2")) != termKey(map[string]string{"y": "2", "x": "1"}) {
+	if SelectorKey(term("x", "1", "y", "2")) != SelectorKey(map[string]string{"y": "2", "x": "1"}) {
 		t.Fatal("the key depends on map order")
 	}
 }

@@ -1,12 +1,12 @@
 package webhook
 
 import (
-	"sort"
-	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 )
 
 // maxInterned bounds each table of an interner: past it the table starts afresh.
@@ -66,20 +66,7 @@ func (in *interner) selector(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		// NUL never occurs in label keys or values: the key is unambiguous.
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(m[k])
-		b.WriteByte(0)
-	}
-	key := b.String()
+	key := karpenter.SelectorKey(m)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if v, ok := in.selectors[key]; ok {
