@@ -2,7 +2,7 @@
 // kinds (Karpenter NodePools, EKS managed node groups) by one annotation.
 //
 // Subcommands: serve (the admission webhook), plan (per-term targets for a replica
-// count), spread (how a namespace's workloads are actually spread).
+// count), spread (how a namespace's workloads are actually spread), version.
 package main
 
 import (
@@ -37,8 +37,11 @@ func newRootCommand() *cobra.Command {
 		Short:         "Split a workload's replicas across Karpenter NodePools and EKS node groups by one annotation",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what the version subcommand prints.
+		Version: currentBuild().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
-	root.AddCommand(newServeCommand(), newPlanCommand(), newSpreadCommand())
+	root.AddCommand(newServeCommand(), newPlanCommand(), newSpreadCommand(), newVersionCommand())
 	return root
 }

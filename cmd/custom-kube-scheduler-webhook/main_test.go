@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 )
@@ -202,5 +204,43 @@ func TestPlanWarnsOnContainedTerms(t *testing.T) {
 	}
 	if _, err := run("plan", "--strategy", "a=1:a=1"); exitCode(err) != 2 {
 		t.Fatalf("identical terms: exit %d, want 2", exitCode(err))
+	}
+}
+
+func TestVersion(t *testing.T) {
+	old := []string{version, revision, buildDate}
+	version, revision, buildDate = "1.2.3", "0123456789ab", "2026-01-02T03:04:05Z"
+	t.Cleanup(func() { version, revision, buildDate = old[0], old[1], old[2] })
+
+	want := "custom-kube-scheduler-webhook 1.2.3 (revision 0123456789ab, built 2026-01-02T03:04:05Z, " + runtime.Version() + ")\n"
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		out, err := run(args...)
+		if err != nil || out != want {
+			t.Errorf("%v: %q, %v; want %q", args, out, err, want)
+		}
+	}
+	out, err := run("version", "-o", "json")
+	var b buildInfo
+	if err != nil || json.Unmarshal([]byte(out), &b) != nil || b.Version != "1.2.3" || b.GoVersion != runtime.Version() {
+		t.Errorf("version -o json: %q, %v", out, err)
+	}
+	if _, err := run("version", "-o", "yaml"); exitCode(err) != 2 {
+		t.Errorf("version -o yaml: exit %d, want 2", exitCode(err))
+	}
+}
+
+func TestBuildInfoGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newBuildInfoGauge("ns", buildInfo{Version: "1.2.3", Revision: "abc", GoVersion: "go1.2"}))
+	got, err := reg.Gather()
+	if err != nil || len(got) != 1 || got[0].GetName() != "ns_build_info" || got[0].GetMetric()[0].GetGauge().GetValue() != 1 {
+		t.Fatalf("gathered %v, %v", got, err)
+	}
+	labels := map[string]string{}
+	for _, l := range got[0].GetMetric()[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if !reflect.DeepEqual(labels, map[string]string{"version": "1.2.3", "revision": "abc", "goversion": "go1.2"}) {
+		t.Fatalf("labels %v", labels)
 	}
 }

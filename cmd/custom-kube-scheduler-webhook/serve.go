@@ -191,6 +191,9 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 
 	metrics := webhook.NewMetrics()
+	if err := metrics.Registry.Register(newBuildInfoGauge(webhook.MetricsNamespace, currentBuild())); err != nil {
+		return fmt.Errorf("register build_info: %w", err)
+	}
 	if err := ledger.RegisterMetrics(metrics.Registry); err != nil {
 		return err
 	}
@@ -247,7 +250,9 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	for _, msg := range cfg.Deprecations {
 		entry.Warn(msg)
 	}
-	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace}).Info("starting")
+	build := currentBuild()
+	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace,
+		"version": build.Version, "revision": build.Revision, "goVersion": build.GoVersion}).Info("starting")
 	startMu.Lock()
 	started = stop.Err() == nil
 	startMu.Unlock()
