@@ -21,9 +21,16 @@ LC := scripts/localcluster
 
 .PHONY: build vet test test-unit test-deploy test-e2e bench soak demo demo-down cluster-up cluster-down lint-scripts
 
+# One version source: VERSION names the binary (-ldflags -X), the image tag and the chart
+# (deploy/test/static.sh fails when Chart.yaml disagrees).
+VERSION := $(shell cat VERSION)
+REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILD_DATE := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.buildDate=$(BUILD_DATE)
+
 ## build: the product binaries into ./bin
 build:
-	$(GO) build -o $(BIN_DIR)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/ ./cmd/...
 
 ## vet: go vet, including the tests that need a cluster (build tag e2e)
 vet:

@@ -1,32 +1,47 @@
 #!/usr/bin/env bash
 # Build the custom-kube-scheduler-webhook image for linux/amd64 and linux/arm64 and push it
-# to Amazon ECR. Run ./build_and_push.sh --help for the options.
+# to Amazon ECR (the default) or any OCI registry, and optionally the Helm chart too.
+# Run ./build_and_push.sh --help for the options.
 set -euo pipefail
 
 usage() {
 	cat <<'USAGE'
 Usage: ./build_and_push.sh [options]
 
-Builds the multi-arch image with docker buildx and pushes it to
-<account>.dkr.ecr.<region>.amazonaws.com/<repository>, creating the ECR repository
-(scan on push, immutable tags by default) when it does not exist.
+Builds one multi-arch image (a manifest list for every --platforms entry) and pushes it.
+By default to Amazon ECR, <account>.dkr.ecr.<region>.amazonaws.com/<repository>,
+creating the ECR repository (scan on push, immutable tags, AES256 encryption) when it
+does not exist. With --registry, to any OCI registry, with no AWS call.
 
-Tags: the git commit (12 hex digits, "-dirty" when the tree has local changes) and,
-with --version, that version too.
+Tags: the git commit (12 hex digits, "-dirty" when the tree has local changes) and the
+version (--version, default: the VERSION file). Labels carry the version and revision.
+It builds with docker buildx when a Docker engine answers, else with buildah; either
+way the build gets a context with the Go modules vendored in, so it needs no network.
+At the end it prints the pushed digest.
 
 Options:
-  --version V        also tag the image V (e.g. 0.2.0)
-  --repository NAME  ECR repository (default: $ECR_REPOSITORY or custom-kube-scheduler-webhook)
-  --region R         AWS region (default: $AWS_REGION, $AWS_DEFAULT_REGION, `aws configure get region`)
-  --account ID       AWS account (default: $AWS_ACCOUNT_ID, else `aws sts get-caller-identity`)
-  --platforms LIST   buildx platforms (default: linux/amd64,linux/arm64)
-  --mutable-tags     create the repository with MUTABLE tags (default IMMUTABLE)
-  --dry-run          print every command instead of running it; needs neither aws nor docker
-  -h, --help         this help
+  --registry HOST[:PORT][/PATH]  push to this OCI registry instead of ECR
+  --tls-verify=false             plain HTTP / unverified TLS to --registry (local registries)
+  --version V                    version tag, labels and binary version (default: VERSION file)
+  --repository NAME              image repository (default: $ECR_REPOSITORY or custom-kube-scheduler-webhook)
+  --region R                     AWS region (default: $AWS_REGION, $AWS_DEFAULT_REGION, `aws configure get region`)
+  --account ID                   AWS account (default: $AWS_ACCOUNT_ID, else `aws sts get-caller-identity`)
+  --platforms LIST               platforms (default: linux/amd64,linux/arm64)
+  --builder-image REF            the Dockerfile's BUILDER_IMAGE (default: its pinned golang image)
+  --runtime-image REF            the Dockerfile's RUNTIME_IMAGE (default: its pinned distroless image)
+  --engine docker|buildah        force one (default: docker when `docker info` works, else buildah)
+  --chart                        also package the Helm chart at the same version, its default
+                                 image.repository set to the pushed image, and push it to
+                                 oci://<registry>[/PATH]/charts
+  --mutable-tags                 create the ECR repository with MUTABLE tags (default IMMUTABLE)
+  --dry-run                      print every command instead of running it; needs neither aws,
+                                 docker nor buildah
+  -h, --help                     this help
 
 Environment: AWS_PROFILE and the usual AWS CLI variables apply. BUILDX_BUILDER names the
 buildx builder (default: custom-kube-scheduler-webhook, created with the
-docker-container driver when missing).
+docker-container driver when missing). For buildah: CONTAINERS_STORAGE_CONF (its image
+store) and BUILDAH_ISOLATION (default chroot).
 USAGE
 }
 
@@ -34,6 +49,8 @@ die() {
 	echo "build_and_push.sh: $*" >&2
 	exit 1
 }
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
 
 repository=${ECR_REPOSITORY:-custom-kube-scheduler-webhook}
 region=${AWS_REGION:-${AWS_DEFAULT_REGION:-}}
@@ -43,9 +60,23 @@ version=""
 mutability=IMMUTABLE
 dry_run=false
 builder=${BUILDX_BUILDER:-custom-kube-scheduler-webhook}
+registry=""
+tls_verify=true
+builder_image=""
+runtime_image=""
+engine=""
+chart=false
 
 while (($# > 0)); do
 	case "$1" in
+	--registry)
+		registry=${2:?--registry needs a value}
+		shift 2
+		;;
+	--tls-verify=true | --tls-verify=false)
+		tls_verify=${1#--tls-verify=}
+		shift
+		;;
 	--version)
 		version=${2:?--version needs a value}
 		shift 2
@@ -66,6 +97,23 @@ while (($# > 0)); do
 		platforms=${2:?--platforms needs a value}
 		shift 2
 		;;
+	--builder-image)
+		builder_image=${2:?--builder-image needs a value}
+		shift 2
+		;;
+	--runtime-image)
+		runtime_image=${2:?--runtime-image needs a value}
+		shift 2
+		;;
+	--engine)
+		engine=${2:?--engine needs a value}
+		[[ $engine == docker || $engine == buildah ]] || die "--engine must be docker or buildah"
+		shift 2
+		;;
+	--chart)
+		chart=true
+		shift
+		;;
 	--mutable-tags)
 		mutability=MUTABLE
 		shift
@@ -85,9 +133,16 @@ while (($# > 0)); do
 	esac
 done
 
+if [[ -z $version ]]; then
+	[[ -s VERSION ]] || die "no --version and no VERSION file"
+	version=$(<VERSION)
+fi
 # Docker tags: [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}
-if [[ -n $version && ! $version =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]]; then
+if [[ ! $version =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]]; then
 	die "--version $version is not a valid image tag"
+fi
+if [[ -n $registry && ! $registry =~ ^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?$ ]]; then
+	die "--registry $registry is not HOST[:PORT][/PATH]"
 fi
 
 # quote prints one word so a shell reads it back unchanged.
@@ -112,29 +167,26 @@ run() {
 	if ! $dry_run; then "$@"; fi
 }
 
-cd "$(dirname "${BASH_SOURCE[0]}")"
-
-if [[ -z $account ]]; then
-	if $dry_run; then
-		show aws sts get-caller-identity --query Account --output text
-		account='<account-id>'
+# The engine: docker buildx where a Docker engine answers (a docker client alone is not
+# enough), else buildah. A dry run calls nothing, so there a docker client is enough.
+if [[ -z $engine ]]; then
+	if command -v docker >/dev/null 2>&1 && { $dry_run || docker info >/dev/null 2>&1; }; then
+		engine=docker
 	else
-		command -v aws >/dev/null 2>&1 || die "aws CLI not found (or set AWS_ACCOUNT_ID and log in to ECR yourself)"
-		account=$(aws sts get-caller-identity --query Account --output text)
+		engine=buildah
 	fi
 fi
-if [[ -z $region ]]; then
-	if $dry_run; then
-		show aws configure get region
-		region='<region>'
-	else
-		region=$(aws configure get region || true)
-	fi
-fi
-[[ -n $region ]] || die "no AWS region: pass --region or set AWS_REGION"
 if ! $dry_run; then
-	command -v docker >/dev/null 2>&1 || die "docker not found"
-	docker buildx version >/dev/null 2>&1 || die "docker buildx not available"
+	case $engine in
+	docker) docker buildx version >/dev/null 2>&1 || die "docker buildx not available" ;;
+	buildah) command -v buildah >/dev/null 2>&1 || die "neither a Docker engine nor buildah found (apt-get install buildah)" ;;
+	esac
+	command -v go >/dev/null 2>&1 || die "go not found: the build context gets the Go modules vendored by the host's go"
+	if $chart; then
+		# shellcheck source=deploy/lib.sh
+		source deploy/lib.sh
+		ensure_helm
+	fi
 fi
 
 revision=$(git rev-parse HEAD 2>/dev/null) || die "not a git checkout: the image is tagged with the commit"
@@ -142,45 +194,155 @@ sha_tag=${revision:0:12}
 if [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]]; then
 	sha_tag+=-dirty
 fi
+# The commit's time, so that two builds of one commit carry the same date.
+build_date=$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ)
 
-registry=$account.dkr.ecr.$region.amazonaws.com
-image=$registry/$repository
-tags=(--tag "$image:$sha_tag")
-if [[ -n $version ]]; then tags+=(--tag "$image:$version"); fi
+# 1. Where to push, and the login it needs.
+if [[ -n $registry ]]; then
+	registry_host=${registry%%/*}
+	image=$registry/$repository
+	chart_repo=$registry/charts
+else
+	if [[ -z $account ]]; then
+		if $dry_run; then
+			show aws sts get-caller-identity --query Account --output text
+			account='<account-id>'
+		else
+			command -v aws >/dev/null 2>&1 || die "aws CLI not found (or set AWS_ACCOUNT_ID and log in to ECR yourself)"
+			account=$(aws sts get-caller-identity --query Account --output text)
+		fi
+	fi
+	if [[ -z $region ]]; then
+		if $dry_run; then
+			show aws configure get region
+			region='<region>'
+		else
+			region=$(aws configure get region || true)
+		fi
+	fi
+	[[ -n $region ]] || die "no AWS region: pass --region or set AWS_REGION"
+	registry_host=$account.dkr.ecr.$region.amazonaws.com
+	image=$registry_host/$repository
+	chart_repo=$registry_host/charts
 
-# 1. Repository, created on first use.
-show aws ecr describe-repositories --repository-names "$repository" --region "$region"
-if $dry_run || ! aws ecr describe-repositories --repository-names "$repository" --region "$region" >/dev/null 2>&1; then
-	run aws ecr create-repository --repository-name "$repository" --region "$region" \
-		--image-scanning-configuration scanOnPush=true \
-		--image-tag-mutability "$mutability" \
-		--encryption-configuration encryptionType=AES256
+	# ensure_ecr_repository NAME: created on first use.
+	ensure_ecr_repository() {
+		show aws ecr describe-repositories --repository-names "$1" --region "$region"
+		if $dry_run || ! aws ecr describe-repositories --repository-names "$1" --region "$region" >/dev/null 2>&1; then
+			run aws ecr create-repository --repository-name "$1" --region "$region" \
+				--image-scanning-configuration scanOnPush=true \
+				--image-tag-mutability "$mutability" \
+				--encryption-configuration encryptionType=AES256
+		fi
+	}
+	ensure_ecr_repository "$repository"
+	if $chart; then ensure_ecr_repository "charts/$(basename deploy/chart/*)"; fi
+
+	# Registry login (the password goes through a pipe, never the command line).
+	login=("$engine" login --username AWS --password-stdin "$registry_host")
+	echo "+ aws ecr get-login-password --region $(quote "$region") | ${login[*]}"
+	if ! $dry_run; then
+		aws ecr get-login-password --region "$region" | "${login[@]}"
+	fi
+	if $chart; then
+		echo "+ aws ecr get-login-password --region $(quote "$region") | helm registry login --username AWS --password-stdin $registry_host"
+		if ! $dry_run; then
+			aws ecr get-login-password --region "$region" | "$HELM" registry login --username AWS --password-stdin "$registry_host"
+		fi
+	fi
 fi
 
-# 2. Registry login (the password goes through a pipe, never the command line).
-echo "+ aws ecr get-login-password --region $(quote "$region") | docker login --username AWS --password-stdin $(quote "$registry")"
-if ! $dry_run; then
-	aws ecr get-login-password --region "$region" | docker login --username AWS --password-stdin "$registry"
+# 2. A build context with the Go modules vendored in: the build fetches nothing.
+if $dry_run; then
+	context='<context>'
+	show git ls-files --cached --others --exclude-standard
+	echo "+ (cd $context && go mod vendor)"
+else
+	context=$(mktemp -d)
+	trap 'rm -rf "$context"' EXIT
+	git ls-files -z --cached --others --exclude-standard |
+		while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
+		tar --null -T - -cf - | tar -xf - -C "$context"
+	(cd "$context" && go mod vendor)
 fi
 
-# 3. A buildx builder that can build and push a multi-platform image.
-show docker buildx inspect "$builder"
-if $dry_run || ! docker buildx inspect "$builder" >/dev/null 2>&1; then
-	run docker buildx create --name "$builder" --driver docker-container --bootstrap
+build_args=(--build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "BUILD_DATE=$build_date")
+if [[ -n $builder_image ]]; then build_args+=(--build-arg "BUILDER_IMAGE=$builder_image"); fi
+if [[ -n $runtime_image ]]; then build_args+=(--build-arg "RUNTIME_IMAGE=$runtime_image"); fi
+tags=("$sha_tag" "$version")
+digest_file=${context}/.digest
+
+# 3. Build for every platform and push one manifest list under both tags.
+if [[ $engine == docker ]]; then
+	show docker buildx inspect "$builder"
+	if $dry_run || ! docker buildx inspect "$builder" >/dev/null 2>&1; then
+		run docker buildx create --name "$builder" --driver docker-container --bootstrap
+	fi
+	output="type=image,\"name=$image:${tags[0]},$image:${tags[1]}\",push=true"
+	if [[ $tls_verify == false ]]; then output+=",registry.insecure=true"; fi
+	run docker buildx build --builder "$builder" \
+		--platform "$platforms" \
+		"${build_args[@]}" \
+		--provenance=true --sbom=true \
+		--metadata-file "$digest_file.json" \
+		--output "$output" "$context"
+	if ! $dry_run; then jq -er '."containerimage.digest"' "$digest_file.json" >"$digest_file"; fi
+else
+	# buildah 1.28 does not set BUILDPLATFORM itself: without it, FROM --platform would
+	# pull the builder for every target platform.
+	build_platform=linux/$(go env GOARCH 2>/dev/null || uname -m)
+	list=localhost/custom-kube-scheduler-webhook-build:$sha_tag
+	if ! $dry_run; then buildah manifest rm "$list" >/dev/null 2>&1 || true; fi
+	# chroot isolation needs no cgroups or namespaces of its own, so it also builds inside a
+	# container or a CI runner; BUILDAH_ISOLATION=oci picks the OCI runtime instead.
+	run buildah build --isolation "${BUILDAH_ISOLATION:-chroot}" \
+		--platform "$platforms" --build-arg "BUILDPLATFORM=$build_platform" \
+		"${build_args[@]}" --pull=missing --tls-verify="$tls_verify" \
+		--manifest "$list" -f "$context/Dockerfile" "$context"
+	for tag in "${tags[@]}"; do
+		run buildah manifest push --all --tls-verify="$tls_verify" --digestfile "$digest_file" \
+			"$list" "docker://$image:$tag"
+	done
+	if ! $dry_run; then buildah manifest rm "$list" >/dev/null; fi
 fi
 
-# 4. Build for every platform and push one multi-arch manifest list.
-run docker buildx build --builder "$builder" \
-	--platform "$platforms" \
-	--build-arg "VERSION=${version:-$sha_tag}" \
-	--build-arg "REVISION=$revision" \
-	"${tags[@]}" \
-	--provenance=true --sbom=true \
-	--push .
+# 4. The chart, at the same version, pointing at the image just pushed.
+chart_ref=""
+if $chart; then
+	chart_src=deploy/chart/custom-kube-scheduler-webhook
+	chart_dir=$context/chart/custom-kube-scheduler-webhook
+	if ! $dry_run; then
+		mkdir -p "$context/chart"
+		cp -R "$chart_src" "$context/chart/"
+		# image.repository is required in the source chart; the released one names its image.
+		sed -i -E "s|^(  repository:) \"\"$|\1 \"$image\"|" "$chart_dir/values.yaml"
+		grep -qF "repository: \"$image\"" "$chart_dir/values.yaml" || die "could not set image.repository in the packaged chart"
+	fi
+	run "${HELM:-helm}" package "$chart_dir" --version "$version" --app-version "$version" --destination "$context"
+	push=("${HELM:-helm}" push "$context/custom-kube-scheduler-webhook-$version.tgz" "oci://$chart_repo")
+	if [[ $tls_verify == false ]]; then push+=(--plain-http); fi
+	run "${push[@]}"
+	chart_ref=oci://$chart_repo/custom-kube-scheduler-webhook
+fi
 
 echo
-echo "Pushed $image:$sha_tag${version:+ and $image:$version}"
-echo "Install or upgrade with:"
-echo "  helm upgrade --install custom-kube-scheduler-webhook deploy/chart/custom-kube-scheduler-webhook \\"
-echo "    --namespace custom-kube-scheduler-webhook --create-namespace \\"
-echo "    --set image.repository=$image --set image.tag=${version:-$sha_tag}"
+if $dry_run; then
+	echo "Dry run: would push $image:$sha_tag and $image:$version${chart_ref:+, and the chart $chart_ref:$version}"
+	exit 0
+fi
+digest=$(<"$digest_file")
+echo "Pushed $image:$sha_tag and $image:$version"
+echo "Digest: $digest"
+if [[ -n $chart_ref ]]; then
+	echo "Chart: $chart_ref --version $version"
+	echo "Install or upgrade with:"
+	echo "  helm upgrade --install custom-kube-scheduler-webhook $chart_ref --version $version \\"
+	plain=""
+	if [[ $tls_verify == false ]]; then plain=" --plain-http"; fi
+	echo "    --namespace custom-kube-scheduler-webhook --create-namespace$plain"
+else
+	echo "Install or upgrade with:"
+	echo "  helm upgrade --install custom-kube-scheduler-webhook deploy/chart/custom-kube-scheduler-webhook \\"
+	echo "    --namespace custom-kube-scheduler-webhook --create-namespace \\"
+	echo "    --set image.repository=$image --set image.digest=$digest"
+fi

@@ -32,10 +32,26 @@ ensure_helm() {
 	HELM=$TOOLS_BIN/helm
 }
 
-# helm_template RELEASE NAMESPACE [helm args...] renders the chart to stdout.
+# The chart requires image.repository (no public image is published). Renders that are not
+# an install (the plain manifests, the deploy tests) use this placeholder: an invalid
+# reference on purpose, so a manifest applied without replacing it fails visibly
+# (InvalidImageName) instead of pulling someone else's image.
+RENDER_IMAGE_REPOSITORY=${RENDER_IMAGE_REPOSITORY:-REGISTRY/custom-kube-scheduler-webhook}
+
+# helm_template RELEASE NAMESPACE [helm args...] renders the chart to stdout, with
+# image.repository=$RENDER_IMAGE_REPOSITORY unless the args set another (it comes first as
+# a values file, so both a later -f and a --set win over it).
 helm_template() {
 	local release=$1 namespace=$2
 	shift 2
 	"$HELM" template "$release" "$CHART_DIR" --namespace "$namespace" \
-		--kube-version "$RENDER_KUBE_VERSION" "$@"
+		--kube-version "$RENDER_KUBE_VERSION" \
+		--values <(printf 'image:\n  repository: %s\n' "$RENDER_IMAGE_REPOSITORY") "$@"
+}
+
+# helm_lint [helm args...] runs helm lint --strict on the chart with the same placeholder
+# image.repository as helm_template.
+helm_lint() {
+	"$HELM" lint --strict --kube-version "$RENDER_KUBE_VERSION" \
+		--values <(printf 'image:\n  repository: %s\n' "$RENDER_IMAGE_REPOSITORY") "$@" "$CHART_DIR"
 }

@@ -22,6 +22,16 @@ line=$(grep -E '^\s*go build ' Dockerfile | head -n1 | sed -E 's/^\s+//')
 	exit 1
 }
 flags_text=$(sed -E 's/^go build (.*) -o [^ ]+ [^ ]+$/\1/' <<<"$line")
+# The build args build_and_push.sh passes: the VERSION file, the commit and its date.
+version=$(<VERSION)
+revision=$(git rev-parse HEAD)
+build_date=$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ)
+# shellcheck disable=SC2016 # the Dockerfile's literal ${...}
+flags_text=${flags_text//'${VERSION}'/$version}
+# shellcheck disable=SC2016
+flags_text=${flags_text//'${REVISION}'/$revision}
+# shellcheck disable=SC2016
+flags_text=${flags_text//'${BUILD_DATE}'/$build_date}
 pkg=$(awk '{print $NF}' <<<"$line")
 # xargs splits on blanks and honours the Dockerfile's double quotes, without eval.
 mapfile -t flags < <(xargs -n1 <<<"$flags_text")
@@ -57,6 +67,8 @@ for arch in ${ARCHES:-amd64 arm64}; do
 	if [[ $(go env GOARCH) == "$arch" ]]; then
 		check "linux/$arch: runs (--help)" "$out" --help
 		check "linux/$arch: has serve" "$out" serve --help
+		v=$("$out" --version 2>&1 || true)
+		check "linux/$arch: --version says $version, the commit and its date" matches "$v" "$version.*${revision:0:12}.*$build_date"
 	fi
 done
 

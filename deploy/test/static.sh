@@ -36,6 +36,14 @@ if command -v shfmt >/dev/null 2>&1; then
 	fi
 fi
 
+echo "== one version"
+v=$(<VERSION)
+check "VERSION is a semantic version ($v)" matches "$v" '^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$'
+check "Chart.yaml version is VERSION" matches "$(cat deploy/chart/custom-kube-scheduler-webhook/Chart.yaml)" "^version: $v$"
+check "Chart.yaml appVersion is VERSION" matches "$(cat deploy/chart/custom-kube-scheduler-webhook/Chart.yaml)" "^appVersion: \"?$v\"?$"
+check "CHANGELOG.md has an entry for $v" matches "$(cat CHANGELOG.md)" "^## \[$v\] - [0-9]{4}-[0-9]{2}-[0-9]{2}$"
+check "make build stamps VERSION into the binary" matches "$(make -s -n build)" "-X main.version=$v "
+
 echo "== helm lint / template"
 ensure_helm
 NS=cksw-test
@@ -44,11 +52,19 @@ render() { # NAME [helm args...] -> $tmp/NAME.yaml
 	shift
 	helm_template "$CHART_NAME" "$NS" "$@" >"$tmp/$name.yaml" 2>"$tmp/$name.err"
 }
-check "helm lint --strict (default values)" "$HELM" lint --strict --kube-version "$RENDER_KUBE_VERSION" "$CHART_DIR"
-check "helm template (default values)" render default
+check "helm lint --strict (default values + image.repository)" helm_lint
+check "helm template (default values + image.repository)" render default
+# No public image is published, so the chart names none: without image.repository it stops
+# with a message that says how to get one.
+if "$HELM" template "$CHART_NAME" "$CHART_DIR" --namespace "$NS" --kube-version "$RENDER_KUBE_VERSION" >/dev/null 2>"$tmp/noimage.err"; then
+	fail "no image.repository: refused"
+else
+	pass "no image.repository: refused"
+fi
+check "no image.repository: the message points at build_and_push.sh" contains "$(cat "$tmp/noimage.err")" "image.repository is required: push the image with ./build_and_push.sh"
 for values in deploy/test/values/*.yaml; do
 	name=$(basename "$values" .yaml)
-	check "helm lint --strict -f $values" "$HELM" lint --strict --kube-version "$RENDER_KUBE_VERSION" -f "$values" "$CHART_DIR"
+	check "helm lint --strict -f $values" helm_lint -f "$values"
 	check "helm template -f $values" render "$name" -f "$values"
 done
 check "helm template with a ServiceMonitor" render servicemonitor --set metrics.serviceMonitor.enabled=true
@@ -228,15 +244,23 @@ check "deploy/manifests matches the chart (deploy/render.sh --check)" deploy/ren
 
 echo "== Dockerfile"
 df=$(cat Dockerfile)
-check "golang builder pinned to a version" matches "$df" '^ARG GO_VERSION=[0-9]+\.[0-9]+\.[0-9]+$'
+gomod_go=$(awk '$1 == "go" {print $2}' go.mod)
+check "builder: the golang image of go.mod's Go ($gomod_go), pinned" matches "$df" "^ARG BUILDER_IMAGE=docker\.io/library/golang:${gomod_go//./\\.}-bookworm$"
 # shellcheck disable=SC2016 # literal Dockerfile text
-check "builder on BUILDPLATFORM" contains "$df" 'FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}'
+check "builder on BUILDPLATFORM" matches "$df" '^FROM --platform=\$BUILDPLATFORM \$\{BUILDER_IMAGE\} AS build$'
 check "runtime distroless static nonroot pinned by digest" matches "$df" '^ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot@sha256:[0-9a-f]{64}$'
+# shellcheck disable=SC2016 # literal Dockerfile text
+check "runtime from RUNTIME_IMAGE" matches "$df" '^FROM \$\{RUNTIME_IMAGE\}$'
 check "no unpinned FROM" test -z "$(grep -E '^FROM [^$ -]+:latest' Dockerfile || true)"
+check "vendored modules: no network in the build" contains "$df" "GOFLAGS=-mod=vendor GOPROXY=off"
+# shellcheck disable=SC2016 # literal Dockerfile text
+check "version, revision and date into the binary" contains "$df" '-X main.version=${VERSION} -X main.revision=${REVISION} -X main.buildDate=${BUILD_DATE}'
+# shellcheck disable=SC2016,SC1003 # literal Dockerfile text; tr deletes newlines and backslashes
+check "labels carry version and revision" matches "$(tr -d '\n\\' <<<"$df")" 'org.opencontainers.image.version="\$\{VERSION\}" +org.opencontainers.image.revision="\$\{REVISION\}"'
 check "CGO disabled" contains "$df" "CGO_ENABLED=0"
 # shellcheck disable=SC2016 # literal Dockerfile text
 check "cross-compiles with TARGETOS/TARGETARCH" contains "$df" 'GOOS=$TARGETOS GOARCH=$TARGETARCH'
-check "go build -trimpath -ldflags \"-s -w\"" contains "$df" 'go build -trimpath -ldflags "-s -w"'
+check "go build -trimpath -ldflags \"-s -w ...\"" contains "$df" 'go build -trimpath -ldflags "-s -w '
 check "builds ./cmd/custom-kube-scheduler-webhook" matches "$df" 'go build .* \./cmd/custom-kube-scheduler-webhook$'
 check "USER 65532" matches "$df" '^USER 65532(:65532)?$'
 check "ENTRYPOINT is the binary" matches "$df" '^ENTRYPOINT \["/usr/local/bin/custom-kube-scheduler-webhook"\]$'
@@ -271,14 +295,33 @@ check "no aws/docker call in dry run" test ! -e "$tmp/called"
 check "describes the ECR repository" contains "$out" "+ aws ecr describe-repositories --repository-names custom-kube-scheduler-webhook --region eu-west-1"
 check "creates it with scan on push and immutable tags" contains "$out" "+ aws ecr create-repository --repository-name custom-kube-scheduler-webhook --region eu-west-1 --image-scanning-configuration scanOnPush=true --image-tag-mutability IMMUTABLE"
 check "logs in to ECR" contains "$out" "+ aws ecr get-login-password --region eu-west-1 | docker login --username AWS --password-stdin $reg"
-check "buildx multi-arch push" matches "$out" "^\+ docker buildx build .*--platform linux/amd64,linux/arm64 .*--push \.$"
-check "tagged with the git SHA" matches "$out" "--tag $img:$sha(-dirty)? "
-check "tagged with the version" contains "$out" "--tag $img:1.2.3 "
+check "vendors the modules into the context" contains "$out" "go mod vendor"
+check "buildx multi-arch build" matches "$out" "^\+ docker buildx build .*--platform linux/amd64,linux/arm64 "
+check "pushes both tags, the git SHA and the version" matches "$out" "name=$img:$sha(-dirty)?,$img:1\.2\.3.*push=true"
+check "version and revision as build args" matches "$out" "--build-arg VERSION=1\.2\.3 --build-arg REVISION=[0-9a-f]{40} "
+check "says it would push" matches "$out" "^Dry run: would push $img:$sha(-dirty)? and $img:1\.2\.3$"
+check_not "never says Pushed in a dry run" contains "$out" "Pushed"
 out=$(PATH="$tmp/fakebin:$PATH" env -u AWS_ACCOUNT_ID -u AWS_REGION -u AWS_DEFAULT_REGION ./build_and_push.sh --dry-run 2>&1) ||
 	fail "build_and_push.sh --dry-run without account/region exited non-zero"
 check "account from sts in dry run" contains "$out" "+ aws sts get-caller-identity --query Account --output text"
 check "region from aws configure in dry run" contains "$out" "+ aws configure get region"
+check "version from the VERSION file" contains "$out" ":$(<VERSION)"
+echo "-- --registry, buildah"
+out=$(PATH="$tmp/fakebin:$PATH" ./build_and_push.sh --dry-run --engine buildah --registry 127.0.0.1:5000/team --tls-verify=false \
+	--version 1.2.3 --builder-image B --runtime-image R --chart 2>&1) || fail "build_and_push.sh --dry-run --registry exited non-zero"
+img=127.0.0.1:5000/team/custom-kube-scheduler-webhook
+check_not "--registry: no AWS call shown" contains "$out" "aws "
+check "buildah builds both platforms into one manifest list" matches "$out" "^\+ buildah build .*--platform linux/amd64,linux/arm64 .*--manifest "
+check "bases passed through" contains "$out" "--build-arg BUILDER_IMAGE=B --build-arg RUNTIME_IMAGE=R"
+check "plain HTTP to the local registry" contains "$out" "--tls-verify=false"
+check "pushes the list under the version tag" matches "$out" "^\+ buildah manifest push --all .* docker://$img:1\.2\.3$"
+check "pushes the list under the commit tag" matches "$out" "^\+ buildah manifest push --all .* docker://$img:$sha(-dirty)?$"
+check "packages the chart at the version" matches "$out" "helm package .* --version 1\.2\.3 --app-version 1\.2\.3 "
+check "pushes the chart next to the image" matches "$out" "helm push .*custom-kube-scheduler-webhook-1\.2\.3\.tgz'? oci://127\.0\.0\.1:5000/team/charts --plain-http$"
+check "says it would push image and chart" contains "$out" "Dry run: would push $img:"
 check "still no aws/docker call" test ! -e "$tmp/called"
+check_not "a registry that is not HOST[:PORT][/PATH] is refused" ./build_and_push.sh --dry-run --registry 'http://x'
+check_not "an unknown engine is refused" ./build_and_push.sh --dry-run --engine podman
 check "--help" ./build_and_push.sh --help
 check_not "unknown option refused" ./build_and_push.sh --bogus
 check_not "bad version tag refused" ./build_and_push.sh --dry-run --version 'a b'

@@ -63,6 +63,7 @@ app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
 {{- end }}
 
 {{- define "cksw.image" -}}
+{{- $_ := required "image.repository is required: push the image with ./build_and_push.sh, then --set image.repository=<the repository it printed> (or install the chart it pushes with --chart)" .Values.image.repository }}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}

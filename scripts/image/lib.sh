@@ -1,0 +1,75 @@
+# shellcheck shell=bash
+# Helpers shared by scripts/image/*.sh: tools, and a local OCI registry (Debian's
+# docker-registry) run as a process of the caller's, on loopback, stopped by PID.
+# Sourced, never run.
+
+# shellcheck source=scripts/localcluster/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../localcluster" && pwd)/lib.sh"
+
+# img_log: progress on stderr (stdout carries the scripts' results).
+img_log() { lc_log "$@" >&2; }
+
+# img_ensure_tools installs the image tools that are missing (Debian packages).
+img_ensure_tools() {
+	lc_ensure_packages buildah:buildah skopeo:skopeo umoci:umoci docker-registry:docker-registry \
+		htpasswd:apache2-utils jq:jq readelf:binutils >&2
+}
+
+# img_static_busybox prints the path of a statically linked busybox, if the machine has one.
+img_static_busybox() {
+	local b
+	for b in /bin/busybox /usr/bin/busybox; do
+		if [[ -x $b ]] && ! ldd "$b" >/dev/null 2>&1; then
+			echo "$b"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# img_free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+img_free_port() {
+	local port i
+	for ((i = 0; i < 100; i++)); do
+		port=$((20000 + RANDOM % 10000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return 0
+		fi
+	done
+	lc_die "no free port found on 127.0.0.1"
+}
+
+# img_registry_start DIR [HTPASSWD]: Debian's docker-registry on a free loopback port,
+# storing in DIR/storage, logging to DIR/logs/registry.log, its PID in DIR/pids; with an
+# htpasswd file, only its users may pull or push. Sets REGISTRY (127.0.0.1:PORT).
+img_registry_start() {
+	local dir=$1 htpasswd=${2:-} port
+	port=$(img_free_port)
+	mkdir -p "$dir/storage"
+	{
+		echo "version: 0.1"
+		echo "log: {level: warn}"
+		echo "storage:"
+		echo "  filesystem: {rootdirectory: $dir/storage}"
+		echo "  delete: {enabled: true}"
+		echo "http:"
+		echo "  addr: 127.0.0.1:$port"
+		echo "  secret: $(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+		if [[ -n $htpasswd ]]; then
+			echo "auth:"
+			echo "  htpasswd: {realm: registry, path: $htpasswd}"
+		fi
+	} >"$dir/registry.yml"
+	PIDS=$dir/pids LOGS=$dir/logs lc_start registry docker-registry serve "$dir/registry.yml"
+	REGISTRY=127.0.0.1:$port
+	# /v2/ answers 200, or 401 behind auth, once the registry listens.
+	LC_WAIT_SECONDS=30 lc_wait curl -s -o /dev/null "http://$REGISTRY/v2/" ||
+		lc_die "the registry did not start: $(tail -n 5 "$dir/logs/registry.log")"
+	img_log "registry on $REGISTRY (pid $(<"$dir/pids/registry.pid"), storage $dir/storage)"
+}
+
+# img_registry_stop DIR stops the registry that img_registry_start DIR started.
+img_registry_stop() {
+	PIDS=$1/pids LOGS=$1/logs lc_stop registry >&2
+}
