@@ -449,9 +449,14 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		if have == want {
 			return
 		}
+		_, haveGone := active[have]
+		if haveGone && p.Spec.NodeName != "" {
+			// The term's capacity is short, not gone: this pod has its node, so it stays.
+			// Only the pods that cannot get one move (their replacements fall back).
+			return
+		}
 		m := move{pod: keep(p), seat: seat, reason: MoveDrift}
 		from, _ := strconv.Atoi(p.Annotations[strategy.AnnotationFallbackFrom])
-		_, haveGone := active[have]
 		switch {
 		case haveGone:
 			m.reason = MoveStranded
@@ -520,9 +525,12 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	return res
 }
 
-// evictWithinBudget evicts moves, pods not Ready first (they cost no budget), then the
-// highest seats first, while the revision's unavailable pods stay within the budget.
-// It returns how many moves are left for a later pass.
+// evictWithinBudget evicts moves, pods without a node first (they run nowhere, so
+// evicting them costs no availability), then the highest seats first. A pod with a node
+// is evicted only while the revision's unavailable pods (not Ready, or already evicted)
+// stay within the budget after it, Ready or not: a pod that is Running but not Ready may
+// be about to serve, and during a rollout the budget is 0. It returns how many moves are
+// left for a later pass.
 func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev revision, ready int, moves []move, log logrus.FieldLogger) int {
 	budget, err := Budget(l.cfg.MaxUnavailable, rev.replicas)
 	if err != nil {
@@ -533,9 +541,9 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 	}
 	unavailable := max(0, rev.replicas-ready)
 	sort.SliceStable(moves, func(i, j int) bool {
-		ri, rj := isReady(moves[i].pod), isReady(moves[j].pod)
-		if ri != rj {
-			return !ri
+		ui, uj := moves[i].pod.Spec.NodeName == "", moves[j].pod.Spec.NodeName == ""
+		if ui != uj {
+			return ui
 		}
 		return moves[i].seat > moves[j].seat
 	})
@@ -545,11 +553,16 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 		if l.wasEvicted(m.pod) {
 			continue
 		}
-		cost := 0
-		if isReady(m.pod) {
-			cost = 1
+		// Evicting a Ready pod makes one more unavailable; a pod with a node that is not
+		// Ready is unavailable already, yet needs the same room: it may be about to serve.
+		cost, room := 0, 0
+		if m.pod.Spec.NodeName != "" {
+			room = 1
+			if isReady(m.pod) {
+				cost = 1
+			}
 		}
-		if cost > 0 && unavailable+cost > budget {
+		if room > 0 && unavailable+room > budget {
 			left++
 			blockedBy = fmt.Sprintf("%d of %d pods unavailable, budget %d", unavailable, rev.replicas, budget)
 			if rev.rolling {

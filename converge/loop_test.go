@@ -113,6 +113,12 @@ type world struct {
 
 func newWorld(t *testing.T, replicas int, pods []*corev1.Pod) *world {
 	t.Helper()
+	return newWorldOf(t, strat, replicas, pods)
+}
+
+// newWorldOf is newWorld with another strategy on the Deployment.
+func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *world {
+	t.Helper()
 	ann := map[string]string{strategy.AnnotationStrategy: strat}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, UID: depUID, Annotations: map[string]string{revisionAnnotation: "1"}}}
 	dep.Spec.Template.Annotations = ann
@@ -387,5 +393,87 @@ func TestPassCopiesNoPodItDoesNotNeed(t *testing.T) {
 		if got := w.evictions(); len(got) != 0 {
 			t.Errorf("ready %v: evicted %v from a revision at its placement", ready, got)
 		}
+	}
+}
+
+// waitForRecord waits until the loop's informer has the revision's unavailability record.
+func (w *world) waitForRecord(t *testing.T) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return w.records.Get(rsUID) != nil, nil
+	}); err != nil {
+		t.Fatal("the record never reached the informer")
+	}
+}
+
+// One stuck pod marks its term unavailable, but the term's pods that have a node keep
+// it: only the pod that cannot get one moves (18 Ready spot pods and 1 Pending used to
+// see the Ready ones evicted to on-demand, budget by budget).
+func TestHealthyPodsOnUnavailableTermStay(t *testing.T) {
+	const both = "karpenter.sh/capacity-type=on-demand,base=1,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+	s, err := strategy.Parse(both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 25
+	var pods []*corev1.Pod
+	last := 0
+	for seat := 1; seat <= n; seat++ {
+		if term := s.TermOfSeat(seat); term == 0 {
+			pods = append(pods, pod(seat, 1, "on-demand", true, 0))
+		} else {
+			pods = append(pods, pod(seat, 2, "spot", true, 0))
+			last = len(pods) - 1
+		}
+	}
+	pods[last] = pod(last+1, 2, "spot", false, 30*time.Second) // the highest spot seat cannot get a node
+	w := newWorldOf(t, both, n, pods)
+	w.loop.cfg.MaxUnavailable = intstr.FromString("50%") // budget enough to move them all
+	ctx := context.Background()
+	w.loop.Pass(ctx)
+	w.waitForRecord(t)
+	for range 3 {
+		w.loop.Pass(ctx)
+	}
+	want := fmt.Sprintf("web-%d", last+1)
+	if got := w.evictions(); len(got) != 1 || got[0] != want {
+		t.Fatalf("evicted %v, want only %s, the pod without a node", got, want)
+	}
+}
+
+// A pod that is Running but not Ready is no free move: with 11 of 12 pods not Ready
+// (a dependency failing readiness) and a budget of 1, nothing is evicted.
+func TestNotReadyPodsWithANodeRespectTheBudget(t *testing.T) {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= 12; seat++ {
+		p := pod(seat, 1, "on-demand", true, 0)
+		p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+		pods = append(pods, p)
+	}
+	w := newWorld(t, 12, pods)
+	w.loop.Pass(context.Background())
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v with 11 of 12 pods unavailable and a budget of 1", got)
+	}
+}
+
+// A term contained in a later one ("a=1:a=1,b=2", accepted with a warning): pods placed
+// on the later term are selected by both, and must not read as the first term's drift.
+func TestNestedTermsDoNotChurn(t *testing.T) {
+	on := func(seat, term int, sel map[string]string) *corev1.Pod {
+		p := pod(seat, term, "", true, 0)
+		p.Spec.NodeSelector = sel
+		return p
+	}
+	pods := []*corev1.Pod{on(1, 1, map[string]string{"a": "1"})}
+	for seat := 2; seat <= 4; seat++ {
+		pods = append(pods, on(seat, 2, map[string]string{"a": "1", "b": "2"}))
+	}
+	w := newWorldOf(t, "a=1,base=1,weight=0:a=1,b=2,weight=1", 4, pods)
+	w.loop.Pass(context.Background())
+	w.loop.Pass(context.Background())
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v from a revision at its placement", got)
 	}
 }

@@ -75,17 +75,24 @@ func HoldsSeat(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded
 }
 
-// TermOf is the 0-based term of s a placed pod is on: the first term its nodeSelector
-// selects (what the scheduler acts on; it stays right when the strategy changes), else
-// its term annotation, else -1.
+// TermOf is the 0-based term of s a placed pod is on: the term admission recorded on it
+// when its nodeSelector still selects that term; else the first term its nodeSelector
+// selects (what the scheduler acts on; it stays right when the strategy changes); else
+// its term annotation; else -1. The recorded term comes first because a term may be
+// contained in a later one ("a=1:a=1,b=2"): a pod placed on the later term is selected
+// by both, and reading it as the first would move it for ever.
 func TermOf(s *Strategy, pod *corev1.Pod) int {
+	n, err := strconv.Atoi(pod.Annotations[AnnotationTerm])
+	recorded := err == nil && n >= 1 && n <= len(s.Terms)
+	if recorded && s.Terms[n-1].SelectedBy(pod.Spec.NodeSelector) {
+		return n - 1
+	}
 	for i, t := range s.Terms {
 		if t.SelectedBy(pod.Spec.NodeSelector) {
 			return i
 		}
 	}
-	n, err := strconv.Atoi(pod.Annotations[AnnotationTerm])
-	if err != nil || n < 1 || n > len(s.Terms) {
+	if !recorded {
 		return -1
 	}
 	return n - 1
