@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,6 +88,9 @@ type Loop struct {
 	said        map[string]bool         // "term back" said, per revision, term and cool-down end
 	stuckSaid   map[types.UID]bool
 	blockedSaid map[types.UID]string
+	// leading is the leadership fence of the current Run, checked right before each
+	// eviction; nil (a loop run without election, as in tests) always leads.
+	leading func() bool
 }
 
 // NewLoop validates cfg and returns a loop.
@@ -131,11 +135,13 @@ func max1(n int) int {
 	return n
 }
 
-// Run makes a pass every interval until ctx ends.
-func (l *Loop) Run(ctx context.Context) {
+// Run makes a pass every interval until ctx ends. leading (nil: always) is checked
+// right before each eviction; see RunElected.
+func (l *Loop) Run(ctx context.Context, leading func() bool) {
 	l.running.Lock()
 	defer l.running.Unlock()
 	l.reset()
+	l.leading = leading
 	l.cfg.Metrics.leader.Set(1)
 	defer l.cfg.Metrics.leader.Set(0)
 	l.cfg.Log.Info("convergence loop started")
@@ -166,8 +172,9 @@ type revision struct {
 	kind                string // ReplicaSet or StatefulSet
 	replicas            int
 	templateAnnotations map[string]string
-	// rolling is set while older ReplicaSets of the Deployment still have replicas: the
-	// rollout is moving pods itself, so the loop moves none that are Ready.
+	// rolling is set while older ReplicaSets of the Deployment still have replicas, or
+	// the StatefulSet controller rolls to a new revision: the rollout is moving pods
+	// itself, so the loop's budget is 0.
 	rolling bool
 }
 
@@ -209,11 +216,32 @@ func (l *Loop) Pass(ctx context.Context) {
 			delete(l.evicted, uid)
 		}
 	}
+	exists := l.revisionsKnown()
 	for _, rec := range l.cfg.Records.All() {
-		if err := l.cfg.Records.Forget(ctx, rec, l.cfg.Cooldown, !seen[rec.Revision]); err != nil {
+		// A revision scaled to zero keeps its record (and so its cool-down history) until
+		// the record goes stale; only a deleted revision's record goes at once.
+		if err := l.cfg.Records.Forget(ctx, rec, l.cfg.Cooldown, !seen[rec.Revision] && !exists[rec.Revision]); err != nil {
 			l.cfg.Log.WithError(err).Warn("cannot drop a stale unavailability record")
 		}
 	}
+}
+
+// revisionsKnown is the set of ReplicaSets and StatefulSets in the caches, with replicas
+// or not.
+func (l *Loop) revisionsKnown() map[types.UID]bool {
+	r := l.cfg.Caches.Resolver
+	known := map[types.UID]bool{}
+	if sets, err := r.ReplicaSets.List(labels.Everything()); err == nil {
+		for _, rs := range sets {
+			known[rs.UID] = true
+		}
+	}
+	if sets, err := r.StatefulSets.List(labels.Everything()); err == nil {
+		for _, s := range sets {
+			known[s.UID] = true
+		}
+	}
+	return known
 }
 
 // revisions lists the current revisions with replicas: a Deployment's newest
@@ -256,12 +284,23 @@ func (l *Loop) revisions() []revision {
 			continue
 		}
 		out = append(out, revision{uid: s.UID, namespace: s.Namespace, name: s.Name, kind: "StatefulSet",
-			replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations})
+			replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations, rolling: statefulSetRolling(s)})
 	}
 	return out
 }
 
 const revisionAnnotation = "deployment.kubernetes.io/revision"
+
+// statefulSetRolling reports whether the StatefulSet controller is rolling pods to a new
+// revision (RollingUpdate, the default): it replaces pods itself, so the loop's budget is
+// 0. With OnDelete the user replaces pods when they choose, which is no rollout to wait for.
+func statefulSetRolling(s *appsv1.StatefulSet) bool {
+	if s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+		return false
+	}
+	return s.Status.ObservedGeneration < s.Generation ||
+		(s.Status.UpdateRevision != "" && s.Status.UpdateRevision != s.Status.CurrentRevision)
+}
 
 // result is what one revision's pass reports for the metrics.
 type result struct {
@@ -568,6 +607,13 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 			if rev.rolling {
 				blockedBy = "a rollout is in progress"
 			}
+			continue
+		}
+		if l.leading != nil && !l.leading() {
+			// No longer sure to be the only one moving pods: leave the rest to the leader.
+			left++
+			blockedBy = "this replica is no longer sure to lead the convergence loop"
+			l.cfg.Metrics.evictions.WithLabelValues(m.reason, "fenced").Inc()
 			continue
 		}
 		err := l.evict(ctx, m.pod)

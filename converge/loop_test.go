@@ -477,3 +477,92 @@ func TestNestedTermsDoNotChurn(t *testing.T) {
 		t.Fatalf("evicted %v from a revision at its placement", got)
 	}
 }
+
+// A leader that is no longer sure of its Lease (a long pause, a partition) evicts
+// nothing: the fence is checked right before each eviction.
+func TestNoEvictionWithoutLeadership(t *testing.T) {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= 4; seat++ {
+		p := pod(seat, 1, "on-demand", true, 0)
+		p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+		pods = append(pods, p)
+	}
+	w := newWorld(t, 4, pods)
+	leads := false
+	w.loop.leading = func() bool { return leads }
+	ctx := context.Background()
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v without holding the leadership", got)
+	}
+	leads = true
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 1 {
+		t.Fatalf("evicted %v once leading again, want one pod (budget 1)", got)
+	}
+}
+
+// A StatefulSet rolling to a new revision is a rollout: the loop's budget is 0. With
+// OnDelete nothing rolls by itself, so it is not.
+func TestStatefulSetRollout(t *testing.T) {
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns, UID: "sts-1", Generation: 2}}
+	sts.Spec.Replicas = ptr(int32(3))
+	sts.Status.ObservedGeneration = 2
+	sts.Status.CurrentRevision, sts.Status.UpdateRevision = "db-1", "db-2"
+	if !statefulSetRolling(sts) {
+		t.Error("a StatefulSet between revisions db-1 and db-2 is rolling")
+	}
+	sts.Status.UpdateRevision = "db-1"
+	if statefulSetRolling(sts) {
+		t.Error("a StatefulSet at its update revision is not rolling")
+	}
+	sts.Status.ObservedGeneration = 1
+	if !statefulSetRolling(sts) {
+		t.Error("a spec change the controller has not observed yet is a rollout about to start")
+	}
+	sts.Spec.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType
+	sts.Status.UpdateRevision = "db-2"
+	if statefulSetRolling(sts) {
+		t.Error("OnDelete: the user replaces pods, no rollout to wait for")
+	}
+	sts.Spec.UpdateStrategy.Type = ""
+	w := newWorld(t, 1, []*corev1.Pod{pod(1, 1, "on-demand", true, 0)})
+	if _, err := w.client.AppsV1().StatefulSets(ns).Create(context.Background(), sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		for _, rev := range w.loop.revisions() {
+			if rev.kind == "StatefulSet" {
+				return rev.rolling, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal("the rolling StatefulSet's revision is not marked rolling")
+	}
+}
+
+// A revision scaled to zero drops out of a pass but keeps its record, so the cool-down
+// keeps doubling when it comes back; a deleted one's record goes.
+func TestRecordOfARevisionScaledToZeroStays(t *testing.T) {
+	w := newWorld(t, 0, nil)
+	ctx := context.Background()
+	if _, err := w.records.Strike(ctx, rsUID, "Deployment shop/web", 1, "test", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	w.waitForRecord(t)
+	w.loop.Pass(ctx)
+	if _, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{}); err != nil {
+		t.Fatalf("the record of a revision scaled to zero was dropped: %v", err)
+	}
+	if err := w.client.AppsV1().ReplicaSets(ns).Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		w.loop.Pass(ctx)
+		_, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal("the record of a deleted revision stayed")
+	}
+}

@@ -36,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "converge_evictions_total",
-			Help: "Pods evicted by the convergence loop, by reason (stranded, return, drift, unplaced, seat-above-replicas) and result (evicted, refused).",
+			Help: "Pods evicted by the convergence loop, by reason (stranded, return, drift, unplaced, seat-above-replicas) and result (evicted, refused by a PodDisruptionBudget, fenced: this replica was no longer sure to lead).",
 		}, []string{"reason", "result"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "converge_pending_repairs",
