@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
@@ -51,6 +52,12 @@ type Signals interface {
 	Unlaunchable(ctx context.Context, labels map[string]string, pending []*corev1.Pod) string
 }
 
+// Launches says what Karpenter is launching for the capacity a term's labels select
+// (karpenter.NodeClaims).
+type Launches interface {
+	Flight(labels map[string]string, now time.Time) karpenter.Flight
+}
+
 // Config is what the loop needs.
 type Config struct {
 	Client     kubernetes.Interface
@@ -70,6 +77,10 @@ type Config struct {
 	// Interval between passes (default 2s: a pass reads only caches).
 	Interval time.Duration
 	Signals  Signals // optional
+	// Launches (optional): a term whose pods have waited FALLBACK_AFTER without a word
+	// from Karpenter is not marked unavailable while NodeClaims for it are launching or
+	// made progress within FALLBACK_AFTER; time alone counts only from then on.
+	Launches Launches
 	Log      logrus.FieldLogger
 }
 
@@ -384,10 +395,21 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		case stranded[t] != nil:
 			g := stranded[t]
 			reason = fmt.Sprintf("%d pods unschedulable for %s", g.count, g.age(now))
+			word := ""
 			if l.cfg.Signals != nil {
-				if word := l.cfg.Signals.Unlaunchable(ctx, s.Terms[t].LabelMap(), []*corev1.Pod{g.oldest}); word != "" {
-					reason += ", " + word
+				word = l.cfg.Signals.Unlaunchable(ctx, s.Terms[t].LabelMap(), []*corev1.Pod{g.oldest})
+			}
+			switch {
+			case word != "":
+				reason += ", " + word
+			case l.cfg.Launches != nil:
+				// Time alone: only once Karpenter has stopped bringing capacity for the term.
+				f := l.cfg.Launches.Flight(s.Terms[t].LabelMap(), now)
+				if f.Progressing(now, l.cfg.FallbackAfter) {
+					l.launching(w, rev.uid, s, t, g, f)
+					continue
 				}
+				reason += ", and Karpenter is launching nothing for the term (" + f.String() + ")"
 			}
 		case waiting[t] != nil && l.cfg.Signals != nil:
 			g := waiting[t]
@@ -642,6 +664,20 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 		delete(l.blockedSaid, rev.uid)
 	}
 	return left
+}
+
+// launching says once per term and flight state why waiting pods do not make their term
+// unavailable: Karpenter is bringing them capacity.
+func (l *Loop) launching(w *webhook.Workload, uid types.UID, s *strategy.Strategy, term int, g *pendingPods, f karpenter.Flight) {
+	key := fmt.Sprintf("%s/%d/launching/%d", uid, term, f.Launching)
+	if l.said[key] {
+		return
+	}
+	l.said[key] = true
+	l.cfg.Metrics.launchWaits.WithLabelValues(s.Terms[term].LabelString()).Inc()
+	l.cfg.Log.WithFields(logrus.Fields{"workload": w.Describe(), "term": term + 1, "launching": f.Launching, "registered": f.Registered}).
+		Infof("term %d (%s): %d pods unschedulable for %s, not unavailable: Karpenter is launching capacity for it (%s)",
+			term+1, s.Terms[term].LabelString(), g.count, g.age(time.Now()), f)
 }
 
 // termBack says once per cool-down that a term is tried again.

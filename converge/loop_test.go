@@ -6,6 +6,7 @@ import (
 	"io"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
@@ -564,5 +566,62 @@ func TestRecordOfARevisionScaledToZeroStays(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
 		t.Fatal("the record of a deleted revision stayed")
+	}
+}
+
+// fakeLaunches answers every term with one Flight.
+type fakeLaunches struct {
+	mu sync.Mutex
+	f  karpenter.Flight
+}
+
+func (l *fakeLaunches) Flight(map[string]string, time.Time) karpenter.Flight {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f
+}
+
+// Pods that waited past FALLBACK_AFTER while Karpenter launches NodeClaims for their term
+// (a big burst, a slow spot launch) do not make it unavailable; once nothing is launching
+// and nothing progressed for FALLBACK_AFTER, time alone does.
+func TestSlowLaunchIsNotUnavailable(t *testing.T) {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= 5; seat++ {
+		pods = append(pods, pod(seat, 2, "spot", false, 3*time.Minute))
+	}
+	w := newWorld(t, 5, pods)
+	launches := &fakeLaunches{f: karpenter.Flight{Launching: 3, LastProgress: time.Now().Add(-time.Minute)}}
+	w.loop.cfg.Launches = launches
+	ctx := context.Background()
+	for range 3 {
+		w.loop.Pass(ctx)
+	}
+	if _, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("term marked unavailable while Karpenter launches for it: %v", err)
+	}
+	launches.mu.Lock()
+	launches.f = karpenter.Flight{Registered: 2, LastProgress: time.Now().Add(-5 * time.Second)}
+	launches.mu.Unlock()
+	w.loop.Pass(ctx)
+	if _, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("term marked unavailable 5s after Karpenter's last progress (FALLBACK_AFTER 20s): %v", err)
+	}
+	launches.mu.Lock()
+	launches.f = karpenter.Flight{Registered: 2, LastProgress: time.Now().Add(-time.Minute)}
+	launches.mu.Unlock()
+	w.loop.Pass(ctx)
+	lease, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no progress for a minute and pods waiting 3m: want the term unavailable: %v", err)
+	}
+	rec, err := DecodeRecord(lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := rec.Terms[1]; !strings.Contains(st.Reason, "Karpenter is launching nothing") || !strings.Contains(st.Reason, "2 registered") {
+		t.Errorf("the record's reason %q does not give the evidence", st.Reason)
+	}
+	if got := w.evictions(); len(got) != 0 {
+		t.Errorf("evicted %v", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 type Metrics struct {
 	unavailable *prometheus.GaugeVec
 	marks       *prometheus.CounterVec
+	launchWaits *prometheus.CounterVec
 	fallback    prometheus.Gauge
 	evictions   *prometheus.CounterVec
 	pending     prometheus.Gauge
@@ -29,6 +30,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		marks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "terms_marked_unavailable_total",
 			Help: "Times a term of a workload revision was found stranded and marked unavailable, by the term's node labels.",
+		}, []string{"term"}),
+		launchWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "terms_kept_launching_total",
+			Help: "Times a term whose pods waited FALLBACK_AFTER was not marked unavailable because Karpenter was launching NodeClaims for it, by the term's node labels.",
 		}, []string{"term"}),
 		fallback: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "fallback_pods",
@@ -51,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "1 while this replica runs the convergence loop (holds the leader Lease).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.fallback, m.evictions, m.pending, m.lag, m.leader} {
+	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -215,7 +215,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Log:        entry,
 	}
 	mutator.Availability = records
-	if err := startConverge(ctx, cfg, client, caches, records, recorder, metrics, synced, identity, log); err != nil {
+	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, metrics, synced, identity, log); err != nil {
 		return err
 	}
 	validator := &webhook.WorkloadValidator{Capacity: catalog, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
@@ -299,7 +299,7 @@ func checkPeerAddress(ctx context.Context, ledger *webhook.SeatLedger, ok *atomi
 
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced.
-func startConverge(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, caches *webhook.Caches, records *converge.Records,
+func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *webhook.Caches, records *converge.Records,
 	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, identity string, log *logrus.Logger,
 ) error {
 	m, err := converge.NewMetrics(metrics.Registry)
@@ -311,16 +311,28 @@ func startConverge(ctx context.Context, cfg *serveConfig, client kubernetes.Inte
 		entry.Info("convergence loop switched off (CONVERGE=off)")
 		return nil
 	}
+	// What Karpenter is launching: a term whose pods wait is not called unavailable
+	// while NodeClaims for it are on their way.
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("create dynamic client: %w", err)
+	}
+	claims, err := karpenter.NewNodeClaims(dyn, client.Discovery(), entry)
+	if err != nil {
+		return err
+	}
 	loop, err := converge.NewLoop(converge.Config{
 		Client: client, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
 		Namespaces:    webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
-		Signals: converge.NewKarpenterSignals(client),
-		Log:     entry,
+		Signals:  converge.NewKarpenterSignals(client),
+		Launches: claims,
+		Log:      entry,
 	})
 	if err != nil {
 		return err
 	}
+	go claims.Run(ctx)
 	go func() {
 		select {
 		case <-synced:

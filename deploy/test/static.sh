@@ -151,6 +151,7 @@ check_not "no ClusterRole rule on leases" contains "$cr" '"leases"'
 check "own Secret by resourceNames" matches "$(tr -d '\n' <<<"$role")" "resources: \[\"secrets\"\] +resourceNames: \[\"$CHART_NAME-certs\"\]"
 check "own webhook configurations by resourceNames" matches "$(tr -d '\n' <<<"$cr")" "webhookconfigurations\"\] +resourceNames: \[\"$CHART_NAME\"\]"
 check "convergence loop on by default" matches "$(tr -d '\n' <<<"$dep")" 'CONVERGE +value: "on"'
+check "loop watches NodeClaims (what Karpenter is launching)" matches "$(tr -d '\n' <<<"$cr")" 'apiGroups: \["karpenter.sh"\] +resources: \["nodeclaims"\] +verbs: \["list", "watch"\]'
 check "loop evicts (pods/eviction create), never deletes pods" matches "$(tr -d '\n' <<<"$cr")" 'resources: \["pods/eviction"\] +verbs: \["create"\]'
 
 echo "-- cert-manager"

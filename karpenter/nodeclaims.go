@@ -1,0 +1,229 @@
+package karpenter
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/scheduling"
+)
+
+// RegistrationTimeout is how long Karpenter lets a launched NodeClaim take to register
+// its node before it gives up on it and deletes it (registrationTimeout in
+// sigs.k8s.io/karpenter's nodeclaim lifecycle controller, unexported; pinned by a test
+// against the version in go.mod). A claim not registered by then is a failed launch,
+// not one in flight.
+const RegistrationTimeout = 15 * time.Minute
+
+func nodeClaimGVR() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1", Resource: "nodeclaims"}
+}
+
+// Flight is what Karpenter is doing for the capacity a term selects: the NodeClaims
+// whose nodes would carry the term's labels.
+type Flight struct {
+	// Launching counts the claims still on their way: not registered yet, not failed,
+	// not being deleted, younger than RegistrationTimeout.
+	Launching int
+	// Registered counts the claims whose node registered.
+	Registered int
+	// Failed describes the claims that failed: Launched=False, or not registered
+	// within RegistrationTimeout.
+	Failed []string
+	// LastProgress is the latest sign of progress among them: a claim created, launched,
+	// registered or initialized (zero when there is none).
+	LastProgress time.Time
+}
+
+// Progressing reports whether Karpenter is bringing capacity for the term: a claim
+// on its way, or progress within the last window.
+func (f Flight) Progressing(now time.Time, window time.Duration) bool {
+	return f.Launching > 0 || (!f.LastProgress.IsZero() && now.Sub(f.LastProgress) < window)
+}
+
+// String says it in a few words, for Events and logs.
+func (f Flight) String() string {
+	s := fmt.Sprintf("%d NodeClaims launching, %d registered", f.Launching, f.Registered)
+	if len(f.Failed) > 0 {
+		s += fmt.Sprintf(", %d failed (%s)", len(f.Failed), f.Failed[0])
+	}
+	if !f.LastProgress.IsZero() {
+		s += ", last progress " + f.LastProgress.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+// NodeClaims watches Karpenter's NodeClaims (karpenter.sh/v1): the capacity being
+// launched. The convergence loop asks it whether Karpenter is still bringing nodes for
+// a term before it calls the term unavailable, so a slow launch is not read as none.
+type NodeClaims struct {
+	informer  cache.SharedIndexInformer
+	discovery discovery.DiscoveryInterface
+	tick      time.Duration
+	log       logrus.FieldLogger
+	state     atomic.Int32 // poolsUnknown, poolsAbsent or poolsWatching, as for NodePools
+}
+
+// NewNodeClaims returns a watcher of NodeClaims through the dynamic client; Run starts it.
+func NewNodeClaims(client dynamic.Interface, disc discovery.DiscoveryInterface, log logrus.FieldLogger) (*NodeClaims, error) {
+	res := client.Resource(nodeClaimGVR())
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return res.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return res.Watch(ctx, opts)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &unstructured.Unstructured{}, 0, cache.Indexers{})
+	if err := inf.SetTransform(toNodeClaim); err != nil {
+		return nil, fmt.Errorf("setting NodeClaim transform: %w", err)
+	}
+	return &NodeClaims{informer: inf, discovery: disc, tick: time.Minute, log: log}, nil
+}
+
+// toNodeClaim converts an unstructured NodeClaim to a typed one that keeps only what
+// Flight reads: labels, requirements, conditions, creation and deletion times.
+func toNodeClaim(obj interface{}) (interface{}, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	nc := &karpv1.NodeClaim{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), nc); err != nil {
+		return nil, fmt.Errorf("converting NodeClaim %q: %w", u.GetName(), err)
+	}
+	return &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: nc.Name, UID: nc.UID, ResourceVersion: nc.ResourceVersion, Labels: nc.Labels,
+			CreationTimestamp: nc.CreationTimestamp, DeletionTimestamp: nc.DeletionTimestamp,
+		},
+		Spec:   karpv1.NodeClaimSpec{Requirements: nc.Spec.Requirements},
+		Status: karpv1.NodeClaimStatus{Conditions: nc.Status.Conditions},
+	}, nil
+}
+
+// Run watches NodeClaims until ctx ends; while the API is not served (Karpenter not
+// installed) it looks for it again every minute, and HasSynced does not wait for it.
+func (n *NodeClaims) Run(ctx context.Context) {
+	for {
+		list, err := n.discovery.ServerResourcesForGroupVersion(NodePoolGroupVersion)
+		served := false
+		if err == nil {
+			for _, r := range list.APIResources {
+				served = served || r.Name == nodeClaimGVR().Resource
+			}
+		}
+		switch {
+		case served:
+			n.state.Store(poolsWatching)
+			n.informer.RunWithContext(ctx)
+			return
+		case err == nil || apierrors.IsNotFound(err):
+			n.state.Store(poolsAbsent)
+		default:
+			n.log.WithError(err).Debug("looking for the NodeClaim API failed; retrying")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.tick):
+		}
+	}
+}
+
+// HasSynced reports whether NodeClaims have been listed, or their API found absent.
+func (n *NodeClaims) HasSynced() bool {
+	switch n.state.Load() {
+	case poolsAbsent:
+		return true
+	case poolsWatching:
+		return n.informer.HasSynced()
+	}
+	return false
+}
+
+// Flight summarises the NodeClaims whose nodes would carry every one of labels.
+func (n *NodeClaims) Flight(labels map[string]string, now time.Time) Flight {
+	var f Flight
+	if n.state.Load() != poolsWatching {
+		return f
+	}
+	for _, obj := range n.informer.GetStore().List() {
+		nc, ok := obj.(*karpv1.NodeClaim)
+		if !ok || !claimCarries(nc, labels) {
+			continue
+		}
+		addClaim(&f, nc, now)
+	}
+	sort.Strings(f.Failed)
+	return f
+}
+
+// claimCarries reports whether the node of nc will carry every one of labels: each key
+// is one of the claim's labels with that value, or one of its requirements that allows
+// it. A key the claim says nothing about is not carried (Karpenter sets the well-known
+// ones as requirements, and a NodePool's template labels as labels).
+func claimCarries(nc *karpv1.NodeClaim, labels map[string]string) bool {
+	reqs := scheduling.NewNodeSelectorRequirementsWithMinValues(nc.Spec.Requirements...)
+	for k, v := range labels {
+		if have, ok := nc.Labels[k]; ok {
+			if have != v {
+				return false
+			}
+			continue
+		}
+		if !reqs.Has(k) || !reqs.Get(k).Has(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// addClaim counts one NodeClaim into f.
+func addClaim(f *Flight, nc *karpv1.NodeClaim, now time.Time) {
+	progress := func(t time.Time) {
+		if t.After(f.LastProgress) {
+			f.LastProgress = t
+		}
+	}
+	progress(nc.CreationTimestamp.Time)
+	registered := false
+	for _, c := range nc.Status.Conditions {
+		switch c.Type {
+		case karpv1.ConditionTypeLaunched, karpv1.ConditionTypeRegistered, karpv1.ConditionTypeInitialized:
+		default:
+			continue
+		}
+		if c.Status == metav1.ConditionTrue {
+			progress(c.LastTransitionTime.Time)
+			registered = registered || c.Type == karpv1.ConditionTypeRegistered
+		}
+		if c.Type == karpv1.ConditionTypeLaunched && c.Status == metav1.ConditionFalse {
+			f.Failed = append(f.Failed, fmt.Sprintf("nodeclaim/%s not launched: %s %s", nc.Name, c.Reason, c.Message))
+			return
+		}
+	}
+	switch {
+	case registered:
+		f.Registered++
+	case nc.DeletionTimestamp != nil:
+	case now.Sub(nc.CreationTimestamp.Time) >= RegistrationTimeout:
+		f.Failed = append(f.Failed, fmt.Sprintf("nodeclaim/%s not registered after %s", nc.Name, RegistrationTimeout))
+	default:
+		f.Launching++
+	}
+}
