@@ -99,6 +99,7 @@ type Loop struct {
 	said        map[string]bool         // "term back" said, per revision, term and cool-down end
 	stuckSaid   map[types.UID]bool
 	blockedSaid map[types.UID]string
+	returning   map[string]time.Time // revision/term: last canary evicted to return there
 	// leading is the leadership fence of the current Run, checked right before each
 	// eviction; nil (a loop run without election, as in tests) always leads.
 	leading func() bool
@@ -174,6 +175,7 @@ func (l *Loop) reset() {
 	l.evicted, l.offSince, l.suspect = map[types.UID]time.Time{}, map[types.UID]time.Time{}, map[types.UID]int{}
 	l.stuckSaid, l.blockedSaid = map[types.UID]bool{}, map[types.UID]string{}
 	l.listed, l.said = map[types.UID]time.Time{}, map[string]bool{}
+	l.returning = map[string]time.Time{}
 }
 
 // revision is one counting unit the loop looks at.
@@ -225,6 +227,11 @@ func (l *Loop) Pass(ctx context.Context) {
 	for uid, at := range l.evicted {
 		if now.Sub(at) > time.Minute {
 			delete(l.evicted, uid)
+		}
+	}
+	for key := range l.returning {
+		if uid, _, _ := strings.Cut(key, "/"); !seen[types.UID(uid)] {
+			delete(l.returning, key)
 		}
 	}
 	exists := l.revisionsKnown()
@@ -481,6 +488,10 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	var heldSeats []int
 	above := map[int]*corev1.Pod{}
 	live, ready := 0, 0
+	// A return to a term after its cool-down starts with one canary: landed marks the
+	// terms with a pod created since the cool-down ended that is Ready there, landing
+	// those with one on its way (not Ready yet, or evicted to move there).
+	landed, landing := map[int]bool{}, map[int]bool{}
 	consider := func(p *corev1.Pod) {
 		if !strategy.HoldsSeat(p) {
 			return
@@ -488,6 +499,24 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		live++
 		if isReady(p) && !l.wasEvicted(p) {
 			ready++
+		}
+		if t := strategy.TermOf(s, p); t >= 0 {
+			// Since when a pod counts as landed: the end of the term's cool-down, or the
+			// last canary sent there when the record is gone.
+			var since time.Time
+			if rec != nil {
+				since = rec.Terms[t].Until
+			}
+			if at := l.returning[uidTerm(rev.uid, t)]; at.After(since) {
+				since = at
+			}
+			if p.CreationTimestamp.After(since) && since.Before(now) {
+				if isReady(p) {
+					landed[t] = true
+				} else {
+					landing[t] = true
+				}
+			}
 		}
 		seat, ok := strategy.SeatOf(p)
 		if !ok {
@@ -556,6 +585,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 				why: fmt.Sprintf("seat %d is above the replica count %d while seat %d is free", seats[i], n, free[i])})
 		}
 	}
+	moves = l.canaryFirst(w, rev.uid, s, moves, landed, landing)
 	res.off = len(moves) > 0 || len(stranded) > 0
 	if struck {
 		// Give every replica's informer a pass to see the new record before the
@@ -643,6 +673,11 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 		case err == nil:
 			unavailable += cost
 			l.evicted[m.pod.UID] = time.Now()
+			if m.reason == MoveReturn {
+				if from, err := strconv.Atoi(m.pod.Annotations[strategy.AnnotationFallbackFrom]); err == nil {
+					l.returning[uidTerm(rev.uid, from-1)] = time.Now()
+				}
+			}
 			l.cfg.Metrics.evictions.WithLabelValues(m.reason, "evicted").Inc()
 			msg := fmt.Sprintf("evicted pod %s (%s): %s", m.pod.Name, m.reason, m.why)
 			l.event(w, corev1.EventTypeNormal, ReasonConverge, msg)
@@ -665,6 +700,46 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 	}
 	return left
 }
+
+// canaryFirst keeps, of the moves back to a term whose cool-down ended, only one until a
+// pod has landed there (Ready, created since the cool-down ended): the term may still
+// have no capacity, and a budget's worth of pods Pending for FALLBACK_AFTER at each
+// cool-down's end is what a canary avoids. While the canary is on its way, none.
+func (l *Loop) canaryFirst(w *webhook.Workload, uid types.UID, s *strategy.Strategy, moves []move, landed, landing map[int]bool) []move {
+	termOf := func(m move) int {
+		t, _ := strconv.Atoi(m.pod.Annotations[strategy.AnnotationFallbackFrom])
+		return t - 1
+	}
+	canary := map[int]int{} // term -> the highest seat moving back there: the canary
+	for _, m := range moves {
+		if t := termOf(m); m.reason == MoveReturn && m.seat > canary[t] {
+			canary[t] = m.seat
+		}
+	}
+	kept := moves[:0]
+	held := 0
+	for _, m := range moves {
+		t := termOf(m)
+		switch {
+		case m.reason != MoveReturn, landed[t]:
+			kept = append(kept, m)
+		case landing[t] || time.Since(l.returning[uidTerm(uid, t)]) < returnGrace || m.seat != canary[t]:
+			held++
+		default:
+			kept = append(kept, m)
+		}
+	}
+	if held > 0 {
+		l.blocked(w, uid, fmt.Sprintf("%d pods wait to move back: a canary goes first and must be Running and Ready on its term", held))
+	}
+	return kept
+}
+
+// returnGrace is how long a canary's eviction counts as on its way before its
+// replacement shows up as a pod (the ReplicaSet controller recreates it in moments).
+const returnGrace = 30 * time.Second
+
+func uidTerm(uid types.UID, term int) string { return string(uid) + "/" + strconv.Itoa(term) }
 
 // launching says once per term and flight state why waiting pods do not make their term
 // unavailable: Karpenter is bringing them capacity.

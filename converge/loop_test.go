@@ -625,3 +625,44 @@ func TestSlowLaunchIsNotUnavailable(t *testing.T) {
 		t.Errorf("evicted %v", got)
 	}
 }
+
+// After a cool-down the return starts with one canary, the highest seat: the term may
+// still have no capacity. Once a pod created since then is Ready there, the rest follow
+// within the budget.
+func TestReturnStartsWithACanary(t *testing.T) {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= 12; seat++ {
+		p := pod(seat, 1, "on-demand", true, 0)
+		p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+		pods = append(pods, p)
+	}
+	w := newWorld(t, 12, pods)
+	w.loop.cfg.MaxUnavailable = intstr.FromString("50%")
+	ctx := context.Background()
+	if _, err := w.records.Strike(ctx, rsUID, "Deployment shop/web", 1, "test", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	w.waitForRecord(t)
+	time.Sleep(10 * time.Millisecond) // the cool-down is over
+	for range 3 {
+		w.loop.Pass(ctx)
+	}
+	if got := w.evictions(); len(got) != 1 || got[0] != "web-12" {
+		t.Fatalf("evicted %v, want only the canary web-12 until it runs on its term", got)
+	}
+	// The canary's replacement runs on spot.
+	if err := w.client.CoreV1().Pods(ns).Delete(ctx, "web-12", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	back := pod(12, 2, "spot", true, 0)
+	back.Name, back.UID, back.CreationTimestamp = "web-12-back", "pod-12-back", metav1.Now()
+	if _, err := w.client.CoreV1().Pods(ns).Create(ctx, back, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		w.loop.Pass(ctx)
+		return len(w.evictions()) > 1, nil
+	}); err != nil {
+		t.Fatalf("evicted %v: the return did not go on once the canary ran", w.evictions())
+	}
+}
