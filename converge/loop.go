@@ -44,6 +44,9 @@ const (
 	MoveUnplaced    = "unplaced"
 	MoveSeatAbove   = "seat-above-replicas"
 	defaultInterval = 2 * time.Second
+	// defaultPassDeadline bounds a pass: long enough for thousands of cached revisions,
+	// short enough that a slow API server cannot hold the loop for long.
+	defaultPassDeadline = 10 * time.Second
 )
 
 // Signals is Karpenter's early word on a term (optional): why the NodePools serving
@@ -76,7 +79,10 @@ type Config struct {
 	MaxUnavailable intstr.IntOrString
 	// Interval between passes (default 2s: a pass reads only caches).
 	Interval time.Duration
-	Signals  Signals // optional
+	// PassDeadline bounds one pass (default 10s): the revisions it did not reach come
+	// first in the next one.
+	PassDeadline time.Duration
+	Signals      Signals // optional
 	// Launches (optional): a term whose pods have waited FALLBACK_AFTER without a word
 	// from Karpenter is not marked unavailable while NodeClaims for it are launching or
 	// made progress within FALLBACK_AFTER; time alone counts only from then on.
@@ -100,6 +106,7 @@ type Loop struct {
 	stuckSaid   map[types.UID]bool
 	blockedSaid map[types.UID]string
 	returning   map[string]time.Time // revision/term: last canary evicted to return there
+	resume      types.UID            // the first revision the last pass did not reach
 	// leading is the leadership fence of the current Run, checked right before each
 	// eviction; nil (a loop run without election, as in tests) always leads.
 	leading func() bool
@@ -115,6 +122,9 @@ func NewLoop(cfg Config) (*Loop, error) {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = defaultInterval
+	}
+	if cfg.PassDeadline <= 0 {
+		cfg.PassDeadline = defaultPassDeadline
 	}
 	if _, err := Budget(cfg.MaxUnavailable, 10); err != nil {
 		return nil, err
@@ -160,7 +170,10 @@ func (l *Loop) Run(ctx context.Context, leading func() bool) {
 	t := time.NewTicker(l.cfg.Interval)
 	defer t.Stop()
 	for {
-		l.Pass(ctx)
+		// A pass is bounded: what it does not reach, the next one starts with.
+		pass, cancel := context.WithTimeout(ctx, l.cfg.PassDeadline)
+		l.Pass(pass)
+		cancel()
 		select {
 		case <-ctx.Done():
 			l.cfg.Log.Info("convergence loop stopped")
@@ -197,8 +210,29 @@ func (l *Loop) Pass(ctx context.Context) {
 	seen := map[types.UID]bool{}
 	lag, fallbackPods, pendingRepairs := time.Duration(0), 0, 0
 	l.cfg.Metrics.unavailable.Reset()
-	for _, rev := range l.revisions() {
+	revs := l.revisions()
+	// Start where the last pass ran out of time, so no revision waits for ever behind
+	// the others.
+	sort.Slice(revs, func(i, j int) bool { return revs[i].uid < revs[j].uid })
+	if l.resume != "" {
+		at := sort.Search(len(revs), func(i int) bool { return revs[i].uid >= l.resume })
+		revs = append(revs[at:], revs[:at]...)
+	}
+	l.resume = ""
+	for i, rev := range revs {
 		seen[rev.uid] = true
+		if ctx.Err() != nil {
+			// Out of time: the rest keep what they had, and go first next time.
+			if l.resume == "" {
+				l.resume = rev.uid
+				l.cfg.Metrics.passesCut.Inc()
+				l.cfg.Log.WithField("left", len(revs)-i).Warn("convergence pass ran out of time; the rest go first in the next one")
+			}
+			if _, ok := l.offSince[rev.uid]; ok {
+				lag = max(lag, now.Sub(l.offSince[rev.uid]))
+			}
+			continue
+		}
 		res := l.converge(ctx, rev, now)
 		fallbackPods += res.fallbackPods
 		pendingRepairs += res.pending
@@ -233,6 +267,9 @@ func (l *Loop) Pass(ctx context.Context) {
 		if uid, _, _ := strings.Cut(key, "/"); !seen[types.UID(uid)] {
 			delete(l.returning, key)
 		}
+	}
+	if ctx.Err() != nil {
+		return // stale records wait for a pass with time left
 	}
 	exists := l.revisionsKnown()
 	for _, rec := range l.cfg.Records.All() {

@@ -17,6 +17,7 @@ type Metrics struct {
 	pending     prometheus.Gauge
 	lag         prometheus.Gauge
 	leader      prometheus.Gauge
+	passesCut   prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -51,12 +52,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: "convergence_lag_seconds",
 			Help: "How long the workload revision that has been off its target the longest has been so (0 when every one is exact).",
 		}),
+		passesCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "converge_passes_cut_total",
+			Help: "Convergence passes that ran out of their deadline before reaching every revision (the rest go first in the next pass).",
+		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "converge_leader",
 			Help: "1 while this replica runs the convergence loop (holds the leader Lease).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader} {
+	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passesCut} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -321,11 +321,20 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	if err != nil {
 		return err
 	}
+	// The loop's reads and evictions get a client and rate of their own: a pass over
+	// hundreds of short revisions must not slow the informers, Events or seat records
+	// that share the main client, nor be slowed by them.
+	loopCfg := rest.CopyConfig(restCfg)
+	loopCfg.QPS, loopCfg.Burst = 20, 40
+	loopClient, err := kubernetes.NewForConfig(loopCfg)
+	if err != nil {
+		return fmt.Errorf("create the convergence loop's client: %w", err)
+	}
 	loop, err := converge.NewLoop(converge.Config{
-		Client: client, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
+		Client: loopClient, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
 		Namespaces:    webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
-		Signals:  converge.NewKarpenterSignals(client),
+		Signals:  converge.NewKarpenterSignals(loopClient),
 		Launches: claims,
 		Log:      entry,
 	})
