@@ -529,6 +529,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	// terms with a pod created since the cool-down ended that is Ready there, landing
 	// those with one on its way (not Ready yet, or evicted to move there).
 	landed, landing := map[int]bool{}, map[int]bool{}
+	heldForFallback := 0
 	consider := func(p *corev1.Pod) {
 		if !strategy.HoldsSeat(p) {
 			return
@@ -582,6 +583,12 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 			// Only the pods that cannot get one move (their replacements fall back).
 			return
 		}
+		if haveGone && (waiting[want] != nil || stranded[want] != nil) {
+			// The fallback term's own pods wait for capacity too: sending more there
+			// only adds to the wait. Move once they run.
+			heldForFallback++
+			return
+		}
 		m := move{pod: keep(p), seat: seat, reason: MoveDrift}
 		from, _ := strconv.Atoi(p.Annotations[strategy.AnnotationFallbackFrom])
 		switch {
@@ -623,6 +630,9 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		}
 	}
 	moves = l.canaryFirst(w, rev.uid, s, moves, landed, landing)
+	if heldForFallback > 0 {
+		l.blocked(w, rev.uid, fmt.Sprintf("%d stranded pods wait to move: their fallback term's own pods wait for capacity too", heldForFallback))
+	}
 	res.off = len(moves) > 0 || len(stranded) > 0
 	if struck {
 		// Give every replica's informer a pass to see the new record before the

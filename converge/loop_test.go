@@ -687,3 +687,19 @@ func TestPassOutOfTimeResumesWhereItStopped(t *testing.T) {
 		t.Fatalf("evicted %v, resume %q: want the move made by the next pass", got, w.loop.resume)
 	}
 }
+
+// Stranded pods are not sent to a fallback term whose own pods wait for capacity too.
+func TestNoMoveOntoAWaitingFallbackTerm(t *testing.T) {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", false, 5*time.Second)}
+	for seat := 2; seat <= 5; seat++ {
+		pods = append(pods, pod(seat, 2, "spot", false, 30*time.Second))
+	}
+	w := newWorld(t, 5, pods)
+	ctx := context.Background()
+	w.loop.Pass(ctx)
+	w.waitForRecord(t)
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v toward on-demand while on-demand's own pod waits for a node", got)
+	}
+}
