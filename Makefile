@@ -2,7 +2,9 @@
 #
 #   make demo         local cluster + webhook + sample Deployment + spread report
 #   make demo-down    stop the demo: no process of ours left, no state in the repo
-#   make test         go vet, unit tests, deploy checks, then end-to-end tests on a local cluster
+#   make test         go vet, unit tests, deploy checks, the image built, pushed to a local
+#                     registry and checked, then end-to-end tests (of that image's binary)
+#                     on a local cluster
 #   make bench        benchmark on a local cluster of its own; prints Markdown tables
 #   make soak DURATION=30m   churn soak with an invariant checker on a local cluster of its own
 #
@@ -19,7 +21,7 @@ BIN_DIR := $(CURDIR)/bin
 WEBHOOK_BIN := $(BIN_DIR)/custom-kube-scheduler-webhook
 LC := scripts/localcluster
 
-.PHONY: build vet test test-unit test-deploy test-e2e bench soak demo demo-down cluster-up cluster-down lint-scripts
+.PHONY: build vet test test-unit test-deploy test-image image-bases test-e2e bench soak demo demo-down cluster-up cluster-down lint-scripts
 
 # One version source: VERSION names the binary (-ldflags -X), the image tag and the chart
 # (deploy/test/static.sh fails when Chart.yaml disagrees).
@@ -48,10 +50,24 @@ test-unit:
 ## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down.
 ## It includes SOAK_TEST_DURATION of the churn soak with the operations SOAK_TEST_OPS
 ## (all: scale, flap, restart, delete, annotate, block, kill).
+## E2E_WEBHOOK_BIN is the binary the tests run as the webhook: by default `make build`'s;
+## `make test` gives it the one taken out of the image test-image pushed.
 SOAK_TEST_DURATION ?= 2m
 SOAK_TEST_OPS ?= all
+E2E_WEBHOOK_BIN ?= $(WEBHOOK_BIN)
 test-e2e: build
-	SOAK_DURATION=$(SOAK_TEST_DURATION) SOAK_OPS=$(SOAK_TEST_OPS) E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash $(LC)/run-e2e.sh
+	SOAK_DURATION=$(SOAK_TEST_DURATION) SOAK_OPS=$(SOAK_TEST_OPS) E2E_WEBHOOK_BIN=$(E2E_WEBHOOK_BIN) bash $(LC)/run-e2e.sh
+
+## image-bases: stand-in builder and runtime images built offline into buildah's image
+## store (for tests and air-gapped builds); prints BUILDER_IMAGE=<ref> and RUNTIME_IMAGE=<ref>
+image-bases:
+	@bash scripts/image/bases.sh
+
+## test-image: build the image from the stand-in bases, push it and the chart to a local
+## registry of its own, check what was pushed and leave the image's binary in bin/image
+IMAGE_BIN := $(BIN_DIR)/image/custom-kube-scheduler-webhook
+test-image:
+	IMAGE_TEST_OUT=$(dir $(IMAGE_BIN)) bash scripts/image/test.sh
 
 ## test-deploy: chart lint and render, manifest drift, shellcheck, Dockerfile checks,
 ## build_and_push.sh --dry-run, and the binary built with the Dockerfile's flags
@@ -70,8 +86,10 @@ DURATION ?= 10m
 soak: build
 	DURATION=$(DURATION) E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/soak.sh
 
-## test: everything CI runs; stops at the first failure, the e2e cluster is always torn down
-test: vet test-unit test-deploy test-e2e
+## test: everything CI runs; stops at the first failure, the e2e cluster is always torn down.
+## The end-to-end tests run the webhook binary taken out of the image test-image pushed.
+test: vet test-unit test-deploy test-image
+	$(MAKE) test-e2e E2E_WEBHOOK_BIN=$(IMAGE_BIN)
 
 ## demo: one command from a fresh clone (first run builds Kubernetes: minutes)
 demo:

@@ -332,7 +332,7 @@ if $dry_run; then
 fi
 digest=$(<"$digest_file")
 echo "Pushed $image:$sha_tag and $image:$version"
-echo "Digest: $digest"
+echo "Image digest: $digest"
 if [[ -n $chart_ref ]]; then
 	echo "Chart: $chart_ref --version $version"
 	echo "Install or upgrade with:"

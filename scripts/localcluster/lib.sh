@@ -81,7 +81,10 @@ lc_pid_alive() {
 	[[ -s $f ]] || return 1
 	pid=$(<"$f")
 	[[ -r /proc/$pid/cmdline ]] || return 1
-	[[ "$(tr '\0' ' ' <"/proc/$pid/cmdline")" == *"$(<"$PIDS/$1.cmd")"* ]]
+	# A process exiting meanwhile makes the read fail (ESRCH): that is "not alive".
+	local cmdline
+	cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
+	[[ $cmdline == *"$(<"$PIDS/$1.cmd")"* ]]
 }
 
 # lc_start NAME BINARY ARGS...: start a daemon in the background, detached from

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Test what ships: build the image from the stand-in bases, push it and the chart to a real
+# local registry (Debian's docker-registry, started here on a free loopback port and
+# stopped by PID), and check what was pushed:
+#   the manifest list has linux/amd64 and linux/arm64; each config runs as 65532:65532 with
+#   the binary as entrypoint, `serve` as command and the version and revision as labels;
+#   no /bin/sh (no shell at all) in the root filesystem; the amd64 binary taken out of the
+#   image prints the version it was given; the arm64 one is an AArch64 ELF; the chart
+#   pulled back names the pushed image.
+# The binary of the host's platform is left in IMAGE_TEST_OUT (default bin/image) so the
+# end-to-end tests can run the artefact users run (make test does).
+# Everything else lives in one temporary directory (image store, registry storage, build
+# cache) removed at the end; nothing is left in the machine's own image store.
+#
+#   scripts/image/test.sh           (make test-image)
+# Env: IMAGE_TEST_OUT, IMAGE_TEST_KEEP=1 (keep the temporary directory), IMAGE_TEST_VERSION
+# (default: VERSION with a "-test" suffix, so a test image never looks like a release).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=scripts/image/lib.sh
+source "$here/lib.sh"
+# shellcheck source=deploy/lib.sh
+source "$repo/deploy/lib.sh"
+# shellcheck source=deploy/test/testlib.sh
+source "$repo/deploy/test/testlib.sh"
+cd "$repo"
+
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+	exit 0
+fi
+img_ensure_tools
+ensure_helm
+out_dir=${IMAGE_TEST_OUT:-$repo/bin/image}
+version=${IMAGE_TEST_VERSION:-$(<VERSION)-test}
+host_arch=$(go env GOARCH)
+start=$(date +%s)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cksw-image-test.XXXXXX")
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	img_registry_stop "$work/registry" || true
+	# The test's own image store: containers first, then the store itself. vfs keeps
+	# layers as plain directories, so nothing stays mounted.
+	buildah rm --all >/dev/null 2>&1 || true
+	if [[ ${IMAGE_TEST_KEEP:-0} == 1 ]]; then
+		img_log "kept $work"
+	else
+		rm -rf "$work"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# An image store of the test's own (vfs: no overlay mounts to leave behind) and a TMPDIR
+# under it, where buildah keeps RUN --mount=type=cache directories.
+mkdir -p "$work/tmp"
+cat >"$work/storage.conf" <<CONF
+[storage]
+driver = "vfs"
+graphroot = "$work/storage"
+runroot = "$work/run"
+CONF
+export CONTAINERS_STORAGE_CONF=$work/storage.conf TMPDIR=$work/tmp
+
+img_registry_start "$work/registry"
+# The commit being built, read before the build (a commit made meanwhile is not in it).
+revision=$(git rev-parse HEAD)
+sha_tag=${revision:0:12}
+
+echo "== make image-bases"
+bases=$(bash "$here/bases.sh")
+builder_image=$(sed -n 's/^BUILDER_IMAGE=//p' <<<"$bases")
+runtime_image=$(sed -n 's/^RUNTIME_IMAGE=//p' <<<"$bases")
+check "bases print BUILDER_IMAGE=<ref> and RUNTIME_IMAGE=<ref>, two lines" test "$(wc -l <<<"$bases")" -eq 2 -a -n "$builder_image" -a -n "$runtime_image"
+bases_done=$(date +%s)
+
+echo "== build_and_push.sh --registry $REGISTRY/test (both platforms, and the chart)"
+path=$REGISTRY/test
+if ! ./build_and_push.sh --engine buildah --registry "$path" --tls-verify=false --version "$version" \
+	--builder-image "$builder_image" --runtime-image "$runtime_image" --chart >"$work/push.log" 2>&1; then
+	cat "$work/push.log" >&2
+	lc_die "build_and_push.sh failed (its output is above)"
+fi
+built=$(date +%s)
+tail -n 8 "$work/push.log"
+image=$path/custom-kube-scheduler-webhook
+digest=$(sed -n 's/^Image digest: //p' "$work/push.log")
+check "prints the pushed digest" matches "$digest" '^sha256:[0-9a-f]{64}$'
+
+echo "== what was pushed (skopeo)"
+sk=(skopeo --override-os linux)
+"${sk[@]}" inspect --tls-verify=false --raw "docker://$image:$version" >"$work/index.json"
+raw=$(<"$work/index.json")
+check "a manifest list (OCI index)" matches "$(jq -r .mediaType <<<"$raw")" 'manifest\.list|image\.index'
+check "linux/amd64 and linux/arm64" test "$(jq -r '[.manifests[].platform | .os + "/" + .architecture] | sort | join(",")' <<<"$raw")" = linux/amd64,linux/arm64
+check "the digest printed is the list's" test "$(sha256sum <"$work/index.json" | cut -d' ' -f1)" = "${digest#sha256:}"
+tags=$("${sk[@]}" list-tags --tls-verify=false "docker://$image" | jq -r '.Tags | join(" ")')
+check "tagged with the version and the commit ($tags)" test "$(tr ' ' '\n' <<<"$tags" | grep -cE "^($version|$sha_tag(-dirty)?)$")" -eq 2
+for arch in amd64 arm64; do
+	cfg=$("${sk[@]}" inspect --tls-verify=false --override-arch "$arch" --config "docker://$image:$version")
+	check "$arch: architecture $arch" test "$(jq -r .architecture <<<"$cfg")" = "$arch"
+	check "$arch: User 65532:65532" test "$(jq -r .config.User <<<"$cfg")" = 65532:65532
+	check "$arch: entrypoint is the binary" test "$(jq -c .config.Entrypoint <<<"$cfg")" = '["/usr/local/bin/custom-kube-scheduler-webhook"]'
+	check "$arch: command serve" test "$(jq -c .config.Cmd <<<"$cfg")" = '["serve"]'
+	check "$arch: label version $version" test "$(jq -r '.config.Labels["org.opencontainers.image.version"]' <<<"$cfg")" = "$version"
+	check "$arch: label revision" test "$(jq -r '.config.Labels["org.opencontainers.image.revision"]' <<<"$cfg")" = "$revision"
+	check "$arch: label licenses Apache-2.0" test "$(jq -r '.config.Labels["org.opencontainers.image.licenses"]' <<<"$cfg")" = Apache-2.0
+
+	# The root filesystem as a runtime would unpack it.
+	"${sk[@]}" copy -q --src-tls-verify=false --override-arch "$arch" "docker://$image:$version" "oci:$work/oci:$arch"
+	rootfs=$work/rootfs-$arch
+	umoci raw unpack --rootless --image "$work/oci:$arch" "$rootfs" 2>/dev/null
+	bin=$rootfs/usr/local/bin/custom-kube-scheduler-webhook
+	check "$arch: the binary is at /usr/local/bin" test -x "$bin"
+	check_not "$arch: no /bin/sh" test -e "$rootfs/bin/sh" -o -L "$rootfs/bin/sh"
+	check "$arch: no shell anywhere" test -z "$(find "$rootfs" \( -name sh -o -name bash -o -name busybox -o -name dash \) -print -quit)"
+	check "$arch: CA certificates" test -s "$rootfs/etc/ssl/certs/ca-certificates.crt"
+	check "$arch: nonroot in /etc/passwd" grep -q '^nonroot:x:65532:65532:' "$rootfs/etc/passwd"
+	manifest=$(jq -r --arg arch "$arch" '.manifests[] | select(.platform.architecture == $arch) | .digest' "$work/index.json")
+	size=$(jq '[.layers[].size] | add' <<<"$("${sk[@]}" inspect --tls-verify=false --raw "docker://$image@$manifest")")
+	echo "     linux/$arch: compressed layers $((size / 1024 / 1024)) MiB, unpacked $(du -sm "$rootfs" | cut -f1) MiB"
+	machine=$(readelf -h "$bin" | sed -n 's/^ *Machine: *//p')
+	case $arch in
+	amd64) check "$arch: x86-64 ELF ($machine)" test "$machine" = "Advanced Micro Devices X86-64" ;;
+	arm64) check "$arch: AArch64 ELF ($machine)" test "$machine" = AArch64 ;;
+	esac
+	if [[ $arch == "$host_arch" ]]; then
+		v=$("$bin" --version 2>&1 || true)
+		echo "     $v"
+		check "$arch: --version prints the version it was given and the commit" matches "$v" "^custom-kube-scheduler-webhook $version \(revision $revision, "
+		mkdir -p "$out_dir"
+		cp "$bin" "$out_dir/custom-kube-scheduler-webhook"
+	fi
+done
+
+echo "== the chart, pulled back"
+mkdir -p "$work/pulled"
+if ! "$HELM" pull "oci://$path/charts/custom-kube-scheduler-webhook" --version "$version" --plain-http -d "$work/pulled" >"$work/pull.log" 2>&1; then
+	cat "$work/pull.log" >&2
+	fail "helm pull oci://$path/charts/custom-kube-scheduler-webhook --version $version"
+fi
+tgz=$work/pulled/custom-kube-scheduler-webhook-$version.tgz
+check "helm pull brings back custom-kube-scheduler-webhook-$version.tgz" test -s "$tgz"
+if [[ -s $tgz ]]; then
+	meta=$("$HELM" show chart "$tgz")
+	check "chart version $version" matches "$meta" "^version: $version$"
+	check "chart appVersion $version" matches "$meta" "^appVersion: \"?$version\"?$"
+	rendered=$("$HELM" template cksw "$tgz" --namespace cksw --kube-version "$RENDER_KUBE_VERSION")
+	check "renders with no --set, the pushed image at the version" contains "$rendered" "image: \"$image:$version\""
+fi
+
+if ((FAILURES == 0)); then
+	echo "image for linux/$host_arch: $out_dir/custom-kube-scheduler-webhook"
+fi
+echo "bases $((bases_done - start))s, build and push $((built - bases_done))s, total $(($(date +%s) - start))s"
+finish
