@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -503,4 +504,74 @@ func TestKarpenterSaysNoNodePoolFits(t *testing.T) {
 	if len(msgs) == 0 || !strings.Contains(msgs[0], "no NodePool is compatible") {
 		t.Errorf("TermUnavailable events %q, want Karpenter's word that no NodePool is compatible", msgs)
 	}
+}
+
+// A burst that Karpenter needs longer than FALLBACK_AFTER to launch capacity for, with no
+// NodePool limited, is no missing capacity: no term is marked unavailable and no pod is
+// evicted. The kwok provider's nodes register 45s after launch (KWOKNodeClass
+// nodeRegistrationDelay), three times the loop's FALLBACK_AFTER here.
+func TestSlowLaunchBurstIsNotUnavailable(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(ctx, t, "e2e-slow-launch")
+	// Above kube-scheduler's longest backoff (10s), which a pod may still sit out after
+	// its node registered.
+	const short = 15 * time.Second
+	const delay = 45 * time.Second
+	conv := startConverger(ctx, t, "converge-slow", 10, "FALLBACK_AFTER="+short.String())
+	waitServed(ctx, t, ns, capacityStrategy)
+	setDelay := func(d string) {
+		if _, stderr, err := kubectl(ctx, "", "patch", "kwoknodeclass", "default", "--type", "merge", "-p", `{"spec":{"nodeRegistrationDelay":"`+d+`"}}`); err != nil {
+			t.Errorf("patching KWOKNodeClass default nodeRegistrationDelay %s: %v\n%s", d, err, stderr)
+		}
+	}
+	setDelay(delay.String())
+	t.Cleanup(func() { setDelay("0s") })
+
+	// Big pods, so the burst needs new nodes rather than room left by earlier tests.
+	const replicas = 40
+	d := deployment(ns, "burst", capacityStrategy, replicas, true)
+	d.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1500m")
+	start := time.Now()
+	createDeployment(ctx, t, d)
+	pods := settled(ctx, t, ns, "burst", replicas)
+	took := time.Since(start)
+
+	var longest time.Duration
+	for _, p := range pods {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+				longest = max(longest, c.LastTransitionTime.Sub(p.CreationTimestamp.Time))
+			}
+		}
+	}
+	nominated, err := env.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Nominated"})
+	if err != nil {
+		t.Fatalf("listing Nominated events: %v", err)
+	}
+	kept := metricOf(ctx, t, conv, "custom_kube_scheduler_webhook_terms_kept_launching_total")
+	t.Logf("MEASURED burst of %d pods (1.5 CPU each, nodes registering %s after launch): all Running in %s; longest wait for a node %s (FALLBACK_AFTER %s); %d Nominated events; the loop held off %v times because Karpenter was launching",
+		replicas, delay, took.Round(time.Second), longest.Round(time.Second), short, len(nominated.Items), kept)
+	if longest < short {
+		t.Errorf("no pod waited FALLBACK_AFTER (%s) for a node: the burst did not test a slow launch", short)
+	}
+	if kept < 1 {
+		t.Errorf("custom_kube_scheduler_webhook_terms_kept_launching_total is %v: the loop never saw pods wait on a launch", kept)
+	}
+
+	if msgs := eventsWith(ctx, t, ns, "burst", "TermUnavailable"); len(msgs) != 0 {
+		t.Errorf("a term was marked unavailable during a burst Karpenter was launching for: %q", msgs)
+	}
+	if msgs := eventsWith(ctx, t, ns, "burst", "Converge"); len(msgs) != 0 {
+		t.Errorf("pods were evicted during the burst: %q", msgs)
+	}
+	leases, err := env.client.CoordinationV1().Leases(webhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: strategy.LabelUnavailability + "=true"})
+	if err != nil {
+		t.Fatalf("listing unavailability records: %v", err)
+	}
+	for _, l := range leases.Items {
+		if l.Annotations[strategy.AnnotationWorkload] == "Deployment "+ns+"/burst" {
+			t.Errorf("unavailability record %s for the burst: %v", l.Name, l.Annotations[strategy.AnnotationUnavailableTerms])
+		}
+	}
+	assertExactSpread(ctx, t, capacityStrategy, pods)
 }
