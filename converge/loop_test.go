@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -701,5 +704,34 @@ func TestNoMoveOntoAWaitingFallbackTerm(t *testing.T) {
 	w.loop.Pass(ctx)
 	if got := w.evictions(); len(got) != 0 {
 		t.Fatalf("evicted %v toward on-demand while on-demand's own pod waits for a node", got)
+	}
+}
+
+// The words karpenterWord looks for are Karpenter's own, not exported by it: find each in
+// the source of the Karpenter version in go.mod, so an upgrade that rewords one fails here.
+func TestKarpenterWordsArePinned(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/karpenter").Output()
+	if err != nil {
+		t.Fatalf("go list -m sigs.k8s.io/karpenter: %v", err)
+	}
+	dir := strings.TrimSpace(string(out))
+	var src strings.Builder
+	for _, f := range []string{
+		"pkg/controllers/provisioning/scheduling/scheduler.go",
+		"pkg/controllers/provisioning/scheduling/events.go",
+		"pkg/controllers/provisioning/provisioner.go",
+		"pkg/cloudprovider/types.go",
+		"pkg/events/reason.go",
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	for _, word := range append([]string{"Failed to schedule pod, %s", `FailedScheduling          = "FailedScheduling"`}, unlaunchable...) {
+		if !strings.Contains(src.String(), word) {
+			t.Errorf("Karpenter's source no longer says %q: see how it reports that it cannot launch", word)
+		}
 	}
 }
