@@ -2,10 +2,12 @@ package webhook
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -102,11 +104,16 @@ type SeatLedger struct {
 	identity  string
 	peerURL   string
 	peers     *http.Client // nil: claims are never forwarded
-	clock     clock.Clock
-	log       logrus.FieldLogger
-	factory   informers.SharedInformerFactory
-	records   toolscache.SharedIndexInformer
-	metrics   *ledgerMetrics
+	// secret proves an answer at the peer address came from this process (the
+	// self-check's nonce is answered with an HMAC under it); peerShared is set once
+	// another process answered there, and fails every later self-check.
+	secret     []byte
+	peerShared atomic.Bool
+	clock      clock.Clock
+	log        logrus.FieldLogger
+	factory    informers.SharedInformerFactory
+	records    toolscache.SharedIndexInformer
+	metrics    *ledgerMetrics
 
 	// ctx bounds background writes; set by Start.
 	ctx context.Context
@@ -155,6 +162,10 @@ func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Durat
 	}
 	if l.identity == "" {
 		return nil, errors.New("seat ledger: an identity is required")
+	}
+	l.secret = make([]byte, 32)
+	if _, err := rand.Read(l.secret); err != nil {
+		return nil, fmt.Errorf("seat ledger: a secret for the peer self-check: %w", err)
 	}
 	l.records = l.factory.Coordination().V1().Leases().Informer()
 	_, err := l.records.AddEventHandler(toolscache.ResourceEventHandlerFuncs{

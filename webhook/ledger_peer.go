@@ -6,11 +6,17 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 
@@ -33,6 +39,8 @@ type peerRequest struct {
 	// Owner is the replica the caller believes answers at this address: another
 	// process there (the owner's container restarted, its IP reused) says so.
 	Owner string `json:"owner,omitempty"`
+	// Nonce asks for a Proof (the self-check).
+	Nonce string `json:"nonce,omitempty"`
 }
 
 // peerResponse is the owner's answer.
@@ -41,11 +49,16 @@ type peerResponse struct {
 	Error string `json:"error,omitempty"`
 	// Identity names the answering replica on 410 Gone.
 	Identity string `json:"identity,omitempty"`
+	// Proof is the HMAC of the request's Nonce under the answering process's secret.
+	Proof string `json:"proof,omitempty"`
 }
 
 // errOwnerGone is evidence that the owner process is gone: its address refuses
 // connections, or another process answers there.
 var errOwnerGone = errors.New("the seat owner is gone")
+
+// errAnotherProcess: another process than the one asked for answered at its address.
+var errAnotherProcess = errors.New("another process answers there")
 
 // errPeerRefused is a definitive answer of the owner (a bad request, a full record):
 // the claim is not retried.
@@ -62,6 +75,10 @@ func (l *SeatLedger) PeerHandler() http.Handler {
 		}
 		if req.Owner != "" && req.Owner != l.identity {
 			writePeer(w, http.StatusGone, peerResponse{Error: fmt.Sprintf("this is %s, not %s", l.identity, req.Owner), Identity: l.identity})
+			return
+		}
+		if req.Nonce != "" {
+			writePeer(w, http.StatusOK, peerResponse{Proof: l.proof(req.Nonce)})
 			return
 		}
 		rev := Revision{Namespace: req.Namespace, UID: req.Revision}
@@ -148,7 +165,7 @@ func (l *SeatLedger) callPeer(ctx context.Context, peer string, req peerRequest)
 		// Another process answers at the owner's address, maybe this one (its
 		// container restarted): the owner is gone. (Peer addresses are unique per
 		// live replica: the pod IP, checked by each replica before it is ready.)
-		return peerResponse{}, fmt.Errorf("%w: %s", errOwnerGone, resp.Error)
+		return peerResponse{}, fmt.Errorf("%w (%w): %s", errOwnerGone, errAnotherProcess, resp.Error)
 	case httpResp.StatusCode == http.StatusForbidden:
 		// Not a refusal of the claim: the replicas' certificates differ for a moment
 		// while a new one spreads. Retried.
@@ -160,21 +177,94 @@ func (l *SeatLedger) callPeer(ctx context.Context, peer string, req peerRequest)
 	}
 }
 
-// CheckPeerAddress calls this replica's own peer address as another replica would and
-// reports whether this replica answers there, three times on fresh connections (an
-// address shared by several replicas, such as a Service's, fails). Other replicas take
-// a refusal at that address, or another process answering there, as proof that this
-// replica is gone, so it must be right before this replica takes any revision: gate
-// readiness on it.
+// ErrPeerAddressShared says another process answered at this replica's peer address
+// (PEER_ADDRESS): a Service's or a node's address, not the pod's. It stays so for the
+// life of the process.
+var ErrPeerAddressShared = errors.New("another process answers at this replica's peer address")
+
+// proof is the HMAC-SHA256 of nonce under this process's secret.
+func (l *SeatLedger) proof(nonce string) string {
+	mac := hmac.New(sha256.New, l.secret)
+	mac.Write([]byte(nonce))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// CheckPeerAddress proves that this process, and only it, answers at its peer address,
+// as other replicas reach it: the address must be one of this pod's own network
+// addresses (a Service's ClusterIP never is), and three calls on fresh connections must
+// each return the HMAC of a fresh nonce under this process's random secret. Other
+// replicas take a refusal at that address, or another process answering there, as proof
+// that this replica is gone, so it must be right before this replica takes any
+// revision: gate readiness on it. Once another process has answered, every later check
+// fails too (ErrPeerAddressShared): a load-balanced address cannot pass by luck.
 func (l *SeatLedger) CheckPeerAddress(ctx context.Context) error {
 	if l.peerURL == "" || l.peers == nil {
 		return nil
 	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port): %s", ErrPeerAddressShared, l.peerURL, fmt.Sprintf(format, args...))
+	}
+	if l.peerShared.Load() {
+		return fail("another process answered there before; use the pod's own address")
+	}
+	if err := ownAddress(ctx, l.peerURL); err != nil {
+		l.peerShared.Store(true)
+		return fail("%v", err)
+	}
 	for range 3 {
 		l.peers.CloseIdleConnections()
-		_, err := l.callPeer(ctx, l.peerURL, peerRequest{Namespace: "-", Revision: "self-check", ID: 1, Release: true, Owner: l.identity})
+		nonce := make([]byte, 16)
+		if _, err := rand.Read(nonce); err != nil {
+			return fmt.Errorf("a nonce for the peer self-check: %w", err)
+		}
+		req := peerRequest{Namespace: "-", Revision: "self-check", ID: 1, Release: true, Owner: l.identity, Nonce: hex.EncodeToString(nonce)}
+		resp, err := l.callPeer(ctx, l.peerURL, req)
+		switch {
+		case errors.Is(err, errAnotherProcess):
+			l.peerShared.Store(true)
+			return fail("%v", err)
+		case err != nil:
+			return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.peerURL, err)
+		case !hmac.Equal([]byte(resp.Proof), []byte(l.proof(req.Nonce))):
+			l.peerShared.Store(true)
+			return fail("the answer there did not come from this process")
+		}
+	}
+	return nil
+}
+
+// ownAddress checks that the host of peerURL is, or resolves only to, addresses of this
+// machine's (this pod's) own network interfaces.
+func ownAddress(ctx context.Context, peerURL string) error {
+	u, err := url.Parse(peerURL)
+	if err != nil || u.Hostname() == "" {
+		return fmt.Errorf("not a URL with a host: %q", peerURL)
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(u.Hostname()); ip != nil {
+		ips = []net.IP{ip}
+	} else {
+		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, u.Hostname())
 		if err != nil {
-			return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS): %w", l.peerURL, err)
+			return fmt.Errorf("resolving %s: %w", u.Hostname(), err)
+		}
+		for _, a := range addrs {
+			ips = append(ips, a.IP)
+		}
+	}
+	local, err := net.InterfaceAddrs()
+	if err != nil {
+		return fmt.Errorf("listing this pod's addresses: %w", err)
+	}
+	for _, ip := range ips {
+		own := ip.IsLoopback()
+		for _, a := range local {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				own = true
+			}
+		}
+		if !own {
+			return fmt.Errorf("%s is not an address of this pod (a Service's address sends other replicas' claims to whichever replica it picks)", ip)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -593,5 +594,51 @@ func TestWriteDoesNotTakeALiveOwnersRecord(t *testing.T) {
 	}
 	if s := claim(t, late, shopRS, "second"); s != 2 {
 		t.Fatalf("a claim through the other replica got %d, want 2", s)
+	}
+}
+
+// An address that load-balances over several replicas (a Service's) fails the self-check
+// every time, not now and then: each answer must carry this process's proof, and once
+// another process has answered, the check keeps failing. An address that is not this
+// pod's own fails at once.
+func TestCheckPeerAddressBehindABalancer(t *testing.T) {
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, LedgerOptions{})
+	ctx := context.Background()
+	var next atomic.Int64
+	targets := []string{ls[0].peerURL, ls[1].peerURL}
+	balancer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		target := targets[next.Add(1)%2]
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.Path, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(balancer.Close)
+	own := ls[0].peerURL
+	ls[0].peerURL = balancer.URL
+	for i := range 20 {
+		if err := ls[0].CheckPeerAddress(ctx); !errors.Is(err, ErrPeerAddressShared) || !strings.Contains(err.Error(), "PEER_ADDRESS") {
+			t.Fatalf("check %d behind a balancer: %v, want ErrPeerAddressShared naming PEER_ADDRESS", i, err)
+		}
+	}
+	ls[0].peerURL = own
+	if err := ls[0].CheckPeerAddress(ctx); !errors.Is(err, ErrPeerAddressShared) {
+		t.Fatalf("after another process answered, the check passed: %v", err)
+	}
+	if err := ls[1].CheckPeerAddress(ctx); err != nil {
+		t.Fatalf("the other replica at its own address: %v", err)
+	}
+	ls[1].peerURL = "http://192.0.2.7:9443" // TEST-NET-1: never this machine's
+	if err := ls[1].CheckPeerAddress(ctx); !errors.Is(err, ErrPeerAddressShared) || !strings.Contains(err.Error(), "not an address of this pod") {
+		t.Fatalf("at an address that is not this pod's: %v", err)
 	}
 }

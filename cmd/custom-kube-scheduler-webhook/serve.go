@@ -282,7 +282,8 @@ func checkPeerAddress(ctx context.Context, ledger *webhook.SeatLedger, ok *atomi
 			ok.Store(true)
 			return
 		}
-		if attempt%30 == 15 { // the server takes a moment to start: complain only after that
+		shared := errors.Is(err, webhook.ErrPeerAddressShared)
+		if attempt%30 == 15 || (shared && attempt%30 == 0) { // the server takes a moment to start: complain only after that
 			log.WithError(err).Error("not ready: other replicas cannot forward seat claims to this one; set PEER_ADDRESS or POD_IP")
 		}
 		wait := time.Second
