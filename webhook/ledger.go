@@ -56,6 +56,10 @@ const (
 	// maxReservations keeps a record's annotation under the API server's 256 KiB limit
 	// for all annotations of an object.
 	maxReservations = 9000
+	// maxOwnership caps how far slow record writes lengthen the ownership duration.
+	maxOwnership = time.Minute
+	// writeTimeout bounds one record write or read.
+	writeTimeout = 10 * time.Second
 	// DefaultOwnership is how long a replica owns a revision after its last record
 	// write (the Lease's duration): another replica takes an unreleased revision over
 	// only once it has seen the record unchanged for this long.
@@ -120,6 +124,8 @@ type SeatLedger struct {
 
 	mu   sync.Mutex
 	revs map[Revision]*revState
+	// writeLatency is the slowest recent record write (noteWriteLatency).
+	writeLatency time.Duration
 	// handedOver is set by Handover: this replica takes no revision any more.
 	handedOver bool
 }

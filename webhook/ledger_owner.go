@@ -31,10 +31,11 @@ func (l *SeatLedger) liveHolder(s *revState, now time.Time) (holder, peer string
 	if h := *r.Spec.HolderIdentity; h == l.identity {
 		return h, ""
 	}
-	if !now.Before(s.observed.Add(l.duration)) {
+	dur := l.recordDuration(r)
+	if !now.Before(s.observed.Add(dur)) {
 		return "", ""
 	}
-	if s.goneHolder == *r.Spec.HolderIdentity && !now.Before(s.goneSince.Add(l.duration/2)) {
+	if s.goneHolder == *r.Spec.HolderIdentity && !now.Before(s.goneSince.Add(dur/2)) {
 		return "", ""
 	}
 	return *r.Spec.HolderIdentity, r.Annotations[strategy.AnnotationPeer]
@@ -64,15 +65,49 @@ func (l *SeatLedger) acquire(s *revState) *ownershipWrite {
 // ownership duration passed since the last renewal; claims go on meanwhile. Only claims
 // renew: an idle revision's record lapses.
 func (l *SeatLedger) renewIfDue(s *revState, now time.Time) {
-	if s.writing == nil && now.Sub(s.renewedAt) >= l.duration/4 {
+	if s.writing == nil && now.Sub(s.renewedAt) >= max(s.term, l.duration)/4 {
 		l.acquire(s)
 	}
 }
 
+// recordDuration is how long a record's holder owns its revision after a write: the
+// record's own Lease duration (its holder lengthens it when its writes are slow), never
+// less than this replica's.
+func (l *SeatLedger) recordDuration(r *coordinationv1.Lease) time.Duration {
+	d := l.duration
+	if r != nil && r.Spec.LeaseDurationSeconds != nil {
+		d = max(d, time.Duration(*r.Spec.LeaseDurationSeconds)*time.Second)
+	}
+	return d
+}
+
+// termFor is the ownership duration this replica writes into a record: the configured
+// one, or four times the slowest of its recent record writes when that is longer (up to
+// maxOwnership), so that a write that takes long still lands with ownership left to
+// answer claims in. Replicas taking over wait the record's duration, so safety holds
+// with any value. l.mu is held.
+func (l *SeatLedger) termFor() time.Duration {
+	d := max(l.duration, (4*l.writeLatency).Truncate(time.Second)+time.Second)
+	return min(d, max(l.duration, maxOwnership))
+}
+
+// noteWriteLatency keeps the slowest recent record write: a slower one at once, a
+// faster one halves the gap, so one slow write lengthens the next terms and calm
+// brings them back down. l.mu is held.
+func (l *SeatLedger) noteWriteLatency(d time.Duration) {
+	if d >= l.writeLatency {
+		l.writeLatency = d
+	} else {
+		l.writeLatency = (l.writeLatency + d) / 2
+	}
+}
+
 // writeOwnership writes the record with this replica as holder. Once the write lands,
-// this replica answers claims for half the ownership duration from the write's start:
-// a replica taking over after seeing the record unchanged for the whole duration
-// starts at least half of it after this replica's last answer.
+// this replica answers claims for half the record's ownership duration from the write's
+// start: a replica taking over after seeing the record unchanged for the whole duration
+// starts at least half of it after this replica's last answer. The duration grows with
+// slow writes (termFor), so a write slower than half the configured duration still
+// leaves time to answer in, on the next write if not this one.
 func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
 	l.mu.Lock()
 	start := l.clock.Now()
@@ -85,9 +120,13 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 		return
 	}
 	prev := s.record
-	record := l.ownedRecord(s, start)
+	term := l.termFor()
+	record := l.ownedRecord(s, start, term)
 	l.mu.Unlock()
 
+	// A write of its own timeout: one hung connection must not hold the revision.
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	leases := l.client.CoordinationV1().Leases(l.namespace)
 	var (
 		written *coordinationv1.Lease
@@ -106,14 +145,15 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 		return
 	}
 	l.mu.Lock()
+	l.noteWriteLatency(l.clock.Since(start))
 	if err == nil {
 		if prev == nil || holderOf(prev) != l.identity {
 			l.metrics.ownership.WithLabelValues(takenFrom(s, holderOf(prev), prev != nil)).Inc()
 			l.takeOver(s, prev, start)
 		}
 		l.apply(s, written)
-		s.renewedAt = start
-		s.ownedUntil = start.Add(l.duration / 2)
+		s.renewedAt, s.term = start, term
+		s.ownedUntil = start.Add(term / 2)
 	} else {
 		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
 	}
@@ -146,8 +186,9 @@ func (l *SeatLedger) takeOver(s *revState, prev *coordinationv1.Lease, now time.
 
 // ownedRecord builds the next version of the revision's record with this replica as
 // holder, listing its live reservations.
-func (l *SeatLedger) ownedRecord(s *revState, now time.Time) *coordinationv1.Lease {
+func (l *SeatLedger) ownedRecord(s *revState, now time.Time, term time.Duration) *coordinationv1.Lease {
 	record := l.nextRecord(s, now)
+	record.Spec.LeaseDurationSeconds = ptr.To(int32((term + time.Second - 1) / time.Second))
 	if holderOf(s.record) != l.identity {
 		record.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
 		record.Spec.LeaseTransitions = ptr.To(ptr.Deref(record.Spec.LeaseTransitions, 0) + 1)
@@ -191,6 +232,8 @@ func holderOf(record *coordinationv1.Lease) string {
 // refresh reads the revision's record from the API server, for a view newer than the
 // informer's.
 func (l *SeatLedger) refresh(ctx context.Context, rev Revision) error {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	fresh, err := l.client.CoordinationV1().Leases(l.namespace).Get(ctx, recordName(rev.UID), metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("read the seat record of revision %s: %w", rev.UID, err)

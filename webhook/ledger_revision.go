@@ -27,6 +27,7 @@ type revState struct {
 	// renewal lands first; renewedAt is the start of its last landed ownership write.
 	ownedUntil time.Time
 	renewedAt  time.Time
+	term       time.Duration // the ownership duration of this replica's last landed write
 	writing    *ownershipWrite
 	// goneHolder is a holder found gone (ownerGone) since goneSince.
 	goneHolder string

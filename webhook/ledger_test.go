@@ -642,3 +642,34 @@ func TestCheckPeerAddressBehindABalancer(t *testing.T) {
 		t.Fatalf("at an address that is not this pod's: %v", err)
 	}
 }
+
+// Record writes that take 3 s (over half the 5 s ownership) still give ownership to
+// answer in: the next write lengthens the record's duration, and claims succeed.
+func TestSlowRecordWritesStillPlace(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() == "create" || a.GetVerb() == "update" {
+			time.Sleep(3 * time.Second)
+		}
+		return false, nil, nil
+	})
+	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, l := range []*SeatLedger{ls[0], ls[1], ls[0]} {
+		seat, err := l.Claim(ctx, shopRS, types.UID(fmt.Sprintf("slow-%d", i)))
+		if err != nil {
+			t.Fatalf("claim %d with 3 s record writes: %v", i, err)
+		}
+		if seat != i+1 {
+			t.Fatalf("claim %d got seat %d, want %d", i, seat, i+1)
+		}
+	}
+	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(context.Background(), recordName(shopRS.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := *rec.Spec.LeaseDurationSeconds; d < 12 {
+		t.Errorf("the record's duration is %ds after 3 s writes, want it lengthened to at least 12s", d)
+	}
+}
