@@ -39,19 +39,34 @@ func idHash(id types.UID) uint64 {
 	return 1
 }
 
+// encodeReservations lists the reservations whose pod is not seen yet, then as many of
+// the others as keep the record within maxReservations (a new owner whose pod informer
+// lags reads those; one it misses it sees on its pod in moments).
 func encodeReservations(items map[uint64]*entry) string {
-	buf := make([]byte, 0, len(items)*26)
-	for h, e := range items {
-		if len(buf) > 0 {
-			buf = append(buf, ',')
+	n := min(len(items), maxReservations)
+	buf := make([]byte, 0, n*26)
+	written := 0
+	for _, open := range []bool{true, false} {
+		for h, e := range items {
+			if e.counted != open || written >= maxReservations {
+				continue
+			}
+			written++
+			buf = appendReservation(buf, h, e)
 		}
-		buf = strconv.AppendInt(buf, int64(e.seat), 10)
-		buf = append(buf, ':')
-		buf = strconv.AppendUint(buf, h, 36)
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, e.expires.Unix(), 36)
 	}
 	return string(buf)
+}
+
+func appendReservation(buf []byte, h uint64, e *entry) []byte {
+	if len(buf) > 0 {
+		buf = append(buf, ',')
+	}
+	buf = strconv.AppendInt(buf, int64(e.seat), 10)
+	buf = append(buf, ':')
+	buf = strconv.AppendUint(buf, h, 36)
+	buf = append(buf, ':')
+	return strconv.AppendInt(buf, e.expires.Unix(), 36)
 }
 
 // decodeReservations parses a record's reservations, skipping malformed items.

@@ -34,8 +34,9 @@ type revState struct {
 	goneSince  time.Time
 
 	// reserved holds this replica's reservations (its own, and those it took over),
-	// by id hash.
+	// by id hash; open counts those whose pod is not seen yet (counted).
 	reserved map[uint64]*entry
+	open     int
 	expiries *minHeap[expiry]
 	// fulfilled holds the reservation ids whose pod this replica has seen, so that a
 	// reservation taken over from a record after its pod was seen does not count.
@@ -104,6 +105,19 @@ func (s *revState) shrink() {
 
 func (s *revState) take(seat int) { s.taken[seat]++ }
 
+// count makes reservation e hold its seat until its pod is seen (uncount).
+func (s *revState) count(e *entry) {
+	e.counted = true
+	s.open++
+	s.take(e.seat)
+}
+
+func (s *revState) uncount(e *entry) {
+	e.counted = false
+	s.open--
+	s.untake(e.seat)
+}
+
 func (s *revState) untake(seat int) {
 	if s.taken[seat]--; s.taken[seat] > 0 {
 		return
@@ -143,7 +157,7 @@ func (s *revState) expire(now time.Time) {
 			continue
 		}
 		if e.counted {
-			s.untake(e.seat)
+			s.uncount(e)
 		}
 		delete(s.reserved, x.hash)
 	}
@@ -162,7 +176,9 @@ func (l *SeatLedger) reserve(s *revState, hash uint64, now time.Time) (int, erro
 	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
 		return e.seat, nil
 	}
-	if s.liveReservations(now) >= maxReservations {
+	// Only reservations whose pod is not seen yet count against the cap: a revision
+	// may admit any number of pods, as long as they keep showing up.
+	if s.expire(now); s.open >= maxReservations {
 		return 0, ErrRecordFull
 	}
 	seat := s.lowest(now)
@@ -173,11 +189,10 @@ func (l *SeatLedger) reserve(s *revState, hash uint64, now time.Time) (int, erro
 // hold adds reservation e (counted unless its pod was seen already).
 func (l *SeatLedger) hold(s *revState, hash uint64, e *entry) {
 	if old := s.reserved[hash]; old != nil && old.counted {
-		s.untake(old.seat)
+		s.uncount(old)
 	}
-	e.counted = !s.fulfilled.has(hash, l.clock.Now())
-	if e.counted {
-		s.take(e.seat)
+	if !s.fulfilled.has(hash, l.clock.Now()) {
+		s.count(e)
 	}
 	s.reserved[hash] = e
 	s.expiries.push(expiry{at: e.expires, hash: hash})
@@ -187,7 +202,7 @@ func (l *SeatLedger) hold(s *revState, hash uint64, e *entry) {
 func (l *SeatLedger) unreserve(s *revState, hash uint64) {
 	if e := s.reserved[hash]; e != nil {
 		if e.counted {
-			s.untake(e.seat)
+			s.uncount(e)
 		}
 		delete(s.reserved, hash)
 	}
@@ -200,7 +215,6 @@ func (l *SeatLedger) fulfil(s *revState, hash uint64) {
 	s.fulfilled.add(hash, now, now.Add(2*l.ttl))
 	s.lastFulfil = now
 	if e := s.reserved[hash]; e != nil && e.counted {
-		e.counted = false
-		s.untake(e.seat)
+		s.uncount(e)
 	}
 }

@@ -673,3 +673,44 @@ func TestSlowRecordWritesStillPlace(t *testing.T) {
 		t.Errorf("the record's duration is %ds after 3 s writes, want it lengthened to at least 12s", d)
 	}
 }
+
+// Only reservations whose pod is not seen yet count against the cap: a revision that
+// admits more than maxReservations pods within the TTL, each seen in turn, keeps placing.
+// Unseen ones still fill it, and the record lists them first.
+func TestSeenPodsLeaveTheReservationCap(t *testing.T) {
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{})
+	l := ls[0]
+	ctx := context.Background()
+	for i := range maxReservations {
+		id := types.UID(fmt.Sprintf("seen-%d", i))
+		seat, err := l.Claim(ctx, shopRS, id)
+		if err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		l.PodVisible(placed(fmt.Sprintf("pod-%d", i), shopRS, seat, id))
+	}
+	seat, err := l.Claim(ctx, shopRS, "one-more")
+	if err != nil {
+		t.Fatalf("claim %d, every earlier pod seen: %v", maxReservations+1, err)
+	}
+	if seat != maxReservations+1 {
+		t.Fatalf("got seat %d, want %d", seat, maxReservations+1)
+	}
+	l.mu.Lock()
+	rec := encodeReservations(l.revs[shopRS].reserved)
+	l.mu.Unlock()
+	if n := strings.Count(rec, ",") + 1; n > maxReservations {
+		t.Errorf("the record lists %d reservations, over the cap %d", n, maxReservations)
+	}
+	if !strings.HasPrefix(rec, fmt.Sprintf("%d:", maxReservations+1)) {
+		t.Errorf("the unseen reservation is not listed first: %.40s...", rec)
+	}
+	for i := range maxReservations - 1 {
+		if _, err := l.Claim(ctx, shopRS, types.UID(fmt.Sprintf("unseen-%d", i))); err != nil {
+			t.Fatalf("unseen claim %d: %v", i, err)
+		}
+	}
+	if _, err := l.Claim(ctx, shopRS, "over"); !errors.Is(err, ErrRecordFull) {
+		t.Fatalf("claim past %d unseen reservations: %v, want ErrRecordFull", maxReservations, err)
+	}
+}
