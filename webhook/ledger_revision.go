@@ -55,6 +55,10 @@ type entry struct {
 	seat    int
 	expires time.Time
 	counted bool
+	// claims counts the attempts holding the reservation: the API server may call again
+	// with the same admission UID while an earlier attempt is still running, and the
+	// release of the attempt it abandoned must not free the retry's seat.
+	claims int
 }
 
 // ownershipWrite is one write of a revision's record by this replica (taking it,
@@ -174,6 +178,7 @@ func (s *revState) liveReservations(now time.Time) int {
 // a retried admission.
 func (l *SeatLedger) reserve(s *revState, hash uint64, now time.Time) (int, error) {
 	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
+		e.claims++
 		return e.seat, nil
 	}
 	// Only reservations whose pod is not seen yet count against the cap: a revision
@@ -182,7 +187,7 @@ func (l *SeatLedger) reserve(s *revState, hash uint64, now time.Time) (int, erro
 		return 0, ErrRecordFull
 	}
 	seat := s.lowest(now)
-	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl)})
+	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})
 	return seat, nil
 }
 
@@ -198,9 +203,13 @@ func (l *SeatLedger) hold(s *revState, hash uint64, e *entry) {
 	s.expiries.push(expiry{at: e.expires, hash: hash})
 }
 
-// unreserve drops the reservation of admission hash: its seat is free at once.
+// unreserve gives back one attempt's claim of the reservation of admission hash; once
+// no attempt holds it, it goes and its seat is free at once.
 func (l *SeatLedger) unreserve(s *revState, hash uint64) {
 	if e := s.reserved[hash]; e != nil {
+		if e.claims--; e.claims > 0 {
+			return
+		}
 		if e.counted {
 			s.uncount(e)
 		}

@@ -714,3 +714,29 @@ func TestSeenPodsLeaveTheReservationCap(t *testing.T) {
 		t.Fatalf("claim past %d unseen reservations: %v, want ErrRecordFull", maxReservations, err)
 	}
 }
+
+// The API server calls again with the same admission UID while the first attempt still
+// runs; the first one then gives up and releases. The retry's seat stays its own.
+func TestReleaseOfAnAbandonedAttemptKeepsTheRetrysSeat(t *testing.T) {
+	for _, through := range []int{0, 1} { // on the owner, and forwarded to it
+		ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, LedgerOptions{})
+		ctx := context.Background()
+		rev := Revision{Namespace: testNS, UID: types.UID(fmt.Sprintf("rs-retry-%d", through))}
+		if s := claim(t, ls[0], rev, "first-pod"); s != 1 {
+			t.Fatalf("first claim got %d", s)
+		}
+		attempt1 := claim(t, ls[through], rev, "retried")
+		attempt2 := claim(t, ls[through], rev, "retried")
+		if attempt1 != 2 || attempt2 != 2 {
+			t.Fatalf("the two attempts got %d and %d, want 2 twice", attempt1, attempt2)
+		}
+		ls[through].Release(ctx, rev, "retried") // the abandoned attempt
+		if s := claim(t, ls[0], rev, "next-pod"); s != 3 {
+			t.Fatalf("through replica %d: the next pod got seat %d, want 3: the retry still holds 2", through, s)
+		}
+		ls[through].Release(ctx, rev, "retried") // the retry gives up too: now it is free
+		if s := claim(t, ls[0], rev, "after"); s != 2 {
+			t.Fatalf("through replica %d: after both attempts released, got seat %d, want 2", through, s)
+		}
+	}
+}
