@@ -177,7 +177,7 @@ func (l *SeatLedger) takeOver(s *revState, prev *coordinationv1.Lease, now time.
 	if prev == nil {
 		return
 	}
-	for h, e := range decodeReservations(prev.Annotations[strategy.AnnotationReservations]) {
+	for h, e := range observedReservations(prev, s.observed) {
 		if now.Before(e.expires) && s.reserved[h] == nil {
 			l.hold(s, h, e)
 		}
@@ -295,19 +295,40 @@ func (l *SeatLedger) Handover(ctx context.Context) {
 	}
 }
 
-// Sweep deletes the records unrenewed for twice the TTL whose reservations all expired,
-// so no record outlives its burst for long. Deletion is conditioned on the version
-// seen: a record written meanwhile stays.
+// observedReservations reads a record's reservations with their expiries on this
+// replica's clock: each lasts, from when this replica observed the record, as long as it
+// had left when its writer wrote the record (by the writer's clock, its RenewTime), so
+// clocks of different nodes are never compared.
+func observedReservations(record *coordinationv1.Lease, observed time.Time) map[uint64]*entry {
+	view := decodeReservations(record.Annotations[strategy.AnnotationReservations])
+	if record.Spec.RenewTime != nil {
+		for _, e := range view {
+			e.expires = observed.Add(e.expires.Sub(record.Spec.RenewTime.Time))
+		}
+	}
+	return view
+}
+
+// Sweep deletes the records this replica has seen unrenewed for twice the TTL whose
+// reservations all expired, so no record outlives its burst for long. Deletion is
+// conditioned on the version seen: a record written meanwhile stays. Times are this
+// replica's own: when it observed the record, not the writer's RenewTime.
 func (l *SeatLedger) Sweep(ctx context.Context) {
 	now := l.clock.Now()
-	for _, obj := range l.records.GetStore().List() {
-		record, ok := obj.(*coordinationv1.Lease)
-		if !ok || record.Spec.RenewTime == nil || now.Before(record.Spec.RenewTime.Add(2*l.ttl)) {
+	var idle []*coordinationv1.Lease
+	l.mu.Lock()
+	for _, s := range l.revs {
+		record := s.record
+		if record == nil || s.writing != nil || now.Before(s.observed.Add(2*l.ttl)) {
 			continue
 		}
-		if liveEntries(decodeReservations(record.Annotations[strategy.AnnotationReservations]), now) > 0 {
+		if liveEntries(observedReservations(record, s.observed), now) > 0 {
 			continue
 		}
+		idle = append(idle, record)
+	}
+	l.mu.Unlock()
+	for _, record := range idle {
 		err := l.client.CoordinationV1().Leases(l.namespace).Delete(ctx, record.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &record.UID, ResourceVersion: &record.ResourceVersion},
 		})

@@ -66,7 +66,9 @@ func appendReservation(buf []byte, h uint64, e *entry) []byte {
 	buf = append(buf, ':')
 	buf = strconv.AppendUint(buf, h, 36)
 	buf = append(buf, ':')
-	return strconv.AppendInt(buf, e.expires.Unix(), 36)
+	// Whole seconds, rounded up: a reservation may outlive its TTL by a second, never
+	// end before it.
+	return strconv.AppendInt(buf, e.expires.Add(time.Second-1).Unix(), 36)
 }
 
 // decodeReservations parses a record's reservations, skipping malformed items.

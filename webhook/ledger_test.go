@@ -740,3 +740,28 @@ func TestReleaseOfAnAbandonedAttemptKeepsTheRetrysSeat(t *testing.T) {
 		}
 	}
 }
+
+// A replica whose clock runs two minutes behind hands a revision over; the replica
+// taking it reads the reservations' time left from the record's own renew time, not by
+// comparing the two clocks, so the handed-over seat stays taken.
+func TestTakeoverAcrossSkewedClocks(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	behind := clocktesting.NewFakeClock(time.Now().Add(-2 * time.Minute))
+	old := ledgers(t, client, ledgerNS, 1, LedgerOptions{Clock: behind})[0]
+	next := ledgers(t, client, ledgerNS, 1, LedgerOptions{})[0]
+	next.identity = "replica-next"
+	if s := claim(t, old, shopRS, "in-flight"); s != 1 {
+		t.Fatalf("first claim got %d", s)
+	}
+	old.Handover(context.Background())
+	waitFor(t, "the released record to reach the other replica", func() bool {
+		next.mu.Lock()
+		defer next.mu.Unlock()
+		s := next.revs[shopRS]
+		return s != nil && s.record != nil && holderOf(s.record) == ""
+	})
+	if s := claim(t, next, shopRS, "after-handover"); s != 2 {
+		t.Fatalf("after the handover the next claim got seat %d, want 2: seat 1 is reserved for a pod not seen yet", s)
+	}
+}
