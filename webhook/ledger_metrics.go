@@ -26,6 +26,9 @@ type ledgerMetrics struct {
 	claims    *prometheus.CounterVec
 	ownership *prometheus.CounterVec
 	handovers prometheus.Counter
+	// unfulfilled counts reservations that expired with no pod seen: pods rejected
+	// after this webhook (a quota), admissions abandoned, or forged reviews.
+	unfulfilled prometheus.Counter
 }
 
 func newLedgerMetrics() *ledgerMetrics {
@@ -43,6 +46,10 @@ func newLedgerMetrics() *ledgerMetrics {
 			Namespace: ns, Name: "seat_revisions_handed_over_total",
 			Help: "Revisions this replica released to the others when stopping.",
 		}),
+		unfulfilled: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "seat_reservations_expired_unfulfilled_total",
+			Help: "Seat reservations held by this replica that expired with no pod seen for them: pods rejected after the webhook (a quota), abandoned admissions, or forged AdmissionReviews.",
+		}),
 	}
 	for _, a := range []string{claimOwner, claimForwarded, claimFailed} {
 		m.claims.WithLabelValues(a)
@@ -55,7 +62,7 @@ func newLedgerMetrics() *ledgerMetrics {
 
 // RegisterMetrics registers the ledger's metrics on reg.
 func (l *SeatLedger) RegisterMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers} {
+	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register seat ledger metrics: %w", err)
 		}

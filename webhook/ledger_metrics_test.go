@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // The ledger's counters follow what it did: claims answered as owner and forwarded,
@@ -94,4 +95,25 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 			t.Fatalf("failed claims: %v, want 1 (the first refusal)", got)
 		}
 	})
+}
+
+// A reservation whose pod never shows up (rejected after the webhook, abandoned, forged)
+// is counted when it expires; one whose pod was seen, or that was released, is not.
+func TestLedgerCountsUnfulfilledReservations(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{Clock: clock})[0]
+	ctx := context.Background()
+	seen := claim(t, l, shopRS, "seen")
+	l.PodVisible(placed("seen-pod", shopRS, seen, "seen"))
+	claim(t, l, shopRS, "released")
+	l.Release(ctx, shopRS, "released")
+	claim(t, l, shopRS, "never")
+	claim(t, l, shopRS, "never-either")
+	clock.Step(2 * time.Minute) // past the TTL (1m in these tests)
+	if s := claim(t, l, shopRS, "later"); s != 2 {
+		t.Fatalf("after the unfulfilled reservations expired the next claim got %d, want 2", s)
+	}
+	if got := testutil.ToFloat64(l.metrics.unfulfilled); got != 2 {
+		t.Errorf("seat_reservations_expired_unfulfilled_total = %v, want 2", got)
+	}
 }

@@ -6,6 +6,8 @@ package webhook
 import (
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -37,7 +39,9 @@ type revState struct {
 	// by id hash; open counts those whose pod is not seen yet (counted).
 	reserved map[uint64]*entry
 	open     int
-	expiries *minHeap[expiry]
+	// unfulfilled counts the counted reservations that expire (the ledger's metric).
+	unfulfilled prometheus.Counter
+	expiries    *minHeap[expiry]
 	// fulfilled holds the reservation ids whose pod this replica has seen, so that a
 	// reservation taken over from a record after its pod was seen does not count.
 	fulfilled  *recentIDs
@@ -78,6 +82,9 @@ func (l *SeatLedger) state(rev Revision) *revState {
 			pods:      map[types.UID]int{}, taken: map[int]int{}, inFree: map[int]bool{}, low: 1,
 			free:     newMinHeap(func(a, b int) bool { return a < b }),
 			expiries: newMinHeap(func(a, b expiry) bool { return a.at.Before(b.at) }),
+		}
+		if l.metrics != nil {
+			s.unfulfilled = l.metrics.unfulfilled
 		}
 		l.revs[rev] = s
 	}
@@ -162,6 +169,9 @@ func (s *revState) expire(now time.Time) {
 		}
 		if e.counted {
 			s.uncount(e)
+			if s.unfulfilled != nil {
+				s.unfulfilled.Inc()
+			}
 		}
 		delete(s.reserved, x.hash)
 	}
