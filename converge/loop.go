@@ -539,16 +539,17 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 			ready++
 		}
 		if t := strategy.TermOf(s, p); t >= 0 {
-			// Since when a pod counts as landed: the end of the term's cool-down, or the
-			// last canary sent there when the record is gone.
+			// Since when a pod counts as landed: the end of the term's cool-down, or,
+			// when the record is gone, the last canary sent there. Creation times have
+			// whole seconds, so a pod of the same second counts.
 			var since time.Time
 			if rec != nil {
 				since = rec.Terms[t].Until
 			}
-			if at := l.returning[uidTerm(rev.uid, t)]; at.After(since) {
-				since = at
+			if since.IsZero() {
+				since = l.returning[uidTerm(rev.uid, t)]
 			}
-			if p.CreationTimestamp.After(since) && since.Before(now) {
+			if !p.CreationTimestamp.Time.Before(since.Truncate(time.Second)) && since.Before(now) {
 				if isReady(p) {
 					landed[t] = true
 				} else {
@@ -776,8 +777,15 @@ func (l *Loop) canaryFirst(w *webhook.Workload, uid types.UID, s *strategy.Strat
 			kept = append(kept, m)
 		}
 	}
-	if held > 0 {
-		l.blocked(w, uid, fmt.Sprintf("%d pods wait to move back: a canary goes first and must be Running and Ready on its term", held))
+	for t := range canary {
+		if !landed[t] {
+			if key := uidTerm(uid, t) + "/canary"; !l.said[key] {
+				l.said[key] = true
+				msg := fmt.Sprintf("term %d (%s): one pod goes back first; the other %d wait until it is Running and Ready there", t+1, termLabels(s, t), held)
+				l.event(w, corev1.EventTypeNormal, ReasonTermBack, msg)
+				l.cfg.Log.WithField("workload", w.Describe()).Info(msg)
+			}
+		}
 	}
 	return kept
 }
