@@ -575,3 +575,103 @@ func TestSlowLaunchBurstIsNotUnavailable(t *testing.T) {
 	}
 	assertExactSpread(ctx, t, capacityStrategy, pods)
 }
+
+// A NodePool whose limits let part of a term run: the pods that got a node stay on it,
+// and only the rest fall back; once the limit is lifted, the workload returns to exact.
+func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(ctx, t, "e2e-partial")
+	startConverger(ctx, t, "converge-partial", 10)
+	const pool = "spot-4vcpu-16gb"
+	const strat = "karpenter.sh/capacity-type=on-demand,base=1:nodesize=spot4vcpu16gb,weight=1"
+	waitServed(ctx, t, ns, strat)
+
+	// Room for exactly one more 4-vCPU node in the pool, and none on its nodes so far.
+	used, stderr, err := kubectl(ctx, "", "get", "nodepool", pool, "-o", "jsonpath={.status.resources.cpu}")
+	if err != nil {
+		t.Fatalf("reading NodePool %s usage: %v\n%s", pool, err, stderr)
+	}
+	cpu := 0
+	if v := strings.TrimSpace(used); v != "" {
+		q := resource.MustParse(v)
+		cpu = int(q.Value())
+	}
+	limit := func(v string) {
+		if _, stderr, err := kubectl(ctx, "", "patch", "nodepool", pool, "--type", "merge", "-p", `{"spec":{"limits":`+v+`}}`); err != nil {
+			t.Errorf("patching NodePool %s limits %s: %v\n%s", pool, v, err, stderr)
+		}
+	}
+	limit(fmt.Sprintf(`{"cpu":"%d"}`, cpu+4))
+	t.Cleanup(func() { limit("null") })
+	nodesBefore, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "nodesize=spot4vcpu16gb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodesBefore.Items {
+		if _, err := env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("cordoning %s: %v", n.Name, err)
+		}
+		name := n.Name
+		t.Cleanup(func() {
+			_, _ = env.client.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{})
+		})
+	}
+
+	// 1 on-demand seat and 5 spot4 seats of 1.5 CPU: the one new node holds 2 of them.
+	const replicas = 6
+	d := deployment(ns, "partial", strat, replicas, true)
+	d.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1500m")
+	createDeployment(ctx, t, d)
+	running := map[types.UID]string{} // spot4 pods that got a node, by UID
+	err = wait.PollUntilContextTimeout(ctx, time.Second, fallbackAfter+60*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=partial"})
+		if err != nil {
+			return false, nil
+		}
+		up := 0
+		for _, p := range list.Items {
+			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			up++
+			if p.Spec.NodeSelector["nodesize"] == "spot4vcpu16gb" {
+				running[p.UID] = p.Name
+			}
+		}
+		return up == replicas && len(list.Items) == replicas, nil
+	})
+	if err != nil {
+		t.Fatalf("not all %d pods Running within FALLBACK_AFTER + 60s", replicas)
+	}
+	pods := settled(ctx, t, ns, "partial", replicas)
+	onSpot, fallback := 0, 0
+	live := map[types.UID]bool{}
+	for _, p := range pods {
+		live[p.UID] = true
+		switch {
+		case p.Spec.NodeSelector["nodesize"] == "spot4vcpu16gb":
+			onSpot++
+		case p.Annotations[strategy.AnnotationFallbackFrom] == "2":
+			fallback++
+		}
+	}
+	t.Logf("MEASURED partly limited term: %d pods on it, %d on the fallback; TermUnavailable: %q", onSpot, fallback, eventsWith(ctx, t, ns, "partial", "TermUnavailable"))
+	if onSpot == 0 || onSpot+fallback != replicas-1 {
+		t.Errorf("%d pods on the limited term and %d on the fallback, want some on each and %d in all", onSpot, fallback, replicas-1)
+	}
+	for uid, name := range running {
+		if !live[uid] {
+			t.Errorf("pod %s ran on the limited term and was moved off it", name)
+		}
+	}
+	for _, m := range eventsWith(ctx, t, ns, "partial", "Converge") {
+		for _, name := range running {
+			if strings.Contains(m, name) {
+				t.Errorf("a pod running on the limited term was evicted: %s", m)
+			}
+		}
+	}
+
+	limit("null")
+	waitExact(ctx, t, ns, "partial", strat, replicas, fallbackCooldown+90*time.Second)
+}
