@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -514,8 +515,11 @@ func TestSlowLaunchBurstIsNotUnavailable(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-slow-launch")
 	// Above kube-scheduler's longest backoff (10s), which a pod may still sit out after
-	// its node registered.
-	const short = 15 * time.Second
+	// its node registered. E2E_BURST_PODS, E2E_BURST_CPU and E2E_BURST_FALLBACK_AFTER
+	// make it bigger (the 5,000 pods with FALLBACK_AFTER 30s).
+	short := envDuration(t, "E2E_BURST_FALLBACK_AFTER", 15*time.Second)
+	replicas := envInt(t, "E2E_BURST_PODS", 40)
+	cpu := resource.MustParse(envString("E2E_BURST_CPU", "1500m"))
 	const delay = 45 * time.Second
 	conv := startConverger(ctx, t, "converge-slow", 10, "FALLBACK_AFTER="+short.String())
 	waitServed(ctx, t, ns, capacityStrategy)
@@ -528,9 +532,8 @@ func TestSlowLaunchBurstIsNotUnavailable(t *testing.T) {
 	t.Cleanup(func() { setDelay("0s") })
 
 	// Big pods, so the burst needs new nodes rather than room left by earlier tests.
-	const replicas = 40
 	d := deployment(ns, "burst", capacityStrategy, replicas, true)
-	d.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1500m")
+	d.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = cpu
 	start := time.Now()
 	createDeployment(ctx, t, d)
 	pods := settled(ctx, t, ns, "burst", replicas)
@@ -549,8 +552,8 @@ func TestSlowLaunchBurstIsNotUnavailable(t *testing.T) {
 		t.Fatalf("listing Nominated events: %v", err)
 	}
 	kept := metricOf(ctx, t, conv, "custom_kube_scheduler_webhook_terms_kept_launching_total")
-	t.Logf("MEASURED burst of %d pods (1.5 CPU each, nodes registering %s after launch): all Running in %s; longest wait for a node %s (FALLBACK_AFTER %s); %d Nominated events; the loop held off %v times because Karpenter was launching",
-		replicas, delay, took.Round(time.Second), longest.Round(time.Second), short, len(nominated.Items), kept)
+	t.Logf("MEASURED burst of %d pods (%s CPU each, nodes registering %s after launch): all Running in %s; longest wait for a node %s (FALLBACK_AFTER %s); %d Nominated events; the loop held off %v times because Karpenter was launching",
+		replicas, cpu.String(), delay, took.Round(time.Second), longest.Round(time.Second), short, len(nominated.Items), kept)
 	if longest < short {
 		t.Errorf("no pod waited FALLBACK_AFTER (%s) for a node: the burst did not test a slow launch", short)
 	}
@@ -674,4 +677,30 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 
 	limit("null")
 	waitExact(ctx, t, ns, "partial", strat, replicas, fallbackCooldown+90*time.Second)
+}
+
+// envString, envInt and envDuration read a test setting from the environment.
+func envString(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(t *testing.T, key string, def int) int {
+	t.Helper()
+	n, err := strconv.Atoi(envString(key, strconv.Itoa(def)))
+	if err != nil || n < 1 {
+		t.Fatalf("%s: want a positive integer", key)
+	}
+	return n
+}
+
+func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(envString(key, def.String()))
+	if err != nil || d <= 0 {
+		t.Fatalf("%s: want a positive duration", key)
+	}
+	return d
 }
