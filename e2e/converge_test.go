@@ -648,9 +648,7 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 	}
 	pods := settled(ctx, t, ns, "partial", replicas)
 	onSpot, fallback := 0, 0
-	live := map[types.UID]bool{}
 	for _, p := range pods {
-		live[p.UID] = true
 		switch {
 		case p.Spec.NodeSelector["nodesize"] == "spot4vcpu16gb":
 			onSpot++
@@ -662,21 +660,37 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 	if onSpot == 0 || onSpot+fallback != replicas-1 {
 		t.Errorf("%d pods on the limited term and %d on the fallback, want some on each and %d in all", onSpot, fallback, replicas-1)
 	}
-	for uid, name := range running {
-		if !live[uid] {
-			t.Errorf("pod %s ran on the limited term and was moved off it", name)
+	// They stay through the cool-down and the return, not only until the burst settles.
+	ranThere := func(when string) {
+		t.Helper()
+		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=partial"})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, m := range eventsWith(ctx, t, ns, "partial", "Converge") {
-		for _, name := range running {
-			if strings.Contains(m, name) {
-				t.Errorf("a pod running on the limited term was evicted: %s", m)
+		live := map[types.UID]bool{}
+		for _, p := range list.Items {
+			live[p.UID] = p.DeletionTimestamp == nil
+		}
+		for uid, name := range running {
+			if !live[uid] {
+				t.Errorf("%s: pod %s ran on the limited term and was moved off it", when, name)
+			}
+		}
+		for _, m := range eventsWith(ctx, t, ns, "partial", "Converge") {
+			for _, name := range running {
+				if strings.Contains(m, name) {
+					t.Errorf("%s: a pod running on the limited term was evicted: %s", when, m)
+				}
 			}
 		}
 	}
+	ranThere("settled")
+	time.Sleep(fallbackCooldown / 2) // well inside the cool-down: the loop had every chance
+	ranThere("in the cool-down")
 
 	limit("null")
 	waitExact(ctx, t, ns, "partial", strat, replicas, fallbackCooldown+90*time.Second)
+	ranThere("back to exact")
 }
 
 // envString, envInt and envDuration read a test setting from the environment.
