@@ -2,6 +2,7 @@ package converge
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -82,6 +83,25 @@ func (k *KarpenterSignals) Unlaunchable(ctx context.Context, _ map[string]string
 		return ""
 	}
 	return karpenterWord(list.Items)
+}
+
+// Nominated counts how many of pods (UIDs, all in namespace) Karpenter has nominated to
+// a NodeClaim or node (its Nominated Events), from one Events LIST of the namespace: the
+// evidence a strike reports, so it runs only when a term is marked.
+func (k *KarpenterSignals) Nominated(ctx context.Context, namespace string, pods map[types.UID]bool) (int, error) {
+	list, err := k.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"reason": "Nominated"}.String(),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list Nominated events in %s: %w", namespace, err)
+	}
+	nominated := map[types.UID]bool{}
+	for _, e := range list.Items {
+		if e.Reason == "Nominated" && pods[e.InvolvedObject.UID] && (e.Source.Component == "karpenter" || e.ReportingController == "karpenter") {
+			nominated[e.InvolvedObject.UID] = true
+		}
+	}
+	return len(nominated), nil
 }
 
 // karpenterWord returns Karpenter's latest word among events on why it cannot launch

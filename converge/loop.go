@@ -53,6 +53,8 @@ const (
 // labels cannot launch capacity for pending pods now, "" when it said nothing.
 type Signals interface {
 	Unlaunchable(ctx context.Context, labels map[string]string, pending []*corev1.Pod) string
+	// Nominated counts the pods (UIDs, of one namespace) Karpenter nominated for capacity.
+	Nominated(ctx context.Context, namespace string, pods map[types.UID]bool) (int, error)
 }
 
 // Launches says what Karpenter is launching for the capacity a term's labels select
@@ -464,6 +466,12 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 			reason = fmt.Sprintf("%d pods unschedulable for %s, %s", g.count, g.age(now), word)
 		default:
 			continue
+		}
+		if l.cfg.Signals != nil {
+			pending := pendingOn(l.cfg.Caches, cached, s, t)
+			if n, err := l.cfg.Signals.Nominated(ctx, rev.namespace, pending); err == nil {
+				reason += fmt.Sprintf("; Karpenter nominated %d of the %d pending pods", n, len(pending))
+			}
 		}
 		st, err := l.cfg.Records.Strike(ctx, rev.uid, w.Describe(), t, reason, l.cfg.Cooldown)
 		if err != nil {
@@ -922,6 +930,18 @@ func selectorConflicts(s *strategy.Strategy, sel map[string]string) bool {
 		}
 	}
 	return false
+}
+
+// pendingOn collects the UIDs of the revision's placed pods on term that wait for a node
+// (only when a term is marked: a pass copies no pod it does not need).
+func pendingOn(caches *webhook.Caches, rev webhook.Revision, s *strategy.Strategy, term int) map[types.UID]bool {
+	out := map[types.UID]bool{}
+	caches.EachPodOf(rev, func(p *corev1.Pod) {
+		if _, ok := unschedulableSince(p); ok && strategy.HoldsSeat(p) && strategy.TermOf(s, p) == term {
+			out[p.UID] = true
+		}
+	})
+	return out
 }
 
 // unschedulableSince returns since when a Pending pod without a node has been found

@@ -729,9 +729,44 @@ func TestKarpenterWordsArePinned(t *testing.T) {
 		}
 		src.Write(b)
 	}
-	for _, word := range append([]string{"Failed to schedule pod, %s", `FailedScheduling          = "FailedScheduling"`}, unlaunchable...) {
+	for _, word := range append([]string{"Failed to schedule pod, %s", `FailedScheduling          = "FailedScheduling"`, `Nominated                 = "Nominated"`}, unlaunchable...) {
 		if !strings.Contains(src.String(), word) {
 			t.Errorf("Karpenter's source no longer says %q: see how it reports that it cannot launch", word)
 		}
+	}
+}
+
+// The record and Event of a marked term say how many of its pending pods Karpenter had
+// nominated for capacity (its Nominated Events).
+func TestStrikeReportsNominations(t *testing.T) {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= 5; seat++ {
+		pods = append(pods, pod(seat, 2, "spot", false, 30*time.Second))
+	}
+	w := newWorld(t, 5, pods)
+	w.loop.cfg.Signals = NewKarpenterSignals(w.client)
+	ctx := context.Background()
+	for i, p := range pods[1:3] {
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("nominated-%d", i), Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name, UID: p.UID},
+			Reason:         "Nominated", Message: "Pod should schedule on: nodeclaim/spot-x",
+			Source: corev1.EventSource{Component: "karpenter"},
+		}
+		if _, err := w.client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.loop.Pass(ctx)
+	lease, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no unavailability record: %v", err)
+	}
+	rec, err := DecodeRecord(lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := rec.Terms[1]; !strings.Contains(st.Reason, "Karpenter nominated 2 of the 4 pending pods") {
+		t.Errorf("the record's reason %q does not say how many pending pods were nominated", st.Reason)
 	}
 }
