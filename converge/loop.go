@@ -212,7 +212,7 @@ func (l *Loop) Pass(ctx context.Context) {
 	seen := map[types.UID]bool{}
 	lag, fallbackPods, pendingRepairs := time.Duration(0), 0, 0
 	l.cfg.Metrics.unavailable.Reset()
-	revs := l.revisions()
+	revs, exists := l.revisions()
 	// Start where the last pass ran out of time, so no revision waits for ever behind
 	// the others.
 	sort.Slice(revs, func(i, j int) bool { return revs[i].uid < revs[j].uid })
@@ -273,7 +273,6 @@ func (l *Loop) Pass(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // stale records wait for a pass with time left
 	}
-	exists := l.revisionsKnown()
 	for _, rec := range l.cfg.Records.All() {
 		// A revision scaled to zero keeps its record (and so its cool-down history) until
 		// the record goes stale; only a deleted revision's record goes at once.
@@ -283,30 +282,15 @@ func (l *Loop) Pass(ctx context.Context) {
 	}
 }
 
-// revisionsKnown is the set of ReplicaSets and StatefulSets in the caches, with replicas
-// or not.
-func (l *Loop) revisionsKnown() map[types.UID]bool {
-	r := l.cfg.Caches.Resolver
-	known := map[types.UID]bool{}
-	if sets, err := r.ReplicaSets.List(labels.Everything()); err == nil {
-		for _, rs := range sets {
-			known[rs.UID] = true
-		}
-	}
-	if sets, err := r.StatefulSets.List(labels.Everything()); err == nil {
-		for _, s := range sets {
-			known[s.UID] = true
-		}
-	}
-	return known
-}
-
 // revisions lists the current revisions with replicas: a Deployment's newest
 // ReplicaSet (older ones are being scaled away by the rollout), bare ReplicaSets and
 // StatefulSets.
-func (l *Loop) revisions() []revision {
+//
+// known holds every ReplicaSet and StatefulSet in the caches, with replicas or not: a
+// revision scaled to zero keeps its unavailability record while it exists.
+func (l *Loop) revisions() (out []revision, known map[types.UID]bool) {
 	r := l.cfg.Caches.Resolver
-	var out []revision
+	known = map[types.UID]bool{}
 	sets, err := r.ReplicaSets.List(labels.Everything())
 	if err != nil {
 		l.cfg.Log.WithError(err).Warn("cannot list ReplicaSets from the cache")
@@ -318,6 +302,7 @@ func (l *Loop) revisions() []revision {
 		}
 	}
 	for _, rs := range sets {
+		known[rs.UID] = true
 		if rs.Spec.Replicas == nil || *rs.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(rs.Namespace) {
 			continue
 		}
@@ -337,13 +322,14 @@ func (l *Loop) revisions() []revision {
 		l.cfg.Log.WithError(err).Warn("cannot list StatefulSets from the cache")
 	}
 	for _, s := range statefulSets {
+		known[s.UID] = true
 		if s.Spec.Replicas == nil || *s.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(s.Namespace) {
 			continue
 		}
 		out = append(out, revision{uid: s.UID, namespace: s.Namespace, name: s.Name, kind: "StatefulSet",
 			replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations, rolling: statefulSetRolling(s)})
 	}
-	return out
+	return out, known
 }
 
 const revisionAnnotation = "deployment.kubernetes.io/revision"

@@ -191,6 +191,33 @@ func (w *world) evictions() []string {
 
 func ptr[T any](v T) *T { return &v }
 
+// fallbackPods makes n Ready on-demand pods: seat 1 on its own term, seats 2..n placed
+// there as the fallback of term 2 (spot), as after a cool-down, ready to move back.
+func fallbackPods(n int) []*corev1.Pod {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= n; seat++ {
+		p := pod(seat, 1, "on-demand", true, 0)
+		p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+		pods = append(pods, p)
+	}
+	return pods
+}
+
+// record reads and decodes the revision's unavailability record from the API server;
+// the test fails, saying why it expected one, when there is none.
+func (w *world) record(t *testing.T, why string) *Record {
+	t.Helper()
+	lease, err := w.client.CoordinationV1().Leases("cksw").Get(context.Background(), RecordName(rsUID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", why, err)
+	}
+	rec, err := DecodeRecord(lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
 // pod makes a placed pod of seat on term (1-based) with capacity type ct.
 func pod(seat, term int, ct string, ready bool, unschedulableFor time.Duration) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
@@ -224,14 +251,7 @@ func TestStrandedTermDetectedAndEvicted(t *testing.T) {
 	w := newWorld(t, 5, pods)
 	ctx := context.Background()
 	w.loop.Pass(ctx)
-	lease, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("no unavailability record: %v", err)
-	}
-	rec, err := DecodeRecord(lease)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := w.record(t, "no unavailability record")
 	st, ok := rec.Terms[1]
 	if !ok || st.Strikes != 1 || time.Until(st.Until) < 50*time.Second || rec.Workload != "Deployment shop/web" {
 		t.Fatalf("record %+v, want term 2 unavailable for the cool-down, one strike", rec)
@@ -264,12 +284,7 @@ func TestYoungPendingPodsMarkNothing(t *testing.T) {
 // Once the cool-down is over, fallback pods move back one at a time: with 12 replicas
 // the budget is 1 pod, and a pod that is moving counts against it.
 func TestReturnWithinBudget(t *testing.T) {
-	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
-	for seat := 2; seat <= 12; seat++ {
-		p := pod(seat, 1, "on-demand", true, 0)
-		p.Annotations[strategy.AnnotationFallbackFrom] = "2"
-		pods = append(pods, p)
-	}
+	pods := fallbackPods(12)
 	w := newWorld(t, 12, pods)
 	ctx := context.Background()
 	w.loop.Pass(ctx)
@@ -291,7 +306,7 @@ func TestEvictionRefusedByPDB(t *testing.T) {
 	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), p})
 	w.refuse = true
 	ctx := context.Background()
-	rev := w.loop.revisions()
+	rev, _ := w.loop.revisions()
 	if len(rev) != 1 {
 		t.Fatalf("revisions %v", rev)
 	}
@@ -449,12 +464,9 @@ func TestHealthyPodsOnUnavailableTermStay(t *testing.T) {
 // A pod that is Running but not Ready is no free move: with 11 of 12 pods not Ready
 // (a dependency failing readiness) and a budget of 1, nothing is evicted.
 func TestNotReadyPodsWithANodeRespectTheBudget(t *testing.T) {
-	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
-	for seat := 2; seat <= 12; seat++ {
-		p := pod(seat, 1, "on-demand", true, 0)
-		p.Annotations[strategy.AnnotationFallbackFrom] = "2"
+	pods := fallbackPods(12)
+	for _, p := range pods[1:] {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-		pods = append(pods, p)
 	}
 	w := newWorld(t, 12, pods)
 	w.loop.Pass(context.Background())
@@ -486,12 +498,7 @@ func TestNestedTermsDoNotChurn(t *testing.T) {
 // A leader that is no longer sure of its Lease (a long pause, a partition) evicts
 // nothing: the fence is checked right before each eviction.
 func TestNoEvictionWithoutLeadership(t *testing.T) {
-	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
-	for seat := 2; seat <= 4; seat++ {
-		p := pod(seat, 1, "on-demand", true, 0)
-		p.Annotations[strategy.AnnotationFallbackFrom] = "2"
-		pods = append(pods, p)
-	}
+	pods := fallbackPods(4)
 	w := newWorld(t, 4, pods)
 	leads := false
 	w.loop.leading = func() bool { return leads }
@@ -536,7 +543,8 @@ func TestStatefulSetRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		for _, rev := range w.loop.revisions() {
+		revs, _ := w.loop.revisions()
+		for _, rev := range revs {
 			if rev.kind == "StatefulSet" {
 				return rev.rolling, nil
 			}
@@ -613,14 +621,7 @@ func TestSlowLaunchIsNotUnavailable(t *testing.T) {
 	launches.f = karpenter.Flight{Registered: 2, LastProgress: time.Now().Add(-time.Minute)}
 	launches.mu.Unlock()
 	w.loop.Pass(ctx)
-	lease, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("no progress for a minute and pods waiting 3m: want the term unavailable: %v", err)
-	}
-	rec, err := DecodeRecord(lease)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := w.record(t, "no progress for a minute and pods waiting 3m: want the term unavailable")
 	if st := rec.Terms[1]; !strings.Contains(st.Reason, "Karpenter is launching nothing") || !strings.Contains(st.Reason, "2 registered") {
 		t.Errorf("the record's reason %q does not give the evidence", st.Reason)
 	}
@@ -633,12 +634,7 @@ func TestSlowLaunchIsNotUnavailable(t *testing.T) {
 // still have no capacity. Once a pod created since then is Ready there, the rest follow
 // within the budget.
 func TestReturnStartsWithACanary(t *testing.T) {
-	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
-	for seat := 2; seat <= 12; seat++ {
-		p := pod(seat, 1, "on-demand", true, 0)
-		p.Annotations[strategy.AnnotationFallbackFrom] = "2"
-		pods = append(pods, p)
-	}
+	pods := fallbackPods(12)
 	w := newWorld(t, 12, pods)
 	w.loop.cfg.MaxUnavailable = intstr.FromString("50%")
 	ctx := context.Background()
@@ -758,14 +754,7 @@ func TestStrikeReportsNominations(t *testing.T) {
 		}
 	}
 	w.loop.Pass(ctx)
-	lease, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("no unavailability record: %v", err)
-	}
-	rec, err := DecodeRecord(lease)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := w.record(t, "no unavailability record")
 	if st := rec.Terms[1]; !strings.Contains(st.Reason, "Karpenter nominated 2 of the 4 pending pods") {
 		t.Errorf("the record's reason %q does not say how many pending pods were nominated", st.Reason)
 	}
