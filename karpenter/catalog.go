@@ -13,7 +13,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -169,14 +168,14 @@ func (c *Catalog) Run(ctx context.Context) {
 func (c *Catalog) runNodePools(ctx context.Context) {
 	var lastErr string
 	for {
-		served, err := c.nodePoolAPIServed()
+		ok, err := served(c.discovery, nodePoolGVR().Resource)
 		switch {
 		case err != nil:
 			if err.Error() != lastErr {
 				c.log.WithError(err).Warn("looking for the NodePool API failed; retrying")
 				lastErr = err.Error()
 			}
-		case served:
+		case ok:
 			c.poolState.Store(poolsWatching)
 			c.log.Info("watching Karpenter NodePools")
 			c.pools.RunWithContext(ctx)
@@ -192,22 +191,6 @@ func (c *Catalog) runNodePools(ctx context.Context) {
 		case <-time.After(c.discoveryTick):
 		}
 	}
-}
-
-func (c *Catalog) nodePoolAPIServed() (bool, error) {
-	list, err := c.discovery.ServerResourcesForGroupVersion(NodePoolGroupVersion)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("discovering %s: %w", NodePoolGroupVersion, err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == nodePoolGVR().Resource {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // HasSynced reports whether Nodes and NodePools have been listed (or the

@@ -53,8 +53,8 @@ func TestE2ENodePoolInformer(t *testing.T) {
 	go func() { c.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	waitFor(t, "catalog sync", c.HasSynced)
-	if served, err := c.nodePoolAPIServed(); err != nil || !served {
-		t.Fatalf("the cluster does not serve %s nodepools (served=%v, err=%v): install Karpenter's CRDs", NodePoolGroupVersion, served, err)
+	if ok, err := served(c.discovery, nodePoolGVR().Resource); err != nil || !ok {
+		t.Fatalf("the cluster does not serve %s nodepools (served=%v, err=%v): install Karpenter's CRDs", NodePoolGroupVersion, ok, err)
 	}
 
 	name := fmt.Sprintf("e2e-catalog-%d", time.Now().UnixNano()%1_000_000)

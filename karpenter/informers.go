@@ -6,11 +6,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -28,7 +30,13 @@ func nodePoolGVR() schema.GroupVersionResource {
 // stores them as typed *karpv1.NodePool, converted once per event rather than
 // on every admission.
 func newNodePoolInformer(client dynamic.Interface, resync time.Duration) (cache.SharedIndexInformer, error) {
-	res := client.Resource(nodePoolGVR())
+	return newTypedInformer(client, nodePoolGVR(), resync, toNodePool)
+}
+
+// newTypedInformer watches one Karpenter resource through the dynamic client, storing
+// what transform makes of each object (a typed, trimmed copy).
+func newTypedInformer(client dynamic.Interface, gvr schema.GroupVersionResource, resync time.Duration, transform cache.TransformFunc) (cache.SharedIndexInformer, error) {
+	res := client.Resource(gvr)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return res.List(ctx, opts)
@@ -40,10 +48,28 @@ func newNodePoolInformer(client dynamic.Interface, resync time.Duration) (cache.
 	// The wrapper tells the reflector when a client (a fake one in tests)
 	// cannot stream the initial list as watch events.
 	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &unstructured.Unstructured{}, resync, cache.Indexers{})
-	if err := inf.SetTransform(toNodePool); err != nil {
-		return nil, fmt.Errorf("setting NodePool transform: %w", err)
+	if err := inf.SetTransform(transform); err != nil {
+		return nil, fmt.Errorf("setting the %s transform: %w", gvr.Resource, err)
 	}
 	return inf, nil
+}
+
+// served reports whether the API server serves resource in Karpenter's group/version
+// (NodePoolGroupVersion): false, not an error, when the group/version is unknown.
+func served(disc discovery.DiscoveryInterface, resource string) (bool, error) {
+	list, err := disc.ServerResourcesForGroupVersion(NodePoolGroupVersion)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discovering %s: %w", NodePoolGroupVersion, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == resource {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // toNodePool converts an unstructured NodePool to the typed one. Tombstones

@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -79,18 +77,9 @@ type NodeClaims struct {
 
 // NewNodeClaims returns a watcher of NodeClaims through the dynamic client; Run starts it.
 func NewNodeClaims(client dynamic.Interface, disc discovery.DiscoveryInterface, log logrus.FieldLogger) (*NodeClaims, error) {
-	res := client.Resource(nodeClaimGVR())
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return res.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return res.Watch(ctx, opts)
-		},
-	}
-	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &unstructured.Unstructured{}, 0, cache.Indexers{})
-	if err := inf.SetTransform(toNodeClaim); err != nil {
-		return nil, fmt.Errorf("setting NodeClaim transform: %w", err)
+	inf, err := newTypedInformer(client, nodeClaimGVR(), 0, toNodeClaim)
+	if err != nil {
+		return nil, err
 	}
 	return &NodeClaims{informer: inf, discovery: disc, tick: time.Minute, log: log}, nil
 }
@@ -120,19 +109,13 @@ func toNodeClaim(obj interface{}) (interface{}, error) {
 // installed) it looks for it again every minute, and HasSynced does not wait for it.
 func (n *NodeClaims) Run(ctx context.Context) {
 	for {
-		list, err := n.discovery.ServerResourcesForGroupVersion(NodePoolGroupVersion)
-		served := false
-		if err == nil {
-			for _, r := range list.APIResources {
-				served = served || r.Name == nodeClaimGVR().Resource
-			}
-		}
+		ok, err := served(n.discovery, nodeClaimGVR().Resource)
 		switch {
-		case served:
+		case ok:
 			n.state.Store(poolsWatching)
 			n.informer.RunWithContext(ctx)
 			return
-		case err == nil || apierrors.IsNotFound(err):
+		case err == nil:
 			n.state.Store(poolsAbsent)
 		default:
 			n.log.WithError(err).Debug("looking for the NodeClaim API failed; retrying")
