@@ -26,22 +26,12 @@ func TestLedgerMetricsCountWhatHappened(t *testing.T) {
 	}
 	claim(t, a, shopRS, "a1")
 	claim(t, a, shopRS, "a2")
-	waitFor(t, "b to see a's record", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		s := b.revs[shopRS]
-		return s != nil && holderOf(s.record) == a.identity
-	})
+	waitForHolder(t, b, shopRS, a.identity)
 	if s := claim(t, b, shopRS, "b1"); s != 3 {
 		t.Fatalf("b's forwarded claim got %d, want 3", s)
 	}
 	a.Handover(context.Background())
-	waitFor(t, "b to see the release", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		s := b.revs[shopRS]
-		return s != nil && s.record != nil && holderOf(s.record) == ""
-	})
+	waitForHolder(t, b, shopRS, "")
 	if s := claim(t, b, shopRS, "b2"); s != 4 {
 		t.Fatalf("b's claim after the handover got %d, want 4", s)
 	}

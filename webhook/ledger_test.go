@@ -99,6 +99,17 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// waitForHolder waits until replica l sees a record of rev held by holder ("": released).
+func waitForHolder(t testing.TB, l *SeatLedger, rev Revision, holder string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%s to see the record of %s held by %q", l.identity, rev.UID, holder), func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		s := l.revs[rev]
+		return s != nil && s.record != nil && holderOf(s.record) == holder
+	})
+}
+
 // placed is a live pod of revision holding seat, fulfilling reservation id.
 func placed(name string, revision Revision, seat int, id types.UID) *corev1.Pod {
 	ann := map[string]string{strategy.AnnotationSeat: fmt.Sprint(seat)}
@@ -253,11 +264,7 @@ func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 	}
 	// a, once it sees the new owner, forwards its claims there; having handed over, it
 	// never takes the revision back.
-	waitFor(t, "a to see the new owner", func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return holderOf(a.revs[shopRS].record) == lagging.identity
-	})
+	waitForHolder(t, a, shopRS, lagging.identity)
 	if s := claim(t, a, shopRS, "r5"); s != 4 {
 		t.Fatalf("a claim through the old owner got %d, want 4", s)
 	}
@@ -574,12 +581,7 @@ func TestWriteDoesNotTakeALiveOwnersRecord(t *testing.T) {
 	if s := claim(t, owner, shopRS, "first"); s != 1 {
 		t.Fatalf("first claim got %d", s)
 	}
-	waitFor(t, "the other replica to see the owner's record", func() bool {
-		late.mu.Lock()
-		defer late.mu.Unlock()
-		s := late.revs[shopRS]
-		return s != nil && holderOf(s.record) == owner.identity
-	})
+	waitForHolder(t, late, shopRS, owner.identity)
 	// The write a claim started on the older view (no record).
 	late.mu.Lock()
 	w := late.acquire(late.state(shopRS))
@@ -755,12 +757,7 @@ func TestTakeoverAcrossSkewedClocks(t *testing.T) {
 		t.Fatalf("first claim got %d", s)
 	}
 	old.Handover(context.Background())
-	waitFor(t, "the released record to reach the other replica", func() bool {
-		next.mu.Lock()
-		defer next.mu.Unlock()
-		s := next.revs[shopRS]
-		return s != nil && s.record != nil && holderOf(s.record) == ""
-	})
+	waitForHolder(t, next, shopRS, "")
 	if s := claim(t, next, shopRS, "after-handover"); s != 2 {
 		t.Fatalf("after the handover the next claim got seat %d, want 2: seat 1 is reserved for a pod not seen yet", s)
 	}
