@@ -97,7 +97,7 @@ func (k *KarpenterSignals) Nominated(ctx context.Context, namespace string, pods
 	}
 	nominated := map[types.UID]bool{}
 	for _, e := range list.Items {
-		if e.Reason == "Nominated" && pods[e.InvolvedObject.UID] && (e.Source.Component == "karpenter" || e.ReportingController == "karpenter") {
+		if e.Reason == "Nominated" && pods[e.InvolvedObject.UID] && byKarpenter(&e) {
 			nominated[e.InvolvedObject.UID] = true
 		}
 	}
@@ -111,7 +111,7 @@ func karpenterWord(events []corev1.Event) string {
 	var best *corev1.Event
 	for i := range events {
 		e := &events[i]
-		if e.Source.Component != "karpenter" && e.ReportingController != "karpenter" {
+		if !byKarpenter(e) {
 			continue
 		}
 		if best == nil || eventTime(e).After(eventTime(best)) {
@@ -151,6 +151,11 @@ func karpenterWord(events []corev1.Event) string {
 		msg = msg[:400] + "..."
 	}
 	return "Karpenter: " + msg
+}
+
+// byKarpenter reports whether Karpenter's controller recorded e.
+func byKarpenter(e *corev1.Event) bool {
+	return e.Source.Component == "karpenter" || e.ReportingController == "karpenter"
 }
 
 func eventTime(e *corev1.Event) time.Time {
