@@ -58,6 +58,10 @@ const (
 	LabelRevisionNamespace = "custom-kube-scheduler-webhook.io/revision-namespace"
 	// AnnotationReservations lists a seat record's reservations.
 	AnnotationReservations = "custom-kube-scheduler-webhook.io/reservations"
+	// AnnotationSeatMark is the highest seat a seat record's holder may hand out
+	// before its next write: after a crash, the seats up to it whose pods are not seen
+	// are held until those pods could have appeared.
+	AnnotationSeatMark = "custom-kube-scheduler-webhook.io/seat-mark"
 	// AnnotationPeer is the base URL at which a seat record's holder answers the
 	// claims other replicas forward to it.
 	AnnotationPeer = "custom-kube-scheduler-webhook.io/peer"

@@ -74,6 +74,9 @@ var ErrRecordFull = errors.New("too many seat reservations in flight for this re
 // the revision: it is stopping.
 var errHandedOver = errors.New("the seat ledger is stopping and takes no revision")
 
+// errBeyondMark is reserve's error where the next seat is above the owner's mark.
+var errBeyondMark = errors.New("the next seat is above the seat mark")
+
 // errNotOwner is a peer's answer when it does not own the revision (any more).
 var errNotOwner = errors.New("the peer does not own the revision")
 
@@ -90,12 +93,14 @@ var errNotOwner = errors.New("the peer does not own the revision")
 // idle record lapses and is swept.
 //
 // A replica that stops releases its revisions, writing its live reservations into their
-// records, so another takes over at once knowing them. One that dies stops answering
-// claims a quarter of the duration before its ownership lapses (a renewal that did not
-// land is no renewal), and another takes over only after seeing the record unchanged
-// for the whole duration: the pods of the dead owner's last claims have had that
-// quarter to appear in every pod informer, and the reservations its last renewal wrote
-// are in the record.
+// records, so another takes over at once knowing them; so does an owner whose claims
+// stopped, once its ownership ends. One that dies stops answering claims a quarter of
+// the duration before its ownership lapses (a renewal that did not land is no renewal),
+// and another takes over only after seeing the record unchanged for the whole duration.
+// The seats the dead owner answered after its last write are all at most the record's
+// mark (the owner never answers above the mark of a landed write), so the new owner
+// holds every seat up to the mark that no visible pod holds, until those pods could
+// have appeared.
 //
 // A reservation counts until the owner sees a pod carrying its id (the
 // custom-kube-scheduler-webhook.io/reservation annotation; the pod then holds the seat
@@ -185,7 +190,8 @@ func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Durat
 	return l, nil
 }
 
-// Start runs the record informer and the sweep of idle records until ctx ends.
+// Start runs the record informer, the release of records this replica stopped
+// renewing and the sweep of idle records until ctx ends.
 func (l *SeatLedger) Start(ctx context.Context) {
 	l.mu.Lock()
 	l.ctx = ctx
@@ -200,6 +206,19 @@ func (l *SeatLedger) Start(ctx context.Context) {
 				return
 			case <-ticker.C:
 				l.Sweep(ctx)
+			}
+		}
+	}()
+	go func() {
+		// Records whose ownership ended unrenewed are released soon after.
+		ticker := time.NewTicker(l.duration / 8)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				l.releaseIdle(ctx)
 			}
 		}
 	}()
@@ -227,9 +246,18 @@ func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forwa
 		now := l.clock.Now()
 		if l.owns(s, now) {
 			seat, err := l.reserve(s, hash, now)
-			l.renewIfDue(s, now)
+			if !errors.Is(err, errBeyondMark) {
+				l.renewIfDue(s, now)
+				l.mu.Unlock()
+				return seat, false, err
+			}
+			// Raise the mark before answering above it (a write in flight may do).
+			write := l.acquire(s)
 			l.mu.Unlock()
-			return seat, false, err
+			if err := waitWrite(ctx, write, rev); err != nil {
+				return 0, false, err
+			}
+			continue
 		}
 		holder, peer := l.liveHolder(s, now)
 		var write *ownershipWrite
@@ -243,13 +271,8 @@ func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forwa
 		l.mu.Unlock()
 
 		if write != nil {
-			select {
-			case <-write.done:
-			case <-ctx.Done():
-				return 0, false, fmt.Errorf("waiting for the seat record of revision %s: %w", rev.UID, ctx.Err())
-			}
-			if write.err != nil {
-				return 0, false, write.err
+			if err := waitWrite(ctx, write, rev); err != nil {
+				return 0, false, err
 			}
 			continue
 		}
@@ -285,6 +308,16 @@ func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forwa
 			return 0, true, fmt.Errorf("waiting for the seat owner %s of revision %s: %w (last: %v)", holder, rev.UID, ctx.Err(), err)
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// waitWrite waits for a write of rev's record and returns its error.
+func waitWrite(ctx context.Context, write *ownershipWrite, rev Revision) error {
+	select {
+	case <-write.done:
+		return write.err
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the seat record of revision %s: %w", rev.UID, ctx.Err())
 	}
 }
 

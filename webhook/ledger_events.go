@@ -104,6 +104,7 @@ func (l *SeatLedger) PodVisible(pod *corev1.Pod) {
 		}
 		s.pods[pod.UID] = seat
 		s.take(seat)
+		s.dropPhantom(seat)
 	})
 }
 
@@ -114,9 +115,21 @@ func (l *SeatLedger) PodGone(pod *corev1.Pod) {
 		if seat, held := s.pods[pod.UID]; held {
 			delete(s.pods, pod.UID)
 			s.untake(seat)
+			l.holdPhantom(s, seat)
 		}
 		l.forget(s)
 	})
+}
+
+// holdPhantom holds a seat a pod gave up, while the seats a crashed owner may have
+// answered are held (takeOver): the pod this replica saw go may be one the crashed
+// owner saw go before it gave the seat to another pod.
+func (l *SeatLedger) holdPhantom(s *revState, seat int) {
+	now := l.clock.Now()
+	if seat > s.phantomMark || !now.Before(s.phantomUntil) || s.reserved[phantomHash(seat)] != nil {
+		return
+	}
+	l.hold(s, phantomHash(seat), &entry{seat: seat, expires: s.phantomUntil, claims: 1})
 }
 
 // podEvent applies an informer event of a placed pod to its revision's state, under

@@ -60,8 +60,8 @@ func TestLedgerMetricsCountWhatHappened(t *testing.T) {
 // Taken over after the owner's record lapsed, or after its address refused.
 func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 	t.Run("lapsed", func(t *testing.T) {
-		_, clock, owner, other := renewedOwner(t)
-		owner.peers = nil
+		_, clock, _, other, crash := renewedOwner(t)
+		crash()
 		clock.Step(DefaultOwnership)
 		claim(t, other, shopRS, "after")
 		if got := testutil.ToFloat64(other.metrics.ownership.WithLabelValues(ownedLapsed)); got != 1 {
@@ -69,7 +69,8 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 		}
 	})
 	t.Run("owner gone", func(t *testing.T) {
-		_, clock, _, other := renewedOwner(t)
+		_, clock, _, other, crash := renewedOwner(t)
+		crash()
 		other.peers = &http.Client{Transport: connRefused{}}
 		short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()

@@ -6,6 +6,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -64,11 +65,27 @@ func (l *SeatLedger) acquire(s *revState) *ownershipWrite {
 // renewIfDue renews the owner's record in the background once a quarter of the
 // ownership duration passed since the last renewal; claims go on meanwhile. Only claims
 // renew: an idle revision's record lapses.
+// It also raises the mark ahead of a burst, once half of the last block is handed out,
+// so claims rarely wait for it.
 func (l *SeatLedger) renewIfDue(s *revState, now time.Time) {
-	if s.writing == nil && now.Sub(s.renewedAt) >= max(s.term, l.duration)/4 {
+	if s.writing != nil {
+		return
+	}
+	if now.Sub(s.renewedAt) >= max(s.term, l.duration)/4 || s.lowest(now)+s.block/2 > s.mark {
 		l.acquire(s)
 	}
 }
+
+// Seat marks: how far ahead of the lowest free seat a write lets the owner answer.
+const (
+	minSeatBlock = 4
+	// maxSeatBlock bounds the seats a new owner holds after a crash (takeOver).
+	maxSeatBlock = 1024
+)
+
+// nextBlock sizes the next write's block: twice the claims answered since the last
+// write, so a burst needs a write per doubling, not per claim.
+func nextBlock(claims int) int { return min(max(2*claims, minSeatBlock), maxSeatBlock) }
 
 // recordDuration is how long a record's holder owns its revision after a write: the
 // record's own Lease duration (its holder lengthens it when its writes are slow), never
@@ -121,7 +138,19 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 	}
 	prev := s.record
 	term := l.termFor()
+	// Taking over: hold the previous holder's reservations, and the seats it may have
+	// answered unlisted, before listing them in this write (undone if it fails).
+	var inherited []uint64
+	var phantomUntil time.Time
+	if prev != nil && holderOf(prev) != l.identity {
+		inherited, phantomUntil = l.takeOver(s, prev, start)
+	}
+	block := nextBlock(s.claimsSinceWrite)
+	s.claimsSinceWrite = 0
+	mark := s.lowest(start) + block - 1
 	record := l.ownedRecord(s, start, term)
+	record.Annotations[strategy.AnnotationSeatMark] = strconv.Itoa(mark)
+	s.pendingMark = mark
 	l.mu.Unlock()
 
 	// A write of its own timeout: one hung connection must not hold the revision.
@@ -137,6 +166,12 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 	} else {
 		written, err = leases.Update(ctx, record, metav1.UpdateOptions{})
 	}
+	l.mu.Lock()
+	s.pendingMark = 0
+	if err != nil {
+		l.dropInherited(s, inherited)
+	}
+	l.mu.Unlock()
 	if err != nil && (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)) {
 		// Another replica wrote first, or the sweep deleted the record: read it again and
 		// let the claims decide anew.
@@ -149,11 +184,15 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 	if err == nil {
 		if prev == nil || holderOf(prev) != l.identity {
 			l.metrics.ownership.WithLabelValues(takenFrom(s, holderOf(prev), prev != nil)).Inc()
-			l.takeOver(s, prev, start)
+			s.phantomUntil, s.phantomMark = phantomUntil, 0
+			if !phantomUntil.IsZero() {
+				s.phantomMark = recordMark(prev)
+			}
 		}
 		l.apply(s, written)
 		s.renewedAt, s.term = start, term
 		s.ownedUntil = start.Add(term / 2)
+		s.mark, s.block = mark, block
 	} else {
 		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
 	}
@@ -171,15 +210,47 @@ func (l *SeatLedger) finishWrite(s *revState, w *ownershipWrite, err error) {
 	close(w.done)
 }
 
-// takeOver counts the live reservations of the record another replica held (or
-// released): claims it answered whose pods this replica may not see yet.
-func (l *SeatLedger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) {
-	if prev == nil {
-		return
-	}
+// takeOver holds what the record another replica held (or released) says it may have
+// handed out: its live reservations, claims whose pods this replica may not see yet.
+// A holder that did not release the record (it crashed, or its release did not land)
+// may also have answered seats up to the record's mark after its last write: each such
+// seat that no pod this replica sees holds is held as well, until the pod of a claim
+// answered at the end of that holder's ownership could have appeared (half the
+// record's duration, then the TTL), or a pod is seen on it. It returns the holds added
+// and when the phantom ones end (zero: none).
+func (l *SeatLedger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) (added []uint64, phantomUntil time.Time) {
 	for h, e := range observedReservations(prev, s.observed) {
 		if now.Before(e.expires) && s.reserved[h] == nil {
+			e.claims = 1
 			l.hold(s, h, e)
+			added = append(added, h)
+		}
+	}
+	if holderOf(prev) == "" {
+		return added, time.Time{}
+	}
+	until := s.observed.Add(l.recordDuration(prev)/2 + l.ttl)
+	mark := recordMark(prev)
+	if !now.Before(until) || mark == 0 {
+		return added, time.Time{}
+	}
+	for seat := 1; seat <= mark; seat++ {
+		if s.taken[seat] == 0 {
+			h := phantomHash(seat)
+			l.hold(s, h, &entry{seat: seat, expires: until, claims: 1})
+			added = append(added, h)
+		}
+	}
+	return added, until
+}
+
+// dropInherited undoes takeOver's holds when the write taking the record failed: the
+// record's holder, whoever it is now, keeps them.
+func (l *SeatLedger) dropInherited(s *revState, added []uint64) {
+	for _, h := range added {
+		if e := s.reserved[h]; e != nil {
+			e.claims = 1
+			l.unreserve(s, h)
 		}
 	}
 }
@@ -264,7 +335,6 @@ func (l *SeatLedger) Handover(ctx context.Context) {
 		}
 	}
 	l.mu.Unlock()
-	leases := l.client.CoordinationV1().Leases(l.namespace)
 	for _, s := range owned {
 		l.mu.Lock()
 		if s.writing != nil {
@@ -274,25 +344,70 @@ func (l *SeatLedger) Handover(ctx context.Context) {
 			l.mu.Lock()
 			s.ownedUntil = time.Time{}
 		}
-		if holderOf(s.record) != l.identity {
+		if holderOf(s.record) != l.identity || s.writing != nil {
 			l.mu.Unlock()
 			continue
 		}
-		record := l.nextRecord(s, l.clock.Now())
-		record.Spec.HolderIdentity = ptr.To("")
+		w := &ownershipWrite{done: make(chan struct{})}
+		s.writing = w
 		l.mu.Unlock()
-		written, err := leases.Update(ctx, record, metav1.UpdateOptions{})
-		if err != nil {
-			l.log.WithError(err).WithField("record", record.Name).Info("cannot release a seat record; it lapses")
-			continue
+		if l.release(ctx, s, w) {
+			l.metrics.handovers.Inc()
 		}
-		l.metrics.handovers.Inc()
+	}
+}
+
+// releaseIdle releases the records this replica holds but no longer answers claims for
+// (no claim renewed them): listing every seat it answered, with no mark, so that the
+// next owner takes the revision at once and holds nothing beyond those. Only a record
+// whose holder crashed lapses.
+func (l *SeatLedger) releaseIdle(ctx context.Context) {
+	now := l.clock.Now()
+	var idle []*revState
+	var writes []*ownershipWrite
+	l.mu.Lock()
+	for _, s := range l.revs {
+		if s.writing == nil && holderOf(s.record) == l.identity && !l.owns(s, now) {
+			s.writing = &ownershipWrite{done: make(chan struct{})}
+			idle = append(idle, s)
+			writes = append(writes, s.writing)
+		}
+	}
+	l.mu.Unlock()
+	for i, s := range idle {
+		l.release(ctx, s, writes[i])
+	}
+}
+
+// release writes the revision's record with no holder and finishes w, this replica's
+// write in flight for it; a record that is not this replica's any more stays. It
+// reports whether the release landed.
+func (l *SeatLedger) release(ctx context.Context, s *revState, w *ownershipWrite) bool {
+	l.mu.Lock()
+	if holderOf(s.record) != l.identity || l.owns(s, l.clock.Now()) {
+		l.mu.Unlock()
+		l.finishWrite(s, w, nil)
+		return false
+	}
+	record := l.nextRecord(s, l.clock.Now())
+	record.Spec.HolderIdentity = ptr.To("")
+	delete(record.Annotations, strategy.AnnotationSeatMark)
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	written, err := l.client.CoordinationV1().Leases(l.namespace).Update(ctx, record, metav1.UpdateOptions{})
+	if err != nil {
+		l.log.WithError(err).WithField("record", record.Name).Info("cannot release a seat record; it lapses")
+	} else {
 		l.mu.Lock()
 		if resourceVersion(written) > s.rv {
 			l.apply(s, written)
 		}
 		l.mu.Unlock()
 	}
+	// A failed release is no claim's failure: they read the record again.
+	l.finishWrite(s, w, nil)
+	return err == nil
 }
 
 // observedReservations reads a record's reservations with their expiries on this

@@ -22,6 +22,22 @@ func recordRevision(record *coordinationv1.Lease) (Revision, bool) {
 	return Revision{Namespace: record.Labels[strategy.LabelRevisionNamespace], UID: types.UID(uid)}, uid != ""
 }
 
+// recordMark reads a record's seat mark (0: none, as on a released record).
+func recordMark(record *coordinationv1.Lease) int {
+	mark, err := strconv.Atoi(record.Annotations[strategy.AnnotationSeatMark])
+	if err != nil || mark < 0 {
+		return 0
+	}
+	return mark
+}
+
+// phantomHash keys the reservation holding a seat that a crashed owner may have handed
+// out (takeOver): no admission UID hashes to it (UIDs carry no NUL), and a pod seen on
+// the seat finds it from the seat alone.
+func phantomHash(seat int) uint64 {
+	return idHash(types.UID("\x00seat-" + strconv.Itoa(seat)))
+}
+
 // resourceVersion reads an object's resourceVersion as the number etcd makes it; an
 // unreadable one reads as 0 (older than anything).
 func resourceVersion(record *coordinationv1.Lease) uint64 {

@@ -31,6 +31,20 @@ type revState struct {
 	renewedAt  time.Time
 	term       time.Duration // the ownership duration of this replica's last landed write
 	writing    *ownershipWrite
+	// mark is the highest seat this replica may hand out as the owner: the mark of its
+	// last landed write, and while a write is in flight no more than that write's
+	// (pendingMark), so that every seat answered is listed in, or below the mark of,
+	// the record another replica would take over. block is how far ahead of the lowest
+	// free seat the last write set it; claimsSinceWrite sizes the next block.
+	mark, pendingMark int
+	block             int
+	claimsSinceWrite  int
+	// phantomUntil and phantomMark: after taking over a record whose holder did not
+	// release it, a seat up to phantomMark that a pod gives up before phantomUntil is
+	// held too (this replica's pod informer may show that pod's end before the pod the
+	// crashed owner gave the seat to).
+	phantomUntil time.Time
+	phantomMark  int
 	// goneHolder is a holder found gone (ownerGone) since goneSince.
 	goneHolder string
 	goneSince  time.Time
@@ -169,7 +183,7 @@ func (s *revState) expire(now time.Time) {
 		}
 		if e.counted {
 			s.uncount(e)
-			if s.unfulfilled != nil {
+			if s.unfulfilled != nil && x.hash != phantomHash(e.seat) {
 				s.unfulfilled.Inc()
 			}
 		}
@@ -184,8 +198,17 @@ func (s *revState) liveReservations(now time.Time) int {
 	return len(s.reserved)
 }
 
+// answerLimit is the highest seat the owner may hand out now (mark).
+func (s *revState) answerLimit() int {
+	if s.pendingMark > 0 {
+		return min(s.mark, s.pendingMark)
+	}
+	return s.mark
+}
+
 // reserve hands out the lowest free seat for the admission hash, the same one again to
-// a retried admission.
+// a retried admission. errBeyondMark: the seat is above the mark, and a write must
+// raise it first.
 func (l *SeatLedger) reserve(s *revState, hash uint64, now time.Time) (int, error) {
 	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
 		e.claims++
@@ -197,7 +220,11 @@ func (l *SeatLedger) reserve(s *revState, hash uint64, now time.Time) (int, erro
 		return 0, ErrRecordFull
 	}
 	seat := s.lowest(now)
+	if seat > s.answerLimit() {
+		return 0, errBeyondMark
+	}
 	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})
+	s.claimsSinceWrite++
 	return seat, nil
 }
 
@@ -211,6 +238,17 @@ func (l *SeatLedger) hold(s *revState, hash uint64, e *entry) {
 	}
 	s.reserved[hash] = e
 	s.expiries.push(expiry{at: e.expires, hash: hash})
+}
+
+// dropPhantom ends the hold on seat taken over from a crashed owner: a pod holds it.
+func (s *revState) dropPhantom(seat int) {
+	h := phantomHash(seat)
+	if e := s.reserved[h]; e != nil {
+		if e.counted {
+			s.uncount(e)
+		}
+		delete(s.reserved, h)
+	}
 }
 
 // unreserve gives back one attempt's claim of the reservation of admission hash; once

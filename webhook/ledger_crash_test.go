@@ -1,0 +1,155 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// The owner answers seat 5 after its last write and crashes before the next one; the
+// pod of seat 5 is slow to appear (a validating webhook after this one, a lagging
+// watch). The replica taking over must not hand out seat 5 again: it holds every seat
+// up to the dead owner's mark that no pod it sees holds, until that pod appears or
+// could have, and then gives back the seats nobody took.
+func TestCrashAfterAnswerHandsNoSeatTwice(t *testing.T) {
+	_, clock, owner, other, crash := renewedOwner(t)
+	for i, id := range []types.UID{"before-0", "before-1", "before-2", "renewing"} {
+		other.PodVisible(placed(fmt.Sprint("p", i+1), shopRS, i+1, id))
+	}
+	if s := claim(t, owner, shopRS, "answered-then-crashed"); s != 5 {
+		t.Fatalf("the owner answered %d, want 5", s)
+	}
+	if n := len(decodeReservations(seenRecord(t, other, shopRS).Annotations[strategy.AnnotationReservations])); n != 4 {
+		t.Fatalf("the record lists %d reservations: seat 5 must be unlisted for this test", n)
+	}
+	mark := seenMark(t, other, shopRS)
+	if mark < 5 {
+		t.Fatalf("the owner answered seat 5 above its mark %d", mark)
+	}
+	crash()
+	other.peers = &http.Client{Transport: connRefused{}}
+	clock.Step(DefaultOwnership)
+
+	next := claim(t, other, shopRS, "next")
+	if next == 5 {
+		t.Fatal("seat 5 handed out twice: to the crashed owner's last claim and to the next")
+	}
+	if next != mark+1 {
+		t.Fatalf("the new owner handed out %d, want %d (above the dead owner's mark)", next, mark+1)
+	}
+	// The pod of seat 5 appears: its seat stays taken by it; seats 6.. stay held until
+	// the crashed owner's claims could have shown up.
+	other.PodVisible(placed("late", shopRS, 5, "answered-then-crashed"))
+	if s := claim(t, other, shopRS, "held"); s != mark+2 {
+		t.Fatalf("within the window got %d, want %d", s, mark+2)
+	}
+	clock.Step(time.Minute) // the TTL of these ledgers
+	if s := claim(t, other, shopRS, "after-window"); s != 6 {
+		t.Fatalf("after the window got %d, want 6: the seats nobody took are free again", s)
+	}
+}
+
+// Within the window after a crash, a pod seen going frees no seat up to the mark: the
+// crashed owner may have seen it go first and handed its seat to a pod not seen yet.
+func TestPodGoneAfterACrashKeepsItsSeatHeld(t *testing.T) {
+	_, clock, _, other, crash := renewedOwner(t)
+	ids := []types.UID{"before-0", "before-1", "before-2", "renewing"}
+	pods := make([]*corev1.Pod, len(ids))
+	for i, id := range ids {
+		pods[i] = placed(fmt.Sprint("p", i+1), shopRS, i+1, id)
+		other.PodVisible(pods[i])
+	}
+	crash()
+	other.peers = &http.Client{Transport: connRefused{}}
+	clock.Step(DefaultOwnership)
+	first := claim(t, other, shopRS, "first")
+	other.PodGone(pods[1]) // seat 2
+	if s := claim(t, other, shopRS, "second"); s != first+1 {
+		t.Fatalf("after seat 2's pod went, within the window, got %d, want %d", s, first+1)
+	}
+	clock.Step(time.Minute)
+	if s := claim(t, other, shopRS, "after-window"); s != 2 {
+		t.Fatalf("after the window got %d, want 2", s)
+	}
+}
+
+// An owner whose claims stopped releases its record once its ownership ends, listing
+// every seat it answered: the next claim on another replica takes the revision at once
+// (no lapse to wait for) and holds nothing beyond those seats (no mark).
+func TestIdleOwnerReleasesItsRecord(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{Clock: clock})
+	owner, other := ls[0], ls[1]
+	claim(t, owner, shopRS, "a")
+	claim(t, owner, shopRS, "b")
+	waitFor(t, "the owner's renewal to land", func() bool {
+		owner.mu.Lock()
+		defer owner.mu.Unlock()
+		return owner.revs[shopRS].writing == nil
+	})
+	clock.Step(DefaultOwnership / 2)
+	owner.releaseIdle(context.Background())
+	waitForHolder(t, other, shopRS, "")
+	rec := seenRecord(t, other, shopRS)
+	if recordMark(rec) != 0 || len(decodeReservations(rec.Annotations[strategy.AnnotationReservations])) != 2 {
+		t.Fatalf("released record: mark %q, reservations %q; want no mark and 2", rec.Annotations[strategy.AnnotationSeatMark], rec.Annotations[strategy.AnnotationReservations])
+	}
+	other.peers = &http.Client{Transport: refusing{}} // no forwarding: it must own
+	if s := claim(t, other, shopRS, "c"); s != 3 {
+		t.Fatalf("after the release got %d, want 3", s)
+	}
+}
+
+// A burst raises the mark by doubling blocks: a few writes per burst, not one per
+// claim (at most 1 per 100 claims, with the takeover).
+func TestBurstWritesFewMarks(t *testing.T) {
+	client := fake.NewClientset()
+	writes := withOptimisticConcurrency(client)
+	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{})[0]
+	const n = 2000
+	var wg sync.WaitGroup
+	seats := make(chan int, n)
+	for i := range n {
+		wg.Go(func() {
+			seats <- claim(t, l, shopRS, types.UID(fmt.Sprint("burst-", i)))
+		})
+	}
+	wg.Wait()
+	close(seats)
+	seen := map[int]bool{}
+	for s := range seats {
+		if seen[s] || s < 1 || s > n {
+			t.Fatalf("seat %d twice or out of 1..%d", s, n)
+		}
+		seen[s] = true
+	}
+	if got := writes.ok.Load(); got > n/100 {
+		t.Fatalf("%d record writes for a burst of %d claims, want at most %d", got, n, n/100)
+	}
+	t.Logf("%d record writes for %d claims", writes.ok.Load(), n)
+}
+
+// seenRecord is the record of rev that replica l sees (the test fails when none).
+func seenRecord(t testing.TB, l *SeatLedger, rev Revision) *coordinationv1.Lease {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.revs[rev]
+	if s == nil || s.record == nil {
+		t.Fatalf("%s sees no record of %s", l.identity, rev.UID)
+	}
+	return s.record.DeepCopy()
+}
