@@ -111,8 +111,8 @@ type slowLedger struct {
 	released chan types.UID
 }
 
-func (l slowLedger) Claim(ctx context.Context, revision Revision, admission types.UID) (int, error) {
-	seat, err := l.Ledger.Claim(ctx, revision, admission)
+func (l slowLedger) Claim(ctx context.Context, revision Revision, admission types.UID, replicas int) (int, error) {
+	seat, err := l.Ledger.Claim(ctx, revision, admission, replicas)
 	time.Sleep(l.delay)
 	return seat, err
 }

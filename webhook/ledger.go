@@ -38,8 +38,11 @@ type Revision struct {
 type Ledger interface {
 	// Claim returns the lowest seat of revision that no live pod holds and no other
 	// admission has reserved, and reserves it for admission. Claiming again with the same
-	// admission UID (the API server retrying a call) returns the same seat.
-	Claim(ctx context.Context, revision Revision, admission types.UID) (int, error)
+	// admission UID (the API server retrying a call) returns the same seat. replicas is
+	// how many pods the revision's ReplicaSet wants (negative: unknown): reservations
+	// beyond what it can be creating, whose pods have not shown up within a second, give
+	// their seats to the claim (forged reviews, pods rejected after this webhook).
+	Claim(ctx context.Context, revision Revision, admission types.UID, replicas int) (int, error)
 	// Peek returns the seat Claim would hand out now, reserving nothing (dry-run).
 	Peek(ctx context.Context, revision Revision) (int, error)
 	// Release gives back a seat claimed by admission whose pod will not carry it.
@@ -229,23 +232,30 @@ func (l *SeatLedger) HasSynced() bool { return l.records.HasSynced() }
 
 // Claim implements Ledger: as the revision's owner, from memory; else through the owner,
 // or by taking the revision over when it has none.
-func (l *SeatLedger) Claim(ctx context.Context, rev Revision, admission types.UID) (int, error) {
-	seat, forwarded, err := l.claim(ctx, rev, idHash(admission), true)
+func (l *SeatLedger) Claim(ctx context.Context, rev Revision, admission types.UID, replicas int) (int, error) {
+	seat, forwarded, err := l.claim(ctx, rev, claimRequest{hash: idHash(admission), replicas: replicas}, true)
 	l.metrics.countClaim(err, forwarded)
 	return seat, err
 }
 
-// claim reserves a seat for the admission whose id hashes to hash, and tells whether
-// a peer answered. Without forward it answers errNotOwner where another replica owns
-// the revision (a peer's call).
-func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forward bool) (seat int, forwarded bool, err error) {
+// claimRequest is one admission's claim: the hash of its UID, and the replicas its
+// ReplicaSet wants (negative: unknown).
+type claimRequest struct {
+	hash     uint64
+	replicas int
+}
+
+// claim reserves a seat for the admission whose id hashes to req.hash, and tells
+// whether a peer answered. Without forward it answers errNotOwner where another replica
+// owns the revision (a peer's call).
+func (l *SeatLedger) claim(ctx context.Context, rev Revision, req claimRequest, forward bool) (seat int, forwarded bool, err error) {
 	backoff := 5 * time.Millisecond
 	for {
 		l.mu.Lock()
 		s := l.state(rev)
 		now := l.clock.Now()
 		if l.owns(s, now) {
-			seat, err := l.reserve(s, hash, now)
+			seat, err := l.reserve(s, req, now)
 			if !errors.Is(err, errBeyondMark) {
 				l.renewIfDue(s, now)
 				l.mu.Unlock()
@@ -280,7 +290,7 @@ func (l *SeatLedger) claim(ctx context.Context, rev Revision, hash uint64, forwa
 		if !forward {
 			return 0, false, errNotOwner
 		}
-		seat, err := l.forward(ctx, holder, peer, rev, hash)
+		seat, err := l.forward(ctx, holder, peer, rev, req)
 		switch {
 		case err == nil:
 			return seat, true, nil

@@ -129,7 +129,7 @@ func (l *SeatLedger) holdPhantom(s *revState, seat int) {
 	if seat > s.phantomMark || !now.Before(s.phantomUntil) || s.reserved[phantomHash(seat)] != nil {
 		return
 	}
-	l.hold(s, phantomHash(seat), &entry{seat: seat, expires: s.phantomUntil, claims: 1})
+	l.hold(s, phantomHash(seat), &entry{seat: seat, expires: s.phantomUntil, claims: 1, phantom: true})
 }
 
 // podEvent applies an informer event of a placed pod to its revision's state, under

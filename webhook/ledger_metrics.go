@@ -29,6 +29,8 @@ type ledgerMetrics struct {
 	// unfulfilled counts reservations that expired with no pod seen: pods rejected
 	// after this webhook (a quota), admissions abandoned, or forged reviews.
 	unfulfilled prometheus.Counter
+	// displaced counts reservations that gave their seat to a claim (displaceStale).
+	displaced prometheus.Counter
 }
 
 func newLedgerMetrics() *ledgerMetrics {
@@ -50,6 +52,10 @@ func newLedgerMetrics() *ledgerMetrics {
 			Namespace: ns, Name: "seat_reservations_expired_unfulfilled_total",
 			Help: "Seat reservations held by this replica that expired with no pod seen for them: pods rejected after the webhook (a quota), abandoned admissions, or forged AdmissionReviews.",
 		}),
+		displaced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "seat_reservations_displaced_total",
+			Help: "Seat reservations whose pod had not shown up after a second that gave their seat to a new claim, their revision having more in flight than its ReplicaSet can be creating: pods rejected after the webhook, or forged AdmissionReviews.",
+		}),
 	}
 	for _, a := range []string{claimOwner, claimForwarded, claimFailed} {
 		m.claims.WithLabelValues(a)
@@ -62,7 +68,7 @@ func newLedgerMetrics() *ledgerMetrics {
 
 // RegisterMetrics registers the ledger's metrics on reg.
 func (l *SeatLedger) RegisterMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled} {
+	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register seat ledger metrics: %w", err)
 		}

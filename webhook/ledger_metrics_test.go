@@ -74,7 +74,7 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 		other.peers = &http.Client{Transport: connRefused{}}
 		short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		if _, err := other.Claim(short, shopRS, "first-refusal"); err == nil {
+		if _, err := other.Claim(short, shopRS, "first-refusal", -1); err == nil {
 			t.Fatal("taken over at the first refusal")
 		}
 		clock.Step(DefaultOwnership / 2)

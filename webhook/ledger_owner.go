@@ -84,8 +84,15 @@ const (
 )
 
 // nextBlock sizes the next write's block: twice the claims answered since the last
-// write, so a burst needs a write per doubling, not per claim.
-func nextBlock(claims int) int { return min(max(2*claims, minSeatBlock), maxSeatBlock) }
+// write, and at least twice the last block when claims are pressing on the mark, so a
+// burst needs a write per doubling, not per claim. l.mu is held.
+func (s *revState) nextBlock(now time.Time) int {
+	b := 2 * s.claimsSinceWrite
+	if s.mark > 0 && s.lowest(now)+s.block/2 > s.mark {
+		b = max(b, 2*s.block)
+	}
+	return min(max(b, minSeatBlock), maxSeatBlock)
+}
 
 // recordDuration is how long a record's holder owns its revision after a write: the
 // record's own Lease duration (its holder lengthens it when its writes are slow), never
@@ -145,7 +152,7 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 	if prev != nil && holderOf(prev) != l.identity {
 		inherited, phantomUntil = l.takeOver(s, prev, start)
 	}
-	block := nextBlock(s.claimsSinceWrite)
+	block := s.nextBlock(start)
 	s.claimsSinceWrite = 0
 	mark := s.lowest(start) + block - 1
 	record := l.ownedRecord(s, start, term)
@@ -237,7 +244,7 @@ func (l *SeatLedger) takeOver(s *revState, prev *coordinationv1.Lease, now time.
 	for seat := 1; seat <= mark; seat++ {
 		if s.taken[seat] == 0 {
 			h := phantomHash(seat)
-			l.hold(s, h, &entry{seat: seat, expires: until, claims: 1})
+			l.hold(s, h, &entry{seat: seat, expires: until, claims: 1, phantom: true})
 			added = append(added, h)
 		}
 	}

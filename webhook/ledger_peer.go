@@ -36,6 +36,8 @@ type peerRequest struct {
 	// ID is the hash of the admission UID (idHash), the reservation's key.
 	ID      uint64 `json:"id"`
 	Release bool   `json:"release,omitempty"`
+	// Replicas is what the revision's ReplicaSet wants (absent: unknown).
+	Replicas *int `json:"replicas,omitempty"`
 	// Owner is the replica the caller believes answers at this address: another
 	// process there (the owner's container restarted, its IP reused) says so.
 	Owner string `json:"owner,omitempty"`
@@ -91,7 +93,11 @@ func (l *SeatLedger) PeerHandler() http.Handler {
 			writePeer(w, http.StatusOK, peerResponse{})
 			return
 		}
-		seat, _, err := l.claim(r.Context(), rev, req.ID, false)
+		replicas := -1
+		if req.Replicas != nil {
+			replicas = *req.Replicas
+		}
+		seat, _, err := l.claim(r.Context(), rev, claimRequest{hash: req.ID, replicas: replicas}, false)
 		switch {
 		case err == nil:
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})
@@ -114,8 +120,12 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 // forward asks the owner at peer for a seat. errNotOwner: the owner does not own the
 // revision (any more); errPeerRefused: a definitive refusal; any other error: the
 // owner could not answer now.
-func (l *SeatLedger) forward(ctx context.Context, owner, peer string, rev Revision, hash uint64) (int, error) {
-	resp, err := l.callPeer(ctx, peer, peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: hash, Owner: owner})
+func (l *SeatLedger) forward(ctx context.Context, owner, peer string, rev Revision, req claimRequest) (int, error) {
+	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: owner}
+	if req.replicas >= 0 {
+		call.Replicas = &req.replicas
+	}
+	resp, err := l.callPeer(ctx, peer, call)
 	if err != nil {
 		return 0, err
 	}

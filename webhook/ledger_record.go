@@ -111,7 +111,7 @@ func decodeReservations(s string) map[uint64]*entry {
 		if err1 != nil || err2 != nil || err3 != nil || seat < 1 || h == 0 {
 			continue
 		}
-		out[h] = &entry{seat: seat, expires: time.Unix(exp, 0)}
+		out[h] = &entry{seat: seat, expires: time.Unix(exp, 0), phantom: h == phantomHash(seat)}
 	}
 	return out
 }

@@ -53,6 +53,11 @@ type revState struct {
 	// by id hash; open counts those whose pod is not seen yet (counted).
 	reserved map[uint64]*entry
 	open     int
+	// openPhantoms counts the phantom holds among open; queue lists the reservations
+	// in the order they were made, from queueHead (displaceOldest).
+	openPhantoms int
+	queue        []queued
+	queueHead    int
 	// unfulfilled counts the counted reservations that expire (the ledger's metric).
 	unfulfilled prometheus.Counter
 	expiries    *minHeap[expiry]
@@ -77,6 +82,14 @@ type entry struct {
 	// with the same admission UID while an earlier attempt is still running, and the
 	// release of the attempt it abandoned must not free the retry's seat.
 	claims int
+	// phantom marks a hold on a seat a crashed owner may have answered (takeOver).
+	phantom bool
+}
+
+// queued is a reservation in the order reservations were made (displaceOldest).
+type queued struct {
+	hash uint64
+	e    *entry
 }
 
 // ownershipWrite is one write of a revision's record by this replica (taking it,
@@ -122,6 +135,7 @@ func (s *revState) shrink() {
 	if len(s.reserved) == 0 && s.expiries.Len() == 0 {
 		s.reserved = map[uint64]*entry{}
 		s.expiries.items = nil
+		s.queue, s.queueHead = nil, 0
 	}
 	if s.fulfilled.len() == 0 {
 		s.fulfilled = newRecentIDs()
@@ -134,12 +148,18 @@ func (s *revState) take(seat int) { s.taken[seat]++ }
 func (s *revState) count(e *entry) {
 	e.counted = true
 	s.open++
+	if e.phantom {
+		s.openPhantoms++
+	}
 	s.take(e.seat)
 }
 
 func (s *revState) uncount(e *entry) {
 	e.counted = false
 	s.open--
+	if e.phantom {
+		s.openPhantoms--
+	}
 	s.untake(e.seat)
 }
 
@@ -183,12 +203,13 @@ func (s *revState) expire(now time.Time) {
 		}
 		if e.counted {
 			s.uncount(e)
-			if s.unfulfilled != nil && x.hash != phantomHash(e.seat) {
+			if s.unfulfilled != nil && !e.phantom {
 				s.unfulfilled.Inc()
 			}
 		}
 		delete(s.reserved, x.hash)
 	}
+	s.compactQueue()
 }
 
 // liveReservations counts the reservations not expired by now (fulfilled ones too: they
@@ -209,14 +230,23 @@ func (s *revState) answerLimit() int {
 // reserve hands out the lowest free seat for the admission hash, the same one again to
 // a retried admission. errBeyondMark: the seat is above the mark, and a write must
 // raise it first.
-func (l *SeatLedger) reserve(s *revState, hash uint64, now time.Time) (int, error) {
+func (l *SeatLedger) reserve(s *revState, req claimRequest, now time.Time) (int, error) {
+	hash := req.hash
 	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
 		e.claims++
 		return e.seat, nil
 	}
+	s.expire(now)
+	if req.replicas >= 0 {
+		l.displaceStale(s, max(0, req.replicas-len(s.pods)), now)
+	}
 	// Only reservations whose pod is not seen yet count against the cap: a revision
-	// may admit any number of pods, as long as they keep showing up.
-	if s.expire(now); s.open >= maxReservations {
+	// may admit any number of pods, as long as they keep showing up. At the cap the
+	// oldest gives way rather than a pod going unplaced.
+	if s.open >= maxReservations {
+		l.displaceOldest(s, 1, 0, now)
+	}
+	if s.open >= maxReservations {
 		return 0, ErrRecordFull
 	}
 	seat := s.lowest(now)
@@ -238,12 +268,71 @@ func (l *SeatLedger) hold(s *revState, hash uint64, e *entry) {
 	}
 	s.reserved[hash] = e
 	s.expiries.push(expiry{at: e.expires, hash: hash})
+	if e.counted && !e.phantom {
+		s.queue = append(s.queue, queued{hash, e})
+	}
+}
+
+// staleReservation is how long a reservation's pod has to show up before the
+// reservation may give way to a claim of its revision that finds more reservations in
+// flight than the ReplicaSet can be creating (displaceStale): a real pod is seen well
+// within it; a forged review's never is, nor is one rejected after this webhook.
+const staleReservation = time.Second
+
+// displaceStale makes room for a claim of a revision whose ReplicaSet can be creating
+// room pods now (its replicas minus its pods seen): while as many reservations are in
+// flight as that, the oldest of them whose pod has not shown up for staleReservation
+// gives up its seat. So forged reviews cannot keep the lowest seats, and the retry of
+// a pod rejected after this webhook gets the seat of its first attempt back. Young
+// reservations stay whatever the count, so a ReplicaSet cache lagging behind a scale-up
+// takes nothing from pods on their way. Phantom holds (takeOver) never give way.
+func (l *SeatLedger) displaceStale(s *revState, room int, now time.Time) {
+	l.displaceOldest(s, s.open-s.openPhantoms-room+1, staleReservation, now)
+}
+
+// displaceOldest drops up to n unfulfilled reservations made at least minAge ago,
+// oldest first (phantom holds never); their seats are free at once. The queue holds
+// them in the order they were made, so this costs O(1) per reservation over its life.
+func (l *SeatLedger) displaceOldest(s *revState, n int, minAge time.Duration, now time.Time) {
+	for n > 0 && s.queueHead < len(s.queue) {
+		q := s.queue[s.queueHead]
+		if e := s.reserved[q.hash]; e != q.e || !e.counted {
+			s.queueHead++ // fulfilled, released or expired since
+			continue
+		}
+		if now.Before(q.e.expires.Add(minAge - l.ttl)) {
+			return // made less than minAge ago, and so is every later one
+		}
+		s.uncount(q.e)
+		delete(s.reserved, q.hash)
+		s.queueHead++
+		n--
+		if l.metrics != nil {
+			l.metrics.displaced.Inc()
+		}
+	}
+	s.compactQueue()
+}
+
+// compactQueue drops the queue's entries that no longer hold a seat once they are the
+// larger part, so it stays within about twice the reservations in flight.
+func (s *revState) compactQueue() {
+	if len(s.queue)-s.queueHead > 2*s.open+64 || s.queueHead > len(s.queue)/2 {
+		live := s.queue[:0]
+		for _, q := range s.queue[s.queueHead:] {
+			if e := s.reserved[q.hash]; e == q.e && e.counted {
+				live = append(live, q)
+			}
+		}
+		clear(s.queue[len(live):])
+		s.queue, s.queueHead = live, 0
+	}
 }
 
 // dropPhantom ends the hold on seat taken over from a crashed owner: a pod holds it.
 func (s *revState) dropPhantom(seat int) {
 	h := phantomHash(seat)
-	if e := s.reserved[h]; e != nil {
+	if e := s.reserved[h]; e != nil && e.phantom {
 		if e.counted {
 			s.uncount(e)
 		}

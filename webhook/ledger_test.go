@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,7 +82,7 @@ func burst(t testing.TB, ls []*SeatLedger, revision Revision, n int) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			seats[i], errs[i] = ls[i%len(ls)].Claim(context.Background(), revision, types.UID(fmt.Sprintf("%s-admission-%d", revision.UID, i)))
+			seats[i], errs[i] = ls[i%len(ls)].Claim(context.Background(), revision, types.UID(fmt.Sprintf("%s-admission-%d", revision.UID, i)), -1)
 		})
 	}
 	wg.Wait()
@@ -134,7 +135,7 @@ func placed(name string, revision Revision, seat int, id types.UID) *corev1.Pod 
 
 func claim(t testing.TB, l *SeatLedger, revision Revision, id types.UID) int {
 	t.Helper()
-	seat, err := l.Claim(context.Background(), revision, id)
+	seat, err := l.Claim(context.Background(), revision, id, -1)
 	if err != nil {
 		t.Fatalf("claim %s: %v", id, err)
 	}
@@ -331,7 +332,7 @@ func TestOwnerDiesAnotherTakesOver(t *testing.T) {
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if _, err := other.Claim(short, shopRS, "too-early"); err == nil {
+	if _, err := other.Claim(short, shopRS, "too-early", -1); err == nil {
 		t.Fatal("a replica took over a live owner's revision")
 	}
 	clock.Step(DefaultOwnership)
@@ -358,14 +359,14 @@ func TestRefusedOwnerIsTakenOverSooner(t *testing.T) {
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if _, err := other.Claim(short, shopRS, "first-refusal"); err == nil {
+	if _, err := other.Claim(short, shopRS, "first-refusal", -1); err == nil {
 		t.Fatal("a replica took the revision over at the first refusal")
 	}
 	clock.Step(DefaultOwnership / 2)
 	bounded, cancel2 := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel2()
 	mark := seenMark(t, other, shopRS)
-	if s, err := other.Claim(bounded, shopRS, "after"); err != nil || s != mark+1 {
+	if s, err := other.Claim(bounded, shopRS, "after", -1); err != nil || s != mark+1 {
 		t.Fatalf("the new owner handed out %d (%v), want %d", s, err, mark+1)
 	}
 }
@@ -378,17 +379,17 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
 	caller := &SeatLedger{peers: srv.Client()}
-	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 42)
+	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 42, replicas: -1})
 	if !errors.Is(err, errOwnerGone) {
 		t.Fatalf("a claim for another process: %v, want errOwnerGone", err)
 	}
-	if seat, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, 42); err != nil || seat != 1 {
+	if seat, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, claimRequest{hash: 42, replicas: -1}); err != nil || seat != 1 {
 		t.Fatalf("a claim for the process itself: seat %d, %v; want 1", seat, err)
 	}
 	// The owner's address leads back to the caller: the caller is the owner's
 	// container restarted, the owner is gone.
 	restarted := &SeatLedger{identity: l.identity, peers: caller.peers}
-	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 43); !errors.Is(err, errOwnerGone) {
+	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 43, replicas: -1}); !errors.Is(err, errOwnerGone) {
 		t.Fatalf("an address leading back to the caller: %v, want errOwnerGone", err)
 	}
 }
@@ -553,7 +554,7 @@ func BenchmarkClaim(b *testing.B) {
 				victim := 1 + (i*7919)%n
 				l.PodGone(pods[victim])
 				id := types.UID(fmt.Sprint("adm-", i))
-				seat, err := l.Claim(context.Background(), shopRS, id)
+				seat, err := l.Claim(context.Background(), shopRS, id, -1)
 				if err != nil || seat != victim {
 					b.Fatalf("claim got %d (%v), want %d", seat, err, victim)
 				}
@@ -672,7 +673,7 @@ func TestSlowRecordWritesStillPlace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i, l := range []*SeatLedger{ls[0], ls[1], ls[0]} {
-		seat, err := l.Claim(ctx, shopRS, types.UID(fmt.Sprintf("slow-%d", i)))
+		seat, err := l.Claim(ctx, shopRS, types.UID(fmt.Sprintf("slow-%d", i)), -1)
 		if err != nil {
 			t.Fatalf("claim %d with 3 s record writes: %v", i, err)
 		}
@@ -691,20 +692,21 @@ func TestSlowRecordWritesStillPlace(t *testing.T) {
 
 // Only reservations whose pod is not seen yet count against the cap: a revision that
 // admits more than maxReservations pods within the TTL, each seen in turn, keeps placing.
-// Unseen ones still fill it, and the record lists them first.
+// Unseen ones still fill it, and the record lists them first; past it the oldest gives
+// way.
 func TestSeenPodsLeaveTheReservationCap(t *testing.T) {
 	ls := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{})
 	l := ls[0]
 	ctx := context.Background()
 	for i := range maxReservations {
 		id := types.UID(fmt.Sprintf("seen-%d", i))
-		seat, err := l.Claim(ctx, shopRS, id)
+		seat, err := l.Claim(ctx, shopRS, id, -1)
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}
 		l.PodVisible(placed(fmt.Sprintf("pod-%d", i), shopRS, seat, id))
 	}
-	seat, err := l.Claim(ctx, shopRS, "one-more")
+	seat, err := l.Claim(ctx, shopRS, "one-more", -1)
 	if err != nil {
 		t.Fatalf("claim %d, every earlier pod seen: %v", maxReservations+1, err)
 	}
@@ -721,12 +723,17 @@ func TestSeenPodsLeaveTheReservationCap(t *testing.T) {
 		t.Errorf("the unseen reservation is not listed first: %.40s...", rec)
 	}
 	for i := range maxReservations - 1 {
-		if _, err := l.Claim(ctx, shopRS, types.UID(fmt.Sprintf("unseen-%d", i))); err != nil {
+		if _, err := l.Claim(ctx, shopRS, types.UID(fmt.Sprintf("unseen-%d", i)), -1); err != nil {
 			t.Fatalf("unseen claim %d: %v", i, err)
 		}
 	}
-	if _, err := l.Claim(ctx, shopRS, "over"); !errors.Is(err, ErrRecordFull) {
-		t.Fatalf("claim past %d unseen reservations: %v, want ErrRecordFull", maxReservations, err)
+	// At the cap the oldest unseen reservation ("one-more", seat 9001) gives way rather
+	// than a pod going unplaced.
+	if seat, err := l.Claim(ctx, shopRS, "over", -1); err != nil || seat != maxReservations+1 {
+		t.Fatalf("claim past %d unseen reservations: seat %d, %v; want the oldest's seat %d", maxReservations, seat, err, maxReservations+1)
+	}
+	if got := testutil.ToFloat64(l.metrics.displaced); got != 1 {
+		t.Fatalf("displaced reservations: %v, want 1", got)
 	}
 }
 

@@ -231,7 +231,7 @@ func (m *PodMutator) seat(ctx context.Context, req *admissionv1.AdmissionRequest
 	case isDryRun(req):
 		return m.Ledger.Peek(ctx, Revision{Namespace: req.Namespace, UID: w.Revision})
 	default:
-		return m.Ledger.Claim(ctx, Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID)
+		return m.Ledger.Claim(ctx, Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID, w.Replicas)
 	}
 }
 

@@ -32,6 +32,10 @@ type Workload struct {
 	Chain []strategy.AnnotatedObject
 	// StatefulSet is set for StatefulSet pods, whose seat is their ordinal + 1.
 	StatefulSet *appsv1.StatefulSet
+	// Replicas is what the ReplicaSet wants (its spec.replicas; -1 for a StatefulSet or
+	// when unset):
+	// the ledger bounds the reservations in flight by it.
+	Replicas int
 }
 
 // Describe names the workload for messages, e.g. "Deployment shop/web".
@@ -76,7 +80,10 @@ func (r *ListerResolver) Resolve(ctx context.Context, ns string, owner *metav1.O
 		if rs.UID != owner.UID {
 			return nil, fmt.Errorf("ReplicaSet %s/%s has UID %s, the pod names %s", ns, owner.Name, rs.UID, owner.UID)
 		}
-		w := &Workload{Revision: rs.UID}
+		w := &Workload{Revision: rs.UID, Replicas: -1}
+		if rs.Spec.Replicas != nil { // the API server defaults it; unset reads as unknown
+			w.Replicas = int(*rs.Spec.Replicas)
+		}
 		rsObj := strategy.AnnotatedObject{Name: "ReplicaSet " + ns + "/" + rs.Name, Annotations: rs.Annotations}
 		if d := metav1.GetControllerOf(rs); d != nil && d.Kind == "Deployment" {
 			dep, err := r.deployment(ctx, ns, d.Name)
@@ -99,7 +106,7 @@ func (r *ListerResolver) Resolve(ctx context.Context, ns string, owner *metav1.O
 		if sts.UID != owner.UID {
 			return nil, fmt.Errorf("StatefulSet %s/%s has UID %s, the pod names %s", ns, owner.Name, sts.UID, owner.UID)
 		}
-		w := &Workload{Revision: sts.UID, StatefulSet: sts, Ref: objectRef("StatefulSet", sts.ObjectMeta)}
+		w := &Workload{Revision: sts.UID, StatefulSet: sts, Ref: objectRef("StatefulSet", sts.ObjectMeta), Replicas: -1}
 		w.Chain = []strategy.AnnotatedObject{{Name: w.Describe(), Annotations: sts.Annotations}}
 		return w, nil
 	default:
