@@ -46,6 +46,8 @@ type cluster struct {
 	webhook *harness.Serve
 	// webhookEnv is the settings of every webhook process of the suite (newWebhook).
 	webhookEnv []string
+	// webhookKubeconfig is the webhook processes' kubeconfig (the chart's identity).
+	webhookKubeconfig string
 }
 
 // The e2e environment, set up once by TestMain. Tests run one after another.
@@ -125,7 +127,7 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 		}
 	}
 
-	c := &cluster{dir: dir, repo: repo, bin: bin, hc: hc, client: client}
+	c := &cluster{dir: dir, repo: repo, bin: bin, hc: hc, client: client, webhookKubeconfig: webhookKubeconfig}
 	c.webhookEnv = []string{
 		"LOG_LEVEL=debug",
 		"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public," + blocklistedNamespace,

@@ -83,8 +83,11 @@ type soak struct {
 	restarting chan error        // a killed replica's restart, running
 	collecting bool              // violate collects into found instead of recording
 	found      []violation       // what the last check found
-	warmRSS    map[*harness.Serve]float64
-	endRSS     map[*harness.Serve]float64
+	// slowAPI holds the replicas' Lease writes back by latency (SOAK_API_LATENCY).
+	slowAPI *harness.SlowAPI
+	latency string
+	warmRSS map[*harness.Serve]float64
+	endRSS  map[*harness.Serve]float64
 }
 
 // TestSoak is `make soak DURATION=...` (and 2 minutes of `make test`): random
@@ -94,6 +97,8 @@ type soak struct {
 // SOAK_SETTLE_TIMEOUT bounds each wait for quiescence (default 3m), and
 // SOAK_CONVERGE_TIMEOUT the wait for an exact verdict after it (default 1m);
 // SOAK_PENDING_MAX is the fallback window no pod may stay Pending beyond (default 2m).
+// SOAK_API_LATENCY (e.g. 1s-3s) holds every Lease write of the webhook replicas back
+// that long, through a proxy in front of the API server (harness.SlowAPI).
 func TestSoak(t *testing.T) {
 	durStr := os.Getenv("SOAK_DURATION")
 	if durStr == "" {
@@ -129,10 +134,31 @@ func TestSoak(t *testing.T) {
 	// Two replicas as the chart runs them, with the convergence loop on (short
 	// settings, so a blocked pool's seats fall back and return within the run); the
 	// shared webhook of the other tests stays up but out of the registration meanwhile.
+	replicaEnv := []string{"CONVERGE=on", "FALLBACK_AFTER=" + soakFallbackAfter.String(), "FALLBACK_COOLDOWN=" + soakFallbackCooldown.String()}
+	latency := os.Getenv("SOAK_API_LATENCY")
+	var slow *harness.SlowAPI
+	if latency != "" {
+		lo, hi, err := harness.ParseDelayRange(latency)
+		if err != nil {
+			t.Fatalf("SOAK_API_LATENCY: %v", err)
+		}
+		if slow, err = harness.StartSlowAPI(env.webhookKubeconfig, t.TempDir(), harness.LeaseWritesBetween(lo, hi)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := slow.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		if err := slow.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		replicaEnv = append(replicaEnv, "KUBECONFIG="+slow.Kubeconfig)
+		fmt.Printf("soak: every Lease write of the webhook replicas held back %s\n", latency)
+	}
 	var replicas []*harness.Serve
 	for i, delta := range []int{1, 3} {
-		r := env.newWebhook(fmt.Sprintf("webhook-e2e-soak%d", i+1), env.webhook.Port+delta,
-			"CONVERGE=on", "FALLBACK_AFTER="+soakFallbackAfter.String(), "FALLBACK_COOLDOWN="+soakFallbackCooldown.String())
+		r := env.newWebhook(fmt.Sprintf("webhook-e2e-soak%d", i+1), env.webhook.Port+delta, replicaEnv...)
 		if err := r.Start(ctx); err != nil {
 			t.Fatalf("starting webhook replica %d: %v", i+1, err)
 		}
@@ -143,6 +169,7 @@ func TestSoak(t *testing.T) {
 		replicas: replicas,
 		done:     map[string]int{}, blocked: map[string]int{}, limits: map[string]string{},
 		warmRSS: map[*harness.Serve]float64{}, endRSS: map[*harness.Serve]float64{},
+		slowAPI: slow, latency: latency,
 	}
 	t.Cleanup(func() {
 		s.waitRestart()
@@ -752,6 +779,9 @@ func (s *soak) summary(seed int64, duration time.Duration, h harness.Histogram, 
 	fmt.Fprintf(&b, "webhook restarts:    %d survived (SIGKILL, then restart)\n", s.restarts)
 	p99 := h.FormatQuantile(0.99)
 	fmt.Fprintf(&b, "admissions:          %.0f seen by the API server, p99 %s (apiserver_admission_webhook_admission_duration_seconds); per replica via the proxy %v\n", h.Count(), p99, served)
+	if s.slowAPI != nil {
+		fmt.Fprintf(&b, "API latency:         every Lease write of the replicas held back %s (%d writes)\n", s.latency, s.slowAPI.Delayed())
+	}
 	fmt.Fprintf(&b, "violations:          %d\n", len(s.violations))
 	sort.SliceStable(s.violations, func(i, j int) bool { return s.violations[i].at < s.violations[j].at })
 	for _, v := range s.violations {

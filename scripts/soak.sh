@@ -5,7 +5,9 @@
 # then print its summary; the cluster is always torn down. Exit status 1 on any violation.
 # Env: DURATION or SOAK_DURATION (default 10m), SOAK_SEED, SOAK_OPS (default all:
 # scale,flap,restart,delete,annotate,block,kill), SOAK_SETTLE_TIMEOUT, SOAK_PENDING_MAX,
-# SOAK_RSS_TOLERANCE (see e2e/soak_test.go), SOAK_PORT_OFFSET (default 700),
+# SOAK_RSS_TOLERANCE, SOAK_API_LATENCY (e.g. 1s-3s: every Lease write of the webhook
+# replicas held back that long by a proxy in front of the API server; see
+# e2e/soak_test.go), SOAK_PORT_OFFSET (default 700),
 # SOAK_CLUSTER_DIR (default <repo>/.localcluster/soak), SOAK_TIMEOUT (go test
 # -timeout, default 3h), E2E_WEBHOOK_BIN.
 set -euo pipefail
