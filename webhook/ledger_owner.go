@@ -403,9 +403,15 @@ func (l *SeatLedger) release(ctx context.Context, s *revState, w *ownershipWrite
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	written, err := l.client.CoordinationV1().Leases(l.namespace).Update(ctx, record, metav1.UpdateOptions{})
-	if err != nil {
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		// Written or deleted meanwhile: not this replica's to release any more.
+		if rerr := l.refresh(ctx, s.rev); rerr != nil {
+			l.log.WithError(rerr).WithField("record", record.Name).Debug("cannot read a seat record again")
+		}
+	case err != nil:
 		l.log.WithError(err).WithField("record", record.Name).Info("cannot release a seat record; it lapses")
-	} else {
+	default:
 		l.mu.Lock()
 		if resourceVersion(written) > s.rv {
 			l.apply(s, written)
