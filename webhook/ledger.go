@@ -200,31 +200,23 @@ func (l *SeatLedger) Start(ctx context.Context) {
 	l.ctx = ctx
 	l.mu.Unlock()
 	l.factory.Start(ctx.Done())
-	go func() {
-		ticker := time.NewTicker(l.ttl)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-				l.Sweep(ctx)
-			}
+	go every(ctx, l.ttl, l.Sweep)
+	// Records whose ownership ended unrenewed are released soon after.
+	go every(ctx, l.duration/8, l.releaseIdle)
+}
+
+// every runs f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			f(ctx)
 		}
-	}()
-	go func() {
-		// Records whose ownership ended unrenewed are released soon after.
-		ticker := time.NewTicker(l.duration / 8)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-				l.releaseIdle(ctx)
-			}
-		}
-	}()
+	}
 }
 
 // HasSynced reports whether the record informer has listed the namespace.
