@@ -1,15 +1,19 @@
 package webhook
 
-// The replicas reach one another over HTTPS by pod IP. They all serve one certificate
-// (one Secret), so each side authenticates the other by that certificate: no CA bundle
-// or service name is needed, and nothing but a replica can claim or release seats.
+// The replicas reach one another over HTTPS by pod IP. Each side authenticates the other
+// by the webhook's serving certificate: the same one, or one the webhook's CA signed for
+// the same names (PeerTrust), so nothing but a replica can claim or release seats, and
+// replicas holding different leaves during a rotation still accept each other.
 
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"slices"
 	"time"
 )
 
@@ -17,34 +21,108 @@ import (
 // (certwatcher.CertWatcher.GetCertificate).
 type CertificateSource func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 
-// sameCertificate reports whether leaf (DER) is the certificate own serves now.
-func sameCertificate(own CertificateSource, leaf []byte) error {
-	cert, err := own(nil)
-	if err != nil || cert == nil || len(cert.Certificate) == 0 {
+// PeerTrust decides which certificates mark another replica of this webhook: its own
+// serving certificate, or, with the CA that signs the webhook's serving certificates, any
+// certificate that CA signed for the same names. The second lets replicas accept one
+// another while a rotation gives them different leaves (cert-manager renews each pod's
+// mounted Secret at its own moment).
+type PeerTrust struct {
+	// Own returns the certificate this replica serves now.
+	Own CertificateSource
+	// CAFile is the PEM bundle of the signing CA (ca.crt beside tls.crt, as cert-manager
+	// and CERT_MODE=self write it), read at each check so a new CA applies at once.
+	// Empty or missing: a peer must present this replica's own certificate.
+	CAFile string
+}
+
+// verify accepts chain (leaf first, DER) as another replica's.
+func (p PeerTrust) verify(chain [][]byte) error {
+	if len(chain) == 0 {
+		return errors.New("the peer presented no certificate")
+	}
+	own, err := p.Own(nil)
+	if err != nil || own == nil || len(own.Certificate) == 0 {
 		return fmt.Errorf("no serving certificate to compare the peer's with: %v", err)
 	}
-	if !bytes.Equal(leaf, cert.Certificate[0]) {
-		return errors.New("the peer does not hold this webhook's serving certificate")
+	if bytes.Equal(chain[0], own.Certificate[0]) {
+		return nil
+	}
+	roots, err := p.roots()
+	if err != nil {
+		return err
+	}
+	if roots == nil {
+		return errors.New("the peer does not hold this webhook's serving certificate (and no CA file to check it against)")
+	}
+	ownLeaf, err := x509.ParseCertificate(own.Certificate[0])
+	if err != nil {
+		return fmt.Errorf("parse this replica's serving certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(chain[0])
+	if err != nil {
+		return fmt.Errorf("parse the peer's certificate: %w", err)
+	}
+	intermediates := x509.NewCertPool()
+	for _, der := range chain[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			intermediates.AddCert(c)
+		}
+	}
+	opts := x509.VerifyOptions{Roots: roots, Intermediates: intermediates, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+	if _, err := leaf.Verify(opts); err != nil {
+		return fmt.Errorf("the peer's certificate is not signed by the webhook's CA: %w", err)
+	}
+	if !sameNames(leaf, ownLeaf) {
+		return fmt.Errorf("the peer's certificate is for %v %v, this webhook's for %v %v", leaf.DNSNames, leaf.IPAddresses, ownLeaf.DNSNames, ownLeaf.IPAddresses)
 	}
 	return nil
 }
 
+// roots reads the CA file (nil, nil: none configured or there).
+func (p PeerTrust) roots() (*x509.CertPool, error) {
+	if p.CAFile == "" {
+		return nil, nil
+	}
+	pemBytes, err := os.ReadFile(p.CAFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the webhook's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("the webhook's CA file %s holds no PEM certificate", p.CAFile)
+	}
+	return pool, nil
+}
+
+// sameNames reports whether two certificates name the same DNS names and IP addresses.
+func sameNames(a, b *x509.Certificate) bool {
+	ips := func(c *x509.Certificate) []string {
+		out := make([]string, len(c.IPAddresses))
+		for i, ip := range c.IPAddresses {
+			out[i] = ip.String()
+		}
+		slices.Sort(out)
+		return out
+	}
+	dns := func(c *x509.Certificate) []string { return slices.Sorted(slices.Values(c.DNSNames)) }
+	return slices.Equal(dns(a), dns(b)) && slices.Equal(ips(a), ips(b))
+}
+
 // NewPeerClient returns the HTTPS client forwarding seat claims to the replica owning a
-// revision: it accepts only a server presenting this replica's serving certificate,
-// and presents that certificate itself.
-func NewPeerClient(own CertificateSource) *http.Client {
+// revision: it accepts only a server trust accepts, and presents this replica's serving
+// certificate itself.
+func NewPeerClient(trust PeerTrust) *http.Client {
 	transport := &http.Transport{
 		TLSClientConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
-			// The chain is not verified against a CA: VerifyConnection pins the leaf.
-			InsecureSkipVerify: true, //nolint:gosec // pinned in VerifyConnection
-			VerifyConnection: func(cs tls.ConnectionState) error {
-				if len(cs.PeerCertificates) == 0 {
-					return errors.New("the peer presented no certificate")
-				}
-				return sameCertificate(own, cs.PeerCertificates[0].Raw)
-			},
-			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return own(nil) },
+			// The chain is not verified for a host name: VerifyPeerCertificate checks it
+			// against the webhook's own certificate or CA and names.
+			InsecureSkipVerify:    true, //nolint:gosec // verified in VerifyPeerCertificate
+			VerifyPeerCertificate: func(chain [][]byte, _ [][]*x509.Certificate) error { return trust.verify(chain) },
+			GetClientCertificate:  func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return trust.Own(nil) },
 		},
 		// A burst forwards hundreds of claims at once to one owner: over HTTP/2 they
 		// share one connection instead of a TLS handshake each.
@@ -55,16 +133,20 @@ func NewPeerClient(own CertificateSource) *http.Client {
 	return &http.Client{Transport: transport, Timeout: 3 * time.Second}
 }
 
-// RequirePeerCertificate serves next only to clients presenting this replica's serving
-// certificate (403 otherwise). The server must request client certificates
-// (ServeDrain does).
-func RequirePeerCertificate(own CertificateSource, next http.Handler) http.Handler {
+// RequirePeerCertificate serves next only to clients presenting a certificate trust
+// accepts (403 otherwise). The server must request client certificates (ServeDrain
+// does).
+func RequirePeerCertificate(trust PeerTrust, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 			writePeer(w, http.StatusForbidden, peerResponse{Error: "a webhook replica's client certificate is required"})
 			return
 		}
-		if err := sameCertificate(own, r.TLS.PeerCertificates[0].Raw); err != nil {
+		chain := make([][]byte, len(r.TLS.PeerCertificates))
+		for i, c := range r.TLS.PeerCertificates {
+			chain[i] = c.Raw
+		}
+		if err := trust.verify(chain); err != nil {
 			writePeer(w, http.StatusForbidden, peerResponse{Error: err.Error()})
 			return
 		}

@@ -2,9 +2,17 @@ package webhook
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,40 +29,96 @@ func certSource(t *testing.T, serial int64) CertificateSource {
 	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
 }
 
-// Seat claims pass only between replicas serving the same certificate: a client with
-// another certificate, or none, is refused, and a server with another one is not
-// trusted.
+// testCA signs serving certificates as the webhook's CA does (cert-manager's CA issuer,
+// CERT_MODE=self).
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "webhook-test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// leaf issues a serving certificate for dnsNames (and 127.0.0.1).
+func (ca *testCA) leaf(t *testing.T, serial int64, dnsNames ...string) CertificateSource {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "webhook"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		DNSNames: dnsNames, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
+}
+
+// servePeer serves a peer endpoint answering 200 to the clients trust accepts, and
+// returns its URL.
+func servePeer(t *testing.T, trust PeerTrust) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writePeer(w, http.StatusOK, peerResponse{Seat: 7}) })
+	go func() { done <- Serve(ctx, ln, RequirePeerCertificate(trust, ok), trust.Own, quietLog()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return "https://" + ln.Addr().String() + PeerClaimPath
+}
+
+func postPeer(c *http.Client, url string) (int, error) {
+	defer c.CloseIdleConnections()
+	resp, err := c.Post(url, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// Without the webhook's CA, seat claims pass only between replicas serving the same
+// certificate: a client with another certificate, or none, is refused, and a server
+// with another one is not trusted.
 func TestPeerCertificatePinnedBothWays(t *testing.T) {
 	own, other := certSource(t, 1), certSource(t, 2)
-	serveWith := func(cert CertificateSource) string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writePeer(w, http.StatusOK, peerResponse{Seat: 7}) })
-		go func() { done <- Serve(ctx, ln, RequirePeerCertificate(cert, ok), cert, quietLog()) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		})
-		return "https://" + ln.Addr().String() + PeerClaimPath
-	}
-	post := func(c *http.Client, url string) (int, error) {
-		defer c.CloseIdleConnections()
-		resp, err := c.Post(url, "application/json", strings.NewReader("{}"))
-		if err != nil {
-			return 0, err
-		}
-		resp.Body.Close()
-		return resp.StatusCode, nil
-	}
-	url := serveWith(own)
+	url := servePeer(t, PeerTrust{Own: own})
 
-	if code, err := post(NewPeerClient(own), url); err != nil || code != http.StatusOK {
+	if code, err := postPeer(NewPeerClient(PeerTrust{Own: own}), url); err != nil || code != http.StatusOK {
 		t.Fatalf("a replica with the same certificate: %d, %v; want 200", code, err)
 	}
 	// A client trusting the server but presenting another certificate, or none.
@@ -66,12 +130,51 @@ func TestPeerCertificatePinnedBothWays(t *testing.T) {
 		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
 	}
 	for name, c := range map[string]*http.Client{"another certificate": insecure(other), "no certificate": insecure(nil)} {
-		if code, err := post(c, url); err != nil || code != http.StatusForbidden {
+		if code, err := postPeer(c, url); err != nil || code != http.StatusForbidden {
 			t.Errorf("a client with %s: %d, %v; want 403", name, code, err)
 		}
 	}
 	// A server with another certificate is no replica: the handshake fails.
-	if _, err := post(NewPeerClient(own), serveWith(other)); err == nil || !strings.Contains(err.Error(), "serving certificate") {
+	if _, err := postPeer(NewPeerClient(PeerTrust{Own: own}), servePeer(t, PeerTrust{Own: other})); err == nil || !strings.Contains(err.Error(), "serving certificate") {
 		t.Errorf("a server with another certificate: %v; want the pin to refuse it", err)
+	}
+}
+
+// The certificate is rotated on one replica only: with the webhook's CA beside the
+// certificate, the old and the new leaf accept each other both ways, so no forwarded
+// claim is refused. A leaf of another CA, or of this CA for other names, is refused.
+func TestPeerRotatedOnOneReplicaIsTrusted(t *testing.T) {
+	ca := newTestCA(t)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	writeFile(t, caFile, ca.pem)
+	const svc = "custom-kube-scheduler-webhook.custom-kube-scheduler-webhook.svc"
+	before, rotated := ca.leaf(t, 10, svc), ca.leaf(t, 11, svc)
+	trust := func(own CertificateSource) PeerTrust { return PeerTrust{Own: own, CAFile: caFile} }
+
+	for name, pair := range map[string][2]CertificateSource{
+		"rotated client, old server": {rotated, before},
+		"old client, rotated server": {before, rotated},
+	} {
+		url := servePeer(t, trust(pair[1]))
+		if code, err := postPeer(NewPeerClient(trust(pair[0])), url); err != nil || code != http.StatusOK {
+			t.Errorf("%s: %d, %v; want 200", name, code, err)
+		}
+	}
+	url := servePeer(t, trust(before))
+	strangers := map[string]CertificateSource{
+		"another CA's leaf":               newTestCA(t).leaf(t, 12, svc),
+		"this CA's leaf for another name": ca.leaf(t, 13, "other.default.svc"),
+	}
+	for name, cert := range strangers {
+		// The stranger as a client: refused by the server (403).
+		c := NewPeerClient(PeerTrust{Own: cert, CAFile: caFile})
+		c.Transport.(*http.Transport).TLSClientConfig.VerifyPeerCertificate = nil // it trusts the server
+		if code, err := postPeer(c, url); err != nil || code != http.StatusForbidden {
+			t.Errorf("%s as a client: %d, %v; want 403", name, code, err)
+		}
+		// The stranger as a server: the replica's handshake refuses it.
+		if _, err := postPeer(NewPeerClient(trust(before)), servePeer(t, PeerTrust{Own: cert})); err == nil {
+			t.Errorf("%s as a server: trusted", name)
+		}
 	}
 }

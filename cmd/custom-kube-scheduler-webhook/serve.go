@@ -163,7 +163,10 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	}
 	go catalog.Run(ctx)
 	identity := replicaIdentity()
-	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, webhook.NewPeerClient(certs.GetCertificate), log)
+	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
+	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
+	peerTrust := webhook.PeerTrust{Own: certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")}
+	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, webhook.NewPeerClient(peerTrust), log)
 	if err != nil {
 		return err
 	}
@@ -240,7 +243,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Metrics:   metrics,
 		Log:       entry,
 		Limits:    cfg.Limits,
-		Peer:      webhook.RequirePeerCertificate(certs.GetCertificate, ledger.PeerHandler()),
+		Peer:      webhook.RequirePeerCertificate(peerTrust, ledger.PeerHandler()),
 		Profiling: cfg.Profiling,
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddress)

@@ -23,6 +23,7 @@ import (
 	"encoding/pem"
 	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -305,7 +306,7 @@ func waitCABundle(ctx context.Context, t *testing.T, cs kubernetes.Interface, na
 }
 
 // waitFilesMatchSecret polls until the files in CertDir equal the Secret's current
-// tls.crt and tls.key, and returns that Secret.
+// tls.crt, tls.key and ca.crt, and returns that Secret.
 func waitFilesMatchSecret(ctx context.Context, t *testing.T, cs kubernetes.Interface, cfg Config) *corev1.Secret {
 	t.Helper()
 	certPath, keyPath := cfg.certFiles()
@@ -317,7 +318,8 @@ func waitFilesMatchSecret(ctx context.Context, t *testing.T, cs kubernetes.Inter
 		}
 		c, _ := os.ReadFile(certPath)
 		k, _ := os.ReadFile(keyPath)
-		if len(c) == 0 || !bytes.Equal(c, s.Data["tls.crt"]) || !bytes.Equal(k, s.Data["tls.key"]) {
+		ca, _ := os.ReadFile(filepath.Join(cfg.CertDir, caCertName)) // for the ledger's peers
+		if len(c) == 0 || !bytes.Equal(c, s.Data["tls.crt"]) || !bytes.Equal(k, s.Data["tls.key"]) || !bytes.Equal(ca, s.Data["ca.crt"]) {
 			return false, nil
 		}
 		got = s

@@ -19,7 +19,11 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// fileWriter mirrors the Secret's serving certificate and key into CertDir.
+// caCertName is the CA certificate's key in the Secret and its file name in CertDir.
+const caCertName = "ca.crt"
+
+// fileWriter mirrors the Secret's serving certificate and key, and its CA certificate,
+// into CertDir.
 type fileWriter struct {
 	clientset kubernetes.Interface
 	cfg       Config
@@ -66,6 +70,17 @@ func (w *fileWriter) sync(obj any) {
 	if _, err := tls.X509KeyPair(cert, key); err != nil {
 		w.log.WithError(err).Warn("certificate secret holds no valid key pair; files left as they are")
 		return
+	}
+	// The CA first: replicas accept one another's certificates by it (ledger peers), and
+	// a certificate it did not sign must not be on disk before it.
+	if ca := s.Data[caCertName]; len(ca) > 0 {
+		caPath := filepath.Join(w.cfg.CertDir, caCertName)
+		if old, _ := os.ReadFile(caPath); !bytes.Equal(old, ca) {
+			if err := writeAtomic(caPath, ca); err != nil {
+				w.log.WithError(err).Error("writing the CA certificate file")
+				return
+			}
+		}
 	}
 	changed, err := writeKeyPair(w.cfg, cert, key)
 	if err != nil {
