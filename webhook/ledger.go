@@ -92,8 +92,8 @@ var errNotOwner = errors.New("the peer does not own the revision")
 // (from the pod informer, which every replica runs) and its reservations for pods
 // admitted but not seen yet. Another replica forwards its claims to the owner over
 // HTTPS (the address is on the record). So a burst costs one record write to take the
-// revision, plus a renewal every OwnershipDuration/4 while claims keep coming; an
-// idle record lapses and is swept.
+// revision, a renewal every OwnershipDuration/4 while claims keep coming, one per
+// doubling of its seat mark, and a release once it is idle; an idle record is swept.
 //
 // A replica that stops releases its revisions, writing its live reservations into their
 // records, so another takes over at once knowing them; so does an owner whose claims
