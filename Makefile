@@ -3,8 +3,8 @@
 #   make demo         local cluster + webhook + sample Deployment + spread report
 #   make demo-down    stop the demo: no process of ours left, no state in the repo
 #   make test         go vet, unit tests, deploy checks, the image built, pushed to a local
-#                     registry and checked, then end-to-end tests (of that image's binary)
-#                     on a local cluster
+#                     registry and checked, the ECR push path against a local ECR endpoint,
+#                     then end-to-end tests (of that image's binary) on a local cluster
 #   make bench        benchmark on a local cluster of its own; prints Markdown tables
 #   make soak DURATION=30m   churn soak with an invariant checker on a local cluster of its own
 #
@@ -21,7 +21,7 @@ BIN_DIR := $(CURDIR)/bin
 WEBHOOK_BIN := $(BIN_DIR)/custom-kube-scheduler-webhook
 LC := scripts/localcluster
 
-.PHONY: build vet test test-unit test-deploy test-image image-bases test-e2e bench soak demo demo-down cluster-up cluster-down lint-scripts
+.PHONY: build vet test test-unit test-deploy test-image test-ecr image-bases test-e2e bench soak demo demo-down cluster-up cluster-down lint-scripts
 
 # One version source: VERSION names the binary (-ldflags -X), the image tag and the chart
 # (deploy/test/static.sh fails when Chart.yaml disagrees).
@@ -64,10 +64,17 @@ image-bases:
 	@bash scripts/image/bases.sh
 
 ## test-image: build the image from the stand-in bases, push it and the chart to a local
-## registry of its own, check what was pushed and leave the image's binary in bin/image
+## registry of its own, check what was pushed and leave the image's binary in bin/image;
+## then the ECR path (test-ecr) in the same image store, so the bases are built once
 IMAGE_BIN := $(BIN_DIR)/image/custom-kube-scheduler-webhook
 test-image:
 	IMAGE_TEST_OUT=$(dir $(IMAGE_BIN)) bash scripts/image/test.sh
+
+## test-ecr: build_and_push.sh's ECR path alone (test-image runs it too, in its own image
+## store): the real AWS CLI against a local ECR API endpoint (scripts/image/ecrlocal) and a
+## registry that requires the token's login
+test-ecr:
+	bash scripts/image/ecr-test.sh
 
 ## test-deploy: chart lint and render, manifest drift, shellcheck, Dockerfile checks,
 ## build_and_push.sh --dry-run, and the binary built with the Dockerfile's flags

@@ -9,9 +9,12 @@ usage() {
 Usage: ./build_and_push.sh [options]
 
 Builds one multi-arch image (a manifest list for every --platforms entry) and pushes it.
-By default to Amazon ECR, <account>.dkr.ecr.<region>.amazonaws.com/<repository>,
-creating the ECR repository (scan on push, immutable tags, AES256 encryption) when it
-does not exist. With --registry, to any OCI registry, with no AWS call.
+By default to Amazon ECR: it creates the ECR repository (scan on push, immutable tags,
+AES256 encryption) when it does not exist, refuses before building when the repository's
+tags are immutable and a tag to push is already there, gets an authorization token and
+pushes to the registry host the token names (its proxyEndpoint, normally
+<account>.dkr.ecr.<region>.amazonaws.com). With --registry, to any OCI registry, with no
+AWS call.
 
 Tags: the git commit (12 hex digits, "-dirty" when the tree has local changes) and the
 version (--version, default: the VERSION file). Labels carry the version and revision.
@@ -25,7 +28,10 @@ Options:
   --version V                    version tag, labels and binary version (default: VERSION file)
   --repository NAME              image repository (default: $ECR_REPOSITORY or custom-kube-scheduler-webhook)
   --region R                     AWS region (default: $AWS_REGION, $AWS_DEFAULT_REGION, `aws configure get region`)
-  --account ID                   AWS account (default: $AWS_ACCOUNT_ID, else `aws sts get-caller-identity`)
+  --account ID                   AWS account whose ECR registry to use (default: $AWS_ACCOUNT_ID, else
+                                 the credentials' own account, ECR's default registry)
+  --ecr-endpoint-url URL         the ECR API endpoint, passed to every `aws ecr` call as --endpoint-url
+                                 (default: $AWS_ENDPOINT_URL_ECR; VPC endpoints, tests)
   --platforms LIST               platforms (default: linux/amd64,linux/arm64)
   --builder-image REF            the Dockerfile's BUILDER_IMAGE (default: its pinned golang image)
   --runtime-image REF            the Dockerfile's RUNTIME_IMAGE (default: its pinned distroless image)
@@ -35,8 +41,12 @@ Options:
                                  oci://<registry>[/PATH]/charts
   --mutable-tags                 create the ECR repository with MUTABLE tags (default IMMUTABLE)
   --dry-run                      print every command instead of running it; needs neither aws,
-                                 docker nor buildah
+                                 docker nor buildah (it shows the conventional ECR host, as it
+                                 asks ECR for no token)
   -h, --help                     this help
+
+ECR calls (the IAM permissions needed, see deploy/README.md): DescribeRepositories,
+CreateRepository, BatchGetImage, GetAuthorizationToken, then the registry push.
 
 Environment: AWS_PROFILE and the usual AWS CLI variables apply. BUILDX_BUILDER names the
 buildx builder (default: custom-kube-scheduler-webhook, created with the
@@ -55,6 +65,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 repository=${ECR_REPOSITORY:-custom-kube-scheduler-webhook}
 region=${AWS_REGION:-${AWS_DEFAULT_REGION:-}}
 account=${AWS_ACCOUNT_ID:-}
+ecr_endpoint=${AWS_ENDPOINT_URL_ECR:-}
 platforms=linux/amd64,linux/arm64
 version=""
 mutability=IMMUTABLE
@@ -91,6 +102,10 @@ while (($# > 0)); do
 		;;
 	--account)
 		account=${2:?--account needs a value}
+		shift 2
+		;;
+	--ecr-endpoint-url)
+		ecr_endpoint=${2:?--ecr-endpoint-url needs a value}
 		shift 2
 		;;
 	--platforms)
@@ -143,6 +158,32 @@ if [[ ! $version =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]]; then
 fi
 if [[ -n $registry && ! $registry =~ ^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?$ ]]; then
 	die "--registry $registry is not HOST[:PORT][/PATH]"
+fi
+
+# ECR: the CLI, the region and the account are checked before anything else runs.
+if [[ -z $registry ]]; then
+	if ! $dry_run; then
+		command -v aws >/dev/null 2>&1 ||
+			die "aws CLI not found: pushing to ECR needs it (https://aws.amazon.com/cli/), or use --registry for another registry"
+	fi
+	if [[ -z $region ]]; then
+		if $dry_run; then
+			echo "+ aws configure get region"
+			region='<region>'
+		else
+			region=$(aws configure get region 2>/dev/null || true)
+		fi
+	fi
+	[[ -n $region ]] || die "no AWS region: pass --region or set AWS_REGION"
+	if [[ $region != '<region>' && ! $region =~ ^[a-z]{2}(-[a-z]+)+-[0-9]+$ ]]; then
+		die "--region $region is not an AWS region name (like us-east-1 or eu-west-1)"
+	fi
+	if [[ -n $account && ! $account =~ ^[0-9]{12}$ ]]; then
+		die "--account $account is not an AWS account ID (12 digits)"
+	fi
+	if [[ -n $ecr_endpoint && ! $ecr_endpoint =~ ^https?://[^[:space:]]+$ ]]; then
+		die "--ecr-endpoint-url $ecr_endpoint is not an http(s) URL"
+	fi
 fi
 
 # quote prints one word so a shell reads it back unchanged.
@@ -203,53 +244,132 @@ if [[ -n $registry ]]; then
 	image=$registry/$repository
 	chart_repo=$registry/charts
 else
-	if [[ -z $account ]]; then
-		if $dry_run; then
-			show aws sts get-caller-identity --query Account --output text
-			account='<account-id>'
-		else
-			command -v aws >/dev/null 2>&1 || die "aws CLI not found (or set AWS_ACCOUNT_ID and log in to ECR yourself)"
-			account=$(aws sts get-caller-identity --query Account --output text)
+	# ecr_cmd OP ARGS...: sets cmd to the AWS CLI's `ecr OP` in the region, through the
+	# endpoint given, for the account given (or the credentials' own).
+	ecr_cmd() {
+		local op=$1
+		shift
+		cmd=(aws ecr "$op" "$@" --region "$region")
+		if [[ -n $ecr_endpoint ]]; then cmd+=(--endpoint-url "$ecr_endpoint"); fi
+	}
+	registry_id=()
+	registry_ids=()
+	if [[ -n $account ]]; then
+		registry_id=(--registry-id "$account")
+		registry_ids=(--registry-ids "$account")
+	fi
+	# ecr_die OP: stop with what the CLI said about OP (in $aws_err), and a hint.
+	ecr_die() {
+		local said hint=""
+		said=$(grep -v '^[[:space:]]*$' "$aws_err" || true)
+		case $said in
+		*"Unable to locate credentials"* | *"could not be found"* | *"NoCredentials"* | *"Token has expired"* | *"token has expired"*)
+			hint="no usable AWS credentials: set AWS_PROFILE (aws sso login), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run aws configure"
+			;;
+		*"Could not connect to the endpoint URL"* | *"scoped to a valid region"* | *"Invalid endpoint"*)
+			hint="is --region $region right? ECR was not reachable, or refused that region"
+			;;
+		*"UnrecognizedClient"* | *"security token included in the request is invalid"* | *"signature we calculated does not match"*)
+			hint="the AWS credentials were refused: check AWS_PROFILE or the access keys"
+			;;
+		*"AccessDenied"* | *"not authorized"*)
+			hint="missing IAM permission: deploy/README.md lists the ones this script needs"
+			;;
+		esac
+		die "aws ecr $1 failed${hint:+: $hint}"$'\n'"${said:-(no message)}"
+	}
+
+	# ensure_ecr_repository NAME: created on first use; sets ecr_mutability to the
+	# repository's tag mutability (IMMUTABLE unless --mutable-tags created it).
+	ensure_ecr_repository() {
+		ecr_cmd describe-repositories --repository-names "$1" "${registry_id[@]}" \
+			--query 'repositories[0].imageTagMutability' --output text
+		show "${cmd[@]}"
+		if ! $dry_run && ecr_mutability=$("${cmd[@]}" 2>"$aws_err"); then
+			echo "   $1 exists (tags $ecr_mutability)"
+			return 0
+		fi
+		if ! $dry_run && ! grep -q RepositoryNotFoundException "$aws_err"; then ecr_die describe-repositories; fi
+		ecr_cmd create-repository --repository-name "$1" "${registry_id[@]}" \
+			--image-scanning-configuration scanOnPush=true \
+			--image-tag-mutability "$mutability" \
+			--encryption-configuration encryptionType=AES256 \
+			--query 'repository.imageTagMutability' --output text
+		show "${cmd[@]}"
+		ecr_mutability=$mutability
+		if ! $dry_run; then
+			ecr_mutability=$("${cmd[@]}" 2>"$aws_err") || ecr_die create-repository
+		fi
+	}
+
+	aws_err=$(mktemp)
+	trap 'rm -f "$aws_err"' EXIT
+	ensure_ecr_repository "$repository"
+	# Immutable tags: a tag already there would only fail the push after the build. A tag
+	# counts as there unless ECR answers ImageNotFound for it (a manifest list may come
+	# back as another failure when its media type is not among the accepted ones).
+	if [[ $ecr_mutability != MUTABLE ]]; then
+		# shellcheck disable=SC2016 # JMESPath's literal backticks
+		ecr_cmd batch-get-image --repository-name "$repository" "${registry_id[@]}" \
+			--image-ids "imageTag=$sha_tag" "imageTag=$version" \
+			--query 'failures[?failureCode==`ImageNotFound`].imageId.imageTag' --output text
+		show "${cmd[@]}"
+		if ! $dry_run; then
+			missing=$("${cmd[@]}" 2>"$aws_err") || ecr_die batch-get-image
+			existing=()
+			for tag in "$sha_tag" "$version"; do
+				if [[ $'\t'${missing//[[:space:]]/$'\t'}$'\t' != *$'\t'$tag$'\t'* ]]; then existing+=("$tag"); fi
+			done
+			if ((${#existing[@]} > 0)); then
+				die "$repository already has the tag(s) ${existing[*]} and its tags are immutable ($ecr_mutability):" \
+					"nothing built or pushed. Push another --version (a new commit for the commit tag $sha_tag)."
+			fi
 		fi
 	fi
-	if [[ -z $region ]]; then
-		if $dry_run; then
-			show aws configure get region
-			region='<region>'
-		else
-			region=$(aws configure get region || true)
+	if $chart; then ensure_ecr_repository "charts/$(basename deploy/chart/*)"; fi
+
+	# The registry host and its login, both from the authorization token: its
+	# proxyEndpoint names the host and it decodes to USER:PASSWORD. The password goes
+	# through a pipe, never a command line.
+	ecr_cmd get-authorization-token "${registry_ids[@]}" \
+		--query 'authorizationData[0].[proxyEndpoint,authorizationToken]' --output text
+	show "${cmd[@]}"
+	if $dry_run; then
+		# No token in a dry run: ECR's conventional host stands in for the proxyEndpoint.
+		registry_host=${account:-<account-id>}.dkr.ecr.$region.amazonaws.com
+		registry_user=AWS
+	else
+		token=$("${cmd[@]}" 2>"$aws_err") || ecr_die get-authorization-token
+		proxy_endpoint=${token%%$'\t'*}
+		token=${token#*$'\t'}
+		registry_host=${proxy_endpoint#https://}
+		registry_host=${registry_host%/}
+		if [[ ! $registry_host =~ ^[A-Za-z0-9.-]+(:[0-9]+)?$ || $token == "$proxy_endpoint" ]]; then
+			die "aws ecr get-authorization-token: no proxyEndpoint and token in its answer ($proxy_endpoint)"
 		fi
+		credentials=$(printf '%s' "$token" | base64 -d 2>/dev/null) || die "aws ecr get-authorization-token: the token is not base64"
+		[[ $credentials == *:* ]] || die "aws ecr get-authorization-token: the token is not USER:PASSWORD"
+		registry_user=${credentials%%:*}
+		registry_password=${credentials#*:}
+		unset token credentials
+		echo "   registry $registry_host (the token's proxyEndpoint)"
 	fi
-	[[ -n $region ]] || die "no AWS region: pass --region or set AWS_REGION"
-	registry_host=$account.dkr.ecr.$region.amazonaws.com
 	image=$registry_host/$repository
 	chart_repo=$registry_host/charts
 
-	# ensure_ecr_repository NAME: created on first use.
-	ensure_ecr_repository() {
-		show aws ecr describe-repositories --repository-names "$1" --region "$region"
-		if $dry_run || ! aws ecr describe-repositories --repository-names "$1" --region "$region" >/dev/null 2>&1; then
-			run aws ecr create-repository --repository-name "$1" --region "$region" \
-				--image-scanning-configuration scanOnPush=true \
-				--image-tag-mutability "$mutability" \
-				--encryption-configuration encryptionType=AES256
-		fi
-	}
-	ensure_ecr_repository "$repository"
-	if $chart; then ensure_ecr_repository "charts/$(basename deploy/chart/*)"; fi
-
-	# Registry login (the password goes through a pipe, never the command line).
-	login=("$engine" login --username AWS --password-stdin "$registry_host")
-	echo "+ aws ecr get-login-password --region $(quote "$region") | ${login[*]}"
+	login=("$engine" login --username "$registry_user" --password-stdin "$registry_host")
+	echo "+ <the token's password> | ${login[*]}"
 	if ! $dry_run; then
-		aws ecr get-login-password --region "$region" | "${login[@]}"
+		printf '%s' "$registry_password" | "${login[@]}" || die "$engine login to $registry_host failed"
 	fi
 	if $chart; then
-		echo "+ aws ecr get-login-password --region $(quote "$region") | helm registry login --username AWS --password-stdin $registry_host"
+		login=("${HELM:-helm}" registry login --username "$registry_user" --password-stdin "$registry_host")
+		echo "+ <the token's password> | ${login[*]}"
 		if ! $dry_run; then
-			aws ecr get-login-password --region "$region" | "$HELM" registry login --username AWS --password-stdin "$registry_host"
+			printf '%s' "$registry_password" | "${login[@]}" || die "helm registry login to $registry_host failed"
 		fi
 	fi
+	unset registry_password
 fi
 
 # 2. A build context with the Go modules vendored in: the build fetches nothing.
@@ -259,7 +379,7 @@ if $dry_run; then
 	echo "+ (cd $context && go mod vendor)"
 else
 	context=$(mktemp -d)
-	trap 'rm -rf "$context"' EXIT
+	trap 'rm -rf "$context" ${aws_err:+"$aws_err"}' EXIT
 	git ls-files -z --cached --others --exclude-standard |
 		while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
 		tar --null -T - -cf - | tar -xf - -C "$context"

@@ -288,14 +288,18 @@ for tool in aws docker; do
 	chmod +x "$tmp/fakebin/$tool"
 done
 sha=$(git rev-parse HEAD | cut -c1-12)
-out=$(PATH="$tmp/fakebin:$PATH" AWS_ACCOUNT_ID=123456789012 AWS_REGION=eu-west-1 ./build_and_push.sh --dry-run --version 1.2.3 2>&1) ||
+out=$(PATH="$tmp/fakebin:$PATH" AWS_ACCOUNT_ID=123456789012 AWS_REGION=eu-west-1 env -u AWS_ENDPOINT_URL_ECR ./build_and_push.sh --dry-run --version 1.2.3 2>&1) ||
 	fail "build_and_push.sh --dry-run exited non-zero"
 reg=123456789012.dkr.ecr.eu-west-1.amazonaws.com
 img=$reg/custom-kube-scheduler-webhook
 check "no aws/docker call in dry run" test ! -e "$tmp/called"
-check "describes the ECR repository" contains "$out" "+ aws ecr describe-repositories --repository-names custom-kube-scheduler-webhook --region eu-west-1"
-check "creates it with scan on push and immutable tags" contains "$out" "+ aws ecr create-repository --repository-name custom-kube-scheduler-webhook --region eu-west-1 --image-scanning-configuration scanOnPush=true --image-tag-mutability IMMUTABLE"
-check "logs in to ECR" contains "$out" "+ aws ecr get-login-password --region eu-west-1 | docker login --username AWS --password-stdin $reg"
+check "describes the ECR repository (its tag mutability), in the account given" matches "$out" "^\+ aws ecr describe-repositories --repository-names custom-kube-scheduler-webhook --registry-id 123456789012 .*--region eu-west-1$"
+check "creates it with scan on push, immutable tags and AES256" matches "$out" "^\+ aws ecr create-repository --repository-name custom-kube-scheduler-webhook --registry-id 123456789012 --image-scanning-configuration scanOnPush=true --image-tag-mutability IMMUTABLE --encryption-configuration encryptionType=AES256 .*--region eu-west-1$"
+check "looks for the tags to push before building (immutable tags)" matches "$out" "^\+ aws ecr batch-get-image --repository-name custom-kube-scheduler-webhook --registry-id 123456789012 --image-ids imageTag=$sha(-dirty)? imageTag=1\.2\.3 .*--region eu-west-1$"
+check "gets the authorization token: host and password" matches "$out" "^\+ aws ecr get-authorization-token --registry-ids 123456789012 --query 'authorizationData\[0\]\.\[proxyEndpoint,authorizationToken\]' --output text --region eu-west-1$"
+check "logs in with the token's password, through a pipe" contains "$out" "+ <the token's password> | docker login --username AWS --password-stdin $reg"
+check "ECR calls, in order: describe, create, tags, token" test "$(sed -n 's/^+ aws ecr \([a-z-]*\) .*/\1/p' <<<"$out" | paste -sd' ')" = "describe-repositories create-repository batch-get-image get-authorization-token"
+check_not "no --endpoint-url unless asked" contains "$out" "--endpoint-url"
 check "vendors the modules into the context" contains "$out" "go mod vendor"
 check "buildx multi-arch build" matches "$out" "^\+ docker buildx build .*--platform linux/amd64,linux/arm64 "
 check "pushes both tags, the git SHA and the version" matches "$out" "name=$img:$sha(-dirty)?,$img:1\.2\.3.*push=true"
@@ -304,9 +308,24 @@ check "says it would push" matches "$out" "^Dry run: would push $img:$sha(-dirty
 check_not "never says Pushed in a dry run" contains "$out" "Pushed"
 out=$(PATH="$tmp/fakebin:$PATH" env -u AWS_ACCOUNT_ID -u AWS_REGION -u AWS_DEFAULT_REGION ./build_and_push.sh --dry-run 2>&1) ||
 	fail "build_and_push.sh --dry-run without account/region exited non-zero"
-check "account from sts in dry run" contains "$out" "+ aws sts get-caller-identity --query Account --output text"
+check_not "no sts call: the registry host comes from ECR's token" contains "$out" "aws sts"
+check_not "no account given: ECR's default registry" contains "$out" "--registry-id"
+check "no account given: the dry run's stand-in host" contains "$out" "--password-stdin <account-id>.dkr.ecr.<region>.amazonaws.com"
 check "region from aws configure in dry run" contains "$out" "+ aws configure get region"
 check "version from the VERSION file" contains "$out" ":$(<VERSION)"
+out=$(PATH="$tmp/fakebin:$PATH" AWS_ENDPOINT_URL_ECR=http://127.0.0.1:1 ./build_and_push.sh --dry-run --region us-east-1 --version 1.2.3 2>&1) ||
+	fail "build_and_push.sh --dry-run with AWS_ENDPOINT_URL_ECR exited non-zero"
+check "AWS_ENDPOINT_URL_ECR: --endpoint-url on all 4 ECR calls" test "$(grep -c '^+ aws ecr .* --endpoint-url http://127\.0\.0\.1:1$' <<<"$out")" -eq 4
+out=$(PATH="$tmp/fakebin:$PATH" AWS_ENDPOINT_URL_ECR=http://127.0.0.1:1 ./build_and_push.sh --dry-run --region us-east-1 --ecr-endpoint-url https://ecr.example --version 1.2.3 2>&1) ||
+	fail "build_and_push.sh --dry-run --ecr-endpoint-url exited non-zero"
+check "--ecr-endpoint-url wins over AWS_ENDPOINT_URL_ECR" test "$(grep -c '^+ aws ecr .* --endpoint-url https://ecr\.example$' <<<"$out")" -eq 4
+out=$(PATH="$tmp/fakebin:$PATH" ./build_and_push.sh --dry-run --region us-east-1 --mutable-tags 2>&1) ||
+	fail "build_and_push.sh --dry-run --mutable-tags exited non-zero"
+check "--mutable-tags: the repository is created MUTABLE" contains "$out" "--image-tag-mutability MUTABLE "
+check_not "--mutable-tags: no tag check before building" contains "$out" "batch-get-image"
+check_not "a malformed region is refused" ./build_and_push.sh --dry-run --region us-east
+check_not "an account that is not 12 digits is refused" ./build_and_push.sh --dry-run --region us-east-1 --account 1234
+check_not "an endpoint that is not a URL is refused" ./build_and_push.sh --dry-run --region us-east-1 --ecr-endpoint-url 127.0.0.1:1
 echo "-- --registry, buildah"
 out=$(PATH="$tmp/fakebin:$PATH" ./build_and_push.sh --dry-run --engine buildah --registry 127.0.0.1:5000/team --tls-verify=false \
 	--version 1.2.3 --builder-image B --runtime-image R --chart 2>&1) || fail "build_and_push.sh --dry-run --registry exited non-zero"

@@ -40,33 +40,48 @@ img_free_port() {
 	lc_die "no free port found on 127.0.0.1"
 }
 
-# img_registry_start DIR [HTPASSWD]: Debian's docker-registry on a free loopback port,
-# storing in DIR/storage, logging to DIR/logs/registry.log, its PID in DIR/pids; with an
-# htpasswd file, only its users may pull or push. Sets REGISTRY (127.0.0.1:PORT).
+# img_registry_start DIR [HTPASSWD [CERT KEY]]: Debian's docker-registry on a free loopback
+# port, storing in DIR/storage, logging to DIR/logs/registry.log, its PID in DIR/pids; with
+# an htpasswd file, only its users may pull or push; with a certificate and key (PEM), it
+# serves HTTPS. Sets REGISTRY (127.0.0.1:PORT) and REGISTRY_URL (http(s)://REGISTRY).
+# IMG_REGISTRY_LOG_LEVEL (default warn) sets its log level (info logs every request).
 img_registry_start() {
-	local dir=$1 htpasswd=${2:-} port
+	local dir=$1 htpasswd=${2:-} cert=${3:-} key=${4:-} port scheme=http curl_tls=()
 	port=$(img_free_port)
 	mkdir -p "$dir/storage"
 	{
 		echo "version: 0.1"
-		echo "log: {level: warn}"
+		echo "log: {level: ${IMG_REGISTRY_LOG_LEVEL:-warn}}"
 		echo "storage:"
 		echo "  filesystem: {rootdirectory: $dir/storage}"
 		echo "  delete: {enabled: true}"
 		echo "http:"
 		echo "  addr: 127.0.0.1:$port"
 		echo "  secret: $(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+		if [[ -n $cert ]]; then
+			echo "  tls: {certificate: $cert, key: $key}"
+		fi
 		if [[ -n $htpasswd ]]; then
 			echo "auth:"
 			echo "  htpasswd: {realm: registry, path: $htpasswd}"
 		fi
 	} >"$dir/registry.yml"
-	PIDS=$dir/pids LOGS=$dir/logs lc_start registry docker-registry serve "$dir/registry.yml"
+	if [[ -n $cert ]]; then
+		scheme=https
+		curl_tls=(--cacert "$cert")
+	fi
+	# The registry reads REGISTRY_* variables as configuration: containers' REGISTRY_AUTH_FILE
+	# would be taken for its auth section.
+	(
+		unset REGISTRY_AUTH_FILE
+		PIDS=$dir/pids LOGS=$dir/logs lc_start registry docker-registry serve "$dir/registry.yml"
+	)
 	REGISTRY=127.0.0.1:$port
+	REGISTRY_URL=$scheme://$REGISTRY
 	# /v2/ answers 200, or 401 behind auth, once the registry listens.
-	LC_WAIT_SECONDS=30 lc_wait curl -s -o /dev/null "http://$REGISTRY/v2/" ||
+	LC_WAIT_SECONDS=30 lc_wait curl -s "${curl_tls[@]}" -o /dev/null "$REGISTRY_URL/v2/" ||
 		lc_die "the registry did not start: $(tail -n 5 "$dir/logs/registry.log")"
-	img_log "registry on $REGISTRY (pid $(<"$dir/pids/registry.pid"), storage $dir/storage)"
+	img_log "registry on $REGISTRY_URL (pid $(<"$dir/pids/registry.pid"), storage $dir/storage)"
 }
 
 # img_registry_stop DIR stops the registry that img_registry_start DIR started.

@@ -7,6 +7,8 @@
 #   no /bin/sh (no shell at all) in the root filesystem; the amd64 binary taken out of the
 #   image prints the version it was given; the arm64 one is an AArch64 ELF; the chart
 #   pulled back names the pushed image.
+# Then build_and_push.sh's ECR path (scripts/image/ecr-test.sh) against a local ECR API
+# endpoint and a registry that requires its login, in the same image store.
 # The binary of the host's platform is left in IMAGE_TEST_OUT (default bin/image) so the
 # end-to-end tests can run the artefact users run (make test does).
 # Everything else lives in one temporary directory (image store, registry storage, build
@@ -14,7 +16,8 @@
 #
 #   scripts/image/test.sh           (make test-image)
 # Env: IMAGE_TEST_OUT, IMAGE_TEST_KEEP=1 (keep the temporary directory), IMAGE_TEST_VERSION
-# (default: VERSION with a "-test" suffix, so a test image never looks like a release).
+# (default: VERSION with a "-test" suffix, so a test image never looks like a release),
+# IMAGE_TEST_ECR=0 (skip the ECR path).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -153,8 +156,23 @@ if [[ -s $tgz ]]; then
 	check "renders with no --set, the pushed image at the version" contains "$rendered" "image: \"$image:$version\""
 fi
 
+checked=$(date +%s)
+# The ECR path, in this image store and with this build cache (the Go build cache of the
+# Dockerfile's RUN is in TMPDIR): the bases are not built again and the Go packages are
+# compiled once.
+ecr_s=""
+if [[ ${IMAGE_TEST_ECR:-1} == 1 ]]; then
+	echo "== the ECR path (scripts/image/ecr-test.sh)"
+	if ECR_TEST_BASES="$builder_image $runtime_image" bash "$here/ecr-test.sh"; then
+		pass "the ECR path (scripts/image/ecr-test.sh)"
+	else
+		fail "the ECR path (scripts/image/ecr-test.sh; see above)"
+	fi
+	ecr_s=", ECR path $(($(date +%s) - checked))s"
+fi
+
 if ((FAILURES == 0)); then
 	echo "image for linux/$host_arch: $out_dir/custom-kube-scheduler-webhook"
 fi
-echo "bases $((bases_done - start))s, build and push $((built - bases_done))s, total $(($(date +%s) - start))s"
+echo "bases $((bases_done - start))s, build and push $((built - bases_done))s$ecr_s, total $(($(date +%s) - start))s"
 finish
