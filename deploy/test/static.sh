@@ -136,6 +136,14 @@ check "workloads webhook: deployments, statefulsets, replicasets" contains "$vwc
 check "workloads webhook: only objects with a strategy" contains "$vwc" "'custom-pod-schedule-strategy' in object.spec.template.metadata.annotations"
 check_not "self mode: no static caBundle" contains "$mwc$vwc" "caBundle"
 
+check_not "scope all by default: no namespace label required" contains "$mwc$vwc" "custom-kube-scheduler-webhook.io/enabled"
+check "helm template --set scope=opt-in" render optin --set scope=opt-in
+for kind in MutatingWebhookConfiguration ValidatingWebhookConfiguration; do
+	check "scope opt-in: $kind sends only labelled namespaces, exclusions kept" matches "$(tr -d '\n' <<<"$(docs "$kind" <"$tmp/optin.yaml")")" \
+		"namespaceSelector: +matchLabels: +custom-kube-scheduler-webhook.io/enabled: \"true\" +matchExpressions: +- key: kubernetes.io/metadata.name +operator: NotIn +values: +- $NS +- kube-system"
+done
+check_not "scope=everything is refused" render bad-scope --set scope=everything
+
 echo "-- default values: RBAC"
 cr=$(docs ClusterRole <<<"$d")
 role=$(docs Role <<<"$d")
