@@ -33,6 +33,8 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
 )
@@ -163,13 +165,30 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	}
 	go catalog.Run(ctx)
 	identity := replicaIdentity()
-	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, webhook.NewPeerClient(certs.GetCertificate), log)
+	// The Leases this process creates belong to its Deployment: deleting the Deployment
+	// (helm uninstall) has the garbage collector delete them too.
+	owner, err := ownership.Resolve(ctx, client, cfg.Namespace, cfg.OwnerDeployment)
+	if err != nil {
+		return err
+	}
+	// Records an earlier version wrote without the reference (an upgrade) are adopted.
+	for _, selector := range []string{strategy.LabelSeatRecord, strategy.LabelUnavailability} {
+		n, err := owner.AdoptLeases(ctx, client, cfg.Namespace, selector)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.WithFields(logrus.Fields{"owner": owner.String(), "leases": n, "selector": selector}).Info("adopted Leases of an earlier version")
+		}
+	}
+	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, webhook.NewPeerClient(certs.GetCertificate), owner, log)
 	if err != nil {
 		return err
 	}
 	// The loop's records of unavailable terms are Leases in the webhook's namespace, read
 	// by every replica: admission honours records another replica's loop wrote.
 	records := converge.NewRecords(client, cfg.Namespace)
+	records.SetOwner(owner)
 	records.Start(ctx)
 	synced := make(chan struct{})
 	go func() {
@@ -215,7 +234,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Log:        entry,
 	}
 	mutator.Availability = records
-	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, metrics, synced, identity, log); err != nil {
+	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, metrics, synced, identity, owner, log); err != nil {
 		return err
 	}
 	validator := &webhook.WorkloadValidator{Capacity: catalog, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
@@ -301,7 +320,7 @@ func checkPeerAddress(ctx context.Context, ledger *webhook.SeatLedger, ok *atomi
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced.
 func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *webhook.Caches, records *converge.Records,
-	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, identity string, log *logrus.Logger,
+	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger,
 ) error {
 	m, err := converge.NewMetrics(metrics.Registry)
 	if err != nil {
@@ -349,7 +368,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		case <-ctx.Done():
 			return
 		}
-		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, entry, loop.Run); err != nil {
+		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, owner, entry, loop.Run); err != nil {
 			entry.WithError(err).Error("convergence loop not started")
 		}
 	}()
@@ -381,7 +400,7 @@ func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 
 // newLedger returns the seat ledger, fed by the placed-pod cache, and what its
 // readiness waits on.
-func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, identity string, peers *http.Client, log *logrus.Logger) (*webhook.SeatLedger, cache.InformerSynced, error) {
+func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*webhook.SeatLedger, cache.InformerSynced, error) {
 	// The ledger's record writes (taking a revision, renewing it) are on the admission's
 	// critical path: a client-side limit would only queue claims past the webhook
 	// timeout (pods then admitted unplaced). The API server's priority and fairness
@@ -393,7 +412,7 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 		return nil, nil, fmt.Errorf("create ledger client: %w", err)
 	}
 	ledger, err := webhook.NewSeatLedger(ledgerClient, cfg.Namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), webhook.LedgerOptions{
-		Identity: identity, PeerURL: cfg.PeerAddress, PeerClient: peers,
+		Identity: identity, PeerURL: cfg.PeerAddress, PeerClient: peers, Owner: owner,
 	})
 	if err != nil {
 		return nil, nil, err
