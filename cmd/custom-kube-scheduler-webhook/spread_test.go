@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 )
 
@@ -35,6 +37,18 @@ func TestWriteSpreadText(t *testing.T) {
 	out.Reset()
 	if err := writeSpread(&out, r, "text"); err != nil || !strings.Contains(out.String(), "spread exact") {
 		t.Errorf("exact report (%v):\n%s", err, out.String())
+	}
+}
+
+func TestWriteSpreadYAML(t *testing.T) {
+	r := report.Report{Workloads: []report.WorkloadReport{{Kind: "Deployment", Namespace: "demo", Name: "web", Replicas: 2, Exact: true}}}
+	var out bytes.Buffer
+	if err := writeSpread(&out, r, "yaml"); err != nil {
+		t.Fatal(err)
+	}
+	var back report.Report
+	if err := yaml.Unmarshal(out.Bytes(), &back); err != nil || len(back.Workloads) != 1 || back.Workloads[0].Name != "web" || !strings.Contains(out.String(), "namespace: demo") {
+		t.Fatalf("spread -o yaml (%v):\n%s", err, out.String())
 	}
 }
 
