@@ -87,6 +87,17 @@ func TestPlanYAMLAndTable(t *testing.T) {
 	}
 }
 
+// An unknown capacity type is accepted (users may add their own) with a warning.
+func TestPlanWarnsOnUnknownCapacityType(t *testing.T) {
+	out, err := run("plan", "--replicas", "2", "--strategy", "karpenter.sh/capacity-type=spotty")
+	if err != nil {
+		t.Fatalf("spotty refused: %v", err)
+	}
+	if !strings.Contains(out, "warning: term 1 (karpenter.sh/capacity-type=spotty)") || !strings.Contains(out, "spot, on-demand, reserved") {
+		t.Fatalf("no warning about spotty:\n%s", out)
+	}
+}
+
 func TestPlanText(t *testing.T) {
 	out, err := run("plan", "--replicas", "100", "--strategy", "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
 	if err != nil {
