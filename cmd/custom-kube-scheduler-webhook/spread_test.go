@@ -63,3 +63,30 @@ func TestParseWorkloadArg(t *testing.T) {
 		t.Error("cronjob/x accepted")
 	}
 }
+
+// Named kubectl-spread, the binary is the spread report alone, as `kubectl spread`.
+func TestKubectlPluginName(t *testing.T) {
+	for _, argv0 := range []string{"/usr/local/bin/kubectl-spread", "kubectl-spread.exe"} {
+		cmd := commandFor(argv0)
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"--help"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "kubectl spread [deployment/NAME") || !strings.Contains(out.String(), "kubectl spread -n demo") || !strings.Contains(out.String(), "--namespace") {
+			t.Errorf("%s --help:\n%s", argv0, out.String())
+		}
+		cmd = commandFor(argv0)
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"-o", "xml"})
+		if err := cmd.Execute(); exitCode(err) != 2 {
+			t.Errorf("%s -o xml: %v, want exit status 2", argv0, err)
+		}
+	}
+	if cmd := commandFor("/usr/bin/custom-kube-scheduler-webhook"); cmd.Name() != "custom-kube-scheduler-webhook" {
+		t.Errorf("under its own name the binary runs %q, want the whole CLI", cmd.Name())
+	}
+}
