@@ -122,8 +122,10 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		return writeStructured(w, r, output)
 	}
 	if len(r.Workloads) == 0 {
-		_, err := fmt.Fprintln(w, "No workload here carries an active CustomPodScheduleStrategy.")
-		return err
+		if _, err := fmt.Fprintln(w, "No workload here carries an active CustomPodScheduleStrategy."); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+		return writeUnseen(w, r.Unseen)
 	}
 	for i, wl := range r.Workloads {
 		if i > 0 {
@@ -158,6 +160,22 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		if _, err := fmt.Fprintf(w, "spread %s; unplaced pods %d; pods of older revisions %d; pending repairs %d\n", verdict, wl.Unplaced, wl.OtherRevisions, wl.PendingRepairs); err != nil {
 			return fmt.Errorf("write report: %w", err)
 		}
+	}
+	return writeUnseen(w, r.Unseen)
+}
+
+// writeUnseen says what the report could not read, and what that leaves out.
+func writeUnseen(w io.Writer, unseen []string) error {
+	if len(unseen) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("\nNot seen, so not in this report:\n")
+	for _, u := range unseen {
+		b.WriteString("  - " + u + "\n")
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
 }

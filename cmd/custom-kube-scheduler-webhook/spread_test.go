@@ -40,6 +40,22 @@ func TestWriteSpreadText(t *testing.T) {
 	}
 }
 
+// What the report could not read is said after the workloads, also when there are none.
+func TestWriteSpreadUnseen(t *testing.T) {
+	for _, r := range []report.Report{
+		{Unseen: []string{"nodes (not allowed to list them): x"}},
+		{Workloads: []report.WorkloadReport{{Kind: "Deployment", Namespace: "demo", Name: "web"}}, Unseen: []string{"nodes (not allowed to list them): x"}},
+	} {
+		var out bytes.Buffer
+		if err := writeSpread(&out, r, "table"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "Not seen, so not in this report:\n  - nodes (not allowed to list them): x") {
+			t.Errorf("no unseen section:\n%s", out.String())
+		}
+	}
+}
+
 func TestWriteSpreadYAML(t *testing.T) {
 	r := report.Report{Workloads: []report.WorkloadReport{{Kind: "Deployment", Namespace: "demo", Name: "web", Replicas: 2, Exact: true}}}
 	var out bytes.Buffer
