@@ -94,12 +94,6 @@ type serveConfig struct {
 	OwnerDeployment string
 }
 
-func addSettingFlags(flags *pflag.FlagSet, settings []setting) {
-	for _, s := range settings {
-		flags.String(s.key, s.def, fmt.Sprintf("%s (env %s)", s.usage, s.env))
-	}
-}
-
 // loadServeConfig reads the settings through a fresh Viper instance (no global state).
 func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 	v := viper.New()

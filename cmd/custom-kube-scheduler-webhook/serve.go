@@ -46,7 +46,8 @@ func newServeCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the admission webhook (HTTPS: /mutate, /validate, /healthz, /readyz, /metrics)",
 		Long: `Run the admission webhook. Every setting is read from its environment variable
-and can be overridden by its flag.`,
+and can be overridden by its flag (--converge alone means on; other values need a
+value: --converge=off, --reservation-ttl 45s).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadServeConfig(cmd.Flags())
@@ -65,6 +66,7 @@ and can be overridden by its flag.`,
 		},
 	}
 	addSettingFlags(cmd.Flags(), serveSettings)
+	cmd.SetHelpFunc(groupedHelp)
 	return cmd
 }
 
