@@ -30,9 +30,11 @@ REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.buildDate=$(BUILD_DATE)
 
-## build: the product binaries into ./bin
+## build: the product binaries into ./bin, and bin/kubectl-spread (the kubectl plugin
+## `kubectl spread`: a symlink to the binary)
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/ ./cmd/...
+	ln -sfn custom-kube-scheduler-webhook $(BIN_DIR)/kubectl-spread
 
 ## vet: go vet, including the tests that need a cluster (build tag e2e)
 vet:

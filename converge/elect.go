@@ -6,10 +6,15 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 )
 
 // LeaderLease is the name of the Lease the replicas elect the loop's runner on.
@@ -24,12 +29,18 @@ const (
 )
 
 // RunElected runs run while this process (identity) holds the leader Lease in
-// namespace, and campaigns again when it loses it, until ctx ends. Every replica serves
+// namespace, and campaigns again when it loses it, until ctx ends. The Lease carries
+// owner's reference (see AdoptLeaderLease). Every replica serves
 // admission either way. run gets leading, the fence it checks right before each write
 // that only the leader may make: true only while this process holds the Lease and renewed
 // it within the lease duration, so a leader that stalled (a long pause, a partition) and
 // whose Lease another replica may have taken writes nothing before its context ends.
-func RunElected(ctx context.Context, client kubernetes.Interface, namespace, identity string, log logrus.FieldLogger, run func(ctx context.Context, leading func() bool)) error {
+func RunElected(ctx context.Context, client kubernetes.Interface, namespace, identity string, owner ownership.Owner, log logrus.FieldLogger, run func(ctx context.Context, leading func() bool)) error {
+	if err := AdoptLeaderLease(ctx, client, namespace, owner); err != nil {
+		// Not fatal: the election works without the reference; only uninstall would
+		// leave this one Lease behind.
+		log.WithError(err).Warn("leader Lease without its owner reference")
+	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: LeaderLease, Namespace: namespace},
 		Client:     client.CoordinationV1(),
@@ -59,4 +70,36 @@ func RunElected(ctx context.Context, client kubernetes.Interface, namespace, ide
 		le.Run(ctx)
 	}
 	return nil
+}
+
+// AdoptLeaderLease creates the leader Lease with owner's reference, or adds the reference
+// to an existing one, so the Lease is deleted with its owner. client-go's lock creates
+// the Lease with a name only, and keeps the metadata it finds on every later write. The
+// zero Owner does nothing.
+func AdoptLeaderLease(ctx context.Context, client kubernetes.Interface, namespace string, owner ownership.Owner) error {
+	if owner.IsZero() {
+		return nil
+	}
+	leases := client.CoordinationV1().Leases(namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(ctx, LeaderLease, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaderLease, Namespace: namespace}}
+			owner.Apply(&lease.ObjectMeta)
+			_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				// Created meanwhile by another replica: adopt that one on the retry.
+				return apierrors.NewConflict(coordinationv1.Resource("leases"), LeaderLease, err)
+			}
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("read leader Lease %s/%s: %w", namespace, LeaderLease, err)
+		}
+		if !owner.Apply(&lease.ObjectMeta) {
+			return nil
+		}
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -84,6 +85,7 @@ type Records struct {
 	lister    coordinationlisters.LeaseNamespaceLister
 	informer  cache.SharedIndexInformer
 	now       func() time.Time
+	owner     ownership.Owner
 }
 
 // NewRecords builds the records' informer in namespace; call Start.
@@ -99,6 +101,10 @@ func NewRecords(client kubernetes.Interface, namespace string) *Records {
 		informer: leases.Informer(), lister: leases.Lister().Leases(namespace), now: time.Now,
 	}
 }
+
+// SetOwner makes owner own the records written from now on (the webhook's Deployment),
+// so they are deleted with it. Call it before Start.
+func (r *Records) SetOwner(owner ownership.Owner) { r.owner = owner }
 
 // Start runs the informer until ctx ends.
 func (r *Records) Start(ctx context.Context) { r.factory.Start(ctx.Done()) }
@@ -222,6 +228,7 @@ func (r *Records) update(ctx context.Context, revision types.UID, workload strin
 		}
 		rec.Workload = workload
 		change(rec)
+		r.owner.Apply(&lease.ObjectMeta)
 		if err := encodeRecord(rec, lease); err != nil {
 			return err
 		}

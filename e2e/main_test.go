@@ -195,13 +195,19 @@ func (c *cluster) register(ctx context.Context, filters string) error {
 // registerAt registers the webhook at https://127.0.0.1:port instead of the
 // webhook process's own port (e.g. a load balancer in front of several replicas).
 func (c *cluster) registerAt(ctx context.Context, filters string, port int) error {
+	return c.registerWith(ctx, filters, port)
+}
+
+// registerWith is registerAt with more settings of register-webhook.sh, e.g.
+// WEBHOOK_SCOPE=opt-in.
+func (c *cluster) registerWith(ctx context.Context, filters string, port int, env ...string) error {
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(c.repo, "scripts", "localcluster", "register-webhook.sh"))
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(),
 		"LOCALCLUSTER_DIR="+c.dir,
 		fmt.Sprintf("WEBHOOK_PORT=%d", port),
 		"WEBHOOK_FILTERS="+filters,
 		"BLOCKLISTED_NAMESPACE_LIST=kube-system,kube-public,"+blocklistedNamespace,
-	)
+	), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("registering the webhook (filters %s): %w", filters, err)

@@ -26,6 +26,9 @@ func nodePoolGVR() schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1", Resource: "nodepools"}
 }
 
+// NodePoolGVR is the resource of the NodePools the catalog watches.
+func NodePoolGVR() schema.GroupVersionResource { return nodePoolGVR() }
+
 // newNodePoolInformer watches NodePools through the dynamic client and
 // stores them as typed *karpv1.NodePool, converted once per event rather than
 // on every admission.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -54,19 +55,29 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	if err != nil {
 		return Report{}, fmt.Errorf("list Pods: %w", err)
 	}
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return Report{}, fmt.Errorf("list Nodes: %w", err)
-	}
 	st.Deployments, st.StatefulSets, st.ReplicaSets, st.Pods = deployments.Items, statefulSets.Items, replicaSets.Items, pods.Items
-	for i := range nodes.Items {
-		st.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	// Nodes, NodePools and the webhook's records are cluster-wide or elsewhere: a user who
+	// may read only their namespace still gets the report, told what it lacks.
+	var unseen []string
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodesSeen := err == nil
+	switch {
+	case apierrors.IsForbidden(err):
+		unseen = append(unseen, "nodes (not allowed to list them): no node's capacity type, nothing shown as serving a term")
+	case err != nil:
+		return Report{}, fmt.Errorf("list Nodes: %w", err)
+	default:
+		for i := range nodes.Items {
+			st.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
+		}
 	}
 
 	// Which terms the convergence loop found unavailable. Without the right to read
 	// them (or with the loop off) every term counts as available.
 	leases, err := client.CoordinationV1().Leases(o.WebhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: strategy.LabelUnavailability + "=true"})
-	if err == nil {
+	if err != nil {
+		unseen = append(unseen, fmt.Sprintf("unavailability records in namespace %s (%s): every term is shown as available", o.WebhookNamespace, reason(err)))
+	} else {
 		records := map[types.UID]*converge.Record{}
 		for i := range leases.Items {
 			if rec, err := converge.DecodeRecord(&leases.Items[i]); err == nil {
@@ -77,7 +88,18 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		st.Unavailable = func(uid types.UID) map[int]converge.TermState { return records[uid].Active(now) }
 	}
 
-	// The same catalog the webhook uses says what serves each term.
+	// The same catalog the webhook uses says what serves each term. It watches nodes and
+	// NodePools: without the right to list both it would never sync.
+	_, err = dyn.Resource(karpenter.NodePoolGVR()).List(ctx, metav1.ListOptions{Limit: 1})
+	poolsForbidden := apierrors.IsForbidden(err)
+	if poolsForbidden {
+		unseen = append(unseen, "NodePools (not allowed to list them): nothing is shown as serving a term")
+	}
+	if poolsForbidden || !nodesSeen {
+		r := Build(st, o.Keep)
+		r.Unseen = unseen
+		return r, nil
+	}
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
 	catalog, err := karpenter.NewCatalog(karpenter.Options{Kube: client, Dynamic: dyn, Log: quiet})
@@ -89,7 +111,9 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	go catalog.Run(catalogCtx)
 	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSync()
-	if cache.WaitForCacheSync(syncCtx.Done(), catalog.HasSynced) {
+	if !cache.WaitForCacheSync(syncCtx.Done(), catalog.HasSynced) {
+		unseen = append(unseen, "what serves each term (the NodePool and node caches did not sync within 30s)")
+	} else {
 		st.ServedBy = func(labels map[string]string) []string {
 			var names []string
 			for _, s := range catalog.Serving(labels) {
@@ -98,5 +122,15 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 			return names
 		}
 	}
-	return Build(st, o.Keep), nil
+	r := Build(st, o.Keep)
+	r.Unseen = unseen
+	return r, nil
+}
+
+// reason is the short form of an API error for Unseen.
+func reason(err error) string {
+	if apierrors.IsForbidden(err) {
+		return "not allowed to list them"
+	}
+	return err.Error()
 }

@@ -26,6 +26,9 @@ import (
 // Report is the `spread` document: one entry per workload that carries a strategy.
 type Report struct {
 	Workloads []WorkloadReport `json:"workloads"`
+	// Unseen says what the report could not read (a user who may read only one
+	// namespace cannot list nodes or NodePools) and what it leaves out for that.
+	Unseen []string `json:"unseen,omitempty"`
 }
 
 // WorkloadReport compares a workload's current revision with the strategy's target.

@@ -35,6 +35,9 @@ const (
 	AnnotationFallbackFrom = "custom-kube-scheduler-webhook.io/fallback-from"
 	// LabelManaged marks placed pods so that caches can select just those.
 	LabelManaged = "custom-kube-scheduler-webhook.io/managed"
+	// LabelNamespaceEnabled on a namespace, with the value "true", opts it in when the
+	// webhook is registered with scope opt-in (the chart's `scope: opt-in`).
+	LabelNamespaceEnabled = "custom-kube-scheduler-webhook.io/enabled"
 	// AnnotationReservation records the seat ledger's reservation the pod fulfils (the
 	// admission UID), so that every webhook replica seeing the pod can end it.
 	AnnotationReservation = "custom-kube-scheduler-webhook.io/reservation"

@@ -2,6 +2,7 @@ package strategy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -54,6 +55,7 @@ func Parse(raw string) (*Strategy, error) {
 	if err := s.checkOverlaps(texts); err != nil {
 		return nil, err
 	}
+	s.checkWellKnown()
 	s.prefix = &prefixCache{}
 	return s, nil
 }
@@ -81,6 +83,30 @@ func (s *Strategy) checkOverlaps(texts []string) *ParseError {
 		}
 	}
 	return nil
+}
+
+// wellKnownValues are the values that well-known node labels take. Another value is
+// accepted with a warning: it is more likely a typo than a value of one's own, but a
+// NodePool or node group may set any value it likes.
+var wellKnownValues = map[string][]string{
+	"karpenter.sh/capacity-type":     {"spot", "on-demand", "reserved"},
+	"eks.amazonaws.com/capacityType": {"ON_DEMAND", "SPOT", "CAPACITY_BLOCK"},
+	"kubernetes.io/arch":             {"amd64", "arm64", "arm", "ppc64le", "s390x"},
+	"kubernetes.io/os":               {"linux", "windows"},
+}
+
+// checkWellKnown warns about a well-known label with a value it does not usually take.
+func (s *Strategy) checkWellKnown() {
+	for i, t := range s.Terms {
+		for _, l := range t.Labels {
+			known, ok := wellKnownValues[l.Key]
+			if !ok || slices.Contains(known, l.Value) {
+				continue
+			}
+			s.Warnings = append(s.Warnings, fmt.Sprintf("term %d (%s): %s=%s is not one of the values it usually takes (%s); accepted, in case your NodePools or nodes set it, but check for a typo",
+				i+1, t.LabelString(), l.Key, l.Value, strings.Join(known, ", ")))
+		}
+	}
 }
 
 // contains reports whether every label of small is in big.

@@ -224,6 +224,27 @@ func TestParseRejectsIdenticalTerms(t *testing.T) {
 	}
 }
 
+// A well-known label with an unknown value is accepted, with a warning naming it.
+func TestParseWarnsOnUnknownWellKnownValues(t *testing.T) {
+	s := mustParse(t, "karpenter.sh/capacity-type=on-demand,base=1:karpenter.sh/capacity-type=spotty")
+	if len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "term 2 (karpenter.sh/capacity-type=spotty): karpenter.sh/capacity-type=spotty is not one of the values it usually takes (spot, on-demand, reserved)") {
+		t.Fatalf("warnings %q, want one about spotty", s.Warnings)
+	}
+	for _, raw := range []string{
+		"karpenter.sh/capacity-type=spot:karpenter.sh/capacity-type=on-demand:karpenter.sh/capacity-type=reserved",
+		"eks.amazonaws.com/capacityType=SPOT:eks.amazonaws.com/capacityType=ON_DEMAND",
+		"kubernetes.io/arch=arm64:kubernetes.io/arch=amd64",
+		"nodesize=anything",
+	} {
+		if s := mustParse(t, raw); len(s.Warnings) != 0 {
+			t.Errorf("%s: warned %q", raw, s.Warnings)
+		}
+	}
+	if s := mustParse(t, "eks.amazonaws.com/capacityType=spot,kubernetes.io/os=linux"); len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "ON_DEMAND, SPOT, CAPACITY_BLOCK") {
+		t.Errorf("lower-case spot on the EKS label: warnings %q", s.Warnings)
+	}
+}
+
 // A term whose labels contain another's is valid, with a warning naming both.
 func TestParseWarnsOnContainedTerms(t *testing.T) {
 	s := mustParse(t, "a=1:b=2:a=1,b=2")

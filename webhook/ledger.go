@@ -19,6 +19,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -122,6 +123,7 @@ type SeatLedger struct {
 	secret     []byte
 	peerShared atomic.Bool
 	clock      clock.Clock
+	owner      ownership.Owner
 	log        logrus.FieldLogger
 	factory    informers.SharedInformerFactory
 	records    toolscache.SharedIndexInformer
@@ -151,6 +153,9 @@ type LedgerOptions struct {
 	Ownership time.Duration
 	// Clock decides expiry (the real clock).
 	Clock clock.Clock
+	// Owner owns the seat records this replica writes (the webhook's Deployment), so
+	// they are deleted with it; the zero Owner sets no reference.
+	Owner ownership.Owner
 }
 
 // NewSeatLedger returns a ledger keeping its records in namespace, whose reservations
@@ -160,7 +165,7 @@ type LedgerOptions struct {
 func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Duration, log logrus.FieldLogger, opts LedgerOptions) (*SeatLedger, error) {
 	l := &SeatLedger{
 		client: client, namespace: namespace, ttl: ttl, duration: opts.Ownership, identity: opts.Identity,
-		peerURL: opts.PeerURL, peers: opts.PeerClient, clock: opts.Clock, log: log,
+		peerURL: opts.PeerURL, peers: opts.PeerClient, clock: opts.Clock, log: log, owner: opts.Owner,
 		ctx:  context.Background(),
 		revs: map[Revision]*revState{}, metrics: newLedgerMetrics(),
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),

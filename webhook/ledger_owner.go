@@ -294,6 +294,7 @@ func (l *SeatLedger) nextRecord(s *revState, now time.Time) *coordinationv1.Leas
 	if record.Annotations == nil {
 		record.Annotations = map[string]string{}
 	}
+	l.owner.Apply(&record.ObjectMeta)
 	s.expire(now)
 	record.Annotations[strategy.AnnotationReservations] = encodeReservations(s.reserved)
 	record.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))

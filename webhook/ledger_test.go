@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -780,5 +781,22 @@ func TestTakeoverAcrossSkewedClocks(t *testing.T) {
 	waitForHolder(t, next, shopRS, "")
 	if s := claim(t, next, shopRS, "after-handover"); s != 2 {
 		t.Fatalf("after the handover the next claim got seat %d, want 2: seat 1 is reserved for a pod not seen yet", s)
+	}
+}
+
+// With an Owner, the records a replica writes carry its reference, so the garbage
+// collector deletes them with the webhook's Deployment (helm uninstall).
+func TestSeatRecordsCarryTheOwner(t *testing.T) {
+	client := fake.NewClientset()
+	withOptimisticConcurrency(client)
+	owner := ownership.Deployment("cksw", "deployment-uid")
+	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{Owner: owner})[0]
+	claim(t, l, shopRS, "a")
+	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(context.Background(), recordName(shopRS.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs := rec.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Deployment" || refs[0].Name != "cksw" || refs[0].UID != "deployment-uid" {
+		t.Fatalf("record's owner references %v, want the Deployment cksw", refs)
 	}
 }

@@ -55,6 +55,7 @@ var serveSettings = []setting{
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
 	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
 	{"profiling", "PROFILING", "off", "on: serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on the HTTPS port, for diagnosing memory or CPU use; off in normal operation"},
+	{"owner-deployment", "OWNER_DEPLOYMENT", "", "Deployment in the webhook's namespace that owns the Leases this process creates (seat and unavailability records, the leader Lease), so they are deleted with it; empty: no owner (the chart sets its own Deployment)"},
 	{"admission-deadline", "ADMISSION_DEADLINE", "4s", "time a pod admission may take; past it the pod is admitted unplaced with a warning (keep it below the webhook's timeoutSeconds, 5 in the chart)"},
 }
 
@@ -89,12 +90,8 @@ type serveConfig struct {
 	MaxUnavailable    intstr.IntOrString
 	AdmissionDeadline time.Duration
 	Profiling         bool
-}
-
-func addSettingFlags(flags *pflag.FlagSet, settings []setting) {
-	for _, s := range settings {
-		flags.String(s.key, s.def, fmt.Sprintf("%s (env %s)", s.usage, s.env))
-	}
+	// OwnerDeployment owns the Leases serve creates (empty: none).
+	OwnerDeployment string
 }
 
 // loadServeConfig reads the settings through a fresh Viper instance (no global state).
@@ -120,6 +117,7 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		ServiceName:      v.GetString("service-name"),
 		MutatingConfig:   v.GetString("mutating-webhook-configuration"),
 		ValidatingConfig: v.GetString("validating-webhook-configuration"),
+		OwnerDeployment:  strings.TrimSpace(v.GetString("owner-deployment")),
 	}
 	// The original accepted "INFO" and an empty value; both still work.
 	level := strings.TrimSpace(v.GetString("log-level"))

@@ -2,7 +2,8 @@
 // kinds (Karpenter NodePools, EKS managed node groups) by one annotation.
 //
 // Subcommands: serve (the admission webhook), plan (per-term targets for a replica
-// count), spread (how a namespace's workloads are actually spread), version.
+// count), spread (how a namespace's workloads are actually spread), version. Named
+// kubectl-spread (a symlink or copy on PATH), it is the kubectl plugin `kubectl spread`.
 package main
 
 import (
@@ -11,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -18,7 +21,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCommand().ExecuteContext(ctx)
+	err := commandFor(os.Args[0]).ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -29,6 +32,24 @@ func main() {
 		}
 		os.Exit(code)
 	}
+}
+
+// pluginSpread is the name under which kubectl runs the binary as `kubectl spread`: a
+// copy or symlink of it named so, anywhere on PATH.
+const pluginSpread = "kubectl-spread"
+
+// commandFor is the command the binary runs when invoked as argv0: the spread report
+// alone as the kubectl plugin kubectl-spread, the whole CLI otherwise.
+func commandFor(argv0 string) *cobra.Command {
+	if strings.TrimSuffix(filepath.Base(argv0), ".exe") != pluginSpread {
+		return newRootCommand()
+	}
+	cmd := newSpreadCommand()
+	cmd.Use = "kubectl spread [deployment/NAME | statefulset/NAME | replicaset/NAME | NAME]"
+	cmd.Example = strings.ReplaceAll(cmd.Example, "custom-kube-scheduler-webhook spread", "kubectl spread")
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
+	return cmd
 }
 
 func newRootCommand() *cobra.Command {

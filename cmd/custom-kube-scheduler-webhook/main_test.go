@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
 )
 
 func run(args ...string) (stdout string, err error) {
@@ -57,6 +58,46 @@ func TestPlanJSON(t *testing.T) {
 	}
 }
 
+// -o yaml has the JSON form's fields; -o table is the default and -o text its old name.
+func TestPlanYAMLAndTable(t *testing.T) {
+	strat := "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+	out, err := run("plan", "--replicas", "100", "-o", "yaml", "--strategy", strat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc planDoc
+	if err := yaml.UnmarshalStrict([]byte(out), &doc); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if doc.Replicas != 100 || len(doc.Terms) != 2 || doc.Terms[0].Count != 26 || doc.Terms[1].Count != 74 || !strings.Contains(out, "count: 74") {
+		t.Fatalf("plan -o yaml:\n%s", out)
+	}
+	table, err := run("plan", "--replicas", "100", "--strategy", strat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"table", "text"} {
+		if again, err := run("plan", "--replicas", "100", "-o", o, "--strategy", strat); err != nil || again != table {
+			t.Errorf("-o %s differs from the default table (%v):\n%s", o, err, again)
+		}
+	}
+	_, err = run("plan", "--replicas", "1", "-o", "xml", "--strategy", strat)
+	if err == nil || !strings.Contains(err.Error(), "table, json or yaml") {
+		t.Errorf("-o xml: %v, want an error naming table, json or yaml", err)
+	}
+}
+
+// An unknown capacity type is accepted (users may add their own) with a warning.
+func TestPlanWarnsOnUnknownCapacityType(t *testing.T) {
+	out, err := run("plan", "--replicas", "2", "--strategy", "karpenter.sh/capacity-type=spotty")
+	if err != nil {
+		t.Fatalf("spotty refused: %v", err)
+	}
+	if !strings.Contains(out, "warning: term 1 (karpenter.sh/capacity-type=spotty)") || !strings.Contains(out, "spot, on-demand, reserved") {
+		t.Fatalf("no warning about spotty:\n%s", out)
+	}
+}
+
 func TestPlanText(t *testing.T) {
 	out, err := run("plan", "--replicas", "100", "--strategy", "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3")
 	if err != nil {
@@ -73,7 +114,7 @@ func TestPlanBadInputExitsTwo(t *testing.T) {
 		"invalid strategy": {"plan", "--strategy", "a=1,weight=x"},
 		"missing strategy": {"plan", "--replicas", "3"},
 		"negative":         {"plan", "--strategy", "a=1", "--replicas", "-1"},
-		"bad output":       {"plan", "--strategy", "a=1", "-o", "yaml"},
+		"bad output":       {"plan", "--strategy", "a=1", "-o", "xml"},
 		"unknown flag":     {"plan", "--bogus"},
 		"not a number":     {"plan", "--strategy", "a=1", "--replicas", "ten"},
 	}

@@ -32,7 +32,7 @@ func newPlanCommand() *cobra.Command {
 		output   string
 	)
 	cmd := &cobra.Command{
-		Use:   "plan --strategy S --replicas N [--output text|json]",
+		Use:   "plan --strategy S --replicas N [-o table|json|yaml]",
 		Short: "Print how many of N replicas each term of a strategy holds",
 		Example: `  custom-kube-scheduler-webhook plan --replicas 10 \
     --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'`,
@@ -44,8 +44,9 @@ func newPlanCommand() *cobra.Command {
 			if replicas < 0 {
 				return usageError("--replicas must not be negative, got %d", replicas)
 			}
-			if output != "text" && output != "json" {
-				return usageError("--output must be text or json, got %q", output)
+			format, err := outputFormat(output)
+			if err != nil {
+				return err
 			}
 			s, err := strategy.Parse(raw)
 			if err != nil {
@@ -54,12 +55,12 @@ func newPlanCommand() *cobra.Command {
 			for _, doubt := range s.Warnings {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+doubt)
 			}
-			return writePlan(cmd.OutOrStdout(), s, replicas, output)
+			return writePlan(cmd.OutOrStdout(), s, replicas, format)
 		},
 	}
 	cmd.Flags().StringVar(&raw, "strategy", "", "the CustomPodScheduleStrategy value")
 	cmd.Flags().IntVar(&replicas, "replicas", 1, "number of replicas")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
 }
 
@@ -69,8 +70,8 @@ func writePlan(w io.Writer, s *strategy.Strategy, replicas int, output string) e
 		t := s.Terms[i]
 		doc.Terms = append(doc.Terms, planTerm{Term: i + 1, Labels: t.LabelMap(), Base: t.Base, Weight: t.Weight, Count: count})
 	}
-	if output == "json" {
-		return writeJSON(w, doc)
+	if output == "json" || output == "yaml" {
+		return writeStructured(w, doc, output)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TERM\tLABELS\tBASE\tWEIGHT\tPODS")

@@ -33,6 +33,8 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
 )
@@ -44,7 +46,8 @@ func newServeCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the admission webhook (HTTPS: /mutate, /validate, /healthz, /readyz, /metrics)",
 		Long: `Run the admission webhook. Every setting is read from its environment variable
-and can be overridden by its flag.`,
+and can be overridden by its flag (--converge alone means on; other values need a
+value: --converge=off, --reservation-ttl 45s).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadServeConfig(cmd.Flags())
@@ -63,6 +66,7 @@ and can be overridden by its flag.`,
 		},
 	}
 	addSettingFlags(cmd.Flags(), serveSettings)
+	cmd.SetHelpFunc(groupedHelp)
 	return cmd
 }
 
@@ -163,16 +167,33 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	}
 	go catalog.Run(ctx)
 	identity := replicaIdentity()
+	// The Leases this process creates belong to its Deployment: deleting the Deployment
+	// (helm uninstall) has the garbage collector delete them too.
+	owner, err := ownership.Resolve(ctx, client, cfg.Namespace, cfg.OwnerDeployment)
+	if err != nil {
+		return err
+	}
+	// Records an earlier version wrote without the reference (an upgrade) are adopted.
+	for _, selector := range []string{strategy.LabelSeatRecord, strategy.LabelUnavailability} {
+		n, err := owner.AdoptLeases(ctx, client, cfg.Namespace, selector)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.WithFields(logrus.Fields{"owner": owner.String(), "leases": n, "selector": selector}).Info("adopted Leases of an earlier version")
+		}
+	}
 	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
 	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
 	peerTrust := webhook.PeerTrust{Own: certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")}
-	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, webhook.NewPeerClient(peerTrust), log)
+	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, webhook.NewPeerClient(peerTrust), owner, log)
 	if err != nil {
 		return err
 	}
 	// The loop's records of unavailable terms are Leases in the webhook's namespace, read
 	// by every replica: admission honours records another replica's loop wrote.
 	records := converge.NewRecords(client, cfg.Namespace)
+	records.SetOwner(owner)
 	records.Start(ctx)
 	synced := make(chan struct{})
 	go func() {
@@ -218,7 +239,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Log:        entry,
 	}
 	mutator.Availability = records
-	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, metrics, synced, identity, log); err != nil {
+	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, metrics, synced, identity, owner, log); err != nil {
 		return err
 	}
 	validator := &webhook.WorkloadValidator{Capacity: catalog, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
@@ -304,7 +325,7 @@ func checkPeerAddress(ctx context.Context, ledger *webhook.SeatLedger, ok *atomi
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced.
 func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *webhook.Caches, records *converge.Records,
-	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, identity string, log *logrus.Logger,
+	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger,
 ) error {
 	m, err := converge.NewMetrics(metrics.Registry)
 	if err != nil {
@@ -352,7 +373,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		case <-ctx.Done():
 			return
 		}
-		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, entry, loop.Run); err != nil {
+		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, owner, entry, loop.Run); err != nil {
 			entry.WithError(err).Error("convergence loop not started")
 		}
 	}()
@@ -384,7 +405,7 @@ func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 
 // newLedger returns the seat ledger, fed by the placed-pod cache, and what its
 // readiness waits on.
-func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, identity string, peers *http.Client, log *logrus.Logger) (*webhook.SeatLedger, cache.InformerSynced, error) {
+func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*webhook.SeatLedger, cache.InformerSynced, error) {
 	// The ledger's record writes (taking a revision, renewing it) are on the admission's
 	// critical path: a client-side limit would only queue claims past the webhook
 	// timeout (pods then admitted unplaced). The API server's priority and fairness
@@ -396,7 +417,7 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 		return nil, nil, fmt.Errorf("create ledger client: %w", err)
 	}
 	ledger, err := webhook.NewSeatLedger(ledgerClient, cfg.Namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), webhook.LedgerOptions{
-		Identity: identity, PeerURL: cfg.PeerAddress, PeerClient: peers,
+		Identity: identity, PeerURL: cfg.PeerAddress, PeerClient: peers, Owner: owner,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -39,8 +39,9 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
   custom-kube-scheduler-webhook spread -n demo deployment/alpine -o json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.output != "text" && o.output != "json" {
-				return usageError("--output must be text or json, got %q", o.output)
+			format, err := outputFormat(o.output)
+			if err != nil {
+				return err
 			}
 			keep := func(string, string) bool { return true }
 			if len(args) == 1 {
@@ -57,7 +58,7 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 			if len(args) == 1 && len(r.Workloads) == 0 {
 				return fmt.Errorf("%s: not found, or it carries no active %s", args[0], strategy.AnnotationStrategy)
 			}
-			return writeSpread(cmd.OutOrStdout(), r, o.output)
+			return writeSpread(cmd.OutOrStdout(), r, format)
 		},
 	}
 	f := cmd.Flags()
@@ -65,7 +66,7 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 	f.StringVar(&o.context, "context", "", "the kubeconfig context to use")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace (default: the context's namespace)")
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "report workloads of every namespace")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.StringVar(&o.webhookNamespace, "webhook-namespace", "custom-kube-scheduler-webhook", "the webhook's namespace, where its records of unavailable terms are")
 	return cmd
 }
@@ -117,12 +118,14 @@ func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name st
 }
 
 func writeSpread(w io.Writer, r report.Report, output string) error {
-	if output == "json" {
-		return writeJSON(w, r)
+	if output == "json" || output == "yaml" {
+		return writeStructured(w, r, output)
 	}
 	if len(r.Workloads) == 0 {
-		_, err := fmt.Fprintln(w, "No workload here carries an active CustomPodScheduleStrategy.")
-		return err
+		if _, err := fmt.Fprintln(w, "No workload here carries an active CustomPodScheduleStrategy."); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+		return writeUnseen(w, r.Unseen)
 	}
 	for i, wl := range r.Workloads {
 		if i > 0 {
@@ -157,6 +160,22 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		if _, err := fmt.Fprintf(w, "spread %s; unplaced pods %d; pods of older revisions %d; pending repairs %d\n", verdict, wl.Unplaced, wl.OtherRevisions, wl.PendingRepairs); err != nil {
 			return fmt.Errorf("write report: %w", err)
 		}
+	}
+	return writeUnseen(w, r.Unseen)
+}
+
+// writeUnseen says what the report could not read, and what that leaves out.
+func writeUnseen(w io.Writer, unseen []string) error {
+	if len(unseen) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("\nNot seen, so not in this report:\n")
+	for _, u := range unseen {
+		b.WriteString("  - " + u + "\n")
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 )
 
@@ -38,6 +40,34 @@ func TestWriteSpreadText(t *testing.T) {
 	}
 }
 
+// What the report could not read is said after the workloads, also when there are none.
+func TestWriteSpreadUnseen(t *testing.T) {
+	for _, r := range []report.Report{
+		{Unseen: []string{"nodes (not allowed to list them): x"}},
+		{Workloads: []report.WorkloadReport{{Kind: "Deployment", Namespace: "demo", Name: "web"}}, Unseen: []string{"nodes (not allowed to list them): x"}},
+	} {
+		var out bytes.Buffer
+		if err := writeSpread(&out, r, "table"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "Not seen, so not in this report:\n  - nodes (not allowed to list them): x") {
+			t.Errorf("no unseen section:\n%s", out.String())
+		}
+	}
+}
+
+func TestWriteSpreadYAML(t *testing.T) {
+	r := report.Report{Workloads: []report.WorkloadReport{{Kind: "Deployment", Namespace: "demo", Name: "web", Replicas: 2, Exact: true}}}
+	var out bytes.Buffer
+	if err := writeSpread(&out, r, "yaml"); err != nil {
+		t.Fatal(err)
+	}
+	var back report.Report
+	if err := yaml.Unmarshal(out.Bytes(), &back); err != nil || len(back.Workloads) != 1 || back.Workloads[0].Name != "web" || !strings.Contains(out.String(), "namespace: demo") {
+		t.Fatalf("spread -o yaml (%v):\n%s", err, out.String())
+	}
+}
+
 func TestParseWorkloadArg(t *testing.T) {
 	for arg, want := range map[string]string{"deploy/web": "Deployment/web", "sts/db": "StatefulSet/db", "rs/x": "ReplicaSet/x", "web": "/web"} {
 		kind, name, err := parseWorkloadArg(arg)
@@ -47,5 +77,32 @@ func TestParseWorkloadArg(t *testing.T) {
 	}
 	if _, _, err := parseWorkloadArg("cronjob/x"); err == nil {
 		t.Error("cronjob/x accepted")
+	}
+}
+
+// Named kubectl-spread, the binary is the spread report alone, as `kubectl spread`.
+func TestKubectlPluginName(t *testing.T) {
+	for _, argv0 := range []string{"/usr/local/bin/kubectl-spread", "kubectl-spread.exe"} {
+		cmd := commandFor(argv0)
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"--help"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "kubectl spread [deployment/NAME") || !strings.Contains(out.String(), "kubectl spread -n demo") || !strings.Contains(out.String(), "--namespace") {
+			t.Errorf("%s --help:\n%s", argv0, out.String())
+		}
+		cmd = commandFor(argv0)
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"-o", "xml"})
+		if err := cmd.Execute(); exitCode(err) != 2 {
+			t.Errorf("%s -o xml: %v, want exit status 2", argv0, err)
+		}
+	}
+	if cmd := commandFor("/usr/bin/custom-kube-scheduler-webhook"); cmd.Name() != "custom-kube-scheduler-webhook" {
+		t.Errorf("under its own name the binary runs %q, want the whole CLI", cmd.Name())
 	}
 }

@@ -16,6 +16,9 @@
 #  4. the rendered webhook configurations' namespaceSelector, objectSelector and
 #     matchConditions, registered against a recording endpoint: which pods and workloads
 #     the API server calls the webhook for (go test -tags e2e ./deploy/test/).
+#  5. deploy/test/lifecycle.sh: `helm upgrade` from the previous release's chart keeps
+#     the Deployment's selector, the Secret, the webhook configurations and the Leases;
+#     `helm uninstall` leaves nothing of the release (Leases included).
 # Everything the test creates is removed at the end; namespaces that existed are kept.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
@@ -234,6 +237,15 @@ else
 		fail "selfcert e2e"
 		grep -vE 'level=(info|debug)' "$tmp/selfcert.log" | tail -40 >&2
 	fi
+fi
+
+echo "== upgrade from the previous release and uninstall (deploy/test/lifecycle.sh)"
+if bash deploy/test/lifecycle.sh >"$tmp/lifecycle.log" 2>&1; then
+	pass "helm upgrade from the previous chart changes nothing destructive; helm uninstall leaves nothing"
+else
+	fail "lifecycle (upgrade, uninstall)"
+	grep -E '^(FAIL|==)' "$tmp/lifecycle.log" >&2 || true
+	tail -20 "$tmp/lifecycle.log" >&2
 fi
 
 echo "== webhook selectors and matchConditions on the API server"

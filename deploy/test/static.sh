@@ -136,6 +136,35 @@ check "workloads webhook: deployments, statefulsets, replicasets" contains "$vwc
 check "workloads webhook: only objects with a strategy" contains "$vwc" "'custom-pod-schedule-strategy' in object.spec.template.metadata.annotations"
 check_not "self mode: no static caBundle" contains "$mwc$vwc" "caBundle"
 
+check_not "scope all by default: no namespace label required" contains "$mwc$vwc" "custom-kube-scheduler-webhook.io/enabled"
+check "helm template --set scope=opt-in" render optin --set scope=opt-in
+for kind in MutatingWebhookConfiguration ValidatingWebhookConfiguration; do
+	check "scope opt-in: $kind sends only labelled namespaces, exclusions kept" matches "$(tr -d '\n' <<<"$(docs "$kind" <"$tmp/optin.yaml")")" \
+		"namespaceSelector: +matchLabels: +custom-kube-scheduler-webhook.io/enabled: \"true\" +matchExpressions: +- key: kubernetes.io/metadata.name +operator: NotIn +values: +- $NS +- kube-system"
+done
+check_not "scope=everything is refused" render bad-scope --set scope=everything
+
+echo "-- node affinity, Service annotations, extra volumes"
+check "default affinity: soft preference for managed node groups" matches "$(tr -d '\n' <<<"$dep")" \
+	'preferredDuringSchedulingIgnoredDuringExecution: +- preference: +matchExpressions: +- key: eks.amazonaws.com/nodegroup +operator: Exists +weight: 100'
+check "default affinity: soft preference for on-demand Karpenter nodes" matches "$(tr -d '\n' <<<"$dep")" \
+	'- key: karpenter.sh/capacity-type +operator: In +values: +- on-demand +weight: 50'
+check_not "default affinity: nothing required" contains "$dep" "requiredDuringScheduling"
+check_not "default Service: no annotations" matches "$(docs Service <<<"$d")" '^  annotations:'
+documented=$(cat "$tmp/documented.yaml")
+ddep=$(docs Deployment <<<"$documented")
+check "documented: hard affinity off Karpenter's nodes, soft terms dropped" matches "$(tr -d '\n' <<<"$ddep")" \
+	'affinity: +nodeAffinity: +requiredDuringSchedulingIgnoredDuringExecution: +nodeSelectorTerms: +- matchExpressions: +- key: karpenter.sh/nodepool +operator: DoesNotExist'
+check_not "documented: no soft affinity left" contains "$ddep" "preferredDuringScheduling"
+check "documented: Service annotations" matches "$(docs Service <<<"$documented")" '^    prometheus.io/scrape: "true"$'
+check "documented: CA bundle volume from its ConfigMap" matches "$(tr -d '\n' <<<"$ddep")" 'configMap: +name: corporate-ca-bundle +name: corporate-ca'
+check "documented: CA bundle mounted read-only" matches "$(tr -d '\n' <<<"$ddep")" '- mountPath: /etc/corporate-ca +name: corporate-ca +readOnly: true'
+check "documented: the chart's own volumes kept" matches "$(tr -d '\n' <<<"$ddep")" 'mountPath: /etc/webhook/certs.*mountPath: /tmp.*mountPath: /etc/corporate-ca'
+check "documented: SSL_CERT_DIR names the CA bundle" contains "$ddep" 'value: /etc/ssl/certs:/etc/corporate-ca'
+check_not "typo service.anotations is refused" render bad-svc --set service.anotations.x=y
+check_not "typo extraVolume is refused" render bad-vol --set 'extraVolume[0].name=x'
+check_not "extraVolumeMounts without mountPath is refused" render bad-mount --set 'extraVolumeMounts[0].name=x'
+
 echo "-- default values: RBAC"
 cr=$(docs ClusterRole <<<"$d")
 role=$(docs Role <<<"$d")

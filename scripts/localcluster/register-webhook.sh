@@ -12,6 +12,10 @@
 # outside kube-system and the webhook namespace reaches the webhook (the e2e tests
 # use it to check the webhook's own skipping logic).
 #
+# WEBHOOK_SCOPE=all (default) sends every namespace but the excluded ones; opt-in only the
+# namespaces labelled custom-kube-scheduler-webhook.io/enabled=true, as the chart's
+# `scope: opt-in` does.
+#
 # The API server picks up a new configuration through a watch, so this polls with a
 # canary (a server-side dry-run pod create) until the response shows the webhook's patch.
 # `register-webhook.sh delete` removes the configurations.
@@ -46,6 +50,13 @@ if [[ $FILTERS == full ]]; then
 elif [[ $FILTERS != minimal ]]; then
 	lc_die "WEBHOOK_FILTERS must be full or minimal (got '$FILTERS')"
 fi
+SCOPE=${WEBHOOK_SCOPE:-all}
+scope_labels=""
+case $SCOPE in
+all) ;;
+opt-in) scope_labels='      matchLabels: {custom-kube-scheduler-webhook.io/enabled: "true"}' ;;
+*) lc_die "WEBHOOK_SCOPE must be all or opt-in (got '$SCOPE')" ;;
+esac
 excluded_json=$(printf '%s\n' "${excluded[@]}" | jq -R . | jq -sc .)
 
 # The call filters are read from the chart, so they exist once: the pod webhook's
@@ -87,6 +98,7 @@ webhooks:
     timeoutSeconds: $TIMEOUT_SECONDS
     reinvocationPolicy: Never
     namespaceSelector:
+$scope_labels
       matchExpressions:
         - {key: kubernetes.io/metadata.name, operator: NotIn, values: $excluded_json}
 $pod_filters
@@ -107,6 +119,7 @@ webhooks:
     sideEffects: NoneOnDryRun
     timeoutSeconds: $TIMEOUT_SECONDS
     namespaceSelector:
+$scope_labels
       matchExpressions:
         - {key: kubernetes.io/metadata.name, operator: NotIn, values: $excluded_json}
 $workload_filters
@@ -114,7 +127,7 @@ EOF
 # Server-side apply with one field manager: switching filter sets drops the fields
 # the other set had, without a window where no configuration exists.
 lc_kubectl apply --server-side --force-conflicts --field-manager=localcluster -f "$MANIFEST" >/dev/null
-lc_log "webhook registered: $URL/mutate and /validate (filters: $FILTERS, excluded namespaces: ${excluded[*]})"
+lc_log "webhook registered: $URL/mutate and /validate (filters: $FILTERS, scope: $SCOPE, excluded namespaces: ${excluded[*]})"
 
 # Canary: a server-side dry-run create of a pod owned by a ReplicaSet that carries a
 # one-term strategy and has 0 replicas (a bare pod has no workload to count seats in,
@@ -124,7 +137,10 @@ CANARY_NS=${WEBHOOK_CANARY_NAMESPACE:-webhook-canary}
 lc_kubectl apply --server-side --field-manager=localcluster -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Namespace
-metadata: {name: $CANARY_NS}
+metadata:
+  name: $CANARY_NS
+  # Sent in either scope (WEBHOOK_SCOPE=opt-in sends only labelled namespaces).
+  labels: {custom-kube-scheduler-webhook.io/enabled: "true"}
 ---
 apiVersion: apps/v1
 kind: ReplicaSet

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up a dedicated local cluster, run every test that needs a real cluster against
 # it (the Go end-to-end tests of e2e/, then the check of every request the webhook made
-# against the chart's RBAC (check-webhook-rbac.sh), the API-server tests of karpenter/ and webhook/,
+# against the chart's RBAC (check-webhook-rbac.sh), the API-server tests of karpenter/, webhook/ and report/,
 # and deploy/test/cluster.sh), and always tear it down, also on failure or interrupt.
 # The e2e cluster has its own state dir and port offset, so it can run beside a
 # demo cluster. On failure the tail of every component log is printed first.
@@ -49,5 +49,5 @@ go test "${args[@]}" ./e2e/ || e2e_rc=$?
 bash "$here/check-webhook-rbac.sh"
 ((e2e_rc == 0)) || exit "$e2e_rc"
 # The packages' own API-server tests (their unit tests already ran in test-unit).
-KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig go test "${args[@]}" -run 'TestE2E|OnAPIServer' ./karpenter/ ./webhook/
+KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig go test "${args[@]}" -run 'TestE2E|OnAPIServer' ./karpenter/ ./webhook/ ./report/
 KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig bash deploy/test/cluster.sh

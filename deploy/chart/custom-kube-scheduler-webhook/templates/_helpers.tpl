@@ -108,12 +108,17 @@ app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
 
 {{/*
 namespaceSelector shared by both webhooks: never the release namespace, kube-system or
-the blocklist (the API server then does not call at all), ANDed with the user's selector.
+the blocklist (the API server then does not call at all), ANDed with the user's selector;
+with scope opt-in, only namespaces labelled custom-kube-scheduler-webhook.io/enabled=true.
 */}}
 {{- define "cksw.namespaceSelector" -}}
 {{- $excluded := concat (list .Release.Namespace "kube-system") (compact (list .Values.karpenterNamespace)) .Values.blocklistedNamespaces | uniq }}
 {{- $user := .Values.namespaceSelector | default dict }}
-{{- with $user.matchLabels }}
+{{- $labels := deepCopy ($user.matchLabels | default dict) }}
+{{- if eq .Values.scope "opt-in" }}
+{{- $_ := set $labels "custom-kube-scheduler-webhook.io/enabled" "true" }}
+{{- end }}
+{{- with $labels }}
 matchLabels:
   {{- toYaml . | nindent 2 }}
 {{- end }}
