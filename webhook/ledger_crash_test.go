@@ -97,11 +97,7 @@ func TestIdleOwnerReleasesItsRecord(t *testing.T) {
 	owner, other := ls[0], ls[1]
 	claim(t, owner, shopRS, "a")
 	claim(t, owner, shopRS, "b")
-	waitFor(t, "the owner's renewal to land", func() bool {
-		owner.mu.Lock()
-		defer owner.mu.Unlock()
-		return owner.revs[shopRS].writing == nil
-	})
+	waitForWrites(t, owner, shopRS)
 	clock.Step(DefaultOwnership / 2)
 	owner.releaseIdle(context.Background())
 	waitForHolder(t, other, shopRS, "")

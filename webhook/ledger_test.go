@@ -121,6 +121,17 @@ func waitForHolder(t testing.TB, l *SeatLedger, rev Revision, holder string) {
 	})
 }
 
+// waitForWrites waits until replica l has no write of rev's record in flight.
+func waitForWrites(t testing.TB, l *SeatLedger, rev Revision) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%s's writes of the record of %s to land", l.identity, rev.UID), func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		s := l.revs[rev]
+		return s == nil || s.writing == nil
+	})
+}
+
 // placed is a live pod of revision holding seat, fulfilling reservation id.
 func placed(name string, revision Revision, seat int, id types.UID) *corev1.Pod {
 	ann := map[string]string{strategy.AnnotationSeat: fmt.Sprint(seat)}
@@ -296,6 +307,9 @@ func renewedOwner(t *testing.T) (client *fake.Clientset, clock *clocktesting.Fak
 			t.Fatalf("claim %d got %d", i, s)
 		}
 	}
+	// The claims may have started a write raising the seat mark: once it lands, a
+	// claim a quarter of the duration later renews the record.
+	waitForWrites(t, owner, shopRS)
 	clock.Step(DefaultOwnership / 4)
 	claim(t, owner, shopRS, "renewing")
 	waitFor(t, "the other replica to see the renewal listing 4 reservations", func() bool {
