@@ -100,10 +100,10 @@ func (l *SeatLedger) PodVisible(pod *corev1.Pod) {
 			if old == seat {
 				return
 			}
-			s.untake(old)
+			s.untakeByPod(old)
 		}
 		s.pods[pod.UID] = seat
-		s.take(seat)
+		s.takeByPod(seat)
 		s.dropPhantom(seat)
 	})
 }
@@ -114,7 +114,7 @@ func (l *SeatLedger) PodGone(pod *corev1.Pod) {
 	l.podEvent(pod, func(s *revState, _ int) {
 		if seat, held := s.pods[pod.UID]; held {
 			delete(s.pods, pod.UID)
-			s.untake(seat)
+			s.untakeByPod(seat)
 			l.holdPhantom(s, seat)
 		}
 		l.forget(s)

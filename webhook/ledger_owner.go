@@ -195,6 +195,10 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 			s.phantomUntil, s.phantomMark = phantomUntil, 0
 			if !phantomUntil.IsZero() {
 				s.phantomMark = recordMark(prev)
+				s.podSeats = map[int]int{}
+				for _, seat := range s.pods {
+					s.podSeats[seat]++
+				}
 			}
 		}
 		l.apply(s, written)

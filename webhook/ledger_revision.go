@@ -67,6 +67,9 @@ type revState struct {
 	lastFulfil time.Time
 
 	pods map[types.UID]int // visible pod -> the seat it holds
+	// podSeats counts the visible pods per seat, while phantom holds last (the highest
+	// seat a pod holds bounds what a crashed owner answered: topPhantom).
+	podSeats map[int]int
 
 	taken  map[int]int
 	free   *minHeap[int]
@@ -143,6 +146,56 @@ func (s *revState) shrink() {
 }
 
 func (s *revState) take(seat int) { s.taken[seat]++ }
+
+// takeByPod and untakeByPod are take and untake for a visible pod's seat.
+func (s *revState) takeByPod(seat int) {
+	s.take(seat)
+	if s.phantomMark > 0 {
+		if s.podSeats == nil {
+			s.podSeats = map[int]int{}
+		}
+		s.podSeats[seat]++
+	}
+}
+
+func (s *revState) untakeByPod(seat int) {
+	s.untake(seat)
+	if s.podSeats == nil {
+		return
+	}
+	if s.podSeats[seat]--; s.podSeats[seat] <= 0 {
+		delete(s.podSeats, seat)
+	}
+}
+
+// topPhantom returns the highest seat held for a crashed owner (takeOver) above the
+// highest seat a visible pod holds in the held range, while the holds last. The crashed
+// owner handed out the lowest free seats first, and the pods of its answers mostly
+// show up in that order: the top of the held range is the part it most likely never
+// reached, so new claims take it first (not seats above the mark, which would leave
+// the range empty once the holds end), and a late pod's seat, just above the highest
+// pod seen, goes last.
+func (s *revState) topPhantom(now time.Time) (int, bool) {
+	if s.phantomMark == 0 {
+		return 0, false
+	}
+	if !now.Before(s.phantomUntil) {
+		s.phantomMark, s.podSeats = 0, nil // the holds are over
+		return 0, false
+	}
+	highestPod := 0
+	for seat := range s.podSeats {
+		if seat <= s.phantomMark && seat > highestPod {
+			highestPod = seat
+		}
+	}
+	for seat := s.phantomMark; seat > highestPod; seat-- {
+		if e := s.reserved[phantomHash(seat)]; e != nil && e.phantom && e.counted {
+			return seat, true
+		}
+	}
+	return 0, false
+}
 
 // count makes reservation e hold its seat until its pod is seen (uncount).
 func (s *revState) count(e *entry) {
@@ -250,8 +303,15 @@ func (l *SeatLedger) reserve(s *revState, req claimRequest, now time.Time) (int,
 		return 0, ErrRecordFull
 	}
 	seat := s.lowest(now)
+	phantom, fromHold := s.topPhantom(now)
+	if fromHold {
+		seat = phantom
+	}
 	if seat > s.answerLimit() {
 		return 0, errBeyondMark
+	}
+	if fromHold {
+		s.dropPhantom(seat)
 	}
 	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})
 	s.claimsSinceWrite++
