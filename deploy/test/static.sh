@@ -68,7 +68,9 @@ for values in deploy/test/values/*.yaml; do
 	check "helm template -f $values" render "$name" -f "$values"
 done
 check "helm template with a ServiceMonitor" render servicemonitor --set metrics.serviceMonitor.enabled=true
-check "ServiceMonitor scrapes /metrics over HTTPS" matches "$(tr -d '\n' <<<"$(docs ServiceMonitor <"$tmp/servicemonitor.yaml")")" 'path: /metrics +scheme: https'
+sm=$(tr -d '\n' <<<"$(docs ServiceMonitor <"$tmp/servicemonitor.yaml")")
+check "ServiceMonitor scrapes the metrics port over plain HTTP" matches "$sm" 'port: metrics +path: /metrics +scheme: http '
+check_not "ServiceMonitor skips no TLS verification" contains "$sm" "insecureSkipVerify"
 check_not "no ServiceMonitor by default" grep -q '^kind: ServiceMonitor' "$tmp/default.yaml"
 check_not "certMode=bogus is refused" render bad1 --set certMode=bogus
 check_not "secret-provided without caBundle is refused" render bad2 --set certMode=secret-provided --set certs.existingSecret=x
@@ -88,9 +90,13 @@ check "no privilege escalation" contains "$dep" "allowPrivilegeEscalation: false
 check "drops ALL capabilities" matches "$dep" '^ +- ALL$'
 check "seccomp RuntimeDefault" contains "$dep" "type: RuntimeDefault"
 check "requests and limits" matches "$(tr -d '\n' <<<"$dep")" 'limits: +memory: 256Mi +requests: +cpu: 100m'
-check "liveness on HTTPS /healthz" matches "$(tr -d '\n' <<<"$dep")" 'livenessProbe: +httpGet: +scheme: HTTPS +path: /healthz +port: https'
-check "readiness on HTTPS /readyz" matches "$(tr -d '\n' <<<"$dep")" 'readinessProbe: +httpGet: +scheme: HTTPS +path: /readyz +port: https'
-check "container port 9443" contains "$dep" "containerPort: 9443"
+check "startup on the health port's /healthz" matches "$(tr -d '\n' <<<"$dep")" 'startupProbe: +httpGet: +path: /healthz +port: health'
+check "liveness on the health port's /healthz" matches "$(tr -d '\n' <<<"$dep")" 'livenessProbe: +httpGet: +path: /healthz +port: health'
+check "readiness on the health port's /readyz" matches "$(tr -d '\n' <<<"$dep")" 'readinessProbe: +httpGet: +path: /readyz +port: health'
+check "container ports 9443 (https), 8080 (metrics), 8081 (health)" matches "$(tr -d '\n' <<<"$dep")" 'name: https +containerPort: 9443 +protocol: TCP +- name: metrics +containerPort: 8080 +protocol: TCP +- name: health +containerPort: 8081'
+check "METRICS_ADDRESS :8080, HEALTH_ADDRESS :8081" matches "$(tr -d '\n' <<<"$dep")" 'name: METRICS_ADDRESS +value: ":8080" +- name: HEALTH_ADDRESS +value: ":8081"'
+check_not "metricsPort equal to containerPort is refused" render badports --set metricsPort=9443
+check_not "a typo under metrics is refused" render badmetrics --set metrics.serviceMonitor.enable=true
 for env in LOG_LEVEL BLOCKLISTED_NAMESPACE_LIST LISTEN_ADDRESS TLS_CERT_FILE TLS_KEY_FILE POD_NAMESPACE \
 	RESERVATION_TTL VALIDATION_MODE EKS_CLUSTER_NAME NODEGROUP_REFRESH_INTERVAL CERT_MODE CERT_SECRET_NAME \
 	SERVICE_NAME MUTATING_WEBHOOK_CONFIGURATION VALIDATING_WEBHOOK_CONFIGURATION; do
@@ -109,6 +115,7 @@ check "PriorityClass object" matches "$(docs PriorityClass <<<"$d")" '^value: 10
 check "PDB maxUnavailable 1 (never blocks a drain)" contains "$(docs PodDisruptionBudget <<<"$d")" "maxUnavailable: 1"
 check_not "PDB: no minAvailable by default" contains "$(docs PodDisruptionBudget <<<"$d")" "minAvailable"
 check "Service 443 -> https" matches "$(tr -d '\n' <<<"$(docs Service <<<"$d")")" 'port: 443 +targetPort: https'
+check "Service 8080 -> metrics" matches "$(tr -d '\n' <<<"$(docs Service <<<"$d")")" 'name: metrics +port: 8080 +targetPort: metrics'
 check "self mode: empty Secret created" matches "$(docs Secret <<<"$d")" '^type: Opaque$'
 check_not "self mode: Secret carries no data" matches "$(docs Secret <<<"$d")" '^data:'
 
@@ -229,8 +236,8 @@ check "NetworkPolicy renders" render netpol --set networkPolicy.enabled=true --s
 np=$(tr -d '\n' <<<"$(docs NetworkPolicy <"$tmp/netpol.yaml")")
 check "NetworkPolicy: ingress only" contains "$np" 'policyTypes: ["Ingress"]'
 check "NetworkPolicy: the API server's CIDRs" matches "$np" 'ipBlock: +cidr: "10.0.0.0/16" +- ipBlock: +cidr: "10.1.0.0/16"'
-check "NetworkPolicy: metrics peers" contains "$np" "kubernetes.io/metadata.name: monitoring"
-check "NetworkPolicy: the webhook's own replicas (forwarded seat claims)" matches "$np" 'podSelector: +matchLabels: +app.kubernetes.io/name: custom-kube-scheduler-webhook +app.kubernetes.io/instance: [a-z0-9-]+ +- namespaceSelector'
+check "NetworkPolicy: metrics peers, to the metrics port only" matches "$np" 'port: 9443 +- from: +- namespaceSelector: +matchLabels: +kubernetes.io/metadata.name: monitoring +ports: +- protocol: TCP +port: 8080$'
+check "NetworkPolicy: the webhook's own replicas (forwarded seat claims)" matches "$np" 'podSelector: +matchLabels: +app.kubernetes.io/name: custom-kube-scheduler-webhook +app.kubernetes.io/instance: [a-z0-9-]+ +ports: +- protocol: TCP +port: 9443'
 
 check "NetworkPolicy: the container port" matches "$np" 'ports: +- protocol: TCP +port: 9443'
 
