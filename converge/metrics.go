@@ -61,6 +61,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "1 while this replica runs the convergence loop (holds the leader Lease).",
 		}),
 	}
+	// The eviction series exist from the start, at 0, for rates and alerts.
+	for _, reason := range []string{MoveStranded, MoveReturn, MoveDrift, MoveUnplaced, MoveSeatAbove} {
+		for _, result := range []string{"evicted", "refused", "fenced"} {
+			m.evictions.WithLabelValues(reason, result)
+		}
+	}
 	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passesCut} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

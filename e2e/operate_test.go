@@ -5,10 +5,18 @@ package e2e
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/promcheck"
 )
 
 // httpGet GETs url with client and returns the status and body.
@@ -70,5 +78,60 @@ func TestPorts(t *testing.T) {
 	}
 	if status, body := httpGet(ctx, t, plain, w.MetricsURL("/metrics")); status != http.StatusOK || !strings.Contains(body, "# TYPE rest_client_requests_total counter") {
 		t.Errorf("%s: %d, rest_client_requests_total typed a counter: %v", w.MetricsURL("/metrics"), status, strings.Contains(body, "# TYPE rest_client_requests_total counter"))
+	}
+}
+
+// liveOnly are the metrics a live scrape of the suite's webhook may lack: every label
+// of theirs is a term, so they have a series only once a term was placed on, found
+// unserved or unavailable; the node-group ones exist only with EKS_CLUSTER_NAME. The unit
+// test (cmd/custom-kube-scheduler-webhook, TestMonitoringUsesOnlyExportedMetrics)
+// finds them in serve's registry.
+var liveOnly = map[string]bool{
+	"custom_kube_scheduler_webhook_placements_total":                                 true,
+	"custom_kube_scheduler_webhook_unserved_terms_total":                             true,
+	"custom_kube_scheduler_webhook_terms_unavailable":                                true,
+	"custom_kube_scheduler_webhook_terms_marked_unavailable_total":                   true,
+	"custom_kube_scheduler_webhook_terms_kept_launching_total":                       true,
+	"custom_kube_scheduler_webhook_nodegroups":                                       true,
+	"custom_kube_scheduler_webhook_nodegroup_refresh_failing":                        true,
+	"custom_kube_scheduler_webhook_nodegroup_refresh_last_success_timestamp_seconds": true,
+}
+
+// monitoringQueries reads the chart's alert rules and, when present, its dashboard.
+func monitoringQueries(t *testing.T) []promcheck.Query {
+	t.Helper()
+	files := filepath.Join(env.repo, "deploy", "chart", "custom-kube-scheduler-webhook", "files")
+	rules, err := os.ReadFile(filepath.Join(files, "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries, err := promcheck.RuleQueries(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dash, err := os.ReadFile(filepath.Join(files, "dashboard.json")); err == nil {
+		dq, err := promcheck.DashboardQueries(dash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		queries = append(queries, dq...)
+	} else if !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return queries
+}
+
+// The alert rules and the dashboard use only metrics a running serve exports, by a
+// live scrape: they cannot drift from the code.
+func TestMonitoringMatchesLiveScrape(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ms, err := env.webhook.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := promcheck.Exported(slices.Collect(maps.Values(map[string]*dto.MetricFamily(ms))))
+	if err := promcheck.Unexported(monitoringQueries(t), exported, liveOnly); err != nil {
+		t.Errorf("against a scrape of %s:\n%v", env.webhook.MetricsURL("/metrics"), err)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bombsimon/logrusr/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -109,10 +111,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	}
 	// Every client below is built from restCfg (or a copy): all count their requests.
 	metrics := webhook.NewMetrics()
-	restMetrics, err := clientmetrics.New(metrics.Registry)
-	if err != nil {
-		return err
-	}
+	restMetrics := clientmetrics.New()
 	restMetrics.Instrument(restCfg)
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
@@ -149,9 +148,6 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 			log.WithError(err).Error("certificate watcher stopped")
 		}
 	}()
-	if err := webhook.RegisterCertificateExpiry(metrics.Registry, certs.GetCertificate); err != nil {
-		return err
-	}
 
 	caches, err := webhook.NewCaches(client, 10*time.Minute)
 	if err != nil {
@@ -202,17 +198,6 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 
-	if err := metrics.Registry.Register(newBuildInfoGauge(webhook.MetricsNamespace, currentBuild())); err != nil {
-		return fmt.Errorf("register build_info: %w", err)
-	}
-	if err := ledger.RegisterMetrics(metrics.Registry); err != nil {
-		return err
-	}
-	if groups != nil {
-		if err := nodegroups.RegisterMetrics(metrics.Registry, webhook.MetricsNamespace, groups.Status); err != nil {
-			return err
-		}
-	}
 	entry := log.WithField("component", component)
 	mutator := &webhook.PodMutator{
 		Resolver:   caches.Resolver,
@@ -226,9 +211,6 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Log:        entry,
 	}
 	mutator.Availability = records
-	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, metrics, synced, identity, log); err != nil {
-		return err
-	}
 	validator := &webhook.WorkloadValidator{Capacity: catalog, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
 	var draining, peerChecked atomic.Bool
 	handlers := &webhook.Handlers{
@@ -253,6 +235,17 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Limits:    cfg.Limits,
 		Peer:      webhook.RequirePeerCertificate(certs.GetCertificate, ledger.PeerHandler()),
 		Profiling: cfg.Profiling,
+	}
+	sources := metricSources{REST: restMetrics, Ledger: ledger, Certificate: certs.GetCertificate, Ready: handlers.Ready}
+	if groups != nil {
+		sources.NodeGroups = groups.Status
+	}
+	convergeMetrics, err := registerMetrics(metrics.Registry, sources)
+	if err != nil {
+		return err
+	}
+	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, convergeMetrics, synced, identity, log); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddress)
 	if err != nil {
@@ -349,6 +342,61 @@ func (p *plainListeners) serve(ctx context.Context, log logrus.FieldLogger) <-ch
 	return done
 }
 
+// metricSources are what serve's metrics beside webhook.NewMetrics' own read.
+type metricSources struct {
+	REST        *clientmetrics.Metrics
+	Ledger      *webhook.SeatLedger
+	Certificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	Ready       func() error
+	// NodeGroups is nil without EKS_CLUSTER_NAME: no node-group metrics then.
+	NodeGroups func() nodegroups.Status
+}
+
+// registerMetrics registers on reg (webhook.NewMetrics' registry) every metric serve
+// exports beyond webhook.NewMetrics' own, and returns the convergence loop's. The
+// monitoring tests build their registry with it, as serve does.
+func registerMetrics(reg prometheus.Registerer, src metricSources) (*converge.Metrics, error) {
+	if err := src.REST.Register(reg); err != nil {
+		return nil, err
+	}
+	if err := webhook.RegisterCertificateExpiry(reg, src.Certificate); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(newBuildInfoGauge(webhook.MetricsNamespace, currentBuild())); err != nil {
+		return nil, fmt.Errorf("register build_info: %w", err)
+	}
+	if err := reg.Register(newReadyGauge(webhook.MetricsNamespace, src.Ready)); err != nil {
+		return nil, fmt.Errorf("register ready: %w", err)
+	}
+	if err := src.Ledger.RegisterMetrics(reg); err != nil {
+		return nil, err
+	}
+	if src.NodeGroups != nil {
+		if err := nodegroups.RegisterMetrics(reg, webhook.MetricsNamespace, src.NodeGroups); err != nil {
+			return nil, err
+		}
+	}
+	m, err := converge.NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register convergence metrics: %w", err)
+	}
+	return m, nil
+}
+
+// newReadyGauge is custom_kube_scheduler_webhook_ready: 1 while /readyz answers 200, so
+// that an alert sees a replica that runs but is not ready.
+func newReadyGauge(namespace string, ready func() error) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "ready",
+		Help: "1 while this replica is ready (its /readyz answers 200), else 0.",
+	}, func() float64 {
+		if ready() != nil {
+			return 0
+		}
+		return 1
+	})
+}
+
 // notSynced is readiness's answer before the caches have synced: it names each view
 // not listed yet.
 func notSynced(unsynced ...[]string) error {
@@ -400,12 +448,8 @@ func checkPeerAddress(ctx context.Context, ledger *webhook.SeatLedger, ok *atomi
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced.
 func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *webhook.Caches, records *converge.Records,
-	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, identity string, log *logrus.Logger,
+	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, log *logrus.Logger,
 ) error {
-	m, err := converge.NewMetrics(metrics.Registry)
-	if err != nil {
-		return fmt.Errorf("register convergence metrics: %w", err)
-	}
 	entry := log.WithField("component", "converge")
 	if !cfg.Converge {
 		entry.Info("convergence loop switched off (CONVERGE=off)")

@@ -72,6 +72,41 @@ sm=$(tr -d '\n' <<<"$(docs ServiceMonitor <"$tmp/servicemonitor.yaml")")
 check "ServiceMonitor scrapes the metrics port over plain HTTP" matches "$sm" 'port: metrics +path: /metrics +scheme: http '
 check_not "ServiceMonitor skips no TLS verification" contains "$sm" "insecureSkipVerify"
 check_not "no ServiceMonitor by default" grep -q '^kind: ServiceMonitor' "$tmp/default.yaml"
+
+echo "-- alerts: promtool check and unit tests, and the chart's PrometheusRule"
+if ! command -v promtool >/dev/null 2>&1; then
+	# shellcheck source=scripts/localcluster/lib.sh
+	source scripts/localcluster/lib.sh
+	lc_ensure_packages promtool:prometheus
+fi
+rules=$CHART_DIR/files/alerts.yaml
+if promtool check rules "$rules" >"$tmp/promtool-check.out" 2>&1; then
+	pass "promtool check rules $rules: $(grep -o '[0-9]* rules found' "$tmp/promtool-check.out")"
+else
+	cat "$tmp/promtool-check.out" >&2
+	fail "promtool check rules $rules (see above)"
+fi
+if promtool test rules deploy/test/monitoring/alerts_test.yaml >"$tmp/promtool-test.out" 2>&1; then
+	pass "promtool test rules deploy/test/monitoring/alerts_test.yaml"
+else
+	cat "$tmp/promtool-test.out" >&2
+	fail "promtool test rules deploy/test/monitoring/alerts_test.yaml (see above)"
+fi
+# Every alert has a unit test where it fires and one where it does not.
+mapfile -t alerts < <(sed -n 's/^ *- alert: //p' "$rules")
+check "files/alerts.yaml has alerts" test "${#alerts[@]}" -gt 0
+for alert in "${alerts[@]}"; do
+	check "alert $alert: a test where it fires and one where it does not" test "$(grep -c "alertname: $alert$" deploy/test/monitoring/alerts_test.yaml)" -ge 2
+	check "alert $alert: its runbook is a heading of README.md" grep -q "^#### $alert$" README.md
+	check "alert $alert: its runbook_url is that heading's anchor" grep -q "runbook_url: .*/README.md#${alert,,}$" "$rules"
+done
+# spec_of KIND FILE: the spec of the KIND document in FILE, indentation removed.
+spec_of() { docs "$1" <"$2" | sed -n '/^spec:$/,$p' | tail -n +2 | sed 's/^  //'; }
+check "helm template with a PrometheusRule" render prometheusrule --set prometheusRule.enabled=true --set prometheusRule.labels.release=prom
+check "the PrometheusRule's spec is files/alerts.yaml, the rules promtool tested" diff <(spec_of PrometheusRule "$tmp/prometheusrule.yaml") "$rules"
+check "PrometheusRule: extra labels" matches "$(docs PrometheusRule <"$tmp/prometheusrule.yaml")" '^    release: prom$'
+check_not "no PrometheusRule by default" grep -q '^kind: PrometheusRule' "$tmp/default.yaml"
+check_not "a typo under prometheusRule is refused" render badrule --set prometheusRule.enable=true
 check_not "certMode=bogus is refused" render bad1 --set certMode=bogus
 check_not "secret-provided without caBundle is refused" render bad2 --set certMode=secret-provided --set certs.existingSecret=x
 check_not "logLevel outside the schema is refused" render bad3 --set logLevel=loud

@@ -27,9 +27,9 @@ type Metrics struct {
 	latency  *prometheus.HistogramVec
 }
 
-// New creates the metrics and registers them on reg.
-func New(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
+// New creates the metrics; Register puts them on a registry.
+func New() *Metrics {
+	return &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total",
 			Help: "Number of HTTP requests of the Kubernetes clients, partitioned by status code, method, and host.",
@@ -41,12 +41,16 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0},
 		}, []string{"verb", "host"}),
 	}
+}
+
+// Register registers the metrics on reg.
+func (m *Metrics) Register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.requests, m.latency} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register REST client metrics: %w", err)
+			return fmt.Errorf("register REST client metrics: %w", err)
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // Instrument makes every client built from cfg (and from its copies) count its

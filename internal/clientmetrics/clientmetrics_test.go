@@ -27,8 +27,8 @@ func TestInstrumentCountsRequests(t *testing.T) {
 	}))
 	defer srv.Close()
 	reg := prometheus.NewRegistry()
-	m, err := New(reg)
-	if err != nil {
+	m := New()
+	if err := m.Register(reg); err != nil {
 		t.Fatal(err)
 	}
 	cfg := &rest.Config{Host: srv.URL}
@@ -51,7 +51,7 @@ func TestInstrumentCountsRequests(t *testing.T) {
 	if n := testutil.CollectAndCount(m.latency); n != 1 {
 		t.Errorf("rest_client_request_duration_seconds has %d series, want 1 (GET, %s)", n, host)
 	}
-	if _, err := New(reg); err == nil {
+	if err := m.Register(reg); err == nil {
 		t.Error("registering the metrics twice on one registry succeeded")
 	}
 }
