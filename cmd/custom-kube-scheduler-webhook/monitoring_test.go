@@ -21,7 +21,8 @@ import (
 
 // The monitoring kit the chart ships: its alert rules and its Grafana dashboard.
 const (
-	alertsFile = "../../deploy/chart/custom-kube-scheduler-webhook/files/alerts.yaml"
+	alertsFile    = "../../deploy/chart/custom-kube-scheduler-webhook/files/alerts.yaml"
+	dashboardFile = "../../deploy/chart/custom-kube-scheduler-webhook/files/dashboard.json"
 )
 
 // recorder is a Registerer that remembers the series names of what it registers,
@@ -108,5 +109,51 @@ func TestMonitoringUsesOnlyExportedMetrics(t *testing.T) {
 	}
 	if err := promcheck.Unexported(queries, exported, nil); err != nil {
 		t.Errorf("%s:\n%v", alertsFile, err)
+	}
+	dashboard, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	panels, err := promcheck.DashboardQueries(dashboard)
+	if err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	if err := promcheck.Unexported(panels, exported, nil); err != nil {
+		t.Errorf("%s:\n%v", dashboardFile, err)
+	}
+}
+
+// The dashboard shows admissions, latency, fail-open, placement per term, fallback,
+// evictions, the ledger and convergence: a query reads each one's metric.
+func TestDashboardCoversEachConcern(t *testing.T) {
+	dashboard, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	panels, err := promcheck.DashboardQueries(dashboard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, q := range panels {
+		names, err := promcheck.Metrics(q.Expr)
+		if err != nil {
+			t.Fatalf("%s: %v", q.Where, err)
+		}
+		for _, n := range names {
+			used[n] = true
+		}
+	}
+	const p = "custom_kube_scheduler_webhook_"
+	for concern, metric := range map[string]string{
+		"admissions": p + "admissions_total", "latency": p + "admission_duration_seconds_bucket",
+		"fail-open": p + "admissions_refused_total", "placement per term": p + "placements_total",
+		"fallback": p + "terms_unavailable", "evictions": p + "converge_evictions_total",
+		"ledger": p + "seat_claims_total", "convergence": p + "convergence_lag_seconds",
+		"Kubernetes API": "rest_client_request_duration_seconds_bucket",
+	} {
+		if !used[metric] {
+			t.Errorf("no panel of %s shows %s (%s)", dashboardFile, concern, metric)
+		}
 	}
 }

@@ -107,6 +107,19 @@ check "the PrometheusRule's spec is files/alerts.yaml, the rules promtool tested
 check "PrometheusRule: extra labels" matches "$(docs PrometheusRule <"$tmp/prometheusrule.yaml")" '^    release: prom$'
 check_not "no PrometheusRule by default" grep -q '^kind: PrometheusRule' "$tmp/default.yaml"
 check_not "a typo under prometheusRule is refused" render badrule --set prometheusRule.enable=true
+
+echo "-- the Grafana dashboard"
+dashboard=$CHART_DIR/files/dashboard.json
+check "files/dashboard.json is JSON with panels" jq -e '.panels | length > 0' "$dashboard"
+check "helm template with the dashboard" render dashboard --set dashboards.enabled=true --set dashboards.namespace=monitoring \
+	--set dashboards.annotations.grafana_folder=Platform
+dcm=$(docs ConfigMap "$CHART_NAME-dashboard" <"$tmp/dashboard.yaml")
+check "dashboard ConfigMap: grafana_dashboard label" matches "$dcm" '^    grafana_dashboard: "1"$'
+check "dashboard ConfigMap: in dashboards.namespace" matches "$dcm" '^  namespace: monitoring$'
+check "dashboard ConfigMap: annotations" matches "$dcm" '^    grafana_folder: Platform$'
+check "dashboard ConfigMap: its JSON is files/dashboard.json" diff <(sed -n '/^  custom-kube-scheduler-webhook.json: |-$/,$p' <<<"$dcm" | tail -n +2 | sed 's/^    //') "$dashboard"
+check_not "no dashboard by default" grep -q 'grafana_dashboard' "$tmp/default.yaml"
+check_not "a typo under dashboards is refused" render baddash --set dashboards.enable=true
 check_not "certMode=bogus is refused" render bad1 --set certMode=bogus
 check_not "secret-provided without caBundle is refused" render bad2 --set certMode=secret-provided --set certs.existingSecret=x
 check_not "logLevel outside the schema is refused" render bad3 --set logLevel=loud
