@@ -237,6 +237,9 @@ check "no PDB when disabled" test "$(docs PodDisruptionBudget <<<"$sp" | count_d
 echo "-- non-default values"
 nd=$(cat "$tmp/nondefault-self.yaml")
 ndd=$(tr -d '\n' <<<"$(docs Deployment <<<"$nd")")
+check "metricsPort and healthPort follow" matches "$ndd" 'name: METRICS_ADDRESS +value: ":9090" +- name: HEALTH_ADDRESS +value: ":9091"'
+check "the Service's metrics port follows metricsPort" matches "$(tr -d '\n' <<<"$(docs Service <<<"$nd")")" 'name: metrics +port: 9090 +targetPort: metrics'
+check "values file: the dashboard ConfigMap" matches "$(docs ConfigMap cksw-dashboard <<<"$nd")" '^    grafana_dashboard: "1"$'
 check "fullnameOverride" contains "$nd" "name: cksw"
 check "image by digest" contains "$nd" 'image: "123456789012.dkr.ecr.eu-west-1.amazonaws.com/custom-kube-scheduler-webhook@sha256:0000000000000000000000000000000000000000000000000000000000000001"'
 check "IRSA role annotation" contains "$(docs ServiceAccount <<<"$nd")" "eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/custom-kube-scheduler-webhook"
