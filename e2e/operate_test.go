@@ -83,7 +83,8 @@ func TestPorts(t *testing.T) {
 
 // liveOnly are the metrics a live scrape of the suite's webhook may lack: every label
 // of theirs is a term, so they have a series only once a term was placed on, found
-// unserved or unavailable; the node-group ones exist only with EKS_CLUSTER_NAME. The unit
+// unserved or unavailable, or (term_pods, term_target_pods) once the convergence loop
+// ran a pass with a workload; the node-group ones exist only with EKS_CLUSTER_NAME. The unit
 // test (cmd/custom-kube-scheduler-webhook, TestMonitoringUsesOnlyExportedMetrics)
 // finds them in serve's registry.
 var liveOnly = map[string]bool{
@@ -92,6 +93,8 @@ var liveOnly = map[string]bool{
 	"custom_kube_scheduler_webhook_terms_unavailable":                                true,
 	"custom_kube_scheduler_webhook_terms_marked_unavailable_total":                   true,
 	"custom_kube_scheduler_webhook_terms_kept_launching_total":                       true,
+	"custom_kube_scheduler_webhook_term_target_pods":                                 true,
+	"custom_kube_scheduler_webhook_term_pods":                                        true,
 	"custom_kube_scheduler_webhook_nodegroups":                                       true,
 	"custom_kube_scheduler_webhook_nodegroup_refresh_failing":                        true,
 	"custom_kube_scheduler_webhook_nodegroup_refresh_last_success_timestamp_seconds": true,

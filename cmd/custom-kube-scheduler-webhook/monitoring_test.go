@@ -148,7 +148,8 @@ func TestDashboardCoversEachConcern(t *testing.T) {
 	for concern, metric := range map[string]string{
 		"admissions": p + "admissions_total", "latency": p + "admission_duration_seconds_bucket",
 		"fail-open": p + "admissions_refused_total", "placement per term": p + "placements_total",
-		"fallback": p + "terms_unavailable", "evictions": p + "converge_evictions_total",
+		"against target": p + "term_target_pods",
+		"fallback":       p + "terms_unavailable", "evictions": p + "converge_evictions_total",
 		"ledger": p + "seat_claims_total", "convergence": p + "convergence_lag_seconds",
 		"Kubernetes API": "rest_client_request_duration_seconds_bucket",
 	} {
