@@ -69,8 +69,9 @@ IMAGE_BIN := $(BIN_DIR)/image/custom-kube-scheduler-webhook
 test-image:
 	IMAGE_TEST_OUT=$(dir $(IMAGE_BIN)) bash scripts/image/test.sh
 
-## test-deploy: chart lint and render, manifest drift, shellcheck, Dockerfile checks,
-## build_and_push.sh --dry-run, and the binary built with the Dockerfile's flags
+## test-deploy: chart lint and render, manifest drift, shellcheck, the alerts' promtool
+## check and unit tests (deploy/test/monitoring), Dockerfile checks, build_and_push.sh
+## --dry-run, and the binary built with the Dockerfile's flags
 test-deploy:
 	deploy/test/static.sh
 	deploy/test/build-binary.sh

@@ -2,6 +2,7 @@
 # Deploy checks that need no cluster:
 #   ShellCheck on every shell script of the repo; helm lint and helm template of the chart
 #   with default and non-default values (and what the rendered objects must say);
+#   the alerts (promtool check rules, promtool test rules) and the dashboard the chart ships;
 #   deploy/manifests drift; Dockerfile rules (plus hadolint when installed);
 #   build_and_push.sh --dry-run output; the helper scripts' --help.
 set -euo pipefail
