@@ -168,8 +168,13 @@ func (l *Loop) Run(ctx context.Context, leading func() bool) {
 	l.leading = leading
 	l.cfg.Metrics.leader.Set(1)
 	defer func() {
+		// Another replica runs the loop now and reports: no stale value of this one's
+		// stays beside its own (the alerts take the maximum over the replicas).
 		l.cfg.Metrics.leader.Set(0)
-		// Another replica reports the terms now: no stale sum beside its own.
+		l.cfg.Metrics.lag.Set(0)
+		l.cfg.Metrics.pending.Set(0)
+		l.cfg.Metrics.fallback.Set(0)
+		l.cfg.Metrics.unavailable.Reset()
 		l.cfg.Metrics.termTarget.Reset()
 		l.cfg.Metrics.termPods.Reset()
 	}()

@@ -3,8 +3,10 @@ package converge
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // After a pass, term_target_pods and term_pods show per term what the revisions should
@@ -27,5 +29,29 @@ func TestTermTargetAndPods(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
+	}
+}
+
+// A replica that stops running the loop (leadership lost, shutdown) leaves no value
+// of its own beside the new leader's: the alerts take the maximum over the replicas.
+func TestLoopStopClearsItsGauges(t *testing.T) {
+	w := newWorld(t, 5, fallbackPods(5))
+	m := w.loop.cfg.Metrics
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.loop.Run(ctx, nil); close(done) }()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(m.fallback) == 4, nil
+	}); err != nil {
+		cancel()
+		t.Fatalf("fallback_pods never reached 4: %v", testutil.ToFloat64(m.fallback))
+	}
+	cancel()
+	<-done
+	if v := testutil.ToFloat64(m.fallback) + testutil.ToFloat64(m.leader); v != 0 {
+		t.Errorf("fallback_pods + converge_leader = %v after the loop stopped, want 0", v)
+	}
+	if n := testutil.CollectAndCount(m.termTarget) + testutil.CollectAndCount(m.termPods); n != 0 {
+		t.Errorf("%d term series left after the loop stopped, want 0", n)
 	}
 }
