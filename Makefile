@@ -78,8 +78,9 @@ test-image:
 test-ecr:
 	bash scripts/image/ecr-test.sh
 
-## test-deploy: chart lint and render, manifest drift, shellcheck, Dockerfile checks,
-## build_and_push.sh --dry-run, and the binary built with the Dockerfile's flags
+## test-deploy: chart lint and render, manifest drift, shellcheck, the alerts' promtool
+## check and unit tests (deploy/test/monitoring), Dockerfile checks, build_and_push.sh
+## --dry-run, and the binary built with the Dockerfile's flags
 test-deploy:
 	deploy/test/static.sh
 	deploy/test/build-binary.sh

@@ -167,7 +167,17 @@ func (l *Loop) Run(ctx context.Context, leading func() bool) {
 	l.reset()
 	l.leading = leading
 	l.cfg.Metrics.leader.Set(1)
-	defer l.cfg.Metrics.leader.Set(0)
+	defer func() {
+		// Another replica runs the loop now and reports: no stale value of this one's
+		// stays beside its own (the alerts take the maximum over the replicas).
+		l.cfg.Metrics.leader.Set(0)
+		l.cfg.Metrics.lag.Set(0)
+		l.cfg.Metrics.pending.Set(0)
+		l.cfg.Metrics.fallback.Set(0)
+		l.cfg.Metrics.unavailable.Reset()
+		l.cfg.Metrics.termTarget.Reset()
+		l.cfg.Metrics.termPods.Reset()
+	}()
 	l.cfg.Log.Info("convergence loop started")
 	t := time.NewTicker(l.cfg.Interval)
 	defer t.Stop()
@@ -211,6 +221,7 @@ func (l *Loop) Pass(ctx context.Context) {
 	now := time.Now()
 	seen := map[types.UID]bool{}
 	lag, fallbackPods, pendingRepairs := time.Duration(0), 0, 0
+	target, placed := map[string]int{}, map[string]int{}
 	l.cfg.Metrics.unavailable.Reset()
 	revs, exists := l.revisions()
 	// Start where the last pass ran out of time, so no revision waits for ever behind
@@ -236,6 +247,12 @@ func (l *Loop) Pass(ctx context.Context) {
 			continue
 		}
 		res := l.converge(ctx, rev, now)
+		for term, n := range res.target {
+			target[term] += n
+		}
+		for term, n := range res.placed {
+			placed[term] += n
+		}
 		fallbackPods += res.fallbackPods
 		pendingRepairs += res.pending
 		if res.off {
@@ -250,6 +267,19 @@ func (l *Loop) Pass(ctx context.Context) {
 	l.cfg.Metrics.fallback.Set(float64(fallbackPods))
 	l.cfg.Metrics.pending.Set(float64(pendingRepairs))
 	l.cfg.Metrics.lag.Set(lag.Seconds())
+	// Set at once after the pass, so a scrape never sees a pass's partial sums. A pass
+	// cut short leaves out the revisions it did not reach.
+	l.cfg.Metrics.termTarget.Reset()
+	l.cfg.Metrics.termPods.Reset()
+	for term, n := range target {
+		l.cfg.Metrics.termTarget.WithLabelValues(term).Set(float64(n))
+		l.cfg.Metrics.termPods.WithLabelValues(term).Set(float64(placed[term]))
+	}
+	for term, n := range placed {
+		if _, ok := target[term]; !ok {
+			l.cfg.Metrics.termPods.WithLabelValues(term).Set(float64(n))
+		}
+	}
 	for uid := range l.offSince {
 		if !seen[uid] {
 			delete(l.offSince, uid)
@@ -349,6 +379,9 @@ func statefulSetRolling(s *appsv1.StatefulSet) bool {
 type result struct {
 	fallbackPods, pending int
 	off                   bool
+	// target and placed count, by term label string, the pods the revision should
+	// have on each term and the live placed pods it has there.
+	target, placed map[string]int
 }
 
 // move is one pod the loop wants elsewhere.
@@ -396,6 +429,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	}
 	struck := false
 	placedLive := 0
+	placedOn := make([]int, len(s.Terms))
 	stranded := map[int]*pendingPods{}
 	waiting := map[int]*pendingPods{}
 	l.cfg.Caches.EachPodOf(cached, func(p *corev1.Pod) {
@@ -404,6 +438,9 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		}
 		placedLive++
 		t := strategy.TermOf(s, p)
+		if t >= 0 {
+			placedOn[t]++
+		}
 		since, ok := unschedulableSince(p)
 		if t < 0 || !ok {
 			return
@@ -481,6 +518,11 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	}
 	gone := func(x int) bool { _, ok := active[x]; return ok }
 	placement := s.Place(n, gone)
+	res.target, res.placed = map[string]int{}, map[string]int{}
+	for t, c := range placement.Counts(len(s.Terms)) {
+		res.target[s.Terms[t].LabelString()] += c
+		res.placed[s.Terms[t].LabelString()] += placedOn[t]
+	}
 	if placement.Stuck {
 		if !l.stuckSaid[rev.uid] {
 			l.stuckSaid[rev.uid] = true

@@ -18,6 +18,8 @@ type Metrics struct {
 	lag         prometheus.Gauge
 	leader      prometheus.Gauge
 	passesCut   prometheus.Counter
+	termTarget  *prometheus.GaugeVec
+	termPods    *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -60,8 +62,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: "converge_leader",
 			Help: "1 while this replica runs the convergence loop (holds the leader Lease).",
 		}),
+		termTarget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "term_target_pods",
+			Help: "Pods the workload revisions with a strategy should have on each term now (their targets, an unavailable term's seats on its fallback), summed by the term's node labels; set by the replica running the loop, after each pass.",
+		}, []string{"term"}),
+		termPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "term_pods",
+			Help: "Live placed pods of the workload revisions with a strategy on each term, summed by the term's node labels; set by the replica running the loop, after each pass.",
+		}, []string{"term"}),
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passesCut} {
+	// The eviction series exist from the start, at 0, for rates and alerts.
+	for _, reason := range []string{MoveStranded, MoveReturn, MoveDrift, MoveUnplaced, MoveSeatAbove} {
+		for _, result := range []string{"evicted", "refused", "fenced"} {
+			m.evictions.WithLabelValues(reason, result)
+		}
+	}
+	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passesCut, m.termTarget, m.termPods} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

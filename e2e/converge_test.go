@@ -336,6 +336,24 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 	if marked < 1 {
 		t.Errorf("custom_kube_scheduler_webhook_terms_marked_unavailable_total is %v on both loop processes, want >= 1", marked)
 	}
+	// The leader's sums per term (term_target_pods, term_pods): while spot is
+	// unavailable every seat's target is on-demand, and the pods are there.
+	const onDemand = "karpenter.sh/capacity-type=on-demand"
+	var target, placed float64
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		target, placed = 0, 0
+		for _, p := range []*harness.Serve{first, second} {
+			ms, err := p.Metrics(ctx)
+			if err != nil {
+				return false, err
+			}
+			target += ms.Sum("custom_kube_scheduler_webhook_term_target_pods", harness.Labels{"term": onDemand})
+			placed += ms.Sum("custom_kube_scheduler_webhook_term_pods", harness.Labels{"term": onDemand})
+		}
+		return target >= replicas && placed >= replicas, nil
+	}); err != nil {
+		t.Errorf("on-demand: term_target_pods %v, term_pods %v on the loop processes, want both >= %d: %v", target, placed, replicas, err)
+	}
 	wl := spreadJSON(ctx, t, ns, "stranded")
 	terms := wl["terms"].([]any)
 	spot := terms[1].(map[string]any)

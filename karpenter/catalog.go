@@ -195,21 +195,29 @@ func (c *Catalog) runNodePools(ctx context.Context) {
 
 // HasSynced reports whether Nodes and NodePools have been listed (or the
 // NodePool API was found absent) and the first node group refresh finished.
-func (c *Catalog) HasSynced() bool {
+func (c *Catalog) HasSynced() bool { return len(c.Unsynced()) == 0 }
+
+// Unsynced names the views not listed yet ("nodes", "nodepools", "nodegroups"), for a
+// readiness answer that says what it waits for.
+func (c *Catalog) Unsynced() []string {
+	var out []string
 	if !c.nodes.HasSynced() {
-		return false
+		out = append(out, "nodes")
 	}
 	if c.pools != nil {
 		switch c.poolState.Load() {
 		case poolsUnknown:
-			return false
+			out = append(out, "nodepools")
 		case poolsWatching:
 			if !c.pools.HasSynced() {
-				return false
+				out = append(out, "nodepools")
 			}
 		}
 	}
-	return c.groups == nil || c.groups.HasSynced()
+	if c.groups != nil && !c.groups.HasSynced() {
+		out = append(out, "nodegroups")
+	}
+	return out
 }
 
 // Tolerations answers what a pod selecting term needs: tolerations for the taints of

@@ -54,6 +54,8 @@ The cluster is still running. To use it:
   export KUBECONFIG=$KUBECONFIG_FILE
   kubectl get nodes -L karpenter.sh/nodepool,karpenter.sh/capacity-type,nodesize
   kubectl -n $NS scale deployment $DEPLOY --replicas=30 && bin/custom-kube-scheduler-webhook spread -n $NS
+  curl -s http://127.0.0.1:$WEBHOOK_METRICS_PORT/metrics | grep ^custom_kube_scheduler_webhook_placements_total
+  curl -s http://127.0.0.1:$WEBHOOK_HEALTH_PORT/readyz
 Webhook log: $LOGS/webhook.log
 Stop everything (processes and state): make demo-down
 EOF

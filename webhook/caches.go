@@ -79,6 +79,28 @@ func (c *Caches) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
+// Unsynced names the informers that have not listed their objects yet ("pods",
+// "replicasets", "deployments", "statefulsets"), for a readiness answer that says
+// what it waits for.
+func (c *Caches) Unsynced() []string {
+	apps := c.workloads.Apps().V1()
+	var out []string
+	for _, inf := range []struct {
+		name   string
+		synced cache.InformerSynced
+	}{
+		{"pods", c.pods.Core().V1().Pods().Informer().HasSynced},
+		{"replicasets", apps.ReplicaSets().Informer().HasSynced},
+		{"deployments", apps.Deployments().Informer().HasSynced},
+		{"statefulsets", apps.StatefulSets().Informer().HasSynced},
+	} {
+		if !inf.synced() {
+			out = append(out, inf.name)
+		}
+	}
+	return out
+}
+
 // OnPlacedPods calls visible whenever the pod cache shows a live placed pod, and gone
 // when a placed pod stops holding its seat (terminating, finished or deleted). The
 // returned function reports whether the handlers have been given every pod of the

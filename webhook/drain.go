@@ -88,3 +88,34 @@ func ServeDrain(stop context.Context, ln net.Listener, handler http.Handler, get
 	log.Info("in-flight requests finished; stopped")
 	return nil
 }
+
+// ServePlain runs a plain HTTP server (metrics, probes) on ln until stop ends, then
+// shuts it down, waiting up to 5 s for requests in flight. what names it in the log.
+func ServePlain(stop context.Context, ln net.Listener, handler http.Handler, what string, log logrus.FieldLogger) error {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		// Long enough for a 30 s CPU profile (PROFILING=on on the metrics port).
+		WriteTimeout:   2 * time.Minute,
+		IdleTimeout:    90 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+	}
+	log.WithFields(logrus.Fields{"address": ln.Addr().String(), "serves": what}).Info("serving HTTP")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", what, err)
+	case <-stop.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		return fmt.Errorf("shut down %s server: %w", what, err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", what, err)
+	}
+	return nil
+}

@@ -41,8 +41,9 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 	}
 	const period = 700 * time.Millisecond
 	url, client, signal, done := startDrain(t, h, Drain{Period: period, Begin: func() { draining.Store(true) }}, true)
+	health := startPlain(t, h.HealthMux())
 	status := func(path string) int {
-		resp, err := client.Get(url + path)
+		resp, err := http.Get(health + path)
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
@@ -78,7 +79,7 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("ServeDrain: %v", err)
 	}
-	if _, err := client.Get(url + "/healthz"); err == nil {
+	if _, err := client.Get(url + "/mutate"); err == nil {
 		t.Error("still serving after ServeDrain returned")
 	}
 }

@@ -27,6 +27,8 @@ type Metrics struct {
 	placements *prometheus.CounterVec
 	unserved   *prometheus.CounterVec
 	refused    *prometheus.CounterVec
+	// collectors are what NewMetrics registered, for Describe.
+	collectors []prometheus.Collector
 }
 
 // MetricsNamespace prefixes every metric of the product (webhook, convergence loop,
@@ -44,8 +46,9 @@ func NewMetrics() *Metrics {
 		}, []string{"webhook", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "admission_duration_seconds",
-			Help:    "Time to answer an admission request, by webhook.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+			Help: "Time to answer an admission request, by webhook.",
+			// Up to the chart's timeoutSeconds (5), so that a p99 near it can be seen.
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 4, 5},
 		}, []string{"webhook"}),
 		placements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "placements_total",
@@ -60,11 +63,35 @@ func NewMetrics() *Metrics {
 			Help: "Admission requests refused before they were read, by webhook and HTTP status (413: body over the cap; 429: no room in flight in time).",
 		}, []string{"webhook", "status"}),
 	}
-	m.Registry.MustRegister(m.admissions, m.latency, m.placements, m.unserved, m.refused,
+	m.collectors = []prometheus.Collector{m.admissions, m.latency, m.placements, m.unserved, m.refused,
 		// Go's defaults, and go_gc_heap_live_bytes: the heap the last collection marked
 		// live, what the heap comes back to (the GC's goal only bounds it from above).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+	m.Registry.MustRegister(m.collectors...)
+	// Every series with a known label set exists from the start, at 0: rates and
+	// alerts see it before the first event, and a scrape shows every metric.
+	for _, o := range []string{OutcomePlaced, OutcomeSkipped, OutcomeInvalid, OutcomeConflict, OutcomeError, OutcomeDeadline} {
+		m.admissions.WithLabelValues("mutate", o)
+	}
+	for _, o := range []string{OutcomeAllowed, OutcomeDenied, OutcomeError} {
+		m.admissions.WithLabelValues("validate", o)
+	}
+	for _, w := range []string{"mutate", "validate"} {
+		m.latency.WithLabelValues(w)
+		for _, status := range []string{"413", "429"} {
+			m.refused.WithLabelValues(w, status)
+		}
+	}
 	return m
+}
+
+// Describe sends the descriptors of every metric NewMetrics registered, with series or
+// not yet (a scrape shows a labelled metric only once it has one): the monitoring tests
+// compare the dashboard and the alerts with them.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors {
+		c.Describe(ch)
+	}
 }

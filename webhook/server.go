@@ -39,14 +39,25 @@ type Handlers struct {
 	Profiling bool
 }
 
-// Mux routes /mutate, /validate, /healthz, /readyz, /metrics, the peers' seat claims
-// and, with Profiling, /debug/pprof/.
+// Mux routes the HTTPS port: /mutate, /validate and the peers' seat claims. Probes
+// are on HealthMux's port and /metrics on MetricsMux's, as in controller-runtime
+// projects.
 func (h *Handlers) Mux() http.Handler {
 	mux := http.NewServeMux()
 	// One gate for both webhooks: they share the process's memory.
 	gate := newAdmissionGate(h.Limits)
 	mux.Handle("POST /mutate", h.admission("mutate", h.Mutate, gate))
 	mux.Handle("POST /validate", h.admission("validate", h.Validate, gate))
+	if h.Peer != nil {
+		mux.Handle("POST "+PeerClaimPath, h.Peer)
+	}
+	return h.recoverPanics(mux)
+}
+
+// HealthMux routes the probes' port: /healthz (the process answers) and /readyz (503
+// with Ready's error, which names what it waits for).
+func (h *Handlers) HealthMux() http.Handler {
+	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := h.Ready(); err != nil {
@@ -55,10 +66,13 @@ func (h *Handlers) Mux() http.Handler {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	return h.recoverPanics(mux)
+}
+
+// MetricsMux routes the metrics port: /metrics and, with Profiling, /debug/pprof/.
+func (h *Handlers) MetricsMux() http.Handler {
+	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.Metrics.Registry, promhttp.HandlerOpts{}))
-	if h.Peer != nil {
-		mux.Handle("POST "+PeerClaimPath, h.Peer)
-	}
 	if h.Profiling {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

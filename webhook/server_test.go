@@ -231,52 +231,90 @@ func TestAdmissionPanicAdmitsUnchanged(t *testing.T) {
 	}
 }
 
-func TestHealthAndReadiness(t *testing.T) {
-	ready := errors.New("caches not synced yet")
+// startPlain serves handler on a plain HTTP port with ServePlain until the test ends.
+func startPlain(t *testing.T, handler http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ServePlain(ctx, ln, handler, "test", quietLog()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ServePlain: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// get GETs url and returns the status and body.
+func get(t *testing.T, client *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// Probes are on the health port, /metrics on the metrics port (plain HTTP both), and
+// the HTTPS port serves neither.
+func TestPortsServeTheirOwnEndpoints(t *testing.T) {
+	ready := errors.New("caches not synced: pods, nodepools")
 	h := &Handlers{Ready: func() error { return ready }, Metrics: NewMetrics(), Log: quietLog()}
 	url, _, _, client := startServer(t, h)
-	status := func(path string) int {
-		resp, err := client.Get(url + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	if s := status("/healthz"); s != http.StatusOK {
+	health := startPlain(t, h.HealthMux())
+	metrics := startPlain(t, h.MetricsMux())
+	plain := http.DefaultClient
+	if s, _ := get(t, plain, health+"/healthz"); s != http.StatusOK {
 		t.Errorf("/healthz %d", s)
 	}
-	if s := status("/readyz"); s != http.StatusServiceUnavailable {
-		t.Errorf("/readyz before sync %d, want 503", s)
+	if s, body := get(t, plain, health+"/readyz"); s != http.StatusServiceUnavailable || !strings.Contains(body, "pods, nodepools") {
+		t.Errorf("/readyz before sync: %d %q, want 503 naming the caches", s, body)
 	}
 	ready = nil
-	if s := status("/readyz"); s != http.StatusOK {
+	if s, _ := get(t, plain, health+"/readyz"); s != http.StatusOK {
 		t.Errorf("/readyz after sync %d", s)
 	}
-	if s := status("/metrics"); s != http.StatusOK {
-		t.Errorf("/metrics %d", s)
+	if s, body := get(t, plain, metrics+"/metrics"); s != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("/metrics %d, Go collector there: %v", s, strings.Contains(body, "go_goroutines"))
+	}
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		if s, _ := get(t, client, url+path); s != http.StatusNotFound {
+			t.Errorf("HTTPS port %s: %d, want 404", path, s)
+		}
+		if s, _ := get(t, plain, metrics+path); path != "/metrics" && s != http.StatusNotFound {
+			t.Errorf("metrics port %s: %d, want 404", path, s)
+		}
+	}
+	if s, _ := get(t, plain, health+"/metrics"); s != http.StatusNotFound {
+		t.Errorf("health port /metrics: %d, want 404", s)
 	}
 }
 
 func TestProfilesOnlyWhenProfiling(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		h := &Handlers{Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog(), Profiling: on}
-		url, _, _, client := startServer(t, h)
-		resp, err := client.Get(url + "/debug/pprof/heap?debug=1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		metrics := startPlain(t, h.MetricsMux())
+		status, body := get(t, http.DefaultClient, metrics+"/debug/pprof/heap?debug=1")
 		want := http.StatusNotFound
 		if on {
 			want = http.StatusOK
 		}
-		if resp.StatusCode != want {
-			t.Errorf("Profiling %v: /debug/pprof/heap %d, want %d", on, resp.StatusCode, want)
+		if status != want {
+			t.Errorf("Profiling %v: /debug/pprof/heap %d, want %d", on, status, want)
 		}
-		if on && !strings.Contains(string(body), "heap profile") {
+		if on && !strings.Contains(body, "heap profile") {
 			t.Errorf("Profiling on: /debug/pprof/heap is not a heap profile: %.100q", body)
+		}
+		url, _, _, client := startServer(t, h)
+		if s, _ := get(t, client, url+"/debug/pprof/heap?debug=1"); s != http.StatusNotFound {
+			t.Errorf("Profiling %v: the HTTPS port serves /debug/pprof/heap (%d)", on, s)
 		}
 	}
 }

@@ -12,8 +12,11 @@
 // pods, as serve's ledger keeps one of the placed pods: the floor of a placing webhook
 // that must see the pods it placed. It is ready once the cache has synced.
 //
+// Like serve, it answers /readyz on HEALTH_ADDRESS and profiles on METRICS_ADDRESS
+// (plain HTTP), admissions on LISTEN_ADDRESS (HTTPS).
+//
 // Settings (environment): LISTEN_ADDRESS (host:port), TLS_CERT_FILE, TLS_KEY_FILE,
-// WATCH_NAMESPACE, KUBECONFIG.
+// METRICS_ADDRESS, HEALTH_ADDRESS, WATCH_NAMESPACE, KUBECONFIG.
 package main
 
 import (
@@ -57,14 +60,29 @@ func main() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/mutate", h.mutate)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	health := http.NewServeMux()
+	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !synced() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})
 	// Profiles, to compare with serve's (PROFILING=on) in `make bench`.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	metrics := http.NewServeMux()
+	metrics.HandleFunc("/debug/pprof/", pprof.Index)
+	metrics.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	for _, p := range []struct {
+		env     string
+		handler http.Handler
+	}{{"HEALTH_ADDRESS", health}, {"METRICS_ADDRESS", metrics}} {
+		if a := os.Getenv(p.env); a != "" {
+			plain := &http.Server{Addr: a, Handler: p.handler, ReadHeaderTimeout: 5 * time.Second}
+			go func() {
+				err := plain.ListenAndServe()
+				log.Printf("floorhook: %s: %v", p.env, err)
+				os.Exit(1)
+			}()
+		}
+	}
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	log.Printf("floorhook: serving on %s", addr)
 	if err := srv.ListenAndServeTLS(cert, key); err != nil && !errors.Is(err, http.ErrServerClosed) {

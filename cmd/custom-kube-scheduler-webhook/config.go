@@ -29,7 +29,9 @@ type setting struct {
 var serveSettings = []setting{
 	{"log-level", "LOG_LEVEL", "info", "log level: trace, debug, info, warn or error (JSON logs)"},
 	{"blocklisted-namespace-list", "BLOCKLISTED_NAMESPACE_LIST", "kube-system,kube-public", "comma-separated namespaces whose pods are never mutated"},
-	{"listen-address", "LISTEN_ADDRESS", ":9443", "HTTPS listen address"},
+	{"listen-address", "LISTEN_ADDRESS", ":9443", "HTTPS listen address: admission (/mutate, /validate) and the other replicas' seat claims"},
+	{"metrics-address", "METRICS_ADDRESS", ":8080", "plain-HTTP listen address of /metrics (and /debug/pprof/ with PROFILING=on); 0 turns it off"},
+	{"health-address", "HEALTH_ADDRESS", ":8081", "plain-HTTP listen address of the probes /healthz and /readyz (a 503 names each cache not synced yet); 0 turns it off"},
 	{"tls-cert-file", "TLS_CERT_FILE", "/etc/webhook/certs/tls.crt", "serving certificate (PEM); reloaded when it changes"},
 	{"tls-key-file", "TLS_KEY_FILE", "/etc/webhook/certs/tls.key", "serving key (PEM); reloaded when it changes"},
 	{"kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty means in-cluster configuration"},
@@ -54,16 +56,19 @@ var serveSettings = []setting{
 	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
 	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
-	{"profiling", "PROFILING", "off", "on: serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on the HTTPS port, for diagnosing memory or CPU use; off in normal operation"},
+	{"profiling", "PROFILING", "off", "on: serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on the metrics port (METRICS_ADDRESS), for diagnosing memory or CPU use; off in normal operation"},
 	{"owner-deployment", "OWNER_DEPLOYMENT", "", "Deployment in the webhook's namespace that owns the Leases this process creates (seat and unavailability records, the leader Lease), so they are deleted with it; empty: no owner (the chart sets its own Deployment)"},
 	{"admission-deadline", "ADMISSION_DEADLINE", "4s", "time a pod admission may take; past it the pod is admitted unplaced with a warning (keep it below the webhook's timeoutSeconds, 5 in the chart)"},
 }
 
 // serveConfig is the validated configuration of `serve`.
 type serveConfig struct {
-	LogLevel         logrus.Level
-	Blocklist        map[string]bool
-	ListenAddress    string
+	LogLevel      logrus.Level
+	Blocklist     map[string]bool
+	ListenAddress string
+	// MetricsAddress and HealthAddress are "" when switched off ("0").
+	MetricsAddress   string
+	HealthAddress    string
 	TLSCertFile      string
 	TLSKeyFile       string
 	Kubeconfig       string
@@ -108,6 +113,8 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 	c := &serveConfig{
 		Blocklist:        parseList(v.GetString("blocklisted-namespace-list")),
 		ListenAddress:    v.GetString("listen-address"),
+		MetricsAddress:   plainAddress(v.GetString("metrics-address")),
+		HealthAddress:    plainAddress(v.GetString("health-address")),
 		TLSCertFile:      v.GetString("tls-cert-file"),
 		TLSKeyFile:       v.GetString("tls-key-file"),
 		Kubeconfig:       v.GetString("kubeconfig"),
@@ -118,6 +125,11 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		MutatingConfig:   v.GetString("mutating-webhook-configuration"),
 		ValidatingConfig: v.GetString("validating-webhook-configuration"),
 		OwnerDeployment:  strings.TrimSpace(v.GetString("owner-deployment")),
+	}
+	for _, a := range []struct{ env, addr string }{{"METRICS_ADDRESS", c.MetricsAddress}, {"HEALTH_ADDRESS", c.HealthAddress}} {
+		if _, _, err := net.SplitHostPort(a.addr); a.addr != "" && err != nil {
+			return nil, fmt.Errorf("%s %q: want host:port, :port, or 0 to turn it off", a.env, a.addr)
+		}
 	}
 	// The original accepted "INFO" and an empty value; both still work.
 	level := strings.TrimSpace(v.GetString("log-level"))
@@ -201,6 +213,15 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// plainAddress reads METRICS_ADDRESS or HEALTH_ADDRESS: "0" (as in controller-runtime)
+// or empty switches the listener off and is returned as "".
+func plainAddress(s string) string {
+	if s = strings.TrimSpace(s); s == "0" {
+		return ""
+	}
+	return s
 }
 
 func positiveDuration(v *viper.Viper, key, env string) (time.Duration, error) {

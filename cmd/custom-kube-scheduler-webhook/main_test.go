@@ -150,8 +150,20 @@ func TestServeConfigDefaults(t *testing.T) {
 	}
 	if cfg.LogLevel != logrus.InfoLevel || !reflect.DeepEqual(cfg.Blocklist, map[string]bool{"kube-system": true, "kube-public": true}) ||
 		cfg.ListenAddress != ":9443" || cfg.ReservationTTL != 30*time.Second || cfg.WarnOnly || cfg.SelfCert ||
-		cfg.Namespace != "custom-kube-scheduler-webhook" {
+		cfg.Namespace != "custom-kube-scheduler-webhook" || cfg.MetricsAddress != ":8080" || cfg.HealthAddress != ":8081" {
 		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+// METRICS_ADDRESS and HEALTH_ADDRESS take "0" for off, as controller-runtime does.
+func TestServeConfigPlainAddressesOff(t *testing.T) {
+	t.Setenv("METRICS_ADDRESS", "0")
+	cfg, err := loadServeConfig(serveFlags(t, "--health-address", "127.0.0.1:18081"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsAddress != "" || cfg.HealthAddress != "127.0.0.1:18081" {
+		t.Fatalf("METRICS_ADDRESS=0, --health-address 127.0.0.1:18081: %q, %q", cfg.MetricsAddress, cfg.HealthAddress)
 	}
 }
 
@@ -184,6 +196,8 @@ func TestServeConfigErrors(t *testing.T) {
 		"VALIDATION_MODE":            "maybe",
 		"CERT_MODE":                  "magic",
 		"LEDGER":                     "disk",
+		"METRICS_ADDRESS":            "8080",
+		"HEALTH_ADDRESS":             "localhost",
 	}
 	for env, value := range cases {
 		t.Run(env, func(t *testing.T) {

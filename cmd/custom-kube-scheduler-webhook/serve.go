@@ -3,17 +3,20 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/bombsimon/logrusr/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +34,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
@@ -44,7 +48,7 @@ const component = "custom-kube-scheduler-webhook"
 func newServeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the admission webhook (HTTPS: /mutate, /validate, /healthz, /readyz, /metrics)",
+		Short: "Run the admission webhook (HTTPS: /mutate, /validate; HTTP: /metrics, /healthz, /readyz)",
 		Long: `Run the admission webhook. Every setting is read from its environment variable
 and can be overridden by its flag (--converge alone means on; other values need a
 value: --converge=off, --reservation-ttl 45s).`,
@@ -109,6 +113,10 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Every client below is built from restCfg (or a copy): all count their requests.
+	metrics := webhook.NewMetrics()
+	restMetrics := clientmetrics.New()
+	restMetrics.Instrument(restCfg)
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
@@ -201,7 +209,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 			log.WithError(err).Error("caches did not sync")
 			return
 		}
-		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, ledgerSynced, records.HasSynced) {
+		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, func() bool { return len(ledgerSynced()) == 0 }, records.HasSynced) {
 			log.Error("NodePool, node group, node, seat record and unavailability record views did not sync")
 			return
 		}
@@ -214,18 +222,6 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 
-	metrics := webhook.NewMetrics()
-	if err := metrics.Registry.Register(newBuildInfoGauge(webhook.MetricsNamespace, currentBuild())); err != nil {
-		return fmt.Errorf("register build_info: %w", err)
-	}
-	if err := ledger.RegisterMetrics(metrics.Registry); err != nil {
-		return err
-	}
-	if groups != nil {
-		if err := nodegroups.RegisterMetrics(metrics.Registry, webhook.MetricsNamespace, groups.Status); err != nil {
-			return err
-		}
-	}
 	entry := log.WithField("component", component)
 	mutator := &webhook.PodMutator{
 		Resolver:   caches.Resolver,
@@ -239,9 +235,6 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Log:        entry,
 	}
 	mutator.Availability = records
-	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, metrics, synced, identity, owner, log); err != nil {
-		return err
-	}
 	validator := &webhook.WorkloadValidator{Capacity: catalog, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
 	var draining, peerChecked atomic.Bool
 	handlers := &webhook.Handlers{
@@ -254,7 +247,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 			select {
 			case <-synced:
 			default:
-				return errors.New("caches not synced yet")
+				return notSynced(caches.Unsynced(), catalog.Unsynced(), ledgerSynced(), unsyncedIf(!records.HasSynced(), "unavailability records"))
 			}
 			if !peerChecked.Load() {
 				return errors.New("not reachable at its peer address yet")
@@ -267,9 +260,25 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Peer:      webhook.RequirePeerCertificate(peerTrust, ledger.PeerHandler()),
 		Profiling: cfg.Profiling,
 	}
+	sources := metricSources{REST: restMetrics, Ledger: ledger, Certificate: certs.GetCertificate, Ready: handlers.Ready}
+	if groups != nil {
+		sources.NodeGroups = groups.Status
+	}
+	convergeMetrics, err := registerMetrics(metrics.Registry, sources)
+	if err != nil {
+		return err
+	}
+	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, convergeMetrics, synced, identity, owner, log); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.ListenAddress, err)
+	}
+	plain, err := listenPlain(cfg, handlers)
+	if err != nil {
+		_ = ln.Close()
+		return err
 	}
 	for _, msg := range cfg.Deprecations {
 		entry.Warn(msg)
@@ -282,17 +291,155 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	startMu.Unlock()
 	if !started {
 		_ = ln.Close()
+		plain.close()
 		return nil
 	}
+	// Metrics and probes are served until admissions have stopped: /readyz answers
+	// 503 through the drain.
+	plainCtx, stopPlain := context.WithCancel(ctx)
+	plainDone := plain.serve(plainCtx, entry)
 	go checkPeerAddress(ctx, ledger, &peerChecked, entry)
 	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() { draining.Store(true) }}
 	err = webhook.ServeDrain(stop, ln, handlers.Mux(), certs.GetCertificate, drain, entry)
+	stopPlain()
+	<-plainDone
 	// No admission reaches this replica any more: the other replicas take its
 	// revisions over at once, with its reservations.
 	handover, cancelHandover := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelHandover()
 	ledger.Handover(handover)
 	return err
+}
+
+// plainListeners are the metrics and health ports (nil when switched off).
+type plainListeners struct {
+	metrics, health net.Listener
+	handlers        *webhook.Handlers
+}
+
+// listenPlain opens METRICS_ADDRESS and HEALTH_ADDRESS.
+func listenPlain(cfg *serveConfig, handlers *webhook.Handlers) (*plainListeners, error) {
+	p := &plainListeners{handlers: handlers}
+	var err error
+	if cfg.MetricsAddress != "" {
+		if p.metrics, err = net.Listen("tcp", cfg.MetricsAddress); err != nil {
+			return nil, fmt.Errorf("listen on METRICS_ADDRESS %s: %w", cfg.MetricsAddress, err)
+		}
+	}
+	if cfg.HealthAddress != "" {
+		if p.health, err = net.Listen("tcp", cfg.HealthAddress); err != nil {
+			p.close()
+			return nil, fmt.Errorf("listen on HEALTH_ADDRESS %s: %w", cfg.HealthAddress, err)
+		}
+	}
+	return p, nil
+}
+
+func (p *plainListeners) close() {
+	for _, ln := range []net.Listener{p.metrics, p.health} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// serve serves /metrics and the probes until ctx ends; the channel closes once both
+// servers have stopped.
+func (p *plainListeners) serve(ctx context.Context, log logrus.FieldLogger) <-chan struct{} {
+	var wg sync.WaitGroup
+	for _, s := range []struct {
+		ln      net.Listener
+		handler http.Handler
+		what    string
+	}{{p.metrics, p.handlers.MetricsMux(), "metrics"}, {p.health, p.handlers.HealthMux(), "health probes"}} {
+		if s.ln == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := webhook.ServePlain(ctx, s.ln, s.handler, s.what, log); err != nil {
+				log.WithError(err).Error("plain HTTP server stopped")
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// metricSources are what serve's metrics beside webhook.NewMetrics' own read.
+type metricSources struct {
+	REST        *clientmetrics.Metrics
+	Ledger      *webhook.SeatLedger
+	Certificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	Ready       func() error
+	// NodeGroups is nil without EKS_CLUSTER_NAME: no node-group metrics then.
+	NodeGroups func() nodegroups.Status
+}
+
+// registerMetrics registers on reg (webhook.NewMetrics' registry) every metric serve
+// exports beyond webhook.NewMetrics' own, and returns the convergence loop's. The
+// monitoring tests build their registry with it, as serve does.
+func registerMetrics(reg prometheus.Registerer, src metricSources) (*converge.Metrics, error) {
+	if err := src.REST.Register(reg); err != nil {
+		return nil, err
+	}
+	if err := webhook.RegisterCertificateExpiry(reg, src.Certificate); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(newBuildInfoGauge(webhook.MetricsNamespace, currentBuild())); err != nil {
+		return nil, fmt.Errorf("register build_info: %w", err)
+	}
+	if err := reg.Register(newReadyGauge(webhook.MetricsNamespace, src.Ready)); err != nil {
+		return nil, fmt.Errorf("register ready: %w", err)
+	}
+	if err := src.Ledger.RegisterMetrics(reg); err != nil {
+		return nil, err
+	}
+	if src.NodeGroups != nil {
+		if err := nodegroups.RegisterMetrics(reg, webhook.MetricsNamespace, src.NodeGroups); err != nil {
+			return nil, err
+		}
+	}
+	m, err := converge.NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register convergence metrics: %w", err)
+	}
+	return m, nil
+}
+
+// newReadyGauge is custom_kube_scheduler_webhook_ready: 1 while /readyz answers 200, so
+// that an alert sees a replica that runs but is not ready.
+func newReadyGauge(namespace string, ready func() error) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "ready",
+		Help: "1 while this replica is ready (its /readyz answers 200), else 0.",
+	}, func() float64 {
+		if ready() != nil {
+			return 0
+		}
+		return 1
+	})
+}
+
+// notSynced is readiness's answer before the caches have synced: it names each view
+// not listed yet.
+func notSynced(unsynced ...[]string) error {
+	var names []string
+	for _, u := range unsynced {
+		names = append(names, u...)
+	}
+	if len(names) == 0 {
+		return errors.New("caches not synced yet")
+	}
+	return fmt.Errorf("caches not synced: %s", strings.Join(names, ", "))
+}
+
+// unsyncedIf is []string{name} when cond holds.
+func unsyncedIf(cond bool, name string) []string {
+	if cond {
+		return []string{name}
+	}
+	return nil
 }
 
 // checkPeerAddress calls this replica at its peer address until it answers, then sets
@@ -325,12 +472,8 @@ func checkPeerAddress(ctx context.Context, ledger *webhook.SeatLedger, ok *atomi
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced.
 func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *webhook.Caches, records *converge.Records,
-	recorder record.EventRecorder, metrics *webhook.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger,
+	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger,
 ) error {
-	m, err := converge.NewMetrics(metrics.Registry)
-	if err != nil {
-		return fmt.Errorf("register convergence metrics: %w", err)
-	}
 	entry := log.WithField("component", "converge")
 	if !cfg.Converge {
 		entry.Info("convergence loop switched off (CONVERGE=off)")
@@ -404,8 +547,8 @@ func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 }
 
 // newLedger returns the seat ledger, fed by the placed-pod cache, and what its
-// readiness waits on.
-func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*webhook.SeatLedger, cache.InformerSynced, error) {
+// readiness waits on (the names of what has not synced).
+func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*webhook.SeatLedger, func() []string, error) {
 	// The ledger's record writes (taking a revision, renewing it) are on the admission's
 	// critical path: a client-side limit would only queue claims past the webhook
 	// timeout (pods then admitted unplaced). The API server's priority and fairness
@@ -428,7 +571,9 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 	}
 	ledger.Start(ctx)
 	// Ready only once the ledger has counted every placed pod and read every record.
-	return ledger, func() bool { return podsSeen() && ledger.HasSynced() }, nil
+	return ledger, func() []string {
+		return append(unsyncedIf(!podsSeen(), "placed pods (seat ledger)"), unsyncedIf(!ledger.HasSynced(), "seat records")...)
+	}, nil
 }
 
 // newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,

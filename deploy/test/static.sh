@@ -2,6 +2,7 @@
 # Deploy checks that need no cluster:
 #   ShellCheck on every shell script of the repo; helm lint and helm template of the chart
 #   with default and non-default values (and what the rendered objects must say);
+#   the alerts (promtool check rules, promtool test rules) and the dashboard the chart ships;
 #   deploy/manifests drift; Dockerfile rules (plus hadolint when installed);
 #   build_and_push.sh --dry-run output; the helper scripts' --help.
 set -euo pipefail
@@ -68,8 +69,58 @@ for values in deploy/test/values/*.yaml; do
 	check "helm template -f $values" render "$name" -f "$values"
 done
 check "helm template with a ServiceMonitor" render servicemonitor --set metrics.serviceMonitor.enabled=true
-check "ServiceMonitor scrapes /metrics over HTTPS" matches "$(tr -d '\n' <<<"$(docs ServiceMonitor <"$tmp/servicemonitor.yaml")")" 'path: /metrics +scheme: https'
+sm=$(tr -d '\n' <<<"$(docs ServiceMonitor <"$tmp/servicemonitor.yaml")")
+check "ServiceMonitor scrapes the metrics port over plain HTTP" matches "$sm" 'port: metrics +path: /metrics +scheme: http '
+check_not "ServiceMonitor skips no TLS verification" contains "$sm" "insecureSkipVerify"
 check_not "no ServiceMonitor by default" grep -q '^kind: ServiceMonitor' "$tmp/default.yaml"
+
+echo "-- alerts: promtool check and unit tests, and the chart's PrometheusRule"
+if ! command -v promtool >/dev/null 2>&1; then
+	# shellcheck source=scripts/localcluster/lib.sh
+	source scripts/localcluster/lib.sh
+	lc_ensure_packages promtool:prometheus
+fi
+rules=$CHART_DIR/files/alerts.yaml
+if promtool check rules "$rules" >"$tmp/promtool-check.out" 2>&1; then
+	pass "promtool check rules $rules: $(grep -o '[0-9]* rules found' "$tmp/promtool-check.out")"
+else
+	cat "$tmp/promtool-check.out" >&2
+	fail "promtool check rules $rules (see above)"
+fi
+if promtool test rules deploy/test/monitoring/alerts_test.yaml >"$tmp/promtool-test.out" 2>&1; then
+	pass "promtool test rules deploy/test/monitoring/alerts_test.yaml"
+else
+	cat "$tmp/promtool-test.out" >&2
+	fail "promtool test rules deploy/test/monitoring/alerts_test.yaml (see above)"
+fi
+# Every alert has a unit test where it fires and one where it does not.
+mapfile -t alerts < <(sed -n 's/^ *- alert: //p' "$rules")
+check "files/alerts.yaml has alerts" test "${#alerts[@]}" -gt 0
+for alert in "${alerts[@]}"; do
+	check "alert $alert: a test where it fires and one where it does not" test "$(grep -c "alertname: $alert$" deploy/test/monitoring/alerts_test.yaml)" -ge 2
+	check "alert $alert: its runbook is a heading of README.md" grep -q "^#### $alert$" README.md
+	check "alert $alert: its runbook_url is that heading's anchor" grep -q "runbook_url: .*/README.md#${alert,,}$" "$rules"
+done
+# spec_of KIND FILE: the spec of the KIND document in FILE, indentation removed.
+spec_of() { docs "$1" <"$2" | sed -n '/^spec:$/,$p' | tail -n +2 | sed 's/^  //'; }
+check "helm template with a PrometheusRule" render prometheusrule --set prometheusRule.enabled=true --set prometheusRule.labels.release=prom
+check "the PrometheusRule's spec is files/alerts.yaml, the rules promtool tested" diff <(spec_of PrometheusRule "$tmp/prometheusrule.yaml") "$rules"
+check "PrometheusRule: extra labels" matches "$(docs PrometheusRule <"$tmp/prometheusrule.yaml")" '^    release: prom$'
+check_not "no PrometheusRule by default" grep -q '^kind: PrometheusRule' "$tmp/default.yaml"
+check_not "a typo under prometheusRule is refused" render badrule --set prometheusRule.enable=true
+
+echo "-- the Grafana dashboard"
+dashboard=$CHART_DIR/files/dashboard.json
+check "files/dashboard.json is JSON with panels" jq -e '.panels | length > 0' "$dashboard"
+check "helm template with the dashboard" render dashboard --set dashboards.enabled=true --set dashboards.namespace=monitoring \
+	--set dashboards.annotations.grafana_folder=Platform
+dcm=$(docs ConfigMap "$CHART_NAME-dashboard" <"$tmp/dashboard.yaml")
+check "dashboard ConfigMap: grafana_dashboard label" matches "$dcm" '^    grafana_dashboard: "1"$'
+check "dashboard ConfigMap: in dashboards.namespace" matches "$dcm" '^  namespace: monitoring$'
+check "dashboard ConfigMap: annotations" matches "$dcm" '^    grafana_folder: Platform$'
+check "dashboard ConfigMap: its JSON is files/dashboard.json" diff <(sed -n '/^  custom-kube-scheduler-webhook.json: |-$/,$p' <<<"$dcm" | tail -n +2 | sed 's/^    //') "$dashboard"
+check_not "no dashboard by default" grep -q 'grafana_dashboard' "$tmp/default.yaml"
+check_not "a typo under dashboards is refused" render baddash --set dashboards.enable=true
 check_not "certMode=bogus is refused" render bad1 --set certMode=bogus
 check_not "secret-provided without caBundle is refused" render bad2 --set certMode=secret-provided --set certs.existingSecret=x
 check_not "logLevel outside the schema is refused" render bad3 --set logLevel=loud
@@ -88,9 +139,13 @@ check "no privilege escalation" contains "$dep" "allowPrivilegeEscalation: false
 check "drops ALL capabilities" matches "$dep" '^ +- ALL$'
 check "seccomp RuntimeDefault" contains "$dep" "type: RuntimeDefault"
 check "requests and limits" matches "$(tr -d '\n' <<<"$dep")" 'limits: +memory: 256Mi +requests: +cpu: 100m'
-check "liveness on HTTPS /healthz" matches "$(tr -d '\n' <<<"$dep")" 'livenessProbe: +httpGet: +scheme: HTTPS +path: /healthz +port: https'
-check "readiness on HTTPS /readyz" matches "$(tr -d '\n' <<<"$dep")" 'readinessProbe: +httpGet: +scheme: HTTPS +path: /readyz +port: https'
-check "container port 9443" contains "$dep" "containerPort: 9443"
+check "startup on the health port's /healthz" matches "$(tr -d '\n' <<<"$dep")" 'startupProbe: +httpGet: +path: /healthz +port: health'
+check "liveness on the health port's /healthz" matches "$(tr -d '\n' <<<"$dep")" 'livenessProbe: +httpGet: +path: /healthz +port: health'
+check "readiness on the health port's /readyz" matches "$(tr -d '\n' <<<"$dep")" 'readinessProbe: +httpGet: +path: /readyz +port: health'
+check "container ports 9443 (https), 8080 (metrics), 8081 (health)" matches "$(tr -d '\n' <<<"$dep")" 'name: https +containerPort: 9443 +protocol: TCP +- name: metrics +containerPort: 8080 +protocol: TCP +- name: health +containerPort: 8081'
+check "METRICS_ADDRESS :8080, HEALTH_ADDRESS :8081" matches "$(tr -d '\n' <<<"$dep")" 'name: METRICS_ADDRESS +value: ":8080" +- name: HEALTH_ADDRESS +value: ":8081"'
+check_not "metricsPort equal to containerPort is refused" render badports --set metricsPort=9443
+check_not "a typo under metrics is refused" render badmetrics --set metrics.serviceMonitor.enable=true
 for env in LOG_LEVEL BLOCKLISTED_NAMESPACE_LIST LISTEN_ADDRESS TLS_CERT_FILE TLS_KEY_FILE POD_NAMESPACE \
 	RESERVATION_TTL VALIDATION_MODE EKS_CLUSTER_NAME NODEGROUP_REFRESH_INTERVAL CERT_MODE CERT_SECRET_NAME \
 	SERVICE_NAME MUTATING_WEBHOOK_CONFIGURATION VALIDATING_WEBHOOK_CONFIGURATION; do
@@ -109,6 +164,7 @@ check "PriorityClass object" matches "$(docs PriorityClass <<<"$d")" '^value: 10
 check "PDB maxUnavailable 1 (never blocks a drain)" contains "$(docs PodDisruptionBudget <<<"$d")" "maxUnavailable: 1"
 check_not "PDB: no minAvailable by default" contains "$(docs PodDisruptionBudget <<<"$d")" "minAvailable"
 check "Service 443 -> https" matches "$(tr -d '\n' <<<"$(docs Service <<<"$d")")" 'port: 443 +targetPort: https'
+check "Service 8080 -> metrics" matches "$(tr -d '\n' <<<"$(docs Service <<<"$d")")" 'name: metrics +port: 8080 +targetPort: metrics'
 check "self mode: empty Secret created" matches "$(docs Secret <<<"$d")" '^type: Opaque$'
 check_not "self mode: Secret carries no data" matches "$(docs Secret <<<"$d")" '^data:'
 
@@ -211,6 +267,9 @@ check "no PDB when disabled" test "$(docs PodDisruptionBudget <<<"$sp" | count_d
 echo "-- non-default values"
 nd=$(cat "$tmp/nondefault-self.yaml")
 ndd=$(tr -d '\n' <<<"$(docs Deployment <<<"$nd")")
+check "metricsPort and healthPort follow" matches "$ndd" 'name: METRICS_ADDRESS +value: ":9090" +- name: HEALTH_ADDRESS +value: ":9091"'
+check "the Service's metrics port follows metricsPort" matches "$(tr -d '\n' <<<"$(docs Service <<<"$nd")")" 'name: metrics +port: 9090 +targetPort: metrics'
+check "values file: the dashboard ConfigMap" matches "$(docs ConfigMap cksw-dashboard <<<"$nd")" '^    grafana_dashboard: "1"$'
 check "fullnameOverride" contains "$nd" "name: cksw"
 check "image by digest" contains "$nd" 'image: "123456789012.dkr.ecr.eu-west-1.amazonaws.com/custom-kube-scheduler-webhook@sha256:0000000000000000000000000000000000000000000000000000000000000001"'
 check "IRSA role annotation" contains "$(docs ServiceAccount <<<"$nd")" "eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/custom-kube-scheduler-webhook"
@@ -258,8 +317,8 @@ check "NetworkPolicy renders" render netpol --set networkPolicy.enabled=true --s
 np=$(tr -d '\n' <<<"$(docs NetworkPolicy <"$tmp/netpol.yaml")")
 check "NetworkPolicy: ingress only" contains "$np" 'policyTypes: ["Ingress"]'
 check "NetworkPolicy: the API server's CIDRs" matches "$np" 'ipBlock: +cidr: "10.0.0.0/16" +- ipBlock: +cidr: "10.1.0.0/16"'
-check "NetworkPolicy: metrics peers" contains "$np" "kubernetes.io/metadata.name: monitoring"
-check "NetworkPolicy: the webhook's own replicas (forwarded seat claims)" matches "$np" 'podSelector: +matchLabels: +app.kubernetes.io/name: custom-kube-scheduler-webhook +app.kubernetes.io/instance: [a-z0-9-]+ +- namespaceSelector'
+check "NetworkPolicy: metrics peers, to the metrics port only" matches "$np" 'port: 9443 +- from: +- namespaceSelector: +matchLabels: +kubernetes.io/metadata.name: monitoring +ports: +- protocol: TCP +port: 8080$'
+check "NetworkPolicy: the webhook's own replicas (forwarded seat claims)" matches "$np" 'podSelector: +matchLabels: +app.kubernetes.io/name: custom-kube-scheduler-webhook +app.kubernetes.io/instance: [a-z0-9-]+ +ports: +- protocol: TCP +port: 9443'
 
 check "NetworkPolicy: the container port" matches "$np" 'ports: +- protocol: TCP +port: 9443'
 

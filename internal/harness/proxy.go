@@ -17,12 +17,15 @@ import (
 // Proxy is a TLS-terminating reverse proxy that sends each request to the next
 // backend in turn (per request, not per connection: the API server multiplexes its
 // webhook calls over few connections). Like a Service it prefers backends whose
-// /readyz answered 200 (once WatchReadiness runs); a request whose backend fails
+// /readyz (on their health port, HealthPort) answered 200 (once WatchReadiness runs); a request whose backend fails
 // (killed, port closed) goes to the next one, as the API server retries a reset call,
 // and every such failure is counted.
 type Proxy struct {
 	// Port is the port the proxy listens on (127.0.0.1).
-	Port      int
+	Port int
+	// ReadyURL is the readiness URL of the backend on port; nil: `serve`'s,
+	// http://127.0.0.1:<HealthPort(port)>/readyz. Set it before WatchReadiness.
+	ReadyURL  func(port int) string
 	backends  []int
 	counts    []atomic.Int64
 	ready     []atomic.Bool
@@ -135,7 +138,7 @@ func (p *Proxy) WatchReadiness(ctx context.Context, interval time.Duration) <-ch
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if probeReady(ctx, hc, b) {
+					if probeReady(ctx, hc, p.readyURL(b)) {
 						failures[i] = 0
 						p.ready[i].Store(true)
 					} else if failures[i]++; failures[i] >= failureThreshold {
@@ -154,9 +157,16 @@ func (p *Proxy) WatchReadiness(ctx context.Context, interval time.Duration) <-ch
 	return stopped
 }
 
-// probeReady reports whether the backend's /readyz answers 200.
-func probeReady(ctx context.Context, hc *http.Client, port int) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", port), nil)
+func (p *Proxy) readyURL(port int) string {
+	if p.ReadyURL != nil {
+		return p.ReadyURL(port)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d/readyz", HealthPort(port))
+}
+
+// probeReady reports whether the backend's readiness URL answers 200.
+func probeReady(ctx context.Context, hc *http.Client, url string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false
 	}

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -51,6 +52,7 @@ func TestProxyReadinessLikeTheKubelet(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	ctx, cancel := context.WithCancel(context.Background())
+	p.ReadyURL = func(port int) string { return fmt.Sprintf("https://127.0.0.1:%d/readyz", port) }
 	stopped := p.WatchReadiness(ctx, 50*time.Millisecond)
 	t.Cleanup(func() { cancel(); <-stopped })
 

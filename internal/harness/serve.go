@@ -14,16 +14,34 @@ import (
 	"time"
 )
 
-// Serve is one `serve` process of the webhook binary, listening on 127.0.0.1:Port.
-// Its PID is recorded in the cluster's pids/ directory like the cluster's daemons,
-// so scripts/localcluster/down.sh stops it even if the harness dies first.
+// Ports of a `serve` process besides its webhook port: /metrics on the webhook port +
+// MetricsPortOffset, the probes on + HealthPortOffset (plain HTTP on 127.0.0.1 both).
+// Webhook ports are 9443 + the cluster's port offset + a few, so the derived ports of
+// every process of every cluster on the machine differ too, and stay below the
+// ephemeral range.
+const (
+	MetricsPortOffset = 10000
+	HealthPortOffset  = 20000
+)
+
+// HealthPort is the probe port of the `serve` process whose webhook port is port.
+func HealthPort(port int) int { return port + HealthPortOffset }
+
+// Serve is one `serve` process of the webhook binary, listening on 127.0.0.1:Port
+// (HTTPS), 127.0.0.1:MetricsPort (/metrics) and 127.0.0.1:HealthPort (/healthz,
+// /readyz). Its PID is recorded in the cluster's pids/ directory like the cluster's
+// daemons, so scripts/localcluster/down.sh stops it even if the harness dies first.
 type Serve struct {
 	Bin  string
 	Port int
+	// MetricsPort and HealthPort default to Port + MetricsPortOffset and Port +
+	// HealthPortOffset.
+	MetricsPort, HealthPort int
 	// Name names the log (logs/<Name>.log) and PID file; it must start with
 	// "webhook" for down.sh to find it.
 	Name string
-	// Env is added to the harness's environment (LISTEN_ADDRESS is set from Port).
+	// Env is added to the harness's environment (LISTEN_ADDRESS, METRICS_ADDRESS and
+	// HEALTH_ADDRESS are set from the ports).
 	Env []string
 
 	cluster *Cluster
@@ -40,7 +58,10 @@ func (c *Cluster) NewServe(bin, name string, port int, env ...string) *Serve {
 		"TLS_KEY_FILE=" + c.PKI("webhook.key"),
 		"KUBECONFIG=" + c.Kubeconfig(),
 	}
-	return &Serve{Bin: bin, Port: port, Name: name, Env: append(base, env...), cluster: c}
+	return &Serve{
+		Bin: bin, Port: port, MetricsPort: port + MetricsPortOffset, HealthPort: HealthPort(port),
+		Name: name, Env: append(base, env...), cluster: c,
+	}
 }
 
 // LogPath is where the process's output goes.
@@ -57,7 +78,8 @@ func (s *Serve) PID() int {
 	return s.cmd.Process.Pid
 }
 
-// Start runs `serve` and waits until /readyz answers 200 (caches synced).
+// Start runs `serve` and waits until /readyz on its health port answers 200 (caches
+// synced).
 func (s *Serve) Start(ctx context.Context) error {
 	if s.cmd != nil {
 		return fmt.Errorf("%s already running", s.Name)
@@ -72,7 +94,8 @@ func (s *Serve) Start(ctx context.Context) error {
 	defer logf.Close() // the child keeps its own descriptor
 	// Not CommandContext: the process outlives the context of one call.
 	cmd := exec.Command(s.Bin, "serve")
-	cmd.Env = append(append(os.Environ(), s.Env...), fmt.Sprintf("LISTEN_ADDRESS=127.0.0.1:%d", s.Port))
+	cmd.Env = append(append(os.Environ(), s.Env...), fmt.Sprintf("LISTEN_ADDRESS=127.0.0.1:%d", s.Port),
+		fmt.Sprintf("METRICS_ADDRESS=127.0.0.1:%d", s.MetricsPort), fmt.Sprintf("HEALTH_ADDRESS=127.0.0.1:%d", s.HealthPort))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s serve: %w", s.Bin, err)
@@ -107,6 +130,16 @@ func (s *Serve) recordPID() error {
 // URL is https://127.0.0.1:Port followed by path.
 func (s *Serve) URL(path string) string { return fmt.Sprintf("https://127.0.0.1:%d%s", s.Port, path) }
 
+// MetricsURL is http://127.0.0.1:MetricsPort followed by path.
+func (s *Serve) MetricsURL(path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", s.MetricsPort, path)
+}
+
+// HealthURL is http://127.0.0.1:HealthPort followed by path.
+func (s *Serve) HealthURL(path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", s.HealthPort, path)
+}
+
 func (s *Serve) waitReady(ctx context.Context) error {
 	hc := s.cluster.HTTPClient(2 * time.Second)
 	defer hc.CloseIdleConnections()
@@ -119,7 +152,7 @@ func (s *Serve) waitReady(ctx context.Context) error {
 			return fmt.Errorf("webhook exited before becoming ready (%v); see %s", err, s.LogPath())
 		default:
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL("/readyz"), nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.HealthURL("/readyz"), nil)
 		if err != nil {
 			return fmt.Errorf("building readiness request: %w", err)
 		}
@@ -131,7 +164,7 @@ func (s *Serve) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("webhook not ready at %s: %w; see %s", s.URL("/readyz"), ctx.Err(), s.LogPath())
+			return fmt.Errorf("webhook not ready at %s: %w; see %s", s.HealthURL("/readyz"), ctx.Err(), s.LogPath())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -190,7 +223,7 @@ func (s *Serve) Stop() error {
 // Metrics scrapes the process's /metrics.
 func (s *Serve) Metrics(ctx context.Context) (Metrics, error) {
 	var ms Metrics
-	err := s.get(ctx, "/metrics", 10*time.Second, func(body io.Reader) (err error) {
+	err := s.get(ctx, s.MetricsURL("/metrics"), 10*time.Second, func(body io.Reader) (err error) {
 		ms, err = ParseMetrics(body)
 		return err
 	})
@@ -204,7 +237,7 @@ func (s *Serve) SaveProfile(ctx context.Context, name, query, path string) error
 	if query != "" {
 		name += "?" + query
 	}
-	err := s.get(ctx, "/debug/pprof/"+name, time.Minute, func(body io.Reader) error {
+	err := s.get(ctx, s.MetricsURL("/debug/pprof/"+name), time.Minute, func(body io.Reader) error {
 		f, err := os.Create(path)
 		if err != nil {
 			return fmt.Errorf("saving profile: %w", err)
@@ -221,21 +254,21 @@ func (s *Serve) SaveProfile(ctx context.Context, name, query, path string) error
 	return nil
 }
 
-// get GETs path from the process (within timeout) and hands a 200 answer's body to read.
-func (s *Serve) get(ctx context.Context, path string, timeout time.Duration, read func(io.Reader) error) error {
+// get GETs url from the process (within timeout) and hands a 200 answer's body to read.
+func (s *Serve) get(ctx context.Context, url string, timeout time.Duration, read func(io.Reader) error) error {
 	hc := s.cluster.HTTPClient(timeout)
 	defer hc.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL(path), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return fmt.Errorf("building request for %s: %w", s.URL(path), err)
+		return fmt.Errorf("building request for %s: %w", url, err)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("fetching %s: %w", s.URL(path), err)
+		return fmt.Errorf("fetching %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("fetching %s: status %s", s.URL(path), resp.Status)
+		return fmt.Errorf("fetching %s: status %s", url, resp.Status)
 	}
 	return read(resp.Body)
 }

@@ -30,8 +30,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakeServe serves /readyz and /metrics over TLS on LISTEN_ADDRESS like `serve`; on
-// SIGTERM it waits FAKE_DRAIN, then exits with status FAKE_EXIT.
+// fakeServe listens like `serve`: TLS on LISTEN_ADDRESS, /metrics on METRICS_ADDRESS
+// and /readyz on HEALTH_ADDRESS; on SIGTERM it waits FAKE_DRAIN, then exits with
+// status FAKE_EXIT.
 func fakeServe() {
 	cert, err := tls.LoadX509KeyPair(os.Getenv("TLS_CERT_FILE"), os.Getenv("TLS_KEY_FILE"))
 	if err != nil {
@@ -40,13 +41,14 @@ func fakeServe() {
 	}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/readyz", func(http.ResponseWriter, *http.Request) {})
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+	health := http.NewServeMux()
+	health.HandleFunc("/readyz", func(http.ResponseWriter, *http.Request) {})
+	metrics := http.NewServeMux()
+	metrics.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "# TYPE fake_pid gauge\nfake_pid %d\n", os.Getpid())
 	})
 	srv := &http.Server{
-		Addr: os.Getenv("LISTEN_ADDRESS"), Handler: mux, ReadHeaderTimeout: time.Second,
+		Addr: os.Getenv("LISTEN_ADDRESS"), Handler: http.NewServeMux(), ReadHeaderTimeout: time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 	}
 	go func() {
@@ -54,6 +56,17 @@ func fakeServe() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}()
+	for _, p := range []struct {
+		env     string
+		handler http.Handler
+	}{{"METRICS_ADDRESS", metrics}, {"HEALTH_ADDRESS", health}} {
+		plain := &http.Server{Addr: os.Getenv(p.env), Handler: p.handler, ReadHeaderTimeout: time.Second}
+		go func() {
+			err := plain.ListenAndServe()
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}()
+	}
 	<-term
 	drain, _ := time.ParseDuration(os.Getenv("FAKE_DRAIN"))
 	time.Sleep(drain)
@@ -103,6 +116,8 @@ func freePort(t *testing.T) int {
 func startFake(t *testing.T, c *Cluster, name string, env ...string) *Serve {
 	t.Helper()
 	s := c.NewServe(os.Args[0], name, freePort(t), append([]string{"HARNESS_FAKE_SERVE=1"}, env...)...)
+	// Ephemeral ports plus the offsets could pass 65535.
+	s.MetricsPort, s.HealthPort = freePort(t), freePort(t)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

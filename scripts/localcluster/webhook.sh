@@ -2,10 +2,12 @@
 # Run custom-kube-scheduler-webhook as a local background process against the
 # local cluster, with the cluster PKI's serving cert for 127.0.0.1.
 #   webhook.sh start   start `serve` (PID in pids/webhook.pid), wait until /readyz answers
+#                      on its health port
 #   webhook.sh stop    stop it by its recorded PID
 # Env: WEBHOOK_BIN (default <repo>/bin/custom-kube-scheduler-webhook), LOG_LEVEL
 # (default debug), BLOCKLISTED_NAMESPACE_LIST (default kube-system,kube-public),
-# WEBHOOK_PORT (default 9443 + port offset), WEBHOOK_KUBECONFIG (default the chart's
+# WEBHOOK_PORT (default 9443 + port offset; HTTPS), WEBHOOK_METRICS_PORT and
+# WEBHOOK_HEALTH_PORT (default 8080 and 8081 + port offset; plain HTTP), WEBHOOK_KUBECONFIG (default the chart's
 # ServiceAccount from webhook-rbac.sh: the webhook runs with the chart's RBAC, as
 # deployed), SHUTDOWN_DRAIN (default 2s). Logs go to logs/webhook.log.
 set -euo pipefail
@@ -33,17 +35,19 @@ start)
 		LOG_LEVEL="${LOG_LEVEL:-debug}" \
 		BLOCKLISTED_NAMESPACE_LIST="${BLOCKLISTED_NAMESPACE_LIST:-kube-system,kube-public}" \
 		LISTEN_ADDRESS="127.0.0.1:$WEBHOOK_PORT" \
+		METRICS_ADDRESS="127.0.0.1:$WEBHOOK_METRICS_PORT" HEALTH_ADDRESS="127.0.0.1:$WEBHOOK_HEALTH_PORT" \
 		TLS_CERT_FILE="$PKI/webhook.crt" TLS_KEY_FILE="$PKI/webhook.key" \
 		KUBECONFIG="$WEBHOOK_KUBECONFIG" POD_NAMESPACE="$WEBHOOK_NAMESPACE" \
 		SHUTDOWN_DRAIN="${SHUTDOWN_DRAIN:-2s}" \
 		"$WEBHOOK_BIN" serve
 	# env execs the binary, so the recorded PID is the webhook's own.
 	basename "$WEBHOOK_BIN" >"$PIDS/webhook.cmd"
-	if ! lc_wait curl -sf --cacert "$PKI/ca.crt" "https://127.0.0.1:$WEBHOOK_PORT/readyz"; then
+	if ! lc_wait curl -sf "http://127.0.0.1:$WEBHOOK_HEALTH_PORT/readyz"; then
 		tail -n 20 "$LOGS/webhook.log" >&2 || true
-		lc_die "webhook not ready on https://127.0.0.1:$WEBHOOK_PORT/readyz; see $LOGS/webhook.log"
+		curl -s "http://127.0.0.1:$WEBHOOK_HEALTH_PORT/readyz" >&2 || true
+		lc_die "webhook not ready on http://127.0.0.1:$WEBHOOK_HEALTH_PORT/readyz; see $LOGS/webhook.log"
 	fi
-	lc_log "webhook serving on https://127.0.0.1:$WEBHOOK_PORT (pid $(<"$PIDS/webhook.pid"), log $LOGS/webhook.log)"
+	lc_log "webhook serving on https://127.0.0.1:$WEBHOOK_PORT, metrics on http://127.0.0.1:$WEBHOOK_METRICS_PORT/metrics, probes on http://127.0.0.1:$WEBHOOK_HEALTH_PORT (pid $(<"$PIDS/webhook.pid"), log $LOGS/webhook.log)"
 	;;
 stop)
 	lc_stop webhook

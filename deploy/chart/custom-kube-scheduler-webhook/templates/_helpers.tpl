@@ -101,6 +101,9 @@ app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
 {{- if lt (int .Values.terminationGracePeriodSeconds) (add (int .Values.shutdownDrainSeconds) (int .Values.timeoutSeconds) 5) }}
 {{- fail (printf "terminationGracePeriodSeconds=%v must cover shutdownDrainSeconds + timeoutSeconds + 5 = %v, or in-flight admissions are cut off" .Values.terminationGracePeriodSeconds (add (int .Values.shutdownDrainSeconds) (int .Values.timeoutSeconds) 5)) }}
 {{- end }}
+{{- if or (eq (int .Values.containerPort) (int .Values.metricsPort)) (eq (int .Values.containerPort) (int .Values.healthPort)) (eq (int .Values.metricsPort) (int .Values.healthPort)) }}
+{{- fail (printf "containerPort (%v), metricsPort (%v) and healthPort (%v) must differ: each is a listener of its own" .Values.containerPort .Values.metricsPort .Values.healthPort) }}
+{{- end }}
 {{- if and .Values.networkPolicy.enabled (not .Values.networkPolicy.apiServerCIDRs) }}
 {{- fail "networkPolicy.enabled needs networkPolicy.apiServerCIDRs (on EKS: the CIDRs of the subnets the cluster's control-plane ENIs are in, or the VPC CIDR)" }}
 {{- end }}
