@@ -52,8 +52,9 @@ func TestCrashAfterAnswerHandsNoSeatTwice(t *testing.T) {
 	if next != mark {
 		t.Fatalf("the new owner handed out %d, want %d (the top of the dead owner's mark)", next, mark)
 	}
-	// The pod of seat 5 appears: its seat stays taken by it, and the next claim goes on
-	// down from the top.
+	// The pods of the new claim and of seat 5 appear: the next claim goes on down from
+	// the top (the new pod's seat says nothing of what the dead owner answered).
+	other.PodVisible(placed("next", shopRS, next, "next"))
 	other.PodVisible(placed("late", shopRS, 5, "answered-then-crashed"))
 	if s := claim(t, other, shopRS, "held"); s != mark-1 {
 		t.Fatalf("within the window got %d, want %d", s, mark-1)

@@ -195,7 +195,7 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 			s.phantomUntil, s.phantomMark = phantomUntil, 0
 			if !phantomUntil.IsZero() {
 				s.phantomMark = recordMark(prev)
-				s.podSeats = map[int]int{}
+				s.podSeats, s.fromHold = map[int]int{}, nil
 				for _, seat := range s.pods {
 					s.podSeats[seat]++
 				}

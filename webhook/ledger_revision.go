@@ -70,6 +70,9 @@ type revState struct {
 	// podSeats counts the visible pods per seat, while phantom holds last (the highest
 	// seat a pod holds bounds what a crashed owner answered: topPhantom).
 	podSeats map[int]int
+	// fromHold lists the held seats this replica has handed out since (their pods say
+	// nothing of what the crashed owner answered).
+	fromHold map[int]bool
 
 	taken  map[int]int
 	free   *minHeap[int]
@@ -180,12 +183,12 @@ func (s *revState) topPhantom(now time.Time) (int, bool) {
 		return 0, false
 	}
 	if !now.Before(s.phantomUntil) {
-		s.phantomMark, s.podSeats = 0, nil // the holds are over
+		s.phantomMark, s.podSeats, s.fromHold = 0, nil, nil // the holds are over
 		return 0, false
 	}
 	highestPod := 0
 	for seat := range s.podSeats {
-		if seat <= s.phantomMark && seat > highestPod {
+		if seat <= s.phantomMark && seat > highestPod && !s.fromHold[seat] {
 			highestPod = seat
 		}
 	}
@@ -312,6 +315,10 @@ func (l *SeatLedger) reserve(s *revState, req claimRequest, now time.Time) (int,
 	}
 	if fromHold {
 		s.dropPhantom(seat)
+		if s.fromHold == nil {
+			s.fromHold = map[int]bool{}
+		}
+		s.fromHold[seat] = true
 	}
 	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})
 	s.claimsSinceWrite++
