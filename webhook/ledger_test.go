@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -58,7 +59,9 @@ func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n in
 		}))
 		t.Cleanup(srv.Close)
 		o := opts
-		o.Identity = fmt.Sprintf("replica-%d", i)
+		// Unique per process, as serve's are (hostname, PID and a random part): ledgers of
+		// an earlier call in the same test must not take these records for their own.
+		o.Identity = fmt.Sprintf("replica-%d-%s", i, rand.Text()[:6])
 		o.PeerURL, o.PeerClient = srv.URL, srv.Client()
 		l, err := NewSeatLedger(client, ns, time.Minute, quietLog(), o)
 		if err != nil {
