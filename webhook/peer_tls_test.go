@@ -3,8 +3,6 @@ package webhook
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -39,19 +37,10 @@ type testCA struct {
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
+	der, key := createCert(t, &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "webhook-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, nil, nil)
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatal(err)
@@ -62,20 +51,11 @@ func newTestCA(t *testing.T) *testCA {
 // leaf issues a serving certificate for dnsNames (and 127.0.0.1).
 func (ca *testCA) leaf(t *testing.T, serial int64, dnsNames ...string) CertificateSource {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
+	der, key := createCert(t, &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "webhook"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		DNSNames: dnsNames, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, ca.cert, ca.key)
 	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
 }
@@ -84,21 +64,10 @@ func (ca *testCA) leaf(t *testing.T, serial int64, dnsNames ...string) Certifica
 // returns its URL.
 func servePeer(t *testing.T, trust PeerTrust) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writePeer(w, http.StatusOK, peerResponse{Seat: 7}) })
-	go func() { done <- Serve(ctx, ln, RequirePeerCertificate(trust, ok), trust.Own, quietLog()) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return "https://" + ln.Addr().String() + PeerClaimPath
+	return "https://" + serveUntilCleanup(t, func(ctx context.Context, ln net.Listener) error {
+		return Serve(ctx, ln, RequirePeerCertificate(trust, ok), trust.Own, quietLog())
+	}) + PeerClaimPath
 }
 
 func postPeer(c *http.Client, url string) (int, error) {

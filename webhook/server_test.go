@@ -33,25 +33,35 @@ import (
 // issueCert returns a PEM certificate and key for 127.0.0.1, signed by itself.
 func issueCert(t testing.TB, serial int64) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
+	der, key := createCert(t, &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "webhook-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, nil, nil)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// createCert makes a P-256 key and a certificate of tmpl for it, valid from an hour ago
+// for two hours, signed by parent's key (self-signed when parent is nil).
+func createCert(t testing.TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) ([]byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
 }
 
 // startServer serves handlers over HTTPS on an ephemeral port with a certificate
@@ -234,20 +244,29 @@ func TestAdmissionPanicAdmitsUnchanged(t *testing.T) {
 // startPlain serves handler on a plain HTTP port with ServePlain until the test ends.
 func startPlain(t *testing.T, handler http.Handler) string {
 	t.Helper()
+	return "http://" + serveUntilCleanup(t, func(ctx context.Context, ln net.Listener) error {
+		return ServePlain(ctx, ln, handler, "test", quietLog())
+	})
+}
+
+// serveUntilCleanup runs serve on a loopback port until the test ends, then checks it
+// returned no error; it returns the listener's address.
+func serveUntilCleanup(t testing.TB, serve func(context.Context, net.Listener) error) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServePlain(ctx, ln, handler, "test", quietLog()) }()
+	go func() { done <- serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("ServePlain: %v", err)
+			t.Errorf("serving on %s: %v", ln.Addr(), err)
 		}
 	})
-	return "http://" + ln.Addr().String()
+	return ln.Addr().String()
 }
 
 // get GETs url and returns the status and body.

@@ -18,10 +18,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/image/lib.sh
 source "$here/lib.sh"
 
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-	exit 0
-fi
+img_help "${BASH_SOURCE[0]}" "${1:-}"
 img_ensure_tools
 if ! img_static_busybox >/dev/null; then
 	lc_ensure_packages busybox-static:busybox-static

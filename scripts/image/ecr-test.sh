@@ -31,10 +31,7 @@ source "$here/lib.sh"
 source "$repo/deploy/test/testlib.sh"
 cd "$repo"
 
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-	exit 0
-fi
+img_help "${BASH_SOURCE[0]}" "${1:-}"
 img_ensure_tools
 # Debian's CLI, not whatever `aws` comes first on PATH (a pip or pyenv one).
 lc_ensure_packages /usr/bin/aws:awscli openssl:openssl >&2
@@ -67,9 +64,7 @@ if [[ -n ${ECR_TEST_BASES:-} ]]; then
 	read -r builder_image runtime_image <<<"$ECR_TEST_BASES"
 else
 	own_store=true
-	mkdir -p "$work/tmp"
-	printf '[storage]\ndriver = "vfs"\ngraphroot = "%s"\nrunroot = "%s"\n' "$work/storage" "$work/run" >"$work/storage.conf"
-	export CONTAINERS_STORAGE_CONF=$work/storage.conf TMPDIR=$work/tmp
+	img_private_store "$work"
 	echo "== make image-bases (an image store of the test's own)"
 	bases=$(bash "$here/bases.sh")
 	builder_image=$(sed -n 's/^BUILDER_IMAGE=//p' <<<"$bases")

@@ -88,3 +88,21 @@ img_registry_start() {
 img_registry_stop() {
 	PIDS=$1/pids LOGS=$1/logs lc_stop registry >&2
 }
+
+# img_help SCRIPT ARG: with -h or --help as ARG, print SCRIPT's header comment (up to its
+# `set -euo pipefail`) and exit 0.
+img_help() {
+	if [[ ${2:-} == -h || ${2:-} == --help ]]; then
+		sed -n '2,/^set -euo/p' "$1" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+	fi
+}
+
+# img_private_store DIR: an image store of the caller's own under DIR (vfs: layers are
+# plain directories, so nothing stays mounted), and a TMPDIR under it, where buildah
+# keeps RUN --mount=type=cache directories; exported for buildah and skopeo.
+img_private_store() {
+	mkdir -p "$1/tmp"
+	printf '[storage]\ndriver = "vfs"\ngraphroot = "%s"\nrunroot = "%s"\n' "$1/storage" "$1/run" >"$1/storage.conf"
+	export CONTAINERS_STORAGE_CONF=$1/storage.conf TMPDIR=$1/tmp
+}

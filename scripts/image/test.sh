@@ -29,10 +29,7 @@ source "$repo/deploy/lib.sh"
 source "$repo/deploy/test/testlib.sh"
 cd "$repo"
 
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-	exit 0
-fi
+img_help "${BASH_SOURCE[0]}" "${1:-}"
 img_ensure_tools
 ensure_helm
 out_dir=${IMAGE_TEST_OUT:-$repo/bin/image}
@@ -58,16 +55,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# An image store of the test's own (vfs: no overlay mounts to leave behind) and a TMPDIR
-# under it, where buildah keeps RUN --mount=type=cache directories.
-mkdir -p "$work/tmp"
-cat >"$work/storage.conf" <<CONF
-[storage]
-driver = "vfs"
-graphroot = "$work/storage"
-runroot = "$work/run"
-CONF
-export CONTAINERS_STORAGE_CONF=$work/storage.conf TMPDIR=$work/tmp
+img_private_store "$work"
 
 img_registry_start "$work/registry"
 # The commit being built, read before the build (a commit made meanwhile is not in it).
