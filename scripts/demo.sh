@@ -18,7 +18,8 @@ lc_log "== 1/6 local-cluster binaries (Kubernetes, kwok, Karpenter): cached afte
 bash "$LC_SCRIPTS/build.sh"
 
 lc_log "== 2/6 building custom-kube-scheduler-webhook"
-(cd "$REPO_ROOT" && go build -o "$(dirname "$WEBHOOK_BIN")/" ./cmd/...)
+# make build stamps the version and revision (build_info, --version) as releases have them.
+make -s -C "$REPO_ROOT" build BIN_DIR="$(dirname "$WEBHOOK_BIN")"
 
 lc_log "== 3/6 starting the cluster (etcd, apiserver, controllers, scheduler, kwok, Karpenter)"
 bash "$LC_SCRIPTS/up.sh"
