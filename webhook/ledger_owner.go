@@ -261,8 +261,7 @@ func (l *SeatLedger) takeOver(s *revState, prev *coordinationv1.Lease, now time.
 func (l *SeatLedger) dropInherited(s *revState, added []uint64) {
 	for _, h := range added {
 		if e := s.reserved[h]; e != nil {
-			e.claims = 1
-			l.unreserve(s, h)
+			s.remove(h, e)
 		}
 	}
 }

@@ -186,13 +186,11 @@ func (s *revState) topPhantom(now time.Time) (int, bool) {
 		s.phantomMark, s.podSeats, s.fromHold = 0, nil, nil // the holds are over
 		return 0, false
 	}
-	highestPod := 0
-	for seat := range s.podSeats {
-		if seat <= s.phantomMark && seat > highestPod && !s.fromHold[seat] {
-			highestPod = seat
+	// Down from the mark: the first held seat found, unless a pod's seat comes first.
+	for seat := s.phantomMark; seat > 0; seat-- {
+		if s.podSeats[seat] > 0 && !s.fromHold[seat] {
+			return 0, false
 		}
-	}
-	for seat := s.phantomMark; seat > highestPod; seat-- {
 		if e := s.reserved[phantomHash(seat)]; e != nil && e.phantom && e.counted {
 			return seat, true
 		}
@@ -305,10 +303,9 @@ func (l *SeatLedger) reserve(s *revState, req claimRequest, now time.Time) (int,
 	if s.open >= maxReservations {
 		return 0, ErrRecordFull
 	}
-	seat := s.lowest(now)
-	phantom, fromHold := s.topPhantom(now)
-	if fromHold {
-		seat = phantom
+	seat, fromHold := s.topPhantom(now)
+	if !fromHold {
+		seat = s.lowest(now)
 	}
 	if seat > s.answerLimit() {
 		return 0, errBeyondMark
@@ -370,8 +367,7 @@ func (l *SeatLedger) displaceOldest(s *revState, n int, minAge time.Duration, no
 		if now.Before(q.e.expires.Add(minAge - l.ttl)) {
 			return // made less than minAge ago, and so is every later one
 		}
-		s.uncount(q.e)
-		delete(s.reserved, q.hash)
+		s.remove(q.hash, q.e)
 		s.queueHead++
 		n--
 		if l.metrics != nil {
@@ -400,10 +396,7 @@ func (s *revState) compactQueue() {
 func (s *revState) dropPhantom(seat int) {
 	h := phantomHash(seat)
 	if e := s.reserved[h]; e != nil && e.phantom {
-		if e.counted {
-			s.uncount(e)
-		}
-		delete(s.reserved, h)
+		s.remove(h, e)
 	}
 }
 
@@ -414,11 +407,16 @@ func (l *SeatLedger) unreserve(s *revState, hash uint64) {
 		if e.claims--; e.claims > 0 {
 			return
 		}
-		if e.counted {
-			s.uncount(e)
-		}
-		delete(s.reserved, hash)
+		s.remove(hash, e)
 	}
+}
+
+// remove drops reservation e (of id hash): its seat, if it held one, is free at once.
+func (s *revState) remove(hash uint64, e *entry) {
+	if e.counted {
+		s.uncount(e)
+	}
+	delete(s.reserved, hash)
 }
 
 // fulfil records that the pod of reservation hash is visible: the pod, not the
