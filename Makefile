@@ -42,11 +42,14 @@ vet:
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags bench ./bench/
 
-## test-unit: unit tests (the nested scripts/localcluster/kbin module is not part of ./...),
-## then a bounded run of the admission fuzz test (FUZZTIME; its seed corpus runs in ./...)
+## test-unit: unit tests under the race detector (the nested scripts/localcluster/kbin
+## module is not part of ./...), again without it the memory measurements it would
+## inflate, then a bounded run of the admission fuzz test (FUZZTIME; its seed corpus
+## runs in ./...)
 FUZZTIME ?= 20s
 test-unit:
-	$(GO) test ./...
+	$(GO) test -race ./...
+	$(GO) test -count=1 -run 'TestCachedPodHeap|TestMaxBodyLoadStaysUnderMemoryLimit' ./clusterview ./webhook
 	$(GO) test ./webhook -run XXX -fuzz FuzzAdmit -fuzztime $(FUZZTIME)
 
 ## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down.

@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // Event reasons the loop records on workloads.
@@ -66,11 +66,11 @@ type Launches interface {
 // Config is what the loop needs.
 type Config struct {
 	Client     kubernetes.Interface
-	Caches     *webhook.Caches
+	Caches     *clusterview.Caches
 	Records    *Records
 	Recorder   record.EventRecorder
 	Metrics    *Metrics
-	Namespaces webhook.NamespaceFilter
+	Namespaces clusterview.NamespaceFilter
 	// FallbackAfter is how long placed pods may stay Pending and unschedulable before
 	// their term is marked unavailable.
 	FallbackAfter time.Duration
@@ -416,7 +416,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 
 	// The pods are read from the cache twice (detection, then moves), as views: a pass
 	// keeps copies only of the pods it may name or move, not of all of a revision's.
-	cached := webhook.Revision{Namespace: rev.namespace, UID: rev.uid}
+	cached := clusterview.Revision{Namespace: rev.namespace, UID: rev.uid}
 	n := rev.replicas
 
 	// Detection: terms whose placed pods cannot get a node.
@@ -706,7 +706,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 // stay within the budget after it, Ready or not: a pod that is Running but not Ready may
 // be about to serve, and during a rollout the budget is 0. It returns how many moves are
 // left for a later pass.
-func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev revision, ready int, moves []move, log logrus.FieldLogger) int {
+func (l *Loop) evictWithinBudget(ctx context.Context, w *clusterview.Workload, rev revision, ready int, moves []move, log logrus.FieldLogger) int {
 	budget, err := Budget(l.cfg.MaxUnavailable, rev.replicas)
 	if err != nil {
 		return len(moves)
@@ -789,7 +789,7 @@ func (l *Loop) evictWithinBudget(ctx context.Context, w *webhook.Workload, rev r
 // pod has landed there (Ready, created since the cool-down ended): the term may still
 // have no capacity, and a budget's worth of pods Pending for FALLBACK_AFTER at each
 // cool-down's end is what a canary avoids. While the canary is on its way, none.
-func (l *Loop) canaryFirst(w *webhook.Workload, uid types.UID, s *strategy.Strategy, moves []move, landed, landing map[int]bool) []move {
+func (l *Loop) canaryFirst(w *clusterview.Workload, uid types.UID, s *strategy.Strategy, moves []move, landed, landing map[int]bool) []move {
 	termOf := func(m move) int {
 		t, _ := strconv.Atoi(m.pod.Annotations[strategy.AnnotationFallbackFrom])
 		return t - 1
@@ -834,7 +834,7 @@ func uidTerm(uid types.UID, term int) string { return string(uid) + "/" + strcon
 
 // launching says once per term and flight state why waiting pods do not make their term
 // unavailable: Karpenter is bringing them capacity.
-func (l *Loop) launching(w *webhook.Workload, uid types.UID, s *strategy.Strategy, term int, g *pendingPods, f karpenter.Flight) {
+func (l *Loop) launching(w *clusterview.Workload, uid types.UID, s *strategy.Strategy, term int, g *pendingPods, f karpenter.Flight) {
 	key := fmt.Sprintf("%s/%d/launching/%d", uid, term, f.Launching)
 	if l.said[key] {
 		return
@@ -847,7 +847,7 @@ func (l *Loop) launching(w *webhook.Workload, uid types.UID, s *strategy.Strateg
 }
 
 // termBack says once per cool-down that a term is tried again.
-func (l *Loop) termBack(w *webhook.Workload, uid types.UID, s *strategy.Strategy, term int, rec *Record) {
+func (l *Loop) termBack(w *clusterview.Workload, uid types.UID, s *strategy.Strategy, term int, rec *Record) {
 	key := string(uid) + "/" + strconv.Itoa(term)
 	if rec != nil {
 		if st, ok := rec.Terms[term]; ok {
@@ -864,7 +864,7 @@ func (l *Loop) termBack(w *webhook.Workload, uid types.UID, s *strategy.Strategy
 }
 
 // blocked says once per distinct situation why moves wait.
-func (l *Loop) blocked(w *webhook.Workload, uid types.UID, msg string) {
+func (l *Loop) blocked(w *clusterview.Workload, uid types.UID, msg string) {
 	key := msg
 	if i := strings.Index(msg, ":"); i > 0 {
 		key = msg[i:]
@@ -940,7 +940,7 @@ func (l *Loop) unplaced(ctx context.Context, rev revision) ([]*corev1.Pod, error
 	return out, nil
 }
 
-func (l *Loop) event(w *webhook.Workload, typ, reason, msg string) {
+func (l *Loop) event(w *clusterview.Workload, typ, reason, msg string) {
 	if l.cfg.Recorder == nil {
 		return
 	}
@@ -962,7 +962,7 @@ func selectorConflicts(s *strategy.Strategy, sel map[string]string) bool {
 
 // pendingOn collects the UIDs of the revision's placed pods on term that wait for a node
 // (only when a term is marked: a pass copies no pod it does not need).
-func pendingOn(caches *webhook.Caches, rev webhook.Revision, s *strategy.Strategy, term int) map[types.UID]bool {
+func pendingOn(caches *clusterview.Caches, rev clusterview.Revision, s *strategy.Strategy, term int) map[types.UID]bool {
 	out := map[types.UID]bool{}
 	caches.EachPodOf(rev, func(p *corev1.Pod) {
 		if _, ok := unschedulableSince(p); ok && strategy.HoldsSeat(p) && strategy.TermOf(s, p) == term {

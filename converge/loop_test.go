@@ -29,9 +29,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 func TestBudget(t *testing.T) {
@@ -154,7 +154,7 @@ func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *w
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	caches, err := webhook.NewCaches(w.client, 0)
+	caches, err := clusterview.NewCaches(w.client, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *w
 	if !cache.WaitForCacheSync(ctx.Done(), w.records.HasSynced) {
 		t.Fatal("records did not sync")
 	}
-	m, err := NewMetrics(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry(), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

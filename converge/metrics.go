@@ -2,8 +2,6 @@ package converge
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // Metrics are the loop's Prometheus metrics, registered on the webhook's registry.
@@ -22,52 +20,53 @@ type Metrics struct {
 	termPods    *prometheus.GaugeVec
 }
 
-// NewMetrics creates the metrics and registers them on reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	const ns = webhook.MetricsNamespace
+// NewMetrics creates the metrics and registers them on reg, their names prefixed with
+// namespace and "_" (the product's metric namespace, which its binary decides).
+func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
+	reg = prometheus.WrapRegistererWithPrefix(namespace+"_", reg)
 	m := &Metrics{
 		unavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Name: "terms_unavailable",
+			Name: "terms_unavailable",
 			Help: "Terms of workload revisions unavailable now (their seats go to the fallback), by the term's node labels.",
 		}, []string{"term"}),
 		marks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "terms_marked_unavailable_total",
+			Name: "terms_marked_unavailable_total",
 			Help: "Times a term of a workload revision was found stranded and marked unavailable, by the term's node labels.",
 		}, []string{"term"}),
 		launchWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "terms_kept_launching_total",
+			Name: "terms_kept_launching_total",
 			Help: "Times a term whose pods waited FALLBACK_AFTER was not marked unavailable because Karpenter was launching NodeClaims for it, by the term's node labels.",
 		}, []string{"term"}),
 		fallback: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Name: "fallback_pods",
+			Name: "fallback_pods",
 			Help: "Live pods placed on a fallback term because their seat's own term is or was unavailable.",
 		}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "converge_evictions_total",
+			Name: "converge_evictions_total",
 			Help: "Pods evicted by the convergence loop, by reason (stranded, return, drift, unplaced, seat-above-replicas) and result (evicted, refused by a PodDisruptionBudget, fenced: this replica was no longer sure to lead).",
 		}, []string{"reason", "result"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Name: "converge_pending_repairs",
+			Name: "converge_pending_repairs",
 			Help: "Pods the loop still has to move (waiting for the eviction budget or a PodDisruptionBudget).",
 		}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Name: "convergence_lag_seconds",
+			Name: "convergence_lag_seconds",
 			Help: "How long the workload revision that has been off its target the longest has been so (0 when every one is exact).",
 		}),
 		passesCut: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Name: "converge_passes_cut_total",
+			Name: "converge_passes_cut_total",
 			Help: "Convergence passes that ran out of their deadline before reaching every revision (the rest go first in the next pass).",
 		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Name: "converge_leader",
+			Name: "converge_leader",
 			Help: "1 while this replica runs the convergence loop (holds the leader Lease).",
 		}),
 		termTarget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Name: "term_target_pods",
+			Name: "term_target_pods",
 			Help: "Pods the workload revisions with a strategy should have on each term now (their targets, an unavailable term's seats on its fallback), summed by the term's node labels; set by the replica running the loop, after each pass.",
 		}, []string{"term"}),
 		termPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Name: "term_pods",
+			Name: "term_pods",
 			Help: "Live placed pods of the workload revisions with a strategy on each term, summed by the term's node labels; set by the replica running the loop, after each pass.",
 		}, []string{"term"}),
 	}

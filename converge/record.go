@@ -140,7 +140,7 @@ func (r *Records) All() []*Record {
 	return out
 }
 
-// Unavailable implements webhook.Availability: the terms of revision unavailable now,
+// Unavailable implements the admission webhook's Availability: the terms of revision unavailable now,
 // each with "until <time>: <reason>".
 func (r *Records) Unavailable(revision types.UID) map[int]string {
 	active := r.Get(revision).Active(r.now())

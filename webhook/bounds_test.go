@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -90,11 +91,11 @@ func TestStatefulSetOwnerUIDIsVerified(t *testing.T) {
 
 // slowResolver answers like inner, but only after delay, or fails when ctx ends first.
 type slowResolver struct {
-	inner WorkloadResolver
+	inner clusterview.WorkloadResolver
 	delay time.Duration
 }
 
-func (r slowResolver) Resolve(ctx context.Context, ns string, owner *metav1.OwnerReference) (*Workload, error) {
+func (r slowResolver) Resolve(ctx context.Context, ns string, owner *metav1.OwnerReference) (*clusterview.Workload, error) {
 	select {
 	case <-time.After(r.delay):
 		return r.inner.Resolve(ctx, ns, owner)
@@ -106,19 +107,19 @@ func (r slowResolver) Resolve(ctx context.Context, ns string, owner *metav1.Owne
 // slowLedger claims like inner, then sleeps past the deadline, ignoring ctx: the seat
 // is handed out too late for the API server to use it.
 type slowLedger struct {
-	Ledger
+	SeatLedger
 	delay    time.Duration
 	released chan types.UID
 }
 
-func (l slowLedger) Claim(ctx context.Context, revision Revision, admission types.UID, replicas int) (int, error) {
-	seat, err := l.Ledger.Claim(ctx, revision, admission, replicas)
+func (l slowLedger) Claim(ctx context.Context, revision clusterview.Revision, admission types.UID, replicas int) (int, error) {
+	seat, err := l.SeatLedger.Claim(ctx, revision, admission, replicas)
 	time.Sleep(l.delay)
 	return seat, err
 }
 
-func (l slowLedger) Release(ctx context.Context, revision Revision, admission types.UID) {
-	l.Ledger.Release(ctx, revision, admission)
+func (l slowLedger) Release(ctx context.Context, revision clusterview.Revision, admission types.UID) {
+	l.SeatLedger.Release(ctx, revision, admission)
 	l.released <- admission
 }
 
@@ -149,7 +150,7 @@ func TestAdmissionDeadline(t *testing.T) {
 		m, _, ledger := newCluster(burstStrategy).mutator(t)
 		m.Deadline = 50 * time.Millisecond
 		released := make(chan types.UID, 1)
-		m.Ledger = slowLedger{Ledger: ledger, delay: 100 * time.Millisecond, released: released}
+		m.Ledger = slowLedger{SeatLedger: ledger, delay: 100 * time.Millisecond, released: released}
 		req := createRequest(t, rsPod())
 		resp := m.Admit(context.Background(), req)
 		if !resp.Allowed || resp.Patch != nil || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "admission deadline passed") {

@@ -8,11 +8,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testcert"
 )
 
 // The gauge shows the NotAfter of the certificate served now, and 0 when there is none.
 func TestCertificateExpiry(t *testing.T) {
-	certPEM, keyPEM := issueCert(t, 1)
+	certPEM, keyPEM := testcert.SelfSigned(t, 1)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)

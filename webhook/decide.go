@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -16,7 +17,7 @@ import (
 // unavailable now and what serves a term.
 type decisionInput struct {
 	Pod      *corev1.Pod
-	Workload *Workload
+	Workload *clusterview.Workload
 	Strategy *strategy.Strategy
 	Seat     int
 	// Unavailable holds the 0-based terms unavailable now, each with why (nil: none).

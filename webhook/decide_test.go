@@ -11,14 +11,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // The pure placement decision, case by case as the handler tests exercise it, without
 // HTTP, ledger or caches.
 func TestDecide(t *testing.T) {
-	deployment := &Workload{Ref: corev1.ObjectReference{Kind: "Deployment", Namespace: "demo", Name: "web"}, Revision: "rs-uid"}
-	statefulSet := &Workload{Ref: corev1.ObjectReference{Kind: "StatefulSet", Namespace: "demo", Name: "db"}, Revision: "sts-uid", StatefulSet: &appsv1.StatefulSet{}}
+	deployment := &clusterview.Workload{Ref: corev1.ObjectReference{Kind: "Deployment", Namespace: "demo", Name: "web"}, Revision: "rs-uid"}
+	statefulSet := &clusterview.Workload{Ref: corev1.ObjectReference{Kind: "StatefulSet", Namespace: "demo", Name: "db"}, Revision: "sts-uid", StatefulSet: &appsv1.StatefulSet{}}
 	spotTaint := corev1.Toleration{Key: "capacity", Operator: corev1.TolerationOpEqual, Value: "spot", Effect: corev1.TaintEffectNoSchedule}
 	own := corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpExists}
 	withPod := func(edit func(*corev1.Pod)) *corev1.Pod {
@@ -32,7 +33,7 @@ func TestDecide(t *testing.T) {
 		name        string
 		strategy    string
 		pod         *corev1.Pod
-		workload    *Workload
+		workload    *clusterview.Workload
 		seat        int
 		unavailable map[int]string
 		capacity    Capacity

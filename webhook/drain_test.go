@@ -16,6 +16,8 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testcert"
 )
 
 // On the stop signal /readyz fails at once, admissions are still served during the
@@ -142,7 +144,7 @@ func TestDrainServesIdleConnectionsThenClosesThem(t *testing.T) {
 // keep-alives), the stop signal and ServeDrain's result.
 func startDrain(t *testing.T, h *Handlers, d Drain, forceHTTP2 bool) (url string, client *http.Client, signal context.CancelFunc, done <-chan error) {
 	t.Helper()
-	certPEM, keyPEM := issueCert(t, 1)
+	certPEM, keyPEM := testcert.SelfSigned(t, 1)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)

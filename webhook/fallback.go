@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -27,7 +28,7 @@ type fallbackPlacement struct {
 
 // fallbackOf returns the term seat is placed on: its own term, or, while that term is
 // unavailable (in gone), the term the fallback rule gives (strategy.FallbackTerm).
-func fallbackOf(s *strategy.Strategy, w *Workload, seat, own int, gone map[int]string) fallbackPlacement {
+func fallbackOf(s *strategy.Strategy, w *clusterview.Workload, seat, own int, gone map[int]string) fallbackPlacement {
 	p := fallbackPlacement{term: own, from: -1}
 	if _, ok := gone[own]; !ok {
 		return p

@@ -20,6 +20,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/fakeleases"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -66,11 +69,11 @@ func controllerRef(kind, name string, uid types.UID) metav1.OwnerReference {
 }
 
 // mutator builds a PodMutator on synced informer caches over the fake clientset.
-func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *SeatLedger) {
+func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *ledger.Ledger) {
 	t.Helper()
 	client := fake.NewClientset(c.objects...)
-	withOptimisticConcurrency(client)
-	caches, err := NewCaches(client, 0)
+	fakeleases.WithOptimisticConcurrency(client)
+	caches, err := clusterview.NewCaches(client, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +86,7 @@ func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *Sea
 		t.Fatal(err)
 	}
 	recorder := record.NewFakeRecorder(1000)
-	ledger, err := NewSeatLedger(client, ledgerNS, time.Minute, quietLog(), LedgerOptions{Identity: "test-replica"})
+	ledger, err := ledger.New(client, ledgerNS, time.Minute, quietLog(), ledger.Options{Identity: "test-replica"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +103,7 @@ func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *Sea
 		Ledger:     ledger,
 		Recorder:   recorder,
 		Metrics:    NewMetrics(),
-		Namespaces: NamespaceFilter{Blocklist: map[string]bool{"kube-system": true, "blocked": true}, Own: "custom-kube-scheduler-webhook"},
+		Namespaces: clusterview.NamespaceFilter{Blocklist: map[string]bool{"kube-system": true, "blocked": true}, Own: "custom-kube-scheduler-webhook"},
 		Log:        quietLog(),
 	}, recorder, ledger
 }

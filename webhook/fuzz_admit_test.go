@@ -19,6 +19,7 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -87,9 +88,9 @@ func (in admitInput) pod() *corev1.Pod {
 	return pod
 }
 
-// fuzzResolver is the real ListerResolver over listers filled directly (no informer to
+// fuzzResolver is the real clusterview.ListerResolver over listers filled directly (no informer to
 // sync per input), and a fake client for the live GET of what the listers lack.
-func fuzzResolver(t testing.TB, client *fake.Clientset, strat string, flags uint8, start int32) *ListerResolver {
+func fuzzResolver(t testing.TB, client *fake.Clientset, strat string, flags uint8, start int32) *clusterview.ListerResolver {
 	ann := map[string]string{}
 	if flags&0x08 == 0 {
 		ann[strategy.AnnotationStrategy] = strat
@@ -108,7 +109,7 @@ func fuzzResolver(t testing.TB, client *fake.Clientset, strat string, flags uint
 		}
 		return ix
 	}
-	return &ListerResolver{
+	return &clusterview.ListerResolver{
 		Client:       client,
 		Deployments:  appslisters.NewDeploymentLister(index(objs[0])),
 		ReplicaSets:  appslisters.NewReplicaSetLister(index(objs[1])),
@@ -121,11 +122,11 @@ func fuzzResolver(t testing.TB, client *fake.Clientset, strat string, flags uint
 // tests run against the API server).
 type fuzzLedger struct {
 	mu    sync.Mutex
-	next  map[Revision]int
+	next  map[clusterview.Revision]int
 	seats map[types.UID]int
 }
 
-func (l *fuzzLedger) Claim(_ context.Context, revision Revision, admission types.UID, _ int) (int, error) {
+func (l *fuzzLedger) Claim(_ context.Context, revision clusterview.Revision, admission types.UID, _ int) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seat, ok := l.seats[admission]; ok {
@@ -136,13 +137,13 @@ func (l *fuzzLedger) Claim(_ context.Context, revision Revision, admission types
 	return l.next[revision], nil
 }
 
-func (l *fuzzLedger) Peek(_ context.Context, revision Revision) (int, error) {
+func (l *fuzzLedger) Peek(_ context.Context, revision clusterview.Revision) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.next[revision] + 1, nil
 }
 
-func (l *fuzzLedger) Release(_ context.Context, _ Revision, admission types.UID) {
+func (l *fuzzLedger) Release(_ context.Context, _ clusterview.Revision, admission types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.seats, admission)
@@ -183,12 +184,12 @@ func FuzzAdmit(f *testing.F) {
 		f.Add(s.Strategy, s.Flags, s.PodIndex, s.LabelKey, s.LabelV, s.AnnKey, s.AnnV, s.SelKey, s.SelV, s.TolKey, s.TolV, s.TolEffect, s.OrdinalStart, s.RawPod, s.PodName, s.PodOwner)
 	}
 	client := fake.NewClientset()
-	ledger := &fuzzLedger{next: map[Revision]int{}, seats: map[types.UID]int{}}
+	ledger := &fuzzLedger{next: map[clusterview.Revision]int{}, seats: map[types.UID]int{}}
 	m := &PodMutator{
 		Ledger:     ledger,
 		Capacity:   fuzzCapacity{},
 		Metrics:    NewMetrics(),
-		Namespaces: NamespaceFilter{Blocklist: map[string]bool{"kube-system": true}, Own: "custom-kube-scheduler-webhook"},
+		Namespaces: clusterview.NamespaceFilter{Blocklist: map[string]bool{"kube-system": true}, Own: "custom-kube-scheduler-webhook"},
 		Log:        quietLog(),
 	}
 	f.Fuzz(func(t *testing.T, strat string, flags uint8, podIndex, labelKey, labelV, annKey, annV, selKey, selV, tolKey, tolV, tolEffect string, start int32, rawPod []byte, podName, podOwner string) {
@@ -206,7 +207,7 @@ func FuzzAdmit(f *testing.F) {
 		}
 		req.UID = uuid.NewUUID()
 		resp := m.Admit(context.Background(), req)
-		m.Ledger.Release(context.Background(), Revision{Namespace: testNS, UID: testRSUID}, req.UID)
+		m.Ledger.Release(context.Background(), clusterview.Revision{Namespace: testNS, UID: testRSUID}, req.UID)
 		checkAdmitResponse(t, req, resp, flags&0x80 != 0)
 	})
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 )
 
 // A body declared over the cap is refused before it is read; one sent without a
@@ -208,7 +210,7 @@ func (r repeatByte) Read(p []byte) (int, error) {
 // live lookup at all.
 func TestLiveLookupsAreBounded(t *testing.T) {
 	m, _, _ := newCluster(burstStrategy).mutator(t)
-	r := m.Resolver.(*ListerResolver)
+	r := m.Resolver.(*clusterview.ListerResolver)
 	r.CacheGrace = 50 * time.Millisecond
 	r.LiveSlots = make(chan struct{}, 1)
 	ctx := context.Background()

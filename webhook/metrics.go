@@ -1,9 +1,10 @@
 package webhook
 
 import (
+	"regexp"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"regexp"
 )
 
 // Admission outcomes, the values of the "outcome" label.

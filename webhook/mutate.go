@@ -13,8 +13,10 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -33,27 +35,35 @@ type Capacity interface {
 	Tolerations(labels map[string]string) (tolerations []corev1.Toleration, served bool)
 }
 
-// NamespaceFilter decides which namespaces the webhook leaves alone.
-type NamespaceFilter struct {
-	// Blocklist holds BLOCKLISTED_NAMESPACE_LIST.
-	Blocklist map[string]bool
-	// Own is the webhook's own namespace, always skipped so it can never block itself.
-	Own string
+// SeatLedger hands out the seats of workload revisions.
+//
+// Admissions of one ReplicaSet burst arrive concurrently and before any of the new pods
+// is visible, so seats held by live pods are not enough: a ledger also keeps short-lived
+// reservations for pods it admitted but has not seen yet.
+type SeatLedger interface {
+	// Claim returns the lowest seat of revision that no live pod holds and no other
+	// admission has reserved, and reserves it for admission. Claiming again with the same
+	// admission UID (the API server retrying a call) returns the same seat. replicas is
+	// how many pods the revision's ReplicaSet wants (negative: unknown): reservations
+	// beyond what it can be creating, whose pods have not shown up within a second, give
+	// their seats to the claim (forged reviews, pods rejected after this webhook).
+	Claim(ctx context.Context, revision clusterview.Revision, admission types.UID, replicas int) (int, error)
+	// Peek returns the seat Claim would hand out now, reserving nothing (dry-run).
+	Peek(ctx context.Context, revision clusterview.Revision) (int, error)
+	// Release gives back a seat claimed by admission whose pod will not carry it.
+	Release(ctx context.Context, revision clusterview.Revision, admission types.UID)
 }
-
-// Skip reports whether pods of namespace ns are left alone.
-func (f NamespaceFilter) Skip(ns string) bool { return ns == f.Own || f.Blocklist[ns] }
 
 // PodMutator places new pods of workloads that carry a strategy: it picks the pod's
 // seat, and patches the seat's term into the pod's nodeSelector and tolerations.
 // A pod is never blocked: every fault admits it unchanged with a warning.
 type PodMutator struct {
-	Resolver   WorkloadResolver
-	Ledger     Ledger
+	Resolver   clusterview.WorkloadResolver
+	Ledger     SeatLedger
 	Capacity   Capacity             // optional
 	Recorder   record.EventRecorder // optional
 	Metrics    *Metrics
-	Namespaces NamespaceFilter
+	Namespaces clusterview.NamespaceFilter
 	// Synced is closed once the caches have synced; until then held seats are unknown,
 	// so admissions wait for it (bounded by the API server's timeout).
 	Synced <-chan struct{}
@@ -137,7 +147,7 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 
 	// Fields are built only when a line is logged: most admissions log nothing, and
 	// building them was a fifth of an admission's allocations.
-	var w *Workload
+	var w *clusterview.Workload
 	log := func() logrus.FieldLogger {
 		fields := logrus.Fields{"namespace": req.Namespace, "owner": owner.Kind + "/" + owner.Name, "uid": req.UID}
 		if w != nil {
@@ -224,25 +234,25 @@ func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionReques
 
 // seat picks the pod's seat: the ordinal for StatefulSet pods, otherwise the ledger's
 // lowest free seat (only looked at, not reserved, on dry-run).
-func (m *PodMutator) seat(ctx context.Context, req *admissionv1.AdmissionRequest, w *Workload, pod *corev1.Pod) (int, error) {
+func (m *PodMutator) seat(ctx context.Context, req *admissionv1.AdmissionRequest, w *clusterview.Workload, pod *corev1.Pod) (int, error) {
 	switch {
 	case w.StatefulSet != nil:
-		return statefulSetSeat(w.StatefulSet, pod)
+		return clusterview.StatefulSetSeat(w.StatefulSet, pod)
 	case isDryRun(req):
-		return m.Ledger.Peek(ctx, Revision{Namespace: req.Namespace, UID: w.Revision})
+		return m.Ledger.Peek(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision})
 	default:
-		return m.Ledger.Claim(ctx, Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID, w.Replicas)
+		return m.Ledger.Claim(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID, w.Replicas)
 	}
 }
 
-func (m *PodMutator) release(ctx context.Context, req *admissionv1.AdmissionRequest, w *Workload) {
+func (m *PodMutator) release(ctx context.Context, req *admissionv1.AdmissionRequest, w *clusterview.Workload) {
 	if w.StatefulSet == nil && !isDryRun(req) {
-		m.Ledger.Release(ctx, Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID)
+		m.Ledger.Release(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID)
 	}
 }
 
 // event records an Event on the workload; dry-run requests leave no trace.
-func (m *PodMutator) event(req *admissionv1.AdmissionRequest, w *Workload, typ, reason, msg string) {
+func (m *PodMutator) event(req *admissionv1.AdmissionRequest, w *clusterview.Workload, typ, reason, msg string) {
 	if m.Recorder == nil || isDryRun(req) {
 		return
 	}

@@ -8,14 +8,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -171,7 +174,11 @@ func TestConflictingNodeSelector(t *testing.T) {
 	expectUnchanged(t, resp, `karpenter.sh/capacity-type is "spot", the term wants "on-demand"`)
 	expectEvent(t, recorder, ReasonNodeSelectorConflict)
 	// The release is written in the background.
-	waitFor(t, "the conflicting pod's seat to be released", func() bool { return ledger.Reservations() == 0 })
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return ledger.Reservations() == 0, nil
+	}); err != nil {
+		t.Fatalf("the conflicting pod's seat was not released: %v", err)
+	}
 	// The seat goes to the next pod.
 	req := createRequest(t, rsPod())
 	if seat, _ := strategy.SeatOf(applyPatch(t, req, m.Admit(context.Background(), req))); seat != 1 {
@@ -353,6 +360,6 @@ func BenchmarkAdmit(b *testing.B) {
 		if resp.Patch == nil {
 			b.Fatal("not placed")
 		}
-		m.Ledger.Release(context.Background(), Revision{Namespace: testNS, UID: testRSUID}, req.UID)
+		m.Ledger.Release(context.Background(), clusterview.Revision{Namespace: testNS, UID: testRSUID}, req.UID)
 	}
 }

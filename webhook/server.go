@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 )
 
 // AdmitFunc answers one admission request.
@@ -32,7 +34,7 @@ type Handlers struct {
 	Log     logrus.FieldLogger
 	// Limits bound in-flight admissions and their bodies (zero values: defaults).
 	Limits AdmissionLimits
-	// Peer answers the seat claims other replicas forward (SeatLedger.PeerHandler);
+	// Peer answers the seat claims other replicas forward (ledger.Ledger.PeerHandler);
 	// nil serves none.
 	Peer http.Handler
 	// Profiling serves the Go runtime's profiles at /debug/pprof/.
@@ -49,7 +51,7 @@ func (h *Handlers) Mux() http.Handler {
 	mux.Handle("POST /mutate", h.admission("mutate", h.Mutate, gate))
 	mux.Handle("POST /validate", h.admission("validate", h.Validate, gate))
 	if h.Peer != nil {
-		mux.Handle("POST "+PeerClaimPath, h.Peer)
+		mux.Handle("POST "+ledger.PeerClaimPath, h.Peer)
 	}
 	return h.recoverPanics(mux)
 }

@@ -3,17 +3,11 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -27,42 +21,10 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testcert"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
-
-// issueCert returns a PEM certificate and key for 127.0.0.1, signed by itself.
-func issueCert(t testing.TB, serial int64) (certPEM, keyPEM []byte) {
-	t.Helper()
-	der, key := createCert(t, &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "webhook-test"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, nil, nil)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-}
-
-// createCert makes a P-256 key and a certificate of tmpl for it, valid from an hour ago
-// for two hours, signed by parent's key (self-signed when parent is nil).
-func createCert(t testing.TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) ([]byte, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der, key
-}
 
 // startServer serves handlers over HTTPS on an ephemeral port with a certificate
 // watched on disk, and returns the base URL, the cert paths and a client that trusts
@@ -71,7 +33,7 @@ func startServer(t testing.TB, h *Handlers) (url, certFile, keyFile string, clie
 	t.Helper()
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	certPEM, keyPEM := issueCert(t, 1)
+	certPEM, keyPEM := testcert.SelfSigned(t, 1)
 	writeFile(t, certFile, certPEM)
 	writeFile(t, keyFile, keyPEM)
 	watcher, err := certwatcher.New(certFile, keyFile)
@@ -363,7 +325,7 @@ func TestServingCertificateReloads(t *testing.T) {
 	if got := served(); got != 1 {
 		t.Fatalf("serial %d, want 1", got)
 	}
-	certPEM, keyPEM := issueCert(t, 2)
+	certPEM, keyPEM := testcert.SelfSigned(t, 2)
 	writeFile(t, keyFile, keyPEM)
 	writeFile(t, certFile, certPEM)
 	deadline := time.Now().Add(30 * time.Second)
@@ -393,7 +355,7 @@ func BenchmarkAdmitOverHTTPS(b *testing.B) {
 				return
 			}
 			// Keep the seats low and the reservations under the record's bound.
-			m.Ledger.Release(context.Background(), Revision{Namespace: testNS, UID: testRSUID}, req.UID)
+			m.Ledger.Release(context.Background(), clusterview.Revision{Namespace: testNS, UID: testRSUID}, req.UID)
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/promcheck"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
@@ -62,13 +63,13 @@ func describe(c interface{ Describe(chan<- *prometheus.Desc) }, add func(string)
 func serveExports(t *testing.T) map[string]bool {
 	t.Helper()
 	metrics := webhook.NewMetrics()
-	ledger, err := webhook.NewSeatLedger(fake.NewClientset(), "ns", time.Minute, logrus.New(), webhook.LedgerOptions{Identity: "test"})
+	seats, err := ledger.New(fake.NewClientset(), "ns", time.Minute, logrus.New(), ledger.Options{Identity: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := recorder{Registerer: metrics.Registry, names: map[string]bool{}}
 	_, err = registerMetrics(rec, metricSources{
-		REST: clientmetrics.New(), Ledger: ledger,
+		REST: clientmetrics.New(), Ledger: seats,
 		Certificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("none") },
 		Ready:       func() error { return nil },
 		NodeGroups:  func() nodegroups.Status { return nodegroups.Status{} },

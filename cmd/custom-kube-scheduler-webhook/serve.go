@@ -33,10 +33,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
@@ -153,7 +155,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		}
 	}()
 
-	caches, err := webhook.NewCaches(client, 10*time.Minute)
+	caches, err := clusterview.NewCaches(client, 10*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -193,8 +195,8 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	}
 	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
 	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
-	peerTrust := webhook.PeerTrust{Own: certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")}
-	ledger, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, webhook.NewPeerClient(peerTrust), owner, log)
+	peerTrust := ledger.PeerTrust{Own: certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")}
+	seats, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, ledger.NewPeerClient(peerTrust), owner, log)
 	if err != nil {
 		return err
 	}
@@ -226,10 +228,10 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	mutator := &webhook.PodMutator{
 		Resolver:   caches.Resolver,
 		Capacity:   catalog,
-		Ledger:     ledger,
+		Ledger:     seats,
 		Recorder:   recorder,
 		Metrics:    metrics,
-		Namespaces: webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
+		Namespaces: clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		Synced:     synced,
 		Deadline:   cfg.AdmissionDeadline,
 		Log:        entry,
@@ -257,10 +259,10 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		Metrics:   metrics,
 		Log:       entry,
 		Limits:    cfg.Limits,
-		Peer:      webhook.RequirePeerCertificate(peerTrust, ledger.PeerHandler()),
+		Peer:      ledger.RequirePeerCertificate(peerTrust, seats.PeerHandler()),
 		Profiling: cfg.Profiling,
 	}
-	sources := metricSources{REST: restMetrics, Ledger: ledger, Certificate: certs.GetCertificate, Ready: handlers.Ready}
+	sources := metricSources{REST: restMetrics, Ledger: seats, Certificate: certs.GetCertificate, Ready: handlers.Ready}
 	if groups != nil {
 		sources.NodeGroups = groups.Status
 	}
@@ -298,7 +300,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	// 503 through the drain.
 	plainCtx, stopPlain := context.WithCancel(ctx)
 	plainDone := plain.serve(plainCtx, entry)
-	go checkPeerAddress(ctx, ledger, &peerChecked, entry)
+	go checkPeerAddress(ctx, seats, &peerChecked, entry)
 	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() { draining.Store(true) }}
 	err = webhook.ServeDrain(stop, ln, handlers.Mux(), certs.GetCertificate, drain, entry)
 	stopPlain()
@@ -307,7 +309,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	// revisions over at once, with its reservations.
 	handover, cancelHandover := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelHandover()
-	ledger.Handover(handover)
+	seats.Handover(handover)
 	return err
 }
 
@@ -369,7 +371,7 @@ func (p *plainListeners) serve(ctx context.Context, log logrus.FieldLogger) <-ch
 // metricSources are what serve's metrics beside webhook.NewMetrics' own read.
 type metricSources struct {
 	REST        *clientmetrics.Metrics
-	Ledger      *webhook.SeatLedger
+	Ledger      *ledger.Ledger
 	Certificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	Ready       func() error
 	// NodeGroups is nil without EKS_CLUSTER_NAME: no node-group metrics then.
@@ -392,7 +394,7 @@ func registerMetrics(reg prometheus.Registerer, src metricSources) (*converge.Me
 	if err := reg.Register(newReadyGauge(webhook.MetricsNamespace, src.Ready)); err != nil {
 		return nil, fmt.Errorf("register ready: %w", err)
 	}
-	if err := src.Ledger.RegisterMetrics(reg); err != nil {
+	if err := src.Ledger.RegisterMetrics(reg, webhook.MetricsNamespace); err != nil {
 		return nil, err
 	}
 	if src.NodeGroups != nil {
@@ -400,7 +402,7 @@ func registerMetrics(reg prometheus.Registerer, src metricSources) (*converge.Me
 			return nil, err
 		}
 	}
-	m, err := converge.NewMetrics(reg)
+	m, err := converge.NewMetrics(reg, webhook.MetricsNamespace)
 	if err != nil {
 		return nil, fmt.Errorf("register convergence metrics: %w", err)
 	}
@@ -444,16 +446,16 @@ func unsyncedIf(cond bool, name string) []string {
 
 // checkPeerAddress calls this replica at its peer address until it answers, then sets
 // ok: other replicas take a refused connection there as proof that this replica is gone.
-func checkPeerAddress(ctx context.Context, ledger *webhook.SeatLedger, ok *atomic.Bool, log logrus.FieldLogger) {
+func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool, log logrus.FieldLogger) {
 	for attempt := 0; ; attempt++ {
 		check, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := ledger.CheckPeerAddress(check)
+		err := seats.CheckPeerAddress(check)
 		cancel()
 		if err == nil {
 			ok.Store(true)
 			return
 		}
-		shared := errors.Is(err, webhook.ErrPeerAddressShared)
+		shared := errors.Is(err, ledger.ErrPeerAddressShared)
 		if attempt%30 == 15 || (shared && attempt%30 == 0) { // the server takes a moment to start: complain only after that
 			log.WithError(err).Error("not ready: other replicas cannot forward seat claims to this one; set PEER_ADDRESS or POD_IP")
 		}
@@ -471,7 +473,7 @@ func checkPeerAddress(ctx context.Context, ledger *webhook.SeatLedger, ok *atomi
 
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced.
-func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *webhook.Caches, records *converge.Records,
+func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, records *converge.Records,
 	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger,
 ) error {
 	entry := log.WithField("component", "converge")
@@ -500,7 +502,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	}
 	loop, err := converge.NewLoop(converge.Config{
 		Client: loopClient, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
-		Namespaces:    webhook.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
+		Namespaces:    clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
 		Signals:  converge.NewKarpenterSignals(loopClient),
 		Launches: claims,
@@ -548,7 +550,7 @@ func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 
 // newLedger returns the seat ledger, fed by the placed-pod cache, and what its
 // readiness waits on (the names of what has not synced).
-func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *webhook.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*webhook.SeatLedger, func() []string, error) {
+func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *clusterview.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*ledger.Ledger, func() []string, error) {
 	// The ledger's record writes (taking a revision, renewing it) are on the admission's
 	// critical path: a client-side limit would only queue claims past the webhook
 	// timeout (pods then admitted unplaced). The API server's priority and fairness
@@ -559,20 +561,20 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 	if err != nil {
 		return nil, nil, fmt.Errorf("create ledger client: %w", err)
 	}
-	ledger, err := webhook.NewSeatLedger(ledgerClient, cfg.Namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), webhook.LedgerOptions{
+	seats, err := ledger.New(ledgerClient, cfg.Namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), ledger.Options{
 		Identity: identity, PeerURL: cfg.PeerAddress, PeerClient: peers, Owner: owner,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	podsSeen, err := caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone)
+	podsSeen, err := caches.OnPlacedPods(seats.PodVisible, seats.PodGone)
 	if err != nil {
 		return nil, nil, err
 	}
-	ledger.Start(ctx)
+	seats.Start(ctx)
 	// Ready only once the ledger has counted every placed pod and read every record.
-	return ledger, func() []string {
-		return append(unsyncedIf(!podsSeen(), "placed pods (seat ledger)"), unsyncedIf(!ledger.HasSynced(), "seat records")...)
+	return seats, func() []string {
+		return append(unsyncedIf(!podsSeen(), "placed pods (seat ledger)"), unsyncedIf(!seats.HasSynced(), "seat records")...)
 	}, nil
 }
 

@@ -49,5 +49,5 @@ go test "${args[@]}" ./e2e/ || e2e_rc=$?
 bash "$here/check-webhook-rbac.sh"
 ((e2e_rc == 0)) || exit "$e2e_rc"
 # The packages' own API-server tests (their unit tests already ran in test-unit).
-KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig go test "${args[@]}" -run 'TestE2E|OnAPIServer' ./karpenter/ ./webhook/ ./report/
+KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig go test "${args[@]}" -run 'TestE2E|OnAPIServer' ./karpenter/ ./ledger/ ./report/
 KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig bash deploy/test/cluster.sh

@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 import (
 	"reflect"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 )
 
 func TestRecentIDsExpireWithoutNewAdds(t *testing.T) {
@@ -39,7 +41,7 @@ func TestRecentIDsExpireWithoutNewAdds(t *testing.T) {
 // Once a burst's reservations and fulfilled ids are all gone, the sweep gives their
 // room back: the maps are new ones.
 func TestSweepGivesABurstsRoomBack(t *testing.T) {
-	l := &SeatLedger{ttl: time.Second, clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), revs: map[Revision]*revState{}}
+	l := &Ledger{ttl: time.Second, clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)), revs: map[clusterview.Revision]*revState{}}
 	s := l.state(shopRS)
 	for i := range uint64(5000) {
 		now := l.clock.Now()

@@ -1,7 +1,6 @@
-package webhook
+package ledger
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,16 +9,20 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testcert"
 )
 
 // certSource serves one fixed certificate, issued for the test.
 func certSource(t *testing.T, serial int64) CertificateSource {
 	t.Helper()
-	certPEM, keyPEM := issueCert(t, serial)
+	certPEM, keyPEM := testcert.SelfSigned(t, serial)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +40,7 @@ type testCA struct {
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	der, key := createCert(t, &x509.Certificate{
+	der, key := testcert.Create(t, &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "webhook-test-ca"},
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}, nil, nil)
@@ -51,7 +54,7 @@ func newTestCA(t *testing.T) *testCA {
 // leaf issues a serving certificate for dnsNames (and 127.0.0.1).
 func (ca *testCA) leaf(t *testing.T, serial int64, dnsNames ...string) CertificateSource {
 	t.Helper()
-	der, key := createCert(t, &x509.Certificate{
+	der, key := testcert.Create(t, &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "webhook"},
 		DNSNames: dnsNames, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -65,9 +68,17 @@ func (ca *testCA) leaf(t *testing.T, serial int64, dnsNames ...string) Certifica
 func servePeer(t *testing.T, trust PeerTrust) string {
 	t.Helper()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writePeer(w, http.StatusOK, peerResponse{Seat: 7}) })
-	return "https://" + serveUntilCleanup(t, func(ctx context.Context, ln net.Listener) error {
-		return Serve(ctx, ln, RequirePeerCertificate(trust, ok), trust.Own, quietLog())
-	}) + PeerClaimPath
+	// As the webhook serves peers: client certificates requested, checked by the handler.
+	srv := httptest.NewUnstartedServer(RequirePeerCertificate(trust, ok))
+	cert, err := trust.Own(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Certificates, not GetCertificate: httptest would put its own certificate first.
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.URL + PeerClaimPath
 }
 
 func postPeer(c *http.Client, url string) (int, error) {
@@ -115,7 +126,9 @@ func TestPeerCertificatePinnedBothWays(t *testing.T) {
 func TestPeerRotatedOnOneReplicaIsTrusted(t *testing.T) {
 	ca := newTestCA(t)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	writeFile(t, caFile, ca.pem)
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	const svc = "custom-kube-scheduler-webhook.custom-kube-scheduler-webhook.svc"
 	before, rotated := ca.leaf(t, 10, svc), ca.leaf(t, 11, svc)
 	trust := func(own CertificateSource) PeerTrust { return PeerTrust{Own: own, CAFile: caFile} }

@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 // What one replica knows of a revision's seats: the seats taken by visible pods and
 // live reservations, the lowest free one, and who owns the revision.
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,7 +19,7 @@ import (
 // free (seats freed below low) or else the first untaken seat from low, so a claim
 // costs O(log N) amortized, never a copy of the held seats.
 type revState struct {
-	rev Revision
+	rev clusterview.Revision
 
 	// The newest version of the record this replica knows (nil: none exists), and when
 	// this replica first saw its holder and renew time: another holder's ownership is
@@ -106,7 +108,7 @@ type ownershipWrite struct {
 }
 
 // state returns the revision's state, creating it.
-func (l *SeatLedger) state(rev Revision) *revState {
+func (l *Ledger) state(rev clusterview.Revision) *revState {
 	s := l.revs[rev]
 	if s == nil {
 		s = &revState{
@@ -125,7 +127,7 @@ func (l *SeatLedger) state(rev Revision) *revState {
 }
 
 // forget drops a revision's state once it holds nothing.
-func (l *SeatLedger) forget(s *revState) {
+func (l *Ledger) forget(s *revState) {
 	now := l.clock.Now()
 	s.expire(now)
 	s.shrink()
@@ -284,7 +286,7 @@ func (s *revState) answerLimit() int {
 // reserve hands out the lowest free seat for the admission hash, the same one again to
 // a retried admission. errBeyondMark: the seat is above the mark, and a write must
 // raise it first.
-func (l *SeatLedger) reserve(s *revState, req claimRequest, now time.Time) (int, error) {
+func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) (int, error) {
 	hash := req.hash
 	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
 		e.claims++
@@ -323,7 +325,7 @@ func (l *SeatLedger) reserve(s *revState, req claimRequest, now time.Time) (int,
 }
 
 // hold adds reservation e (counted unless its pod was seen already).
-func (l *SeatLedger) hold(s *revState, hash uint64, e *entry) {
+func (l *Ledger) hold(s *revState, hash uint64, e *entry) {
 	if old := s.reserved[hash]; old != nil && old.counted {
 		s.uncount(old)
 	}
@@ -350,14 +352,14 @@ const staleReservation = time.Second
 // a pod rejected after this webhook gets the seat of its first attempt back. Young
 // reservations stay whatever the count, so a ReplicaSet cache lagging behind a scale-up
 // takes nothing from pods on their way. Phantom holds (takeOver) never give way.
-func (l *SeatLedger) displaceStale(s *revState, room int, now time.Time) {
+func (l *Ledger) displaceStale(s *revState, room int, now time.Time) {
 	l.displaceOldest(s, s.open-s.openPhantoms-room+1, staleReservation, now)
 }
 
 // displaceOldest drops up to n unfulfilled reservations made at least minAge ago,
 // oldest first (phantom holds never); their seats are free at once. The queue holds
 // them in the order they were made, so this costs O(1) per reservation over its life.
-func (l *SeatLedger) displaceOldest(s *revState, n int, minAge time.Duration, now time.Time) {
+func (l *Ledger) displaceOldest(s *revState, n int, minAge time.Duration, now time.Time) {
 	for n > 0 && s.queueHead < len(s.queue) {
 		q := s.queue[s.queueHead]
 		if e := s.reserved[q.hash]; e != q.e || !e.counted {
@@ -402,7 +404,7 @@ func (s *revState) dropPhantom(seat int) {
 
 // unreserve gives back one attempt's claim of the reservation of admission hash; once
 // no attempt holds it, it goes and its seat is free at once.
-func (l *SeatLedger) unreserve(s *revState, hash uint64) {
+func (l *Ledger) unreserve(s *revState, hash uint64) {
 	if e := s.reserved[hash]; e != nil {
 		if e.claims--; e.claims > 0 {
 			return
@@ -421,7 +423,7 @@ func (s *revState) remove(hash uint64, e *entry) {
 
 // fulfil records that the pod of reservation hash is visible: the pod, not the
 // reservation, holds the seat from now on.
-func (l *SeatLedger) fulfil(s *revState, hash uint64) {
+func (l *Ledger) fulfil(s *revState, hash uint64) {
 	now := l.clock.Now()
 	s.fulfilled.add(hash, now, now.Add(2*l.ttl))
 	s.lastFulfil = now

@@ -1,4 +1,7 @@
-package webhook
+// Package fakeleases makes a fake clientset's Leases behave like the API server's, for
+// the unit tests of the seat ledger and of admission (which runs a ledger). It is for
+// tests only and imports nothing of the product.
+package fakeleases
 
 import (
 	"errors"
@@ -14,22 +17,22 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// leaseWrites counts the Lease writes a fake API server accepted and refused.
-type leaseWrites struct{ ok, conflicts atomic.Int64 }
+// Writes counts the Lease writes a fake API server accepted and refused.
+type Writes struct{ OK, Conflicts atomic.Int64 }
 
-// withOptimisticConcurrency makes the fake clientset's Leases behave like the API
+// WithOptimisticConcurrency makes the fake clientset's Leases behave like the API
 // server's: resourceVersion and UID are set on every write, an Update or a Delete
 // naming a stale resourceVersion (or UID) is a Conflict. The fake's tracker alone
 // accepts any write.
-func withOptimisticConcurrency(c *fake.Clientset) *leaseWrites {
+func WithOptimisticConcurrency(c *fake.Clientset) *Writes {
 	var (
 		mu     sync.Mutex
 		rv     uint64
-		counts leaseWrites
+		counts Writes
 	)
 	gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
 	conflict := func(name string) error {
-		counts.conflicts.Add(1)
+		counts.Conflicts.Add(1)
 		return apierrors.NewConflict(gvr.GroupResource(), name, errors.New("the object has been modified"))
 	}
 	c.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -45,7 +48,7 @@ func withOptimisticConcurrency(c *fake.Clientset) *leaseWrites {
 			if err := c.Tracker().Create(gvr, obj, a.GetNamespace()); err != nil {
 				return true, nil, err
 			}
-			counts.ok.Add(1)
+			counts.OK.Add(1)
 			return true, obj, nil
 		case "update":
 			a := a.(k8stesting.UpdateAction)
@@ -62,7 +65,7 @@ func withOptimisticConcurrency(c *fake.Clientset) *leaseWrites {
 			if err := c.Tracker().Update(gvr, obj, a.GetNamespace()); err != nil {
 				return true, nil, err
 			}
-			counts.ok.Add(1)
+			counts.OK.Add(1)
 			return true, obj, nil
 		case "delete":
 			a := a.(k8stesting.DeleteAction)
@@ -75,7 +78,7 @@ func withOptimisticConcurrency(c *fake.Clientset) *leaseWrites {
 				((p.UID != nil && *p.UID != lease.UID) || (p.ResourceVersion != nil && *p.ResourceVersion != lease.ResourceVersion)) {
 				return true, nil, conflict(lease.Name)
 			}
-			counts.ok.Add(1)
+			counts.OK.Add(1)
 			return true, nil, c.Tracker().Delete(gvr, a.GetNamespace(), a.GetName())
 		}
 		return false, nil, nil

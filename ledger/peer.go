@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 // Claims forwarded between replicas: a replica that does not own a revision asks its
 // owner, over HTTPS on the webhook's own port.
@@ -21,6 +21,8 @@ import (
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 )
 
 // PeerClaimPath is where a replica answers the claims other replicas forward to it.
@@ -68,7 +70,7 @@ var errPeerRefused = errors.New("the seat owner refused the claim")
 
 // PeerHandler answers claims and releases forwarded by other replicas: only as the
 // revision's owner (409 Conflict otherwise, and the caller reads the record again).
-func (l *SeatLedger) PeerHandler() http.Handler {
+func (l *Ledger) PeerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req peerRequest
 		if err := json.NewDecoder(io.LimitReader(r.Body, maxPeerBody)).Decode(&req); err != nil || req.Revision == "" || req.ID == 0 {
@@ -83,7 +85,7 @@ func (l *SeatLedger) PeerHandler() http.Handler {
 			writePeer(w, http.StatusOK, peerResponse{Proof: l.proof(req.Nonce)})
 			return
 		}
-		rev := Revision{Namespace: req.Namespace, UID: req.Revision}
+		rev := clusterview.Revision{Namespace: req.Namespace, UID: req.Revision}
 		if req.Release {
 			l.mu.Lock()
 			if s := l.revs[rev]; s != nil {
@@ -120,7 +122,7 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 // forward asks the owner at peer for a seat. errNotOwner: the owner does not own the
 // revision (any more); errPeerRefused: a definitive refusal; any other error: the
 // owner could not answer now.
-func (l *SeatLedger) forward(ctx context.Context, owner, peer string, rev Revision, req claimRequest) (int, error) {
+func (l *Ledger) forward(ctx context.Context, owner, peer string, rev clusterview.Revision, req claimRequest) (int, error) {
 	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: owner}
 	if req.replicas >= 0 {
 		call.Replicas = &req.replicas
@@ -133,12 +135,12 @@ func (l *SeatLedger) forward(ctx context.Context, owner, peer string, rev Revisi
 }
 
 // forwardRelease asks the owner at peer to free an admission's seat.
-func (l *SeatLedger) forwardRelease(ctx context.Context, owner, peer string, rev Revision, hash uint64) error {
+func (l *Ledger) forwardRelease(ctx context.Context, owner, peer string, rev clusterview.Revision, hash uint64) error {
 	_, err := l.callPeer(ctx, peer, peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: hash, Release: true, Owner: owner})
 	return err
 }
 
-func (l *SeatLedger) callPeer(ctx context.Context, peer string, req peerRequest) (peerResponse, error) {
+func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (peerResponse, error) {
 	if l.peers == nil || peer == "" {
 		return peerResponse{}, errors.New("the seat owner takes no forwarded claims (no peer address or client)")
 	}
@@ -193,7 +195,7 @@ func (l *SeatLedger) callPeer(ctx context.Context, peer string, req peerRequest)
 var ErrPeerAddressShared = errors.New("another process answers at this replica's peer address")
 
 // proof is the HMAC-SHA256 of nonce under this process's secret.
-func (l *SeatLedger) proof(nonce string) string {
+func (l *Ledger) proof(nonce string) string {
 	mac := hmac.New(sha256.New, l.secret)
 	mac.Write([]byte(nonce))
 	return hex.EncodeToString(mac.Sum(nil))
@@ -207,7 +209,7 @@ func (l *SeatLedger) proof(nonce string) string {
 // that this replica is gone, so it must be right before this replica takes any
 // revision: gate readiness on it. Once another process has answered, every later check
 // fails too (ErrPeerAddressShared): a load-balanced address cannot pass by luck.
-func (l *SeatLedger) CheckPeerAddress(ctx context.Context) error {
+func (l *Ledger) CheckPeerAddress(ctx context.Context) error {
 	if l.peerURL == "" || l.peers == nil {
 		return nil
 	}

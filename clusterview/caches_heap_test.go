@@ -1,4 +1,4 @@
-package webhook
+package clusterview_test
 
 import (
 	"context"
@@ -22,6 +22,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -160,31 +165,31 @@ func cachedHeap(tb testing.TB, pods [][]byte, withLedger bool) uint64 {
 	defer cancel()
 	runtime.GC()
 	before := heapAfterGC()
-	caches, err := NewCaches(client, 0)
+	caches, err := clusterview.NewCaches(client, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var (
-		ledger   *SeatLedger
+		seats    *ledger.Ledger
 		podsSeen cache.InformerSynced
 	)
 	if withLedger {
-		if ledger, err = NewSeatLedger(client, ledgerNS, 30*time.Second, quietLog(), LedgerOptions{Identity: "heap-test"}); err != nil {
+		if seats, err = ledger.New(client, ledgerNS, 30*time.Second, quietLog(), ledger.Options{Identity: "heap-test"}); err != nil {
 			tb.Fatal(err)
 		}
-		if podsSeen, err = caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone); err != nil {
+		if podsSeen, err = caches.OnPlacedPods(seats.PodVisible, seats.PodGone); err != nil {
 			tb.Fatal(err)
 		}
-		ledger.Start(ctx)
+		seats.Start(ctx)
 	}
 	caches.Start(ctx)
 	if err := caches.WaitForSync(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	if podsSeen != nil && !cache.WaitForCacheSync(ctx.Done(), podsSeen, ledger.HasSynced) {
+	if podsSeen != nil && !cache.WaitForCacheSync(ctx.Done(), podsSeen, seats.HasSynced) {
 		tb.Fatal("the ledger did not see every pod")
 	}
-	if got := len(caches.podIndex.ListKeys()); got != len(pods) {
+	if got := clusterview.CachedPods(caches); got != len(pods) {
 		tb.Fatalf("%d pods cached, want %d", got, len(pods))
 	}
 	after := heapAfterGC()
@@ -192,7 +197,7 @@ func cachedHeap(tb testing.TB, pods [][]byte, withLedger bool) uint64 {
 		writeHeapProfile(tb, *heapProfile)
 	}
 	runtime.KeepAlive(caches)
-	runtime.KeepAlive(ledger)
+	runtime.KeepAlive(seats)
 	return after - min(after, before)
 }
 
@@ -211,7 +216,7 @@ func heapPerPod(tb testing.TB, n int, withLedger bool) float64 {
 // indexes), "ledger" adds the seat ledger fed by it as serve wires it (its per-pod
 // index, and the fulfilled reservations it remembers for twice the reservation TTL).
 //
-//	go test -run XXX -bench BenchmarkCachedPodHeap -benchtime 3x ./webhook/
+//	go test -run XXX -bench BenchmarkCachedPodHeap -benchtime 3x ./clusterview/
 //
 // Add -memprofilerate 1 -cachedpodheap.profile heap.pprof to see where the bytes go.
 func BenchmarkCachedPodHeap(b *testing.B) {
@@ -233,7 +238,7 @@ func BenchmarkCachedPodHeap(b *testing.B) {
 // TestCachedPodHeap keeps the live heap per cached placed pod, the ledger's share
 // included, under 2 KiB (about 1.45 KiB when written, on linux/amd64).
 func TestCachedPodHeap(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || clusterview.RaceEnabled {
 		t.Skip("measures the heap: not in -short mode, nor under the race detector")
 	}
 	if perPod := heapPerPod(t, heapPods, true); perPod > 2048 {
@@ -241,4 +246,12 @@ func TestCachedPodHeap(t *testing.T) {
 	} else {
 		t.Logf("%.0f bytes of live heap per cached pod", perPod)
 	}
+}
+
+// ledgerNS is where the seat ledger keeps its records.
+const ledgerNS = "custom-kube-scheduler-webhook"
+
+func quietLog() logrus.FieldLogger {
+	l, _ := logtest.NewNullLogger()
+	return l
 }

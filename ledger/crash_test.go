@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/fakeleases"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -94,9 +96,9 @@ func TestPodGoneAfterACrashKeepsItsSeatHeld(t *testing.T) {
 // (no lapse to wait for) and holds nothing beyond those seats (no mark).
 func TestIdleOwnerReleasesItsRecord(t *testing.T) {
 	client := fake.NewClientset()
-	withOptimisticConcurrency(client)
+	fakeleases.WithOptimisticConcurrency(client)
 	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{Clock: clock})
+	ls := ledgers(t, client, ledgerNS, 2, Options{Clock: clock})
 	owner, other := ls[0], ls[1]
 	claim(t, owner, shopRS, "a")
 	claim(t, owner, shopRS, "b")
@@ -118,8 +120,8 @@ func TestIdleOwnerReleasesItsRecord(t *testing.T) {
 // claim (at most 1 per 100 claims, with the takeover).
 func TestBurstWritesFewMarks(t *testing.T) {
 	client := fake.NewClientset()
-	writes := withOptimisticConcurrency(client)
-	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{})[0]
+	writes := fakeleases.WithOptimisticConcurrency(client)
+	l := ledgers(t, client, ledgerNS, 1, Options{})[0]
 	const n = 2000
 	var wg sync.WaitGroup
 	seats := make(chan int, n)
@@ -137,14 +139,14 @@ func TestBurstWritesFewMarks(t *testing.T) {
 		}
 		seen[s] = true
 	}
-	if got := writes.ok.Load(); got > n/100 {
+	if got := writes.OK.Load(); got > n/100 {
 		t.Fatalf("%d record writes for a burst of %d claims, want at most %d", got, n, n/100)
 	}
-	t.Logf("%d record writes for %d claims", writes.ok.Load(), n)
+	t.Logf("%d record writes for %d claims", writes.OK.Load(), n)
 }
 
 // seenRecord is the record of rev that replica l sees (the test fails when none).
-func seenRecord(t testing.TB, l *SeatLedger, rev Revision) *coordinationv1.Lease {
+func seenRecord(t testing.TB, l *Ledger, rev clusterview.Revision) *coordinationv1.Lease {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -160,7 +162,7 @@ func seenRecord(t testing.TB, l *SeatLedger, rev Revision) *coordinationv1.Lease
 // and a flood of them never leaves a real pod unplaced.
 func TestForgedReviewsCannotHoldTheBaseSeats(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{Clock: clock})[0]
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{Clock: clock})[0]
 	ctx := context.Background()
 	claimFor := func(id types.UID, replicas int) int {
 		t.Helper()
@@ -197,7 +199,7 @@ func TestForgedReviewsCannotHoldTheBaseSeats(t *testing.T) {
 // attempt's seat back, not the next one.
 func TestRetryOfARejectedPodGetsItsSeatBack(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{Clock: clock})[0]
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{Clock: clock})[0]
 	for i := 1; i <= 2; i++ {
 		l.PodVisible(placed(fmt.Sprint("p", i), shopRS, i, ""))
 	}

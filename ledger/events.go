@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 // The ledger's view follows the informers: seat records and placed pods.
 
@@ -7,17 +7,17 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // apply makes record (a version newer than the one known, nil when it is gone) the
 // revision's record. A change of holder or renewal restarts this replica's clock on
 // the holder's ownership; a record held by another replica ends this one's.
-func (l *SeatLedger) apply(s *revState, record *coordinationv1.Lease) {
+func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
 	if record == nil || s.record == nil || holderOf(record) != holderOf(s.record) || !record.Spec.RenewTime.Equal(s.record.Spec.RenewTime) {
 		s.observed = l.clock.Now()
 		s.goneHolder = ""
@@ -33,7 +33,7 @@ func (l *SeatLedger) apply(s *revState, record *coordinationv1.Lease) {
 }
 
 // recordSeen is the record informer's add/update handler.
-func (l *SeatLedger) recordSeen(obj any) {
+func (l *Ledger) recordSeen(obj any) {
 	record, ok := obj.(*coordinationv1.Lease)
 	if !ok {
 		return
@@ -52,7 +52,7 @@ func (l *SeatLedger) recordSeen(obj any) {
 }
 
 // recordGone is the record informer's delete handler.
-func (l *SeatLedger) recordGone(obj any) {
+func (l *Ledger) recordGone(obj any) {
 	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
@@ -76,25 +76,18 @@ func (l *SeatLedger) recordGone(obj any) {
 
 // placedPod returns the seat revision a placed pod counts in, its seat and its
 // reservation hash (0 when it carries none).
-func placedPod(pod *corev1.Pod) (rev Revision, seat int, hash uint64, ok bool) {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != "ReplicaSet" {
-		return Revision{}, 0, 0, false
-	}
-	seat, ok = strategy.SeatOf(pod)
-	if !ok {
-		return Revision{}, 0, 0, false
+func placedPod(pod *corev1.Pod) (rev clusterview.Revision, seat int, hash uint64, ok bool) {
+	if rev, seat, ok = clusterview.PlacedSeat(pod); !ok {
+		return rev, 0, 0, false
 	}
 	if id := pod.Annotations[strategy.AnnotationReservation]; id != "" {
 		hash = idHash(types.UID(id))
 	}
-	// The pod's own namespace: a controller reference never crosses namespaces, so a
-	// pod naming another namespace's ReplicaSet UID counts in a revision of its own.
-	return Revision{Namespace: pod.Namespace, UID: ref.UID}, seat, hash, true
+	return rev, seat, hash, true
 }
 
 // PodVisible is called for every live placed pod the pod informer shows.
-func (l *SeatLedger) PodVisible(pod *corev1.Pod) {
+func (l *Ledger) PodVisible(pod *corev1.Pod) {
 	l.podEvent(pod, func(s *revState, seat int) {
 		if old, held := s.pods[pod.UID]; held {
 			if old == seat {
@@ -110,7 +103,7 @@ func (l *SeatLedger) PodVisible(pod *corev1.Pod) {
 
 // PodGone is called when a placed pod stops holding its seat (terminating, finished,
 // deleted): the seat is free at once.
-func (l *SeatLedger) PodGone(pod *corev1.Pod) {
+func (l *Ledger) PodGone(pod *corev1.Pod) {
 	l.podEvent(pod, func(s *revState, _ int) {
 		if seat, held := s.pods[pod.UID]; held {
 			delete(s.pods, pod.UID)
@@ -124,7 +117,7 @@ func (l *SeatLedger) PodGone(pod *corev1.Pod) {
 // holdPhantom holds a seat a pod gave up, while the seats a crashed owner may have
 // answered are held (takeOver): the pod this replica saw go may be one the crashed
 // owner saw go before it gave the seat to another pod.
-func (l *SeatLedger) holdPhantom(s *revState, seat int) {
+func (l *Ledger) holdPhantom(s *revState, seat int) {
 	now := l.clock.Now()
 	if seat > s.phantomMark || !now.Before(s.phantomUntil) || s.reserved[phantomHash(seat)] != nil {
 		return
@@ -134,7 +127,7 @@ func (l *SeatLedger) holdPhantom(s *revState, seat int) {
 
 // podEvent applies an informer event of a placed pod to its revision's state, under
 // the lock: seeing the pod, live or gone, fulfils its reservation first.
-func (l *SeatLedger) podEvent(pod *corev1.Pod, apply func(s *revState, seat int)) {
+func (l *Ledger) podEvent(pod *corev1.Pod, apply func(s *revState, seat int)) {
 	rev, seat, hash, ok := placedPod(pod)
 	if !ok {
 		return

@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 // The replicas reach one another over HTTPS by pod IP. Each side authenticates the other
 // by the webhook's serving certificate: the same one, or one the webhook's CA signed for

@@ -1,4 +1,4 @@
-package webhook
+package clusterview
 
 import (
 	"context"
@@ -179,10 +179,10 @@ func objectRef(kind string, m metav1.ObjectMeta) corev1.ObjectReference {
 	return corev1.ObjectReference{APIVersion: "apps/v1", Kind: kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID}
 }
 
-// statefulSetSeat returns the seat of a StatefulSet pod: its ordinal + 1, counted from
+// StatefulSetSeat returns the seat of a StatefulSet pod: its ordinal + 1, counted from
 // the set's first ordinal. The controller removes the highest ordinals first and
 // replaces a pod under the same ordinal, so the seat sequence stays exact by itself.
-func statefulSetSeat(sts *appsv1.StatefulSet, pod *corev1.Pod) (int, error) {
+func StatefulSetSeat(sts *appsv1.StatefulSet, pod *corev1.Pod) (int, error) {
 	raw, ok := pod.Labels[appsv1.PodIndexLabel]
 	if !ok {
 		prefix := sts.Name + "-"

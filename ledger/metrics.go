@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 import (
 	"fmt"
@@ -34,26 +34,25 @@ type ledgerMetrics struct {
 }
 
 func newLedgerMetrics() *ledgerMetrics {
-	const ns = MetricsNamespace
 	m := &ledgerMetrics{
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "seat_claims_total",
+			Name: "seat_claims_total",
 			Help: "Seat claims of this replica's admissions, by how they were answered: owner (from memory), forwarded (by the owning replica), failed.",
 		}, []string{"answer"}),
 		ownership: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "seat_revisions_taken_total",
+			Name: "seat_revisions_taken_total",
 			Help: "Revisions whose seats this replica took to answer, by the state of their record: new, released (handed over), lapsed (unrenewed), owner_gone.",
 		}, []string{"from"}),
 		handovers: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Name: "seat_revisions_handed_over_total",
+			Name: "seat_revisions_handed_over_total",
 			Help: "Revisions this replica released to the others when stopping.",
 		}),
 		unfulfilled: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Name: "seat_reservations_expired_unfulfilled_total",
+			Name: "seat_reservations_expired_unfulfilled_total",
 			Help: "Seat reservations held by this replica that expired with no pod seen for them: pods rejected after the webhook (a quota), abandoned admissions, or forged AdmissionReviews.",
 		}),
 		displaced: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Name: "seat_reservations_displaced_total",
+			Name: "seat_reservations_displaced_total",
 			Help: "Seat reservations whose pod had not shown up after a second that gave their seat to a new claim, their revision having more in flight than its ReplicaSet can be creating: pods rejected after the webhook, or forged AdmissionReviews.",
 		}),
 	}
@@ -66,8 +65,10 @@ func newLedgerMetrics() *ledgerMetrics {
 	return m
 }
 
-// RegisterMetrics registers the ledger's metrics on reg.
-func (l *SeatLedger) RegisterMetrics(reg prometheus.Registerer) error {
+// RegisterMetrics registers the ledger's metrics on reg, their names prefixed with
+// namespace and "_" (the product's metric namespace, which its binary decides).
+func (l *Ledger) RegisterMetrics(reg prometheus.Registerer, namespace string) error {
+	reg = prometheus.WrapRegistererWithPrefix(namespace+"_", reg)
 	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register seat ledger metrics: %w", err)

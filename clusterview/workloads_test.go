@@ -1,4 +1,4 @@
-package webhook
+package clusterview
 
 import (
 	"context"
@@ -11,26 +11,25 @@ import (
 // A ReplicaSet's workload carries its spec.replicas, which bounds the reservations its
 // revision may hold (displaceStale); a StatefulSet's, and an unset one, read as unknown.
 func TestWorkloadCarriesTheReplicaSetsReplicas(t *testing.T) {
-	c := newCluster(burstStrategy)
-	for _, obj := range c.objects {
+	objects := workloadObjects(burstStrategy)
+	for _, obj := range objects {
 		if rs, ok := obj.(*appsv1.ReplicaSet); ok {
 			rs.Spec.Replicas = ptr.To[int32](7)
 		}
 	}
-	m, _, _ := c.mutator(t)
+	resolver := syncedCaches(t, objects...).Resolver
 	ctx := context.Background()
 	rsRef := controllerRef("ReplicaSet", "web-5c4ff85997", testRSUID)
-	w, err := m.Resolver.Resolve(ctx, testNS, &rsRef)
+	w, err := resolver.Resolve(ctx, testNS, &rsRef)
 	if err != nil || w.Replicas != 7 {
 		t.Fatalf("ReplicaSet workload: replicas %v (%v), want 7", w, err)
 	}
 	stsRef := controllerRef("StatefulSet", "db", testStatefulUID)
-	if w, err := m.Resolver.Resolve(ctx, testNS, &stsRef); err != nil || w.Replicas != -1 {
+	if w, err := resolver.Resolve(ctx, testNS, &stsRef); err != nil || w.Replicas != -1 {
 		t.Fatalf("StatefulSet workload: %+v (%v), want replicas -1", w, err)
 	}
-	unset := newCluster(burstStrategy)
-	m, _, _ = unset.mutator(t)
-	if w, err := m.Resolver.Resolve(ctx, testNS, &rsRef); err != nil || w.Replicas != -1 {
+	unset := syncedCaches(t, workloadObjects(burstStrategy)...).Resolver
+	if w, err := unset.Resolve(ctx, testNS, &rsRef); err != nil || w.Replicas != -1 {
 		t.Fatalf("ReplicaSet without spec.replicas: %+v (%v), want -1", w, err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build e2e
 
-package webhook
+package ledger
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 )
 
 // countingTransport counts the requests that write Leases (POST, PUT, DELETE), and
@@ -62,8 +64,8 @@ func TestSeatLedgerAcrossReplicasOnAPIServer(t *testing.T) {
 
 	for _, claims := range []int{200, 500} {
 		for _, n := range []int{1, 2, 3} {
-			ls := ledgers(t, client, ns.Name, n, LedgerOptions{})
-			revision := Revision{Namespace: ns.Name, UID: types.UID(fmt.Sprintf("e2e-%d-%d", claims, n))}
+			ls := ledgers(t, client, ns.Name, n, Options{})
+			revision := clusterview.Revision{Namespace: ns.Name, UID: types.UID(fmt.Sprintf("e2e-%d-%d", claims, n))}
 			w0, c0 := counter.writes.Load(), counter.conflict.Load()
 			start := time.Now()
 			burst(t, ls, revision, claims)

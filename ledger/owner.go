@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 // Ownership: the replica holding a revision's record answers its claims. Taking,
 // renewing and releasing the record, and sweeping idle ones.
@@ -14,17 +14,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // owns reports whether this replica answers the revision's claims as its owner now.
-func (l *SeatLedger) owns(s *revState, now time.Time) bool { return now.Before(s.ownedUntil) }
+func (l *Ledger) owns(s *revState, now time.Time) bool { return now.Before(s.ownedUntil) }
 
 // liveHolder returns the replica owning the revision by the newest record this replica
 // knows, and the URL it answers claims at: "" when nobody does (no record, released,
 // or unchanged for the ownership duration). This replica's own name comes back even
 // when its ownership lapsed, since the record is still its to renew.
-func (l *SeatLedger) liveHolder(s *revState, now time.Time) (holder, peer string) {
+func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 	r := s.record
 	if r == nil || r.Spec.HolderIdentity == nil || *r.Spec.HolderIdentity == "" {
 		return "", ""
@@ -46,7 +47,7 @@ func (l *SeatLedger) liveHolder(s *revState, now time.Time) (holder, peer string
 // nothing since, so once the pods of its last answers have had half the ownership
 // duration to become visible, its revision is taken over without waiting for the
 // record to lapse. A newer record clears the evidence (apply).
-func (l *SeatLedger) ownerGone(s *revState, holder string, now time.Time) {
+func (l *Ledger) ownerGone(s *revState, holder string, now time.Time) {
 	if s.goneHolder != holder {
 		s.goneHolder, s.goneSince = holder, now
 	}
@@ -54,7 +55,7 @@ func (l *SeatLedger) ownerGone(s *revState, holder string, now time.Time) {
 
 // acquire starts a write taking (or renewing) the revision's record for this replica,
 // or joins the one in flight; l.mu is held.
-func (l *SeatLedger) acquire(s *revState) *ownershipWrite {
+func (l *Ledger) acquire(s *revState) *ownershipWrite {
 	if s.writing == nil {
 		s.writing = &ownershipWrite{done: make(chan struct{})}
 		go l.writeOwnership(l.ctx, s, s.writing)
@@ -67,7 +68,7 @@ func (l *SeatLedger) acquire(s *revState) *ownershipWrite {
 // renew: an idle revision's record is released (releaseIdle). It also raises the mark
 // ahead of a burst, once three quarters of the last block are handed out, so claims
 // rarely wait for it.
-func (l *SeatLedger) renewIfDue(s *revState, now time.Time) {
+func (l *Ledger) renewIfDue(s *revState, now time.Time) {
 	if s.writing != nil {
 		return
 	}
@@ -98,7 +99,7 @@ func (s *revState) nextBlock(now time.Time) int {
 // recordDuration is how long a record's holder owns its revision after a write: the
 // record's own Lease duration (its holder lengthens it when its writes are slow), never
 // less than this replica's.
-func (l *SeatLedger) recordDuration(r *coordinationv1.Lease) time.Duration {
+func (l *Ledger) recordDuration(r *coordinationv1.Lease) time.Duration {
 	d := l.duration
 	if r != nil && r.Spec.LeaseDurationSeconds != nil {
 		d = max(d, time.Duration(*r.Spec.LeaseDurationSeconds)*time.Second)
@@ -111,7 +112,7 @@ func (l *SeatLedger) recordDuration(r *coordinationv1.Lease) time.Duration {
 // maxOwnership), so that a write that takes long still lands with ownership left to
 // answer claims in. Replicas taking over wait the record's duration, so safety holds
 // with any value. l.mu is held.
-func (l *SeatLedger) termFor() time.Duration {
+func (l *Ledger) termFor() time.Duration {
 	d := max(l.duration, (4*l.writeLatency).Truncate(time.Second)+time.Second)
 	return min(d, max(l.duration, maxOwnership))
 }
@@ -119,7 +120,7 @@ func (l *SeatLedger) termFor() time.Duration {
 // noteWriteLatency keeps the slowest recent record write: a slower one at once, a
 // faster one halves the gap, so one slow write lengthens the next terms and calm
 // brings them back down. l.mu is held.
-func (l *SeatLedger) noteWriteLatency(d time.Duration) {
+func (l *Ledger) noteWriteLatency(d time.Duration) {
 	if d >= l.writeLatency {
 		l.writeLatency = d
 	} else {
@@ -133,7 +134,7 @@ func (l *SeatLedger) noteWriteLatency(d time.Duration) {
 // starts at least half of it after this replica's last answer. The duration grows with
 // slow writes (termFor), so a write slower than half the configured duration still
 // leaves time to answer in, on the next write if not this one.
-func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
+func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
 	l.mu.Lock()
 	start := l.clock.Now()
 	// The claim that started this write judged an older view: the record may have
@@ -212,7 +213,7 @@ func (l *SeatLedger) writeOwnership(ctx context.Context, s *revState, w *ownersh
 	l.finishWrite(s, w, err)
 }
 
-func (l *SeatLedger) finishWrite(s *revState, w *ownershipWrite, err error) {
+func (l *Ledger) finishWrite(s *revState, w *ownershipWrite, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w.err = err
@@ -230,7 +231,7 @@ func (l *SeatLedger) finishWrite(s *revState, w *ownershipWrite, err error) {
 // answered at the end of that holder's ownership could have appeared (half the
 // record's duration, then the TTL), or a pod is seen on it. It returns the holds added
 // and when the phantom ones end (zero: none).
-func (l *SeatLedger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) (added []uint64, phantomUntil time.Time) {
+func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) (added []uint64, phantomUntil time.Time) {
 	for h, e := range observedReservations(prev, s.observed) {
 		if now.Before(e.expires) && s.reserved[h] == nil {
 			e.claims = 1
@@ -258,7 +259,7 @@ func (l *SeatLedger) takeOver(s *revState, prev *coordinationv1.Lease, now time.
 
 // dropInherited undoes takeOver's holds when the write taking the record failed: the
 // record's holder, whoever it is now, keeps them.
-func (l *SeatLedger) dropInherited(s *revState, added []uint64) {
+func (l *Ledger) dropInherited(s *revState, added []uint64) {
 	for _, h := range added {
 		if e := s.reserved[h]; e != nil {
 			s.remove(h, e)
@@ -268,7 +269,7 @@ func (l *SeatLedger) dropInherited(s *revState, added []uint64) {
 
 // ownedRecord builds the next version of the revision's record with this replica as
 // holder, listing its live reservations.
-func (l *SeatLedger) ownedRecord(s *revState, now time.Time, term time.Duration) *coordinationv1.Lease {
+func (l *Ledger) ownedRecord(s *revState, now time.Time, term time.Duration) *coordinationv1.Lease {
 	record := l.nextRecord(s, now)
 	record.Spec.LeaseDurationSeconds = ptr.To(int32((term + time.Second - 1) / time.Second))
 	if holderOf(s.record) != l.identity {
@@ -282,7 +283,7 @@ func (l *SeatLedger) ownedRecord(s *revState, now time.Time, term time.Duration)
 
 // nextRecord builds the next version of the revision's record with the live
 // reservations this replica holds.
-func (l *SeatLedger) nextRecord(s *revState, now time.Time) *coordinationv1.Lease {
+func (l *Ledger) nextRecord(s *revState, now time.Time) *coordinationv1.Lease {
 	var record *coordinationv1.Lease
 	if s.record != nil {
 		record = s.record.DeepCopy()
@@ -314,7 +315,7 @@ func holderOf(record *coordinationv1.Lease) string {
 
 // refresh reads the revision's record from the API server, for a view newer than the
 // informer's.
-func (l *SeatLedger) refresh(ctx context.Context, rev Revision) error {
+func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	fresh, err := l.client.CoordinationV1().Leases(l.namespace).Get(ctx, recordName(rev.UID), metav1.GetOptions{})
@@ -336,7 +337,7 @@ func (l *SeatLedger) refresh(ctx context.Context, rev Revision) error {
 // Handover releases every revision this replica owns, writing its live reservations
 // into their records, so that other replicas take them over at once: call it when the
 // server has stopped taking admissions. Revisions whose write fails lapse instead.
-func (l *SeatLedger) Handover(ctx context.Context) {
+func (l *Ledger) Handover(ctx context.Context) {
 	l.mu.Lock()
 	l.handedOver = true
 	var owned []*revState
@@ -373,7 +374,7 @@ func (l *SeatLedger) Handover(ctx context.Context) {
 // (no claim renewed them): listing every seat it answered, with no mark, so that the
 // next owner takes the revision at once and holds nothing beyond those. Only a record
 // whose holder crashed lapses.
-func (l *SeatLedger) releaseIdle(ctx context.Context) {
+func (l *Ledger) releaseIdle(ctx context.Context) {
 	now := l.clock.Now()
 	var idle []*revState
 	var writes []*ownershipWrite
@@ -394,7 +395,7 @@ func (l *SeatLedger) releaseIdle(ctx context.Context) {
 // release writes the revision's record with no holder and finishes w, this replica's
 // write in flight for it; a record that is not this replica's any more stays. It
 // reports whether the release landed.
-func (l *SeatLedger) release(ctx context.Context, s *revState, w *ownershipWrite) bool {
+func (l *Ledger) release(ctx context.Context, s *revState, w *ownershipWrite) bool {
 	l.mu.Lock()
 	if holderOf(s.record) != l.identity || l.owns(s, l.clock.Now()) {
 		l.mu.Unlock()
@@ -446,7 +447,7 @@ func observedReservations(record *coordinationv1.Lease, observed time.Time) map[
 // reservations all expired, so no record outlives its burst for long. Deletion is
 // conditioned on the version seen: a record written meanwhile stays. Times are this
 // replica's own: when it observed the record, not the writer's RenewTime.
-func (l *SeatLedger) Sweep(ctx context.Context) {
+func (l *Ledger) Sweep(ctx context.Context) {
 	now := l.clock.Now()
 	var idle []*coordinationv1.Lease
 	l.mu.Lock()

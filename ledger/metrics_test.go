@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 import (
 	"context"
@@ -10,17 +10,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/fakeleases"
 )
 
 // The ledger's counters follow what it did: claims answered as owner and forwarded,
 // revisions taken new and after a handover, handovers.
 func TestLedgerMetricsCountWhatHappened(t *testing.T) {
 	client := fake.NewClientset()
-	withOptimisticConcurrency(client)
-	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{})
+	fakeleases.WithOptimisticConcurrency(client)
+	ls := ledgers(t, client, ledgerNS, 2, Options{})
 	a, b := ls[0], ls[1]
 	for _, l := range ls {
-		if err := l.RegisterMetrics(prometheus.NewRegistry()); err != nil {
+		if err := l.RegisterMetrics(prometheus.NewRegistry(), "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,7 +94,7 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 // is counted when it expires; one whose pod was seen, or that was released, is not.
 func TestLedgerCountsUnfulfilledReservations(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{Clock: clock})[0]
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{Clock: clock})[0]
 	ctx := context.Background()
 	seen := claim(t, l, shopRS, "seen")
 	l.PodVisible(placed("seen-pod", shopRS, seen, "seen"))

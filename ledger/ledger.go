@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 import (
 	"context"
@@ -19,36 +19,10 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
-
-// Revision names one seat sequence: a ReplicaSet, by its namespace and UID. The
-// namespace is part of the key so that pods of another namespace naming the
-// ReplicaSet's UID in a forged controller reference never count (tenant isolation).
-type Revision struct {
-	Namespace string
-	UID       types.UID
-}
-
-// Ledger hands out the seats of workload revisions.
-//
-// Admissions of one ReplicaSet burst arrive concurrently and before any of the new pods
-// is visible, so seats held by live pods are not enough: a ledger also keeps short-lived
-// reservations for pods it admitted but has not seen yet.
-type Ledger interface {
-	// Claim returns the lowest seat of revision that no live pod holds and no other
-	// admission has reserved, and reserves it for admission. Claiming again with the same
-	// admission UID (the API server retrying a call) returns the same seat. replicas is
-	// how many pods the revision's ReplicaSet wants (negative: unknown): reservations
-	// beyond what it can be creating, whose pods have not shown up within a second, give
-	// their seats to the claim (forged reviews, pods rejected after this webhook).
-	Claim(ctx context.Context, revision Revision, admission types.UID, replicas int) (int, error)
-	// Peek returns the seat Claim would hand out now, reserving nothing (dry-run).
-	Peek(ctx context.Context, revision Revision) (int, error)
-	// Release gives back a seat claimed by admission whose pod will not carry it.
-	Release(ctx context.Context, revision Revision, admission types.UID)
-}
 
 // Seat records.
 const (
@@ -84,7 +58,7 @@ var errBeyondMark = errors.New("the next seat is above the seat mark")
 // errNotOwner is a peer's answer when it does not own the revision (any more).
 var errNotOwner = errors.New("the peer does not own the revision")
 
-// SeatLedger is the Ledger of every webhook replica: exact with any number of them, and
+// Ledger is the Ledger of every webhook replica: exact with any number of them, and
 // with no API write per claim.
 //
 // Each revision has one owner replica, the holder of its seat record (a
@@ -109,7 +83,7 @@ var errNotOwner = errors.New("the peer does not own the revision")
 // A reservation counts until the owner sees a pod carrying its id (the
 // custom-kube-scheduler-webhook.io/reservation annotation; the pod then holds the seat
 // until it goes, so a deleted pod's seat is free at once), or until it expires.
-type SeatLedger struct {
+type Ledger struct {
 	client    kubernetes.Interface
 	namespace string
 	ttl       time.Duration
@@ -133,15 +107,15 @@ type SeatLedger struct {
 	ctx context.Context
 
 	mu   sync.Mutex
-	revs map[Revision]*revState
+	revs map[clusterview.Revision]*revState
 	// writeLatency is the slowest recent record write (noteWriteLatency).
 	writeLatency time.Duration
 	// handedOver is set by Handover: this replica takes no revision any more.
 	handedOver bool
 }
 
-// LedgerOptions tunes a SeatLedger; zero values take the defaults.
-type LedgerOptions struct {
+// Options tunes a Ledger; zero values take the defaults.
+type Options struct {
 	// Identity names this replica in records (hostname_pid).
 	Identity string
 	// PeerURL is the base URL other replicas reach this one's PeerHandler at; empty
@@ -158,16 +132,16 @@ type LedgerOptions struct {
 	Owner ownership.Owner
 }
 
-// NewSeatLedger returns a ledger keeping its records in namespace, whose reservations
+// New returns a ledger keeping its records in namespace, whose reservations
 // last ttl: long enough for the API server to persist an admitted pod and for the pod
 // informer to show it. Feed it placed pods (PodVisible, PodGone), serve its
 // PeerHandler, Start it and wait for HasSynced before the first Claim.
-func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Duration, log logrus.FieldLogger, opts LedgerOptions) (*SeatLedger, error) {
-	l := &SeatLedger{
+func New(client kubernetes.Interface, namespace string, ttl time.Duration, log logrus.FieldLogger, opts Options) (*Ledger, error) {
+	l := &Ledger{
 		client: client, namespace: namespace, ttl: ttl, duration: opts.Ownership, identity: opts.Identity,
 		peerURL: opts.PeerURL, peers: opts.PeerClient, clock: opts.Clock, log: log, owner: opts.Owner,
 		ctx:  context.Background(),
-		revs: map[Revision]*revState{}, metrics: newLedgerMetrics(),
+		revs: map[clusterview.Revision]*revState{}, metrics: newLedgerMetrics(),
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = labels.Set{strategy.LabelSeatRecord: recordKindSeats}.String()
@@ -200,7 +174,7 @@ func NewSeatLedger(client kubernetes.Interface, namespace string, ttl time.Durat
 
 // Start runs the record informer, the release of records this replica stopped
 // renewing and the sweep of idle records until ctx ends.
-func (l *SeatLedger) Start(ctx context.Context) {
+func (l *Ledger) Start(ctx context.Context) {
 	l.mu.Lock()
 	l.ctx = ctx
 	l.mu.Unlock()
@@ -225,11 +199,11 @@ func every(ctx context.Context, interval time.Duration, f func(context.Context))
 }
 
 // HasSynced reports whether the record informer has listed the namespace.
-func (l *SeatLedger) HasSynced() bool { return l.records.HasSynced() }
+func (l *Ledger) HasSynced() bool { return l.records.HasSynced() }
 
 // Claim implements Ledger: as the revision's owner, from memory; else through the owner,
 // or by taking the revision over when it has none.
-func (l *SeatLedger) Claim(ctx context.Context, rev Revision, admission types.UID, replicas int) (int, error) {
+func (l *Ledger) Claim(ctx context.Context, rev clusterview.Revision, admission types.UID, replicas int) (int, error) {
 	seat, forwarded, err := l.claim(ctx, rev, claimRequest{hash: idHash(admission), replicas: replicas}, true)
 	l.metrics.countClaim(err, forwarded)
 	return seat, err
@@ -245,7 +219,7 @@ type claimRequest struct {
 // claim reserves a seat for the admission whose id hashes to req.hash, and tells
 // whether a peer answered. Without forward it answers errNotOwner where another replica
 // owns the revision (a peer's call).
-func (l *SeatLedger) claim(ctx context.Context, rev Revision, req claimRequest, forward bool) (seat int, forwarded bool, err error) {
+func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimRequest, forward bool) (seat int, forwarded bool, err error) {
 	backoff := 5 * time.Millisecond
 	for {
 		l.mu.Lock()
@@ -319,7 +293,7 @@ func (l *SeatLedger) claim(ctx context.Context, rev Revision, req claimRequest, 
 }
 
 // waitWrite waits for a write of rev's record and returns its error.
-func waitWrite(ctx context.Context, write *ownershipWrite, rev Revision) error {
+func waitWrite(ctx context.Context, write *ownershipWrite, rev clusterview.Revision) error {
 	select {
 	case <-write.done:
 		return write.err
@@ -330,7 +304,7 @@ func waitWrite(ctx context.Context, write *ownershipWrite, rev Revision) error {
 
 // Peek implements Ledger, from this replica's view: exact on the owner; elsewhere it
 // misses the owner's reservations not in the record.
-func (l *SeatLedger) Peek(_ context.Context, rev Revision) (int, error) {
+func (l *Ledger) Peek(_ context.Context, rev clusterview.Revision) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.revs[rev]
@@ -342,7 +316,7 @@ func (l *SeatLedger) Peek(_ context.Context, rev Revision) (int, error) {
 
 // Release implements Ledger: the owner frees the seat at once. A release forwarded to an
 // owner that cannot be reached is dropped: the reservation then expires.
-func (l *SeatLedger) Release(ctx context.Context, rev Revision, admission types.UID) {
+func (l *Ledger) Release(ctx context.Context, rev clusterview.Revision, admission types.UID) {
 	hash := idHash(admission)
 	l.mu.Lock()
 	s := l.revs[rev]
@@ -367,7 +341,7 @@ func (l *SeatLedger) Release(ctx context.Context, rev Revision, admission types.
 
 // Reservations returns how many reservations this replica counts as taken (live, not
 // yet seen on a pod).
-func (l *SeatLedger) Reservations() int {
+func (l *Ledger) Reservations() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()

@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 // The seat record's encoding: one Lease per revision, its reservations in one
 // annotation.
@@ -12,14 +12,15 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 func recordName(revision types.UID) string { return "seats-" + string(revision) }
 
-func recordRevision(record *coordinationv1.Lease) (Revision, bool) {
+func recordRevision(record *coordinationv1.Lease) (clusterview.Revision, bool) {
 	uid := record.Labels[strategy.LabelRevision]
-	return Revision{Namespace: record.Labels[strategy.LabelRevisionNamespace], UID: types.UID(uid)}, uid != ""
+	return clusterview.Revision{Namespace: record.Labels[strategy.LabelRevisionNamespace], UID: types.UID(uid)}, uid != ""
 }
 
 // recordMark reads a record's seat mark (0: none, as on a released record).

@@ -1,4 +1,4 @@
-package webhook
+package ledger
 
 import (
 	"context"
@@ -30,15 +30,17 @@ import (
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/fakeleases"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-var shopRS = Revision{Namespace: testNS, UID: "rs"}
+var shopRS = clusterview.Revision{Namespace: testNS, UID: "rs"}
 
 // ledgers starts n SeatLedgers (n webhook replicas) on one API server, in namespace ns,
 // each answering forwarded claims on a test HTTP server of its own.
-func ledgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts LedgerOptions) []*SeatLedger {
+func ledgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts Options) []*Ledger {
 	t.Helper()
 	ls, _ := crashableLedgers(t, client, ns, n, opts)
 	return ls
@@ -46,9 +48,9 @@ func ledgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts L
 
 // crashableLedgers is ledgers, with a crash for each: it stops the ledger's informer,
 // background work and writes at once, with no handover, as a killed process does.
-func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts LedgerOptions) ([]*SeatLedger, []context.CancelFunc) {
+func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts Options) ([]*Ledger, []context.CancelFunc) {
 	t.Helper()
-	out := make([]*SeatLedger, n)
+	out := make([]*Ledger, n)
 	crash := make([]context.CancelFunc, n)
 	for i := range out {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -63,7 +65,7 @@ func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n in
 		// an earlier call in the same test must not take these records for their own.
 		o.Identity = fmt.Sprintf("replica-%d-%s", i, rand.Text()[:6])
 		o.PeerURL, o.PeerClient = srv.URL, srv.Client()
-		l, err := NewSeatLedger(client, ns, time.Minute, quietLog(), o)
+		l, err := New(client, ns, time.Minute, quietLog(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +81,7 @@ func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n in
 
 // burst claims n seats of revision concurrently, spread round-robin over the ledgers,
 // and checks they are exactly 1..n.
-func burst(t testing.TB, ls []*SeatLedger, revision Revision, n int) {
+func burst(t testing.TB, ls []*Ledger, revision clusterview.Revision, n int) {
 	t.Helper()
 	seats := make([]int, n)
 	errs := make([]error, n)
@@ -114,7 +116,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 // waitForHolder waits until replica l sees a record of rev held by holder ("": released).
-func waitForHolder(t testing.TB, l *SeatLedger, rev Revision, holder string) {
+func waitForHolder(t testing.TB, l *Ledger, rev clusterview.Revision, holder string) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%s to see the record of %s held by %q", l.identity, rev.UID, holder), func() bool {
 		l.mu.Lock()
@@ -125,7 +127,7 @@ func waitForHolder(t testing.TB, l *SeatLedger, rev Revision, holder string) {
 }
 
 // waitForWrites waits until replica l has no write of rev's record in flight.
-func waitForWrites(t testing.TB, l *SeatLedger, rev Revision) {
+func waitForWrites(t testing.TB, l *Ledger, rev clusterview.Revision) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%s's writes of the record of %s to land", l.identity, rev.UID), func() bool {
 		l.mu.Lock()
@@ -136,7 +138,7 @@ func waitForWrites(t testing.TB, l *SeatLedger, rev Revision) {
 }
 
 // placed is a live pod of revision holding seat, fulfilling reservation id.
-func placed(name string, revision Revision, seat int, id types.UID) *corev1.Pod {
+func placed(name string, revision clusterview.Revision, seat int, id types.UID) *corev1.Pod {
 	ann := map[string]string{strategy.AnnotationSeat: fmt.Sprint(seat)}
 	if id != "" {
 		ann[strategy.AnnotationReservation] = string(id)
@@ -148,7 +150,7 @@ func placed(name string, revision Revision, seat int, id types.UID) *corev1.Pod 
 	}}
 }
 
-func claim(t testing.TB, l *SeatLedger, revision Revision, id types.UID) int {
+func claim(t testing.TB, l *Ledger, revision clusterview.Revision, id types.UID) int {
 	t.Helper()
 	seat, err := l.Claim(context.Background(), revision, id, -1)
 	if err != nil {
@@ -159,9 +161,9 @@ func claim(t testing.TB, l *SeatLedger, revision Revision, id types.UID) int {
 
 func TestSeatLedgerOneReplica(t *testing.T) {
 	client := fake.NewClientset()
-	withOptimisticConcurrency(client)
+	fakeleases.WithOptimisticConcurrency(client)
 	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{Clock: clock})[0]
+	l := ledgers(t, client, ledgerNS, 1, Options{Clock: clock})[0]
 	ctx := context.Background()
 
 	for _, s := range []int{1, 2, 4} {
@@ -179,7 +181,7 @@ func TestSeatLedgerOneReplica(t *testing.T) {
 	if s, _ := l.Peek(ctx, shopRS); s != 6 {
 		t.Fatalf("Peek = %d, want 6", s)
 	}
-	if s, _ := l.Peek(ctx, Revision{Namespace: testNS, UID: "other"}); s != 1 {
+	if s, _ := l.Peek(ctx, clusterview.Revision{Namespace: testNS, UID: "other"}); s != 1 {
 		t.Fatalf("revisions are separate: Peek = %d, want 1", s)
 	}
 	l.Release(ctx, shopRS, "b")
@@ -231,10 +233,10 @@ func TestSeatLedgerOneReplica(t *testing.T) {
 
 func TestSeatLedgerAcrossReplicasIsExact(t *testing.T) {
 	client := fake.NewClientset()
-	writes := withOptimisticConcurrency(client)
-	burst(t, ledgers(t, client, ledgerNS, 3, LedgerOptions{}), shopRS, 200)
-	t.Logf("200 claims over 3 replicas: %d record writes, %d conflicts", writes.ok.Load(), writes.conflicts.Load())
-	if n := writes.ok.Load(); n > 20 {
+	writes := fakeleases.WithOptimisticConcurrency(client)
+	burst(t, ledgers(t, client, ledgerNS, 3, Options{}), shopRS, 200)
+	t.Logf("200 claims over 3 replicas: %d record writes, %d conflicts", writes.OK.Load(), writes.Conflicts.Load())
+	if n := writes.OK.Load(); n > 20 {
 		t.Errorf("%d record writes for 200 claims, want at most 20 (0.1 per pod)", n)
 	}
 }
@@ -246,8 +248,8 @@ func TestSeatLedgerAcrossReplicasIsExact(t *testing.T) {
 // frees the seat at once), or at expiry.
 func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 	client := fake.NewClientset()
-	withOptimisticConcurrency(client)
-	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{})
+	fakeleases.WithOptimisticConcurrency(client)
+	ls := ledgers(t, client, ledgerNS, 2, Options{})
 	a, lagging := ls[0], ls[1]
 	ctx := context.Background()
 
@@ -298,12 +300,12 @@ func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 // renewedOwner starts two ledgers on a fake clock; the first owns shopRS with
 // reservations of seats 1..4, listed by a renewal of its record that the second has
 // seen. crash kills the owner (crashableLedgers).
-func renewedOwner(t *testing.T) (client *fake.Clientset, clock *clocktesting.FakeClock, owner, other *SeatLedger, crash func()) {
+func renewedOwner(t *testing.T) (client *fake.Clientset, clock *clocktesting.FakeClock, owner, other *Ledger, crash func()) {
 	t.Helper()
 	client = fake.NewClientset()
-	withOptimisticConcurrency(client)
+	fakeleases.WithOptimisticConcurrency(client)
 	clock = clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	ls, crashes := crashableLedgers(t, client, ledgerNS, 2, LedgerOptions{Clock: clock})
+	ls, crashes := crashableLedgers(t, client, ledgerNS, 2, Options{Clock: clock})
 	owner, other = ls[0], ls[1]
 	for i := range 3 {
 		if s := claim(t, owner, shopRS, types.UID(fmt.Sprint("before-", i))); s != i+1 {
@@ -326,7 +328,7 @@ func renewedOwner(t *testing.T) (client *fake.Clientset, clock *clocktesting.Fak
 
 // seenMark is the seat mark of the record of rev that replica l sees; it fails the test
 // when the record has none.
-func seenMark(t testing.TB, l *SeatLedger, rev Revision) int {
+func seenMark(t testing.TB, l *Ledger, rev clusterview.Revision) int {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -393,10 +395,10 @@ func TestRefusedOwnerIsTakenOverSooner(t *testing.T) {
 // container restarted, its IP reused) gets 410 Gone, which the caller takes as
 // evidence that the owner is gone.
 func TestClaimForAnotherProcessIsGone(t *testing.T) {
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{})[0]
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{})[0]
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
-	caller := &SeatLedger{peers: srv.Client()}
+	caller := &Ledger{peers: srv.Client()}
 	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 42, replicas: -1})
 	if !errors.Is(err, errOwnerGone) {
 		t.Fatalf("a claim for another process: %v, want errOwnerGone", err)
@@ -406,7 +408,7 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	}
 	// The owner's address leads back to the caller: the caller is the owner's
 	// container restarted, the owner is gone.
-	restarted := &SeatLedger{identity: l.identity, peers: caller.peers}
+	restarted := &Ledger{identity: l.identity, peers: caller.peers}
 	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 43, replicas: -1}); !errors.Is(err, errOwnerGone) {
 		t.Fatalf("an address leading back to the caller: %v, want errOwnerGone", err)
 	}
@@ -430,9 +432,9 @@ func (refusing) RoundTrip(*http.Request) (*http.Response, error) {
 // controller reference neither hold the victim's seats nor end its reservations.
 func TestSeatsCountOnlyTheWorkloadsOwnPods(t *testing.T) {
 	client := fake.NewClientset()
-	withOptimisticConcurrency(client)
-	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{})[0]
-	attacker := Revision{Namespace: "attacker", UID: shopRS.UID}
+	fakeleases.WithOptimisticConcurrency(client)
+	l := ledgers(t, client, ledgerNS, 1, Options{})[0]
+	attacker := clusterview.Revision{Namespace: "attacker", UID: shopRS.UID}
 	l.PodVisible(placed("forged-1", attacker, 1, ""))
 	l.PodVisible(placed("forged-2", attacker, 2, ""))
 	if s := claim(t, l, shopRS, "victim-1"); s != 1 {
@@ -445,7 +447,7 @@ func TestSeatsCountOnlyTheWorkloadsOwnPods(t *testing.T) {
 	}
 
 	// The pod cache's view is isolated the same way.
-	caches, err := NewCaches(fake.NewClientset(placed("forged", attacker, 1, ""), placed("own", shopRS, 3, "")), 0)
+	caches, err := clusterview.NewCaches(fake.NewClientset(placed("forged", attacker, 1, ""), placed("own", shopRS, 3, "")), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,11 +464,11 @@ func TestSeatsCountOnlyTheWorkloadsOwnPods(t *testing.T) {
 
 func TestIdleRecordIsSwept(t *testing.T) {
 	client := fake.NewClientset()
-	writes := withOptimisticConcurrency(client)
+	writes := fakeleases.WithOptimisticConcurrency(client)
 	clock := clocktesting.NewFakeClock(time.Now())
-	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{Clock: clock})[0]
+	l := ledgers(t, client, ledgerNS, 1, Options{Clock: clock})[0]
 	ctx := context.Background()
-	burst(t, []*SeatLedger{l}, shopRS, 20)
+	burst(t, []*Ledger{l}, shopRS, 20)
 	l.Sweep(ctx)
 	if _, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{}); err != nil {
 		t.Fatalf("a fresh record was swept: %v", err)
@@ -478,12 +480,12 @@ func TestIdleRecordIsSwept(t *testing.T) {
 		return err == nil && ok && obj.(*coordinationv1.Lease).ResourceVersion == rec.ResourceVersion
 	})
 	clock.Step(2*time.Minute + time.Second)
-	before := writes.ok.Load()
+	before := writes.OK.Load()
 	l.Sweep(ctx)
 	if _, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{}); err == nil {
 		t.Fatal("an idle record was kept")
 	}
-	if n := writes.ok.Load() - before; n != 1 {
+	if n := writes.OK.Load() - before; n != 1 {
 		t.Fatalf("sweeping took %d writes, want 1", n)
 	}
 	waitFor(t, "the revision's state to be dropped", func() bool {
@@ -515,7 +517,7 @@ func TestReservationsEncoding(t *testing.T) {
 func BenchmarkLowestFreeSeat(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprint("held=", n), func(b *testing.B) {
-			s := (&SeatLedger{revs: map[Revision]*revState{}, clock: clocktesting.NewFakeClock(time.Now()), ttl: time.Minute}).state(shopRS)
+			s := (&Ledger{revs: map[clusterview.Revision]*revState{}, clock: clocktesting.NewFakeClock(time.Now()), ttl: time.Minute}).state(shopRS)
 			for i := 1; i <= n; i++ {
 				s.take(i)
 			}
@@ -559,7 +561,7 @@ func BenchmarkClaim(b *testing.B) {
 			client := fake.NewClientset()
 			instantLeases(client)
 			clock := clocktesting.NewFakeClock(time.Now())
-			l := ledgers(b, client, ledgerNS, 1, LedgerOptions{Clock: clock})[0]
+			l := ledgers(b, client, ledgerNS, 1, Options{Clock: clock})[0]
 			pods := make([]*corev1.Pod, n+1)
 			for i := 1; i <= n; i++ {
 				pods[i] = placed(fmt.Sprint("held-", i), shopRS, i, "")
@@ -587,7 +589,7 @@ func BenchmarkClaim(b *testing.B) {
 // A replica is ready only where it answers at its own peer address: an address where
 // another replica answers, or nobody, fails the check.
 func TestCheckPeerAddress(t *testing.T) {
-	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, LedgerOptions{})
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Options{})
 	ctx := context.Background()
 	if err := ls[0].CheckPeerAddress(ctx); err != nil {
 		t.Fatalf("at its own address: %v", err)
@@ -607,8 +609,8 @@ func TestCheckPeerAddress(t *testing.T) {
 // (the race of a burst's first claims on several replicas: two owners, one seat twice).
 func TestWriteDoesNotTakeALiveOwnersRecord(t *testing.T) {
 	client := fake.NewClientset()
-	withOptimisticConcurrency(client)
-	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{})
+	fakeleases.WithOptimisticConcurrency(client)
+	ls := ledgers(t, client, ledgerNS, 2, Options{})
 	owner, late := ls[0], ls[1]
 	if s := claim(t, owner, shopRS, "first"); s != 1 {
 		t.Fatalf("first claim got %d", s)
@@ -636,7 +638,7 @@ func TestWriteDoesNotTakeALiveOwnersRecord(t *testing.T) {
 // another process has answered, the check keeps failing. An address that is not this
 // pod's own fails at once.
 func TestCheckPeerAddressBehindABalancer(t *testing.T) {
-	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, LedgerOptions{})
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Options{})
 	ctx := context.Background()
 	var next atomic.Int64
 	targets := []string{ls[0].peerURL, ls[1].peerURL}
@@ -687,10 +689,10 @@ func TestSlowRecordWritesStillPlace(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	ls := ledgers(t, client, ledgerNS, 2, LedgerOptions{})
+	ls := ledgers(t, client, ledgerNS, 2, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for i, l := range []*SeatLedger{ls[0], ls[1], ls[0]} {
+	for i, l := range []*Ledger{ls[0], ls[1], ls[0]} {
 		seat, err := l.Claim(ctx, shopRS, types.UID(fmt.Sprintf("slow-%d", i)), -1)
 		if err != nil {
 			t.Fatalf("claim %d with 3 s record writes: %v", i, err)
@@ -713,7 +715,7 @@ func TestSlowRecordWritesStillPlace(t *testing.T) {
 // Unseen ones still fill it, and the record lists them first; past it the oldest gives
 // way.
 func TestSeenPodsLeaveTheReservationCap(t *testing.T) {
-	ls := ledgers(t, fake.NewClientset(), ledgerNS, 1, LedgerOptions{})
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{})
 	l := ls[0]
 	ctx := context.Background()
 	for i := range maxReservations {
@@ -759,9 +761,9 @@ func TestSeenPodsLeaveTheReservationCap(t *testing.T) {
 // runs; the first one then gives up and releases. The retry's seat stays its own.
 func TestReleaseOfAnAbandonedAttemptKeepsTheRetrysSeat(t *testing.T) {
 	for _, through := range []int{0, 1} { // on the owner, and forwarded to it
-		ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, LedgerOptions{})
+		ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Options{})
 		ctx := context.Background()
-		rev := Revision{Namespace: testNS, UID: types.UID(fmt.Sprintf("rs-retry-%d", through))}
+		rev := clusterview.Revision{Namespace: testNS, UID: types.UID(fmt.Sprintf("rs-retry-%d", through))}
 		if s := claim(t, ls[0], rev, "first-pod"); s != 1 {
 			t.Fatalf("first claim got %d", s)
 		}
@@ -786,10 +788,10 @@ func TestReleaseOfAnAbandonedAttemptKeepsTheRetrysSeat(t *testing.T) {
 // comparing the two clocks, so the handed-over seat stays taken.
 func TestTakeoverAcrossSkewedClocks(t *testing.T) {
 	client := fake.NewClientset()
-	withOptimisticConcurrency(client)
+	fakeleases.WithOptimisticConcurrency(client)
 	behind := clocktesting.NewFakeClock(time.Now().Add(-2 * time.Minute))
-	old := ledgers(t, client, ledgerNS, 1, LedgerOptions{Clock: behind})[0]
-	next := ledgers(t, client, ledgerNS, 1, LedgerOptions{})[0]
+	old := ledgers(t, client, ledgerNS, 1, Options{Clock: behind})[0]
+	next := ledgers(t, client, ledgerNS, 1, Options{})[0]
 	next.identity = "replica-next"
 	if s := claim(t, old, shopRS, "in-flight"); s != 1 {
 		t.Fatalf("first claim got %d", s)
@@ -805,9 +807,9 @@ func TestTakeoverAcrossSkewedClocks(t *testing.T) {
 // collector deletes them with the webhook's Deployment (helm uninstall).
 func TestSeatRecordsCarryTheOwner(t *testing.T) {
 	client := fake.NewClientset()
-	withOptimisticConcurrency(client)
+	fakeleases.WithOptimisticConcurrency(client)
 	owner := ownership.Deployment("cksw", "deployment-uid")
-	l := ledgers(t, client, ledgerNS, 1, LedgerOptions{Owner: owner})[0]
+	l := ledgers(t, client, ledgerNS, 1, Options{Owner: owner})[0]
 	claim(t, l, shopRS, "a")
 	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(context.Background(), recordName(shopRS.UID), metav1.GetOptions{})
 	if err != nil {

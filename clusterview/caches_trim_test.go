@@ -1,4 +1,4 @@
-package webhook
+package clusterview
 
 import (
 	"encoding/json"
@@ -93,9 +93,9 @@ func TestTrimPodKeepsWhatIsRead(t *testing.T) {
 	if !strategy.HoldsSeat(pod) {
 		t.Error("a Running pod does not hold its seat")
 	}
-	rev, seat, hash, ok := placedPod(pod)
-	if !ok || rev != (Revision{Namespace: testNS, UID: testRSUID}) || seat != 3 || hash != idHash("admission-web-a") {
-		t.Errorf("placedPod = %v, %d, %x, %v", rev, seat, hash, ok)
+	rev, seat, ok := PlacedSeat(pod)
+	if !ok || rev != (Revision{Namespace: testNS, UID: testRSUID}) || seat != 3 {
+		t.Errorf("PlacedSeat = %v, %d, %v", rev, seat, ok)
 	}
 	want := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

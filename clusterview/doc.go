@@ -1,0 +1,9 @@
+// Package clusterview is the cluster as admission and the convergence loop both read
+// it: informer caches of placed pods and of the workloads that own them, trimmed to the
+// fields placement reads; the owner walk from a pod's controller reference to its
+// workload (Workload, ListerResolver); the revision a placed pod counts in (Revision,
+// PlacedSeat); and which namespaces are left alone (NamespaceFilter).
+//
+// It may import strategy (annotation and label names), client-go and k8s.io/api;
+// never webhook, ledger or converge, which build on it.
+package clusterview

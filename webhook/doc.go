@@ -1,0 +1,10 @@
+// Package webhook is the admission webhook's HTTP side and its decision: the TLS
+// server and its drain, admission limits (body cap, in-flight gate), one decode of
+// each AdmissionReview, the mutating decision for pods (PodMutator: workload, strategy,
+// seat, capacity, patch) and the validating one for workloads (WorkloadValidator),
+// Events and the admission metrics.
+//
+// It reads the cluster through clusterview and claims seats through a SeatLedger (the
+// ledger package's Ledger, wired by cmd); it may import strategy and karpenter's
+// matching through the Capacity interface. Nothing but cmd imports it.
+package webhook
