@@ -1,12 +1,20 @@
 // Package converge is the loop after admission: it keeps every workload
 // revision that carries a strategy at its exact target and no pod stranded.
 //
-// One replica runs it, elected on a Lease. Per revision it detects terms whose placed
-// pods cannot get a node (Pending and unschedulable past FALLBACK_AFTER, or sooner when
-// Karpenter says the NodePools serving them cannot launch), records them as unavailable
-// in the API server for a growing cool-down (Records, read by every replica so that
-// admission places their seats on the fallback), evicts the stranded pods, moves
-// fallback pods back once the cool-down ends, and repairs drift (unplaced pods, seats
-// above the replica count, pods on another term than their seat's). Every move goes
-// through the Eviction API within a per-workload budget of unavailable pods.
+// One replica runs it, elected on a Lease (elect.go). A pass (loop.go) looks at each
+// revision in a few named steps:
+//   - detect.go: survey the revision's placed pods and mark the terms whose pods cannot
+//     get a node (Pending and unschedulable past FALLBACK_AFTER, or sooner when
+//     Karpenter says the NodePools serving them cannot launch) unavailable for a
+//     growing cool-down, in records every replica reads (record.go), so that admission
+//     places their seats on the fallback;
+//   - fallback.go: place the seats around the unavailable terms, and return to a term
+//     after its cool-down with one canary first;
+//   - repair.go: find the pods off their placement (stranded, drifted, unplaced, seats
+//     above the replica count) and move them through the Eviction API within a
+//     per-workload budget of unavailable pods.
+//
+// It reads the cluster through clusterview and Karpenter's word through karpenter; it
+// may import strategy, ownership, client-go and the Prometheus client, never webhook or
+// ledger.
 package converge
