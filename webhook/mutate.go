@@ -80,6 +80,18 @@ type PodMutator struct {
 	strategies parseCache
 }
 
+// podAdmission is one pod's way through the mutating webhook: what each step found,
+// and what the answer says (warnings) or leaves behind (Events, recorded once at the
+// end from one place).
+type podAdmission struct {
+	req      *admissionv1.AdmissionRequest
+	pod      *corev1.Pod
+	owner    *metav1.OwnerReference
+	w        *clusterview.Workload // nil until resolved
+	warnings []string
+	events   [][2]string // reason, message (Warning Events on the workload)
+}
+
 // Admit implements the mutating admission of pod CREATE requests.
 func (m *PodMutator) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if m.Deadline > 0 {
@@ -87,9 +99,191 @@ func (m *PodMutator) Admit(ctx context.Context, req *admissionv1.AdmissionReques
 		ctx, cancel = context.WithTimeout(ctx, m.Deadline)
 		defer cancel()
 	}
-	outcome, resp := m.admit(ctx, req)
+	a := &podAdmission{req: req}
+	outcome, resp := m.admit(ctx, a)
+	if a.w != nil && m.Recorder != nil && !isDryRun(req) { // dry-run requests leave no trace
+		ref := a.w.Ref
+		for _, e := range a.events {
+			m.Recorder.Event(&ref, corev1.EventTypeWarning, e[0], e[1])
+		}
+	}
 	m.Metrics.admissions.WithLabelValues("mutate", outcome).Inc()
 	return resp
+}
+
+// admit takes the pod through the steps: is it ours, its workload, its strategy, its
+// seat and placement. Each step answers with an outcome and a response when it ends
+// the admission.
+func (m *PodMutator) admit(ctx context.Context, a *podAdmission) (string, *admissionv1.AdmissionResponse) {
+	if outcome, resp := m.ours(a); resp != nil {
+		return outcome, resp
+	}
+	if outcome, resp := m.resolve(ctx, a); resp != nil {
+		return outcome, resp
+	}
+	s, outcome, resp := m.strategyOf(a)
+	if resp != nil {
+		return outcome, resp
+	}
+	return m.place(ctx, a, s)
+}
+
+// ours decodes the pod (unless the server did, see decodePodReview) and answers for
+// every pod this webhook does not place: not a CREATE of a pod, a left-alone namespace,
+// a mirror pod, a pod placed already, or one without a ReplicaSet or StatefulSet.
+func (m *PodMutator) ours(a *podAdmission) (string, *admissionv1.AdmissionResponse) {
+	req := a.req
+	// nodeSelector is immutable, so only CREATE of the pod itself is ours.
+	if req.Operation != admissionv1.Create || req.Kind.Kind != "Pod" || req.SubResource != "" || m.Namespaces.Skip(req.Namespace) {
+		return OutcomeSkipped, allow()
+	}
+	pod, err := podOf(req)
+	if err != nil {
+		return OutcomeError, allow(fmt.Sprintf("pod not placed: cannot read it: %v", err))
+	}
+	a.pod = pod
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return OutcomeSkipped, allow()
+	}
+	if _, seated := pod.Annotations[strategy.AnnotationSeat]; seated {
+		// Reinvocation or a pod copied from a placed one: placing it again would move it.
+		return OutcomeSkipped, allow()
+	}
+	owner := metav1.GetControllerOf(pod)
+	switch {
+	case owner != nil && owner.Kind == "DaemonSet":
+		return OutcomeSkipped, allow()
+	case owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") || (owner.Kind != "ReplicaSet" && owner.Kind != "StatefulSet"):
+		if !a.podStrategy().Active() {
+			return OutcomeSkipped, allow()
+		}
+		what := "a bare pod"
+		if owner != nil {
+			what = "a pod owned by a " + owner.Kind
+		}
+		return OutcomeSkipped, allow(fmt.Sprintf("strategy ignored: %s has no Deployment, ReplicaSet or StatefulSet to count seats in", what))
+	}
+	a.owner = owner
+	return "", nil
+}
+
+// podOf returns the request's pod: decoded already by the server, or from the raw
+// object (a request built by a caller of Admit).
+func podOf(req *admissionv1.AdmissionRequest) (*corev1.Pod, error) {
+	if pod, ok := req.Object.Object.(*corev1.Pod); ok {
+		return pod, nil
+	}
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
+		return nil, err
+	}
+	return pod, nil
+}
+
+// podStrategy is where a strategy stands on the pod itself (its own annotations).
+func (a *podAdmission) podStrategy() strategy.Source {
+	return strategy.Find(strategy.AnnotatedObject{Name: "pod", Annotations: a.pod.Annotations})
+}
+
+// log returns the admission's logger. Fields are built only when a line is logged:
+// most admissions log nothing, and building them was a fifth of an admission's
+// allocations.
+func (m *PodMutator) log(a *podAdmission) logrus.FieldLogger {
+	fields := logrus.Fields{"namespace": a.req.Namespace, "owner": a.owner.Kind + "/" + a.owner.Name, "uid": a.req.UID}
+	if a.w != nil {
+		fields["workload"] = a.w.Describe()
+	}
+	return m.Log.WithFields(fields)
+}
+
+// resolve finds the pod's workload once the caches have synced.
+func (m *PodMutator) resolve(ctx context.Context, a *podAdmission) (string, *admissionv1.AdmissionResponse) {
+	if m.Synced != nil {
+		select {
+		case <-m.Synced:
+		case <-ctx.Done():
+			return OutcomeDeadline, allow("pod not placed: the webhook's caches have not synced yet")
+		}
+	}
+	w, err := m.Resolver.Resolve(ctx, a.req.Namespace, a.owner)
+	if err != nil {
+		m.log(a).WithError(err).Warn("cannot resolve the pod's workload; admitting it unchanged")
+		if a.podStrategy().Active() || ctx.Err() != nil {
+			return pastDeadline(ctx, OutcomeError), allow(fmt.Sprintf("pod not placed: %v", err))
+		}
+		return OutcomeError, allow()
+	}
+	a.w = w
+	return "", nil
+}
+
+// strategyOf finds the strategy that applies to the pod (its own annotations first,
+// then its workload's) and parses it.
+func (m *PodMutator) strategyOf(a *podAdmission) (*strategy.Strategy, string, *admissionv1.AdmissionResponse) {
+	src := strategy.Find(append([]strategy.AnnotatedObject{{Name: "pod", Annotations: a.pod.Annotations}}, a.w.Chain...)...)
+	a.warnings = src.Warnings
+	if !src.Active() {
+		return nil, OutcomeSkipped, allow(a.warnings...)
+	}
+	s, err := m.strategies.parse(src.Raw)
+	if err != nil {
+		msg := fmt.Sprintf("%s on %s is invalid, pod not placed: %v", src.Key, src.Object, err)
+		a.events = append(a.events, [2]string{ReasonInvalidStrategy, msg})
+		m.log(a).WithError(err).Info("invalid strategy; admitting the pod unchanged")
+		return nil, OutcomeInvalid, allow(append(a.warnings, msg)...)
+	}
+	for _, doubt := range s.Warnings {
+		a.warnings = append(a.warnings, fmt.Sprintf("%s on %s: %s", src.Key, src.Object, doubt))
+	}
+	return s, "", nil
+}
+
+// place claims the pod's seat, decides its term and answers with the patch; a pod
+// that is not placed gives its seat back.
+func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Strategy) (string, *admissionv1.AdmissionResponse) {
+	req, w := a.req, a.w
+	seat, err := m.seat(ctx, req, w, a.pod)
+	if err != nil {
+		m.log(a).WithError(err).Warn("cannot pick a seat; admitting the pod unchanged")
+		return pastDeadline(ctx, OutcomeError), allow(append(a.warnings, fmt.Sprintf("pod not placed: %v", err))...)
+	}
+	var unavailable map[int]string
+	if m.Availability != nil {
+		unavailable = m.Availability.Unavailable(w.Revision)
+	}
+	d := decide(decisionInput{Pod: a.pod, Workload: w, Strategy: s, Seat: seat, Unavailable: unavailable, Capacity: m.Capacity, Admission: req.UID})
+	a.warnings = append(a.warnings, d.Warnings...)
+	a.events = append(a.events, d.Events...)
+	if d.Unserved && !isDryRun(req) {
+		m.Metrics.unserved.WithLabelValues(s.Terms[d.Term].LabelString()).Inc()
+	}
+	if d.Outcome != OutcomePlaced {
+		m.release(ctx, req, w)
+		return d.Outcome, allow(a.warnings...)
+	}
+	if err := ctx.Err(); err != nil {
+		// The API server has given up on this call (and, failing open, created the pod
+		// unplaced) or is about to: do not hold a seat for a patch nobody applies.
+		go func() {
+			// Off the response path, so the answer is not delayed further.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			m.release(rctx, req, w)
+		}()
+		m.log(a).WithError(err).Warn("admission deadline passed; admitting the pod unchanged")
+		return OutcomeDeadline, allow(append(a.warnings, fmt.Sprintf("pod not placed: the admission deadline passed (%v)", err))...)
+	}
+	term := s.Terms[d.Term]
+	if !isDryRun(req) {
+		m.Metrics.placements.WithLabelValues(term.LabelString()).Inc()
+	}
+	if debugEnabled(m.Log) {
+		m.log(a).WithFields(logrus.Fields{"seat": seat, "term": d.Term + 1, "labels": term.LabelString(), "dryRun": isDryRun(req)}).Debug("pod placed")
+	}
+	resp := allow(a.warnings...)
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = d.Patch, &pt
+	return OutcomePlaced, resp
 }
 
 // debugEnabled reports whether log writes debug lines; loggers that cannot tell are
@@ -113,125 +307,6 @@ func pastDeadline(ctx context.Context, outcome string) string {
 	return outcome
 }
 
-func (m *PodMutator) admit(ctx context.Context, req *admissionv1.AdmissionRequest) (string, *admissionv1.AdmissionResponse) {
-	// nodeSelector is immutable, so only CREATE of the pod itself is ours.
-	if req.Operation != admissionv1.Create || req.Kind.Kind != "Pod" || req.SubResource != "" || m.Namespaces.Skip(req.Namespace) {
-		return OutcomeSkipped, allow()
-	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return OutcomeError, allow(fmt.Sprintf("pod not placed: cannot read it: %v", err))
-	}
-	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return OutcomeSkipped, allow()
-	}
-	if _, seated := pod.Annotations[strategy.AnnotationSeat]; seated {
-		// Reinvocation or a pod copied from a placed one: placing it again would move it.
-		return OutcomeSkipped, allow()
-	}
-	own := strategy.AnnotatedObject{Name: "pod", Annotations: pod.Annotations}
-	owner := metav1.GetControllerOf(&pod)
-	switch {
-	case owner != nil && owner.Kind == "DaemonSet":
-		return OutcomeSkipped, allow()
-	case owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") || (owner.Kind != "ReplicaSet" && owner.Kind != "StatefulSet"):
-		if strategy.Find(own).Active() {
-			what := "a bare pod"
-			if owner != nil {
-				what = "a pod owned by a " + owner.Kind
-			}
-			return OutcomeSkipped, allow(fmt.Sprintf("strategy ignored: %s has no Deployment, ReplicaSet or StatefulSet to count seats in", what))
-		}
-		return OutcomeSkipped, allow()
-	}
-
-	// Fields are built only when a line is logged: most admissions log nothing, and
-	// building them was a fifth of an admission's allocations.
-	var w *clusterview.Workload
-	log := func() logrus.FieldLogger {
-		fields := logrus.Fields{"namespace": req.Namespace, "owner": owner.Kind + "/" + owner.Name, "uid": req.UID}
-		if w != nil {
-			fields["workload"] = w.Describe()
-		}
-		return m.Log.WithFields(fields)
-	}
-	if m.Synced != nil {
-		select {
-		case <-m.Synced:
-		case <-ctx.Done():
-			return OutcomeDeadline, allow("pod not placed: the webhook's caches have not synced yet")
-		}
-	}
-	w, err := m.Resolver.Resolve(ctx, req.Namespace, owner)
-	if err != nil {
-		log().WithError(err).Warn("cannot resolve the pod's workload; admitting it unchanged")
-		if strategy.Find(own).Active() || ctx.Err() != nil {
-			return pastDeadline(ctx, OutcomeError), allow(fmt.Sprintf("pod not placed: %v", err))
-		}
-		return OutcomeError, allow()
-	}
-	src := strategy.Find(append([]strategy.AnnotatedObject{own}, w.Chain...)...)
-	warnings := src.Warnings
-	if !src.Active() {
-		return OutcomeSkipped, allow(warnings...)
-	}
-	s, err := m.strategies.parse(src.Raw)
-	if err != nil {
-		msg := fmt.Sprintf("%s on %s is invalid, pod not placed: %v", src.Key, src.Object, err)
-		m.event(req, w, corev1.EventTypeWarning, ReasonInvalidStrategy, msg)
-		log().WithError(err).Info("invalid strategy; admitting the pod unchanged")
-		return OutcomeInvalid, allow(append(warnings, msg)...)
-	}
-	for _, doubt := range s.Warnings {
-		warnings = append(warnings, fmt.Sprintf("%s on %s: %s", src.Key, src.Object, doubt))
-	}
-
-	seat, err := m.seat(ctx, req, w, &pod)
-	if err != nil {
-		log().WithError(err).Warn("cannot pick a seat; admitting the pod unchanged")
-		return pastDeadline(ctx, OutcomeError), allow(append(warnings, fmt.Sprintf("pod not placed: %v", err))...)
-	}
-	var unavailable map[int]string
-	if m.Availability != nil {
-		unavailable = m.Availability.Unavailable(w.Revision)
-	}
-	d := decide(decisionInput{Pod: &pod, Workload: w, Strategy: s, Seat: seat, Unavailable: unavailable, Capacity: m.Capacity, Admission: req.UID})
-	warnings = append(warnings, d.Warnings...)
-	for _, e := range d.Events {
-		m.event(req, w, corev1.EventTypeWarning, e[0], e[1])
-	}
-	if d.Unserved && !isDryRun(req) {
-		m.Metrics.unserved.WithLabelValues(s.Terms[d.Term].LabelString()).Inc()
-	}
-	if d.Outcome != OutcomePlaced {
-		m.release(ctx, req, w)
-		return d.Outcome, allow(warnings...)
-	}
-	term := s.Terms[d.Term]
-	if err := ctx.Err(); err != nil {
-		// The API server has given up on this call (and, failing open, created the pod
-		// unplaced) or is about to: do not hold a seat for a patch nobody applies.
-		go func() {
-			// Off the response path, so the answer is not delayed further.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			m.release(rctx, req, w)
-		}()
-		log().WithError(err).Warn("admission deadline passed; admitting the pod unchanged")
-		return OutcomeDeadline, allow(append(warnings, fmt.Sprintf("pod not placed: the admission deadline passed (%v)", err))...)
-	}
-	if !isDryRun(req) {
-		m.Metrics.placements.WithLabelValues(term.LabelString()).Inc()
-	}
-	if debugEnabled(m.Log) {
-		log().WithFields(logrus.Fields{"seat": seat, "term": d.Term + 1, "labels": term.LabelString(), "dryRun": isDryRun(req)}).Debug("pod placed")
-	}
-	resp := allow(warnings...)
-	pt := admissionv1.PatchTypeJSONPatch
-	resp.Patch, resp.PatchType = d.Patch, &pt
-	return OutcomePlaced, resp
-}
-
 // seat picks the pod's seat: the ordinal for StatefulSet pods, otherwise the ledger's
 // lowest free seat (only looked at, not reserved, on dry-run).
 func (m *PodMutator) seat(ctx context.Context, req *admissionv1.AdmissionRequest, w *clusterview.Workload, pod *corev1.Pod) (int, error) {
@@ -249,15 +324,6 @@ func (m *PodMutator) release(ctx context.Context, req *admissionv1.AdmissionRequ
 	if w.StatefulSet == nil && !isDryRun(req) {
 		m.Ledger.Release(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID)
 	}
-}
-
-// event records an Event on the workload; dry-run requests leave no trace.
-func (m *PodMutator) event(req *admissionv1.AdmissionRequest, w *clusterview.Workload, typ, reason, msg string) {
-	if m.Recorder == nil || isDryRun(req) {
-		return
-	}
-	ref := w.Ref
-	m.Recorder.Event(&ref, typ, reason, msg)
 }
 
 // conflicting lists the keys the pod already selects with another value than want.

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 )
@@ -48,8 +50,8 @@ func (h *Handlers) Mux() http.Handler {
 	mux := http.NewServeMux()
 	// One gate for both webhooks: they share the process's memory.
 	gate := newAdmissionGate(h.Limits)
-	mux.Handle("POST /mutate", h.admission("mutate", h.Mutate, gate))
-	mux.Handle("POST /validate", h.admission("validate", h.Validate, gate))
+	mux.Handle("POST /mutate", h.admission("mutate", h.Mutate, decodePodReview, gate))
+	mux.Handle("POST /validate", h.admission("validate", h.Validate, decodeReview, gate))
 	if h.Peer != nil {
 		mux.Handle("POST "+ledger.PeerClaimPath, h.Peer)
 	}
@@ -85,10 +87,14 @@ func (h *Handlers) MetricsMux() http.Handler {
 	return h.recoverPanics(mux)
 }
 
-// admission decodes an admission.k8s.io/v1 AdmissionReview, calls admit and writes the
-// review back with the request's UID. A panic inside admit admits the object unchanged
-// with a warning: a bug in this webhook must not block workloads.
-func (h *Handlers) admission(name string, admit AdmitFunc, gate *admissionGate) http.Handler {
+// reviewDecoder decodes the body of an admission call into review.
+type reviewDecoder func(body []byte, review *admissionv1.AdmissionReview) error
+
+// admission reads an admission.k8s.io/v1 AdmissionReview (at most MaxBodyBytes),
+// decodes it once with decode, calls admit and writes the review back with the
+// request's UID. A panic inside admit admits the object unchanged with a warning: a
+// bug in this webhook must not block workloads.
+func (h *Handlers) admission(name string, admit AdmitFunc, decode reviewDecoder, gate *admissionGate) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		defer func() { h.Metrics.latency.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
@@ -101,7 +107,7 @@ func (h *Handlers) admission(name string, admit AdmitFunc, gate *admissionGate) 
 		}
 		defer leave()
 		var review admissionv1.AdmissionReview
-		if err := decodeReview(w, r, &review); err != nil {
+		if err := readReview(w, r, decode, &review); err != nil {
 			http.Error(w, "cannot decode AdmissionReview: "+err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -124,8 +130,8 @@ func (h *Handlers) admission(name string, admit AdmitFunc, gate *admissionGate) 
 // buffers already grown to a review's size instead of growing a decoder's each time.
 var reviewBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// decodeReview reads the request body (at most MaxBodyBytes) and decodes it into review.
-func decodeReview(w http.ResponseWriter, r *http.Request, review *admissionv1.AdmissionReview) error {
+// readReview reads the request body (at most MaxBodyBytes) and decodes it into review.
+func readReview(w http.ResponseWriter, r *http.Request, decode reviewDecoder, review *admissionv1.AdmissionReview) error {
 	buf := reviewBuffers.Get().(*bytes.Buffer)
 	defer func() {
 		// A rare huge review is not kept for the next one.
@@ -142,7 +148,40 @@ func decodeReview(w http.ResponseWriter, r *http.Request, review *admissionv1.Ad
 		return err
 	}
 	// Unmarshal copies what it keeps (RawExtension included), so the buffer is free after.
-	return json.Unmarshal(buf.Bytes(), review)
+	return decode(buf.Bytes(), review)
+}
+
+// decodeReview decodes a review as it is, its object left raw.
+func decodeReview(body []byte, review *admissionv1.AdmissionReview) error {
+	return json.Unmarshal(body, review)
+}
+
+// podReview is an AdmissionReview of a pod whose object is decoded straight into a Pod
+// (the field shadows AdmissionRequest.Object), not copied as raw bytes to be decoded
+// again.
+type podReview struct {
+	metav1.TypeMeta `json:",inline"`
+	Request         *struct {
+		admissionv1.AdmissionRequest
+		Object *corev1.Pod `json:"object,omitempty"`
+	} `json:"request,omitempty"`
+}
+
+// decodePodReview decodes a review of a pod in one pass, the pod into the request's
+// Object.Object (where PodMutator reads it).
+func decodePodReview(body []byte, review *admissionv1.AdmissionReview) error {
+	var in podReview
+	if err := json.Unmarshal(body, &in); err != nil {
+		return err
+	}
+	review.TypeMeta = in.TypeMeta
+	if in.Request != nil {
+		review.Request = &in.Request.AdmissionRequest
+		if in.Request.Object != nil {
+			review.Request.Object.Object = in.Request.Object
+		}
+	}
+	return nil
 }
 
 func (h *Handlers) safeAdmit(ctx context.Context, name string, admit AdmitFunc, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {

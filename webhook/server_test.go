@@ -19,6 +19,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
@@ -181,6 +182,29 @@ func TestServerRejectsBadRequests(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET /mutate: status %d, want 405", resp.StatusCode)
+	}
+}
+
+// The pod of a review is decoded once, by the server, straight into a Pod: the mutator
+// gets it decoded and no raw copy of it.
+func TestPodReviewIsDecodedOnce(t *testing.T) {
+	var got *corev1.Pod
+	var raw int
+	h := &Handlers{
+		Mutate: func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			got, _ = req.Object.Object.(*corev1.Pod)
+			raw = len(req.Object.Raw)
+			return allow()
+		},
+		Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog(),
+	}
+	url, _, _, client := startServer(t, h)
+	pod := rsPod()
+	if _, err := postReview(client, url, createRequest(t, pod)); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.GenerateName != pod.GenerateName || len(got.OwnerReferences) != 1 || raw != 0 {
+		t.Fatalf("the mutator got pod %v and %d raw bytes; want the decoded pod and none", got, raw)
 	}
 }
 
