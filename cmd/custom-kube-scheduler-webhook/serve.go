@@ -26,11 +26,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
@@ -40,7 +38,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
 )
@@ -111,206 +108,60 @@ const cacheGrace = 250 * time.Millisecond
 
 // serve runs the webhook until stop ends, then drains (see webhook.Drain).
 func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
-	restCfg, err := restConfig(cfg.Kubeconfig)
+	r, err := newReplica(cfg, log)
 	if err != nil {
 		return err
 	}
-	// Every client below is built from restCfg (or a copy): all count their requests.
-	metrics := webhook.NewMetrics()
-	restMetrics := clientmetrics.New()
-	restMetrics.Instrument(restCfg)
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("create Kubernetes client: %w", err)
-	}
 	// The stop signal starts the drain; the caches, the ledger and the certificate watcher
 	// keep running on ctx until the server has stopped, or stop at once if it never started.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(stop))
+	ctx, cancel, start := lifetime(stop)
 	defer cancel()
+	if err := r.startViews(ctx); err != nil {
+		return err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+	r.newHandlers(recorder)
+	sources := metricSources{REST: r.restMetrics, Ledger: r.seats, Certificate: r.certs.GetCertificate, Ready: r.handlers.Ready}
+	if r.groups != nil {
+		sources.NodeGroups = r.groups.Status
+	}
+	convergeMetrics, err := registerMetrics(r.metrics.Registry, sources)
+	if err != nil {
+		return err
+	}
+	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log); err != nil {
+		return err
+	}
+	return r.run(ctx, stop, start)
+}
+
+// lifetime returns the context serve's background parts run on: the stop signal
+// cancels it at once until start reports the server started; after that only cancel
+// does (once the drain is over). start reports whether the server may start (stop has
+// not come yet).
+func lifetime(stop context.Context) (ctx context.Context, cancel context.CancelFunc, start func() bool) {
+	ctx, cancel = context.WithCancel(context.WithoutCancel(stop))
 	var (
-		startMu sync.Mutex
+		mu      sync.Mutex
 		started bool
 	)
 	go func() {
 		<-stop.Done()
-		startMu.Lock()
-		defer startMu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
 		if !started {
 			cancel()
 		}
 	}()
-
-	if cfg.SelfCert {
-		if err := startSelfCert(ctx, cfg, restCfg, log); err != nil {
-			return err
-		}
+	return ctx, cancel, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		started = stop.Err() == nil
+		return started
 	}
-	certs, err := certwatcher.New(cfg.TLSCertFile, cfg.TLSKeyFile)
-	if err != nil {
-		return fmt.Errorf("load serving certificate: %w", err)
-	}
-	go func() {
-		if err := certs.Start(ctx); err != nil {
-			log.WithError(err).Error("certificate watcher stopped")
-		}
-	}()
-
-	caches, err := clusterview.NewCaches(client, 10*time.Minute)
-	if err != nil {
-		return err
-	}
-	// Live lookups of owners the cache has not seen get a client of their own: forged
-	// reviews naming unknown ReplicaSets then cannot use up the shared client's rate.
-	liveCfg := rest.CopyConfig(restCfg)
-	liveCfg.QPS, liveCfg.Burst = cfg.LiveLookupQPS, int(2*cfg.LiveLookupQPS)+1
-	liveClient, err := kubernetes.NewForConfig(liveCfg)
-	if err != nil {
-		return fmt.Errorf("create live lookup client: %w", err)
-	}
-	caches.Resolver.Client = liveClient
-	caches.Resolver.CacheGrace = cacheGrace
-	caches.Resolver.LiveSlots = make(chan struct{}, cfg.LiveLookups)
-	caches.Start(ctx)
-	catalog, groups, err := newCatalog(ctx, cfg, restCfg, client, log)
-	if err != nil {
-		return err
-	}
-	go catalog.Run(ctx)
-	identity := replicaIdentity()
-	// The Leases this process creates belong to its Deployment: deleting the Deployment
-	// (helm uninstall) has the garbage collector delete them too.
-	owner, err := ownership.Resolve(ctx, client, cfg.Namespace, cfg.OwnerDeployment)
-	if err != nil {
-		return err
-	}
-	// Records an earlier version wrote without the reference (an upgrade) are adopted.
-	for _, selector := range []string{strategy.LabelSeatRecord, strategy.LabelUnavailability} {
-		n, err := owner.AdoptLeases(ctx, client, cfg.Namespace, selector)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			log.WithFields(logrus.Fields{"owner": owner.String(), "leases": n, "selector": selector}).Info("adopted Leases of an earlier version")
-		}
-	}
-	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
-	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
-	peerTrust := ledger.PeerTrust{Own: certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")}
-	seats, ledgerSynced, err := newLedger(ctx, cfg, restCfg, caches, identity, ledger.NewPeerClient(peerTrust), owner, log)
-	if err != nil {
-		return err
-	}
-	// The loop's records of unavailable terms are Leases in the webhook's namespace, read
-	// by every replica: admission honours records another replica's loop wrote.
-	records := converge.NewRecords(client, cfg.Namespace)
-	records.SetOwner(owner)
-	records.Start(ctx)
-	synced := make(chan struct{})
-	go func() {
-		if err := caches.WaitForSync(ctx); err != nil {
-			log.WithError(err).Error("caches did not sync")
-			return
-		}
-		if !cache.WaitForCacheSync(ctx.Done(), catalog.HasSynced, func() bool { return len(ledgerSynced()) == 0 }, records.HasSynced) {
-			log.Error("NodePool, node group, node, seat record and unavailability record views did not sync")
-			return
-		}
-		close(synced)
-		log.Info("caches synced; ready")
-	}()
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
-
-	entry := log.WithField("component", component)
-	mutator := &webhook.PodMutator{
-		Resolver:   caches.Resolver,
-		Capacity:   catalog,
-		Ledger:     seats,
-		Recorder:   recorder,
-		Metrics:    metrics,
-		Namespaces: clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
-		Synced:     synced,
-		Deadline:   cfg.AdmissionDeadline,
-		Log:        entry,
-	}
-	mutator.Availability = records
-	validator := &webhook.WorkloadValidator{Capacity: catalog, WarnOnly: cfg.WarnOnly, Metrics: metrics, Log: entry}
-	var draining, peerChecked atomic.Bool
-	handlers := &webhook.Handlers{
-		Mutate:   mutator.Admit,
-		Validate: validator.Admit,
-		Ready: func() error {
-			if draining.Load() {
-				return errors.New("shutting down")
-			}
-			select {
-			case <-synced:
-			default:
-				return notSynced(caches.Unsynced(), catalog.Unsynced(), ledgerSynced(), unsyncedIf(!records.HasSynced(), "unavailability records"))
-			}
-			if !peerChecked.Load() {
-				return errors.New("not reachable at its peer address yet")
-			}
-			return nil
-		},
-		Metrics:   metrics,
-		Log:       entry,
-		Limits:    cfg.Limits,
-		Peer:      ledger.RequirePeerCertificate(peerTrust, seats.PeerHandler()),
-		Profiling: cfg.Profiling,
-	}
-	sources := metricSources{REST: restMetrics, Ledger: seats, Certificate: certs.GetCertificate, Ready: handlers.Ready}
-	if groups != nil {
-		sources.NodeGroups = groups.Status
-	}
-	convergeMetrics, err := registerMetrics(metrics.Registry, sources)
-	if err != nil {
-		return err
-	}
-	if err := startConverge(ctx, cfg, restCfg, client, caches, records, recorder, convergeMetrics, synced, identity, owner, log); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", cfg.ListenAddress)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.ListenAddress, err)
-	}
-	plain, err := listenPlain(cfg, handlers)
-	if err != nil {
-		_ = ln.Close()
-		return err
-	}
-	for _, msg := range cfg.Deprecations {
-		entry.Warn(msg)
-	}
-	build := currentBuild()
-	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace,
-		"version": build.Version, "revision": build.Revision, "goVersion": build.GoVersion}).Info("starting")
-	startMu.Lock()
-	started = stop.Err() == nil
-	startMu.Unlock()
-	if !started {
-		_ = ln.Close()
-		plain.close()
-		return nil
-	}
-	// Metrics and probes are served until admissions have stopped: /readyz answers
-	// 503 through the drain.
-	plainCtx, stopPlain := context.WithCancel(ctx)
-	plainDone := plain.serve(plainCtx, entry)
-	go checkPeerAddress(ctx, seats, &peerChecked, entry)
-	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() { draining.Store(true) }}
-	err = webhook.ServeDrain(stop, ln, handlers.Mux(), certs.GetCertificate, drain, entry)
-	stopPlain()
-	<-plainDone
-	// No admission reaches this replica any more: the other replicas take its
-	// revisions over at once, with its reservations.
-	handover, cancelHandover := context.WithTimeout(ctx, 5*time.Second)
-	defer cancelHandover()
-	seats.Handover(handover)
-	return err
 }
 
 // plainListeners are the metrics and health ports (nil when switched off).

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+)
+
+// replica is one serve process's parts, made in the order they depend on each other.
+type replica struct {
+	cfg         *serveConfig
+	log         *logrus.Logger
+	entry       logrus.FieldLogger
+	restCfg     *rest.Config
+	client      kubernetes.Interface
+	metrics     *webhook.Metrics
+	restMetrics *clientmetrics.Metrics
+
+	// Made by startViews.
+	certs        *certwatcher.CertWatcher
+	caches       *clusterview.Caches
+	catalog      *karpenter.Catalog
+	groups       *nodegroups.Cache // nil without EKS_CLUSTER_NAME
+	identity     string
+	owner        ownership.Owner
+	peerTrust    ledger.PeerTrust
+	seats        *ledger.Ledger
+	ledgerSynced func() []string
+	records      *converge.Records
+	synced       chan struct{} // closed once every view has synced
+
+	// Made by newHandlers.
+	handlers              *webhook.Handlers
+	draining, peerChecked atomic.Bool
+}
+
+// newReplica makes the API clients and the metrics registry.
+func newReplica(cfg *serveConfig, log *logrus.Logger) (*replica, error) {
+	restCfg, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	r := &replica{cfg: cfg, log: log, entry: log.WithField("component", component), restCfg: restCfg,
+		metrics: webhook.NewMetrics(), restMetrics: clientmetrics.New(), synced: make(chan struct{})}
+	// Every client is built from restCfg (or a copy): all count their requests.
+	r.restMetrics.Instrument(restCfg)
+	if r.client, err = kubernetes.NewForConfig(restCfg); err != nil {
+		return nil, fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	return r, nil
+}
+
+// startViews starts what admission and the loop read: the serving certificate, the
+// caches, the capacity catalog, the seat ledger and the unavailability records; synced
+// closes once all have synced.
+func (r *replica) startViews(ctx context.Context) error {
+	cfg, log := r.cfg, r.log
+	if cfg.SelfCert {
+		if err := startSelfCert(ctx, cfg, r.restCfg, log); err != nil {
+			return err
+		}
+	}
+	var err error
+	if r.certs, err = certwatcher.New(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+		return fmt.Errorf("load serving certificate: %w", err)
+	}
+	go func() {
+		if err := r.certs.Start(ctx); err != nil {
+			log.WithError(err).Error("certificate watcher stopped")
+		}
+	}()
+	if err := r.startCaches(ctx); err != nil {
+		return err
+	}
+	if r.catalog, r.groups, err = newCatalog(ctx, cfg, r.restCfg, r.client, log); err != nil {
+		return err
+	}
+	go r.catalog.Run(ctx)
+	r.identity = replicaIdentity()
+	if r.owner, err = adoptLeases(ctx, cfg, r.client, log); err != nil {
+		return err
+	}
+	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
+	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
+	r.peerTrust = ledger.PeerTrust{Own: r.certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")}
+	if r.seats, r.ledgerSynced, err = newLedger(ctx, cfg, r.restCfg, r.caches, r.identity, ledger.NewPeerClient(r.peerTrust), r.owner, log); err != nil {
+		return err
+	}
+	// The loop's records of unavailable terms are Leases in the webhook's namespace, read
+	// by every replica: admission honours records another replica's loop wrote.
+	r.records = converge.NewRecords(r.client, cfg.Namespace)
+	r.records.SetOwner(r.owner)
+	r.records.Start(ctx)
+	go r.waitForSync(ctx)
+	return nil
+}
+
+// startCaches starts the pod and workload caches, with a client of their own for
+// live lookups of owners the cache has not seen: forged reviews naming unknown
+// ReplicaSets then cannot use up the shared client's rate.
+func (r *replica) startCaches(ctx context.Context) error {
+	var err error
+	if r.caches, err = clusterview.NewCaches(r.client, 10*time.Minute); err != nil {
+		return err
+	}
+	liveCfg := rest.CopyConfig(r.restCfg)
+	liveCfg.QPS, liveCfg.Burst = r.cfg.LiveLookupQPS, int(2*r.cfg.LiveLookupQPS)+1
+	liveClient, err := kubernetes.NewForConfig(liveCfg)
+	if err != nil {
+		return fmt.Errorf("create live lookup client: %w", err)
+	}
+	r.caches.Resolver.Client = liveClient
+	r.caches.Resolver.CacheGrace = cacheGrace
+	r.caches.Resolver.LiveSlots = make(chan struct{}, r.cfg.LiveLookups)
+	r.caches.Start(ctx)
+	return nil
+}
+
+// adoptLeases resolves the owner of the Leases this process creates (its Deployment:
+// deleting it, as helm uninstall does, has the garbage collector delete them too) and
+// adopts the records an earlier version wrote without the reference (an upgrade).
+func adoptLeases(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, log logrus.FieldLogger) (ownership.Owner, error) {
+	owner, err := ownership.Resolve(ctx, client, cfg.Namespace, cfg.OwnerDeployment)
+	if err != nil {
+		return owner, err
+	}
+	for _, selector := range []string{strategy.LabelSeatRecord, strategy.LabelUnavailability} {
+		n, err := owner.AdoptLeases(ctx, client, cfg.Namespace, selector)
+		if err != nil {
+			return owner, err
+		}
+		if n > 0 {
+			log.WithFields(logrus.Fields{"owner": owner.String(), "leases": n, "selector": selector}).Info("adopted Leases of an earlier version")
+		}
+	}
+	return owner, nil
+}
+
+// waitForSync closes synced once every view has synced.
+func (r *replica) waitForSync(ctx context.Context) {
+	if err := r.caches.WaitForSync(ctx); err != nil {
+		r.log.WithError(err).Error("caches did not sync")
+		return
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), r.catalog.HasSynced, func() bool { return len(r.ledgerSynced()) == 0 }, r.records.HasSynced) {
+		r.log.Error("NodePool, node group, node, seat record and unavailability record views did not sync")
+		return
+	}
+	close(r.synced)
+	r.log.Info("caches synced; ready")
+}
+
+// newHandlers makes the admission handlers, readiness and the peer endpoint.
+func (r *replica) newHandlers(recorder record.EventRecorder) {
+	cfg := r.cfg
+	namespaces := clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}
+	mutator := &webhook.PodMutator{
+		Resolver: r.caches.Resolver, Capacity: r.catalog, Ledger: r.seats, Recorder: recorder, Metrics: r.metrics,
+		Namespaces: namespaces, Synced: r.synced, Deadline: cfg.AdmissionDeadline, Log: r.entry, Availability: r.records,
+	}
+	validator := &webhook.WorkloadValidator{Capacity: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry}
+	r.handlers = &webhook.Handlers{
+		Mutate:    mutator.Admit,
+		Validate:  validator.Admit,
+		Ready:     r.ready,
+		Metrics:   r.metrics,
+		Log:       r.entry,
+		Limits:    cfg.Limits,
+		Peer:      ledger.RequirePeerCertificate(r.peerTrust, r.seats.PeerHandler()),
+		Profiling: cfg.Profiling,
+	}
+}
+
+// ready is /readyz's answer: nil once every view has synced and the replica answers
+// at its peer address, until the drain begins.
+func (r *replica) ready() error {
+	if r.draining.Load() {
+		return errors.New("shutting down")
+	}
+	select {
+	case <-r.synced:
+	default:
+		return notSynced(r.caches.Unsynced(), r.catalog.Unsynced(), r.ledgerSynced(), unsyncedIf(!r.records.HasSynced(), "unavailability records"))
+	}
+	if !r.peerChecked.Load() {
+		return errors.New("not reachable at its peer address yet")
+	}
+	return nil
+}
+
+// run listens, serves admissions until stop, drains, and hands the revisions this
+// replica owns over to the others.
+func (r *replica) run(ctx, stop context.Context, start func() bool) error {
+	cfg, entry := r.cfg, r.entry
+	ln, err := net.Listen("tcp", cfg.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.ListenAddress, err)
+	}
+	plain, err := listenPlain(cfg, r.handlers)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	for _, msg := range cfg.Deprecations {
+		entry.Warn(msg)
+	}
+	build := currentBuild()
+	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace,
+		"version": build.Version, "revision": build.Revision, "goVersion": build.GoVersion}).Info("starting")
+	if !start() {
+		_ = ln.Close()
+		plain.close()
+		return nil
+	}
+	// Metrics and probes are served until admissions have stopped: /readyz answers
+	// 503 through the drain.
+	plainCtx, stopPlain := context.WithCancel(ctx)
+	plainDone := plain.serve(plainCtx, entry)
+	go checkPeerAddress(ctx, r.seats, &r.peerChecked, entry)
+	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() { r.draining.Store(true) }}
+	err = webhook.ServeDrain(stop, ln, r.handlers.Mux(), r.certs.GetCertificate, drain, entry)
+	stopPlain()
+	<-plainDone
+	// No admission reaches this replica any more: the other replicas take its
+	// revisions over at once, with its reservations.
+	handover, cancelHandover := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelHandover()
+	r.seats.Handover(handover)
+	return err
+}
