@@ -126,31 +126,57 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		ValidatingConfig: v.GetString("validating-webhook-configuration"),
 		OwnerDeployment:  strings.TrimSpace(v.GetString("owner-deployment")),
 	}
-	for _, a := range []struct{ env, addr string }{{"METRICS_ADDRESS", c.MetricsAddress}, {"HEALTH_ADDRESS", c.HealthAddress}} {
-		if _, _, err := net.SplitHostPort(a.addr); a.addr != "" && err != nil {
-			return nil, fmt.Errorf("%s %q: want host:port, :port, or 0 to turn it off", a.env, a.addr)
+	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence} {
+		if err := parse(v); err != nil {
+			return nil, err
 		}
 	}
+	return c, nil
+}
+
+// parseAddresses checks the plain-HTTP addresses and works out the peer address.
+func (c *serveConfig) parseAddresses(v *viper.Viper) error {
+	for _, a := range []struct{ env, addr string }{{"METRICS_ADDRESS", c.MetricsAddress}, {"HEALTH_ADDRESS", c.HealthAddress}} {
+		if _, _, err := net.SplitHostPort(a.addr); a.addr != "" && err != nil {
+			return fmt.Errorf("%s %q: want host:port, :port, or 0 to turn it off", a.env, a.addr)
+		}
+	}
+	var err error
+	if c.PeerAddress, err = peerAddress(v.GetString("peer-address"), c.ListenAddress, os.Getenv("POD_IP"), os.Getenv("KUBERNETES_SERVICE_HOST") != ""); err != nil {
+		return err
+	}
+	return nil
+}
+
+// parseModes reads the log level and the certificate mode.
+func (c *serveConfig) parseModes(v *viper.Viper) error {
+	var err error
 	// The original accepted "INFO" and an empty value; both still work.
 	level := strings.TrimSpace(v.GetString("log-level"))
 	if level == "" {
 		level = "info"
 	}
-	var err error
 	if c.LogLevel, err = logrus.ParseLevel(level); err != nil {
-		return nil, fmt.Errorf("LOG_LEVEL %q: want trace, debug, info, warn or error", level)
+		return fmt.Errorf("LOG_LEVEL %q: want trace, debug, info, warn or error", level)
 	}
+	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("cert-mode"))); mode {
+	case "file", "self":
+		c.SelfCert = mode == "self"
+	default:
+		return fmt.Errorf("CERT_MODE %q: want file or self", mode)
+	}
+	return nil
+}
+
+// parseAdmission reads the admission path's settings: timings, limits, the validation
+// mode and the deprecated LEDGER.
+func (c *serveConfig) parseAdmission(v *viper.Viper) error {
+	var err error
 	if c.ReservationTTL, err = positiveDuration(v, "reservation-ttl", "RESERVATION_TTL"); err != nil {
-		return nil, err
-	}
-	if c.PeerAddress, err = peerAddress(v.GetString("peer-address"), c.ListenAddress, os.Getenv("POD_IP"), os.Getenv("KUBERNETES_SERVICE_HOST") != ""); err != nil {
-		return nil, err
-	}
-	if c.NodeGroupRefresh, err = positiveDuration(v, "nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL"); err != nil {
-		return nil, err
+		return err
 	}
 	if c.AdmissionDeadline, err = positiveDuration(v, "admission-deadline", "ADMISSION_DEADLINE"); err != nil {
-		return nil, err
+		return err
 	}
 	// LEDGER chose between two ledgers; one remains, exact with any number of replicas.
 	// The old values still start the webhook (with a warning); anything else is a typo.
@@ -159,60 +185,63 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		case "", "memory", "lease":
 			c.Deprecations = append(c.Deprecations, fmt.Sprintf("LEDGER=%s is deprecated and ignored: the one seat ledger keeps its records in the API server and is exact with any number of replicas", mode))
 		default:
-			return nil, fmt.Errorf("LEDGER %q: deprecated setting, leave it unset (memory and lease are accepted and ignored)", mode)
+			return fmt.Errorf("LEDGER %q: deprecated setting, leave it unset (memory and lease are accepted and ignored)", mode)
 		}
 	}
 	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("validation-mode"))); mode {
 	case "reject", "warn":
 		c.WarnOnly = mode == "warn"
 	default:
-		return nil, fmt.Errorf("VALIDATION_MODE %q: want reject or warn", mode)
+		return fmt.Errorf("VALIDATION_MODE %q: want reject or warn", mode)
 	}
 	if c.ShutdownDrain, err = time.ParseDuration(strings.TrimSpace(v.GetString("shutdown-drain"))); err != nil || c.ShutdownDrain < 0 {
-		return nil, fmt.Errorf("SHUTDOWN_DRAIN %q: want a duration such as 5s, or 0", v.GetString("shutdown-drain"))
+		return fmt.Errorf("SHUTDOWN_DRAIN %q: want a duration such as 5s, or 0", v.GetString("shutdown-drain"))
 	}
 	if c.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
-		return nil, err
+		return err
 	}
 	q, err := resource.ParseQuantity(strings.TrimSpace(v.GetString("max-inflight-body-bytes")))
 	if err != nil || q.Value() < webhook.MaxBodyBytes {
-		return nil, fmt.Errorf("MAX_INFLIGHT_BODY_BYTES %q: want a byte quantity such as 24Mi, at least one maximum body (%d bytes)", v.GetString("max-inflight-body-bytes"), webhook.MaxBodyBytes)
+		return fmt.Errorf("MAX_INFLIGHT_BODY_BYTES %q: want a byte quantity such as 24Mi, at least one maximum body (%d bytes)", v.GetString("max-inflight-body-bytes"), webhook.MaxBodyBytes)
 	}
 	c.Limits.MaxInFlightBytes = q.Value()
 	if c.Limits.QueueWait, err = positiveDuration(v, "admission-queue-wait", "ADMISSION_QUEUE_WAIT"); err != nil {
-		return nil, err
+		return err
 	}
 	qps, err := strconv.ParseFloat(strings.TrimSpace(v.GetString("live-lookup-qps")), 32)
 	if err != nil || qps <= 0 {
-		return nil, fmt.Errorf("LIVE_LOOKUP_QPS %q: want a positive number", v.GetString("live-lookup-qps"))
+		return fmt.Errorf("LIVE_LOOKUP_QPS %q: want a positive number", v.GetString("live-lookup-qps"))
 	}
 	c.LiveLookupQPS = float32(qps)
 	if c.LiveLookups, err = positiveInt(v, "live-lookup-concurrency", "LIVE_LOOKUP_CONCURRENCY"); err != nil {
-		return nil, err
+		return err
 	}
-	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("cert-mode"))); mode {
-	case "file", "self":
-		c.SelfCert = mode == "self"
-	default:
-		return nil, fmt.Errorf("CERT_MODE %q: want file or self", mode)
+	return nil
+}
+
+// parseConvergence reads the convergence loop's and the capacity views' settings.
+func (c *serveConfig) parseConvergence(v *viper.Viper) error {
+	var err error
+	if c.NodeGroupRefresh, err = positiveDuration(v, "nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL"); err != nil {
+		return err
 	}
 	if c.Converge, err = onOff(v, "converge", "CONVERGE"); err != nil {
-		return nil, err
+		return err
 	}
 	if c.Profiling, err = onOff(v, "profiling", "PROFILING"); err != nil {
-		return nil, err
+		return err
 	}
 	if c.FallbackAfter, err = positiveDuration(v, "fallback-after", "FALLBACK_AFTER"); err != nil {
-		return nil, err
+		return err
 	}
 	if c.FallbackCooldown, err = positiveDuration(v, "fallback-cooldown", "FALLBACK_COOLDOWN"); err != nil {
-		return nil, err
+		return err
 	}
 	c.MaxUnavailable = intstr.Parse(strings.TrimSpace(v.GetString("converge-max-unavailable")))
 	if _, err := converge.Budget(c.MaxUnavailable, 10); err != nil {
-		return nil, err
+		return err
 	}
-	return c, nil
+	return nil
 }
 
 // plainAddress reads METRICS_ADDRESS or HEALTH_ADDRESS: "0" (as in controller-runtime)
