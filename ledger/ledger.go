@@ -302,6 +302,28 @@ func waitWrite(ctx context.Context, write *ownershipWrite, rev clusterview.Revis
 	}
 }
 
+// state returns the revision's state, creating it.
+func (l *Ledger) state(rev clusterview.Revision) *revState {
+	s := l.revs[rev]
+	if s == nil {
+		s = &revState{
+			rev: rev, reserved: map[uint64]*entry{},
+			fulfilled: newRecentIDs(),
+			pods:      map[types.UID]int{}, taken: map[int]int{}, inFree: map[int]bool{}, low: 1,
+			free:     newMinHeap(func(a, b int) bool { return a < b }),
+			expiries: newMinHeap(func(a, b expiry) bool { return a.at.Before(b.at) }),
+		}
+		if l.metrics != nil {
+			s.unfulfilled = l.metrics.unfulfilled
+		}
+		l.revs[rev] = s
+	}
+	return s
+}
+
+// owns reports whether this replica answers the revision's claims as its owner now.
+func (l *Ledger) owns(s *revState, now time.Time) bool { return now.Before(s.ownedUntil) }
+
 // Peek implements Ledger, from this replica's view: exact on the owner; elsewhere it
 // misses the owner's reservations not in the record.
 func (l *Ledger) Peek(_ context.Context, rev clusterview.Revision) (int, error) {

@@ -18,9 +18,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// owns reports whether this replica answers the revision's claims as its owner now.
-func (l *Ledger) owns(s *revState, now time.Time) bool { return now.Before(s.ownedUntil) }
-
 // liveHolder returns the replica owning the revision by the newest record this replica
 // knows, and the URL it answers claims at: "" when nobody does (no record, released,
 // or unchanged for the ownership duration). This replica's own name comes back even

@@ -4,6 +4,7 @@ package ledger
 // live reservations, the lowest free one, and who owns the revision.
 
 import (
+	"container/heap"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,25 +106,6 @@ type queued struct {
 type ownershipWrite struct {
 	done chan struct{}
 	err  error
-}
-
-// state returns the revision's state, creating it.
-func (l *Ledger) state(rev clusterview.Revision) *revState {
-	s := l.revs[rev]
-	if s == nil {
-		s = &revState{
-			rev: rev, reserved: map[uint64]*entry{},
-			fulfilled: newRecentIDs(),
-			pods:      map[types.UID]int{}, taken: map[int]int{}, inFree: map[int]bool{}, low: 1,
-			free:     newMinHeap(func(a, b int) bool { return a < b }),
-			expiries: newMinHeap(func(a, b expiry) bool { return a.at.Before(b.at) }),
-		}
-		if l.metrics != nil {
-			s.unfulfilled = l.metrics.unfulfilled
-		}
-		l.revs[rev] = s
-	}
-	return s
 }
 
 // forget drops a revision's state once it holds nothing.
@@ -430,4 +412,36 @@ func (l *Ledger) fulfil(s *revState, hash uint64) {
 	if e := s.reserved[hash]; e != nil && e.counted {
 		s.uncount(e)
 	}
+}
+
+// minHeap is a binary min-heap of T ordered by less, on container/heap.
+type minHeap[T any] struct {
+	items []T
+	less  func(a, b T) bool
+}
+
+func newMinHeap[T any](less func(a, b T) bool) *minHeap[T] { return &minHeap[T]{less: less} }
+
+// Len, Less, Swap, Push and Pop implement heap.Interface; use push, pop and peek.
+func (h *minHeap[T]) Len() int           { return len(h.items) }
+func (h *minHeap[T]) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
+func (h *minHeap[T]) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *minHeap[T]) Push(x any)         { h.items = append(h.items, x.(T)) }
+func (h *minHeap[T]) Pop() any {
+	n := len(h.items) - 1
+	x := h.items[n]
+	h.items = h.items[:n]
+	return x
+}
+
+func (h *minHeap[T]) push(v T) { heap.Push(h, v) }
+func (h *minHeap[T]) pop() T   { return heap.Pop(h).(T) }
+
+// peek returns the smallest item; the heap must not be empty.
+func (h *minHeap[T]) peek() T { return h.items[0] }
+
+// expiry is when a reservation, by its id hash, stops counting.
+type expiry struct {
+	at   time.Time
+	hash uint64
 }

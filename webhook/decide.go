@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -85,9 +86,6 @@ func decide(in decisionInput) decision {
 		}
 	}
 
-	p := &podPatch{pod: pod}
-	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, selector)
-	p.mergeTolerations(needed)
 	annotations := map[string]string{
 		strategy.AnnotationSeat: strconv.Itoa(in.Seat),
 		strategy.AnnotationTerm: strconv.Itoa(index + 1),
@@ -104,9 +102,7 @@ func decide(in decisionInput) decision {
 		// Whichever webhook replica sees the pod first ends the reservation.
 		annotations[strategy.AnnotationReservation] = string(in.Admission)
 	}
-	p.addToMap("/metadata/annotations", pod.Annotations, annotations)
-	p.addToMap("/metadata/labels", pod.Labels, map[string]string{strategy.LabelManaged: "true"})
-	patch, err := p.marshal()
+	patch, err := placementPatch(pod, selector, needed, annotations)
 	if err != nil {
 		d.Outcome = OutcomeError
 		d.Warnings = append(d.Warnings, fmt.Sprintf("pod not placed: %v", err))
@@ -114,4 +110,16 @@ func decide(in decisionInput) decision {
 	}
 	d.Outcome, d.Patch = OutcomePlaced, patch
 	return d
+}
+
+// conflicting lists the keys the pod already selects with another value than want.
+func conflicting(have, want map[string]string) []string {
+	var out []string
+	for k, v := range want {
+		if cur, ok := have[k]; ok && cur != v {
+			out = append(out, fmt.Sprintf("%s is %q, the term wants %q", k, cur, v))
+		}
+	}
+	sort.Strings(out)
+	return out
 }

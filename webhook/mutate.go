@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -324,18 +323,6 @@ func (m *PodMutator) release(ctx context.Context, req *admissionv1.AdmissionRequ
 	if w.StatefulSet == nil && !isDryRun(req) {
 		m.Ledger.Release(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID)
 	}
-}
-
-// conflicting lists the keys the pod already selects with another value than want.
-func conflicting(have, want map[string]string) []string {
-	var out []string
-	for k, v := range want {
-		if cur, ok := have[k]; ok && cur != v {
-			out = append(out, fmt.Sprintf("%s is %q, the term wants %q", k, cur, v))
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 func isDryRun(req *admissionv1.AdmissionRequest) bool { return req.DryRun != nil && *req.DryRun }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // patchOp is one RFC 6902 operation.
@@ -33,6 +34,17 @@ func escapePointer(key string) string {
 		return key
 	}
 	return pointerEscaper.Replace(key)
+}
+
+// placementPatch is the JSON patch that places pod: the term's labels added to its
+// nodeSelector, the tolerations it needs, the seat annotations and the managed label.
+func placementPatch(pod *corev1.Pod, selector map[string]string, tolerations []corev1.Toleration, annotations map[string]string) ([]byte, error) {
+	p := &podPatch{pod: pod}
+	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, selector)
+	p.mergeTolerations(tolerations)
+	p.addToMap("/metadata/annotations", pod.Annotations, annotations)
+	p.addToMap("/metadata/labels", pod.Labels, map[string]string{strategy.LabelManaged: "true"})
+	return p.marshal()
 }
 
 // podPatch collects additions to a pod and renders them as a JSON patch that merges:
