@@ -32,13 +32,23 @@ func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
 	}
 }
 
-// recordSeen is the record informer's add/update handler.
-func (l *Ledger) recordSeen(obj any) {
+// seatRecord returns the seat record an informer event is about (a deletion may come
+// as a tombstone when the watch missed it) and its revision.
+func seatRecord(obj any) (*coordinationv1.Lease, clusterview.Revision, bool) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
 	record, ok := obj.(*coordinationv1.Lease)
 	if !ok {
-		return
+		return nil, clusterview.Revision{}, false
 	}
 	rev, ok := recordRevision(record)
+	return record, rev, ok
+}
+
+// recordSeen is the record informer's add/update handler.
+func (l *Ledger) recordSeen(obj any) {
+	record, rev, ok := seatRecord(obj)
 	if !ok {
 		return
 	}
@@ -53,14 +63,7 @@ func (l *Ledger) recordSeen(obj any) {
 
 // recordGone is the record informer's delete handler.
 func (l *Ledger) recordGone(obj any) {
-	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	record, ok := obj.(*coordinationv1.Lease)
-	if !ok {
-		return
-	}
-	rev, ok := recordRevision(record)
+	record, rev, ok := seatRecord(obj)
 	if !ok {
 		return
 	}

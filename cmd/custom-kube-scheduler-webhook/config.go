@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -159,13 +160,9 @@ func (c *serveConfig) parseModes(v *viper.Viper) error {
 	if c.LogLevel, err = logrus.ParseLevel(level); err != nil {
 		return fmt.Errorf("LOG_LEVEL %q: want trace, debug, info, warn or error", level)
 	}
-	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("cert-mode"))); mode {
-	case "file", "self":
-		c.SelfCert = mode == "self"
-	default:
-		return fmt.Errorf("CERT_MODE %q: want file or self", mode)
-	}
-	return nil
+	certMode, err := oneOf(v, "cert-mode", "CERT_MODE", "file", "self")
+	c.SelfCert = certMode == "self"
+	return err
 }
 
 // parseAdmission reads the admission path's settings: timings, limits, the validation
@@ -188,12 +185,11 @@ func (c *serveConfig) parseAdmission(v *viper.Viper) error {
 			return fmt.Errorf("LEDGER %q: deprecated setting, leave it unset (memory and lease are accepted and ignored)", mode)
 		}
 	}
-	switch mode := strings.ToLower(strings.TrimSpace(v.GetString("validation-mode"))); mode {
-	case "reject", "warn":
-		c.WarnOnly = mode == "warn"
-	default:
-		return fmt.Errorf("VALIDATION_MODE %q: want reject or warn", mode)
+	validation, err := oneOf(v, "validation-mode", "VALIDATION_MODE", "reject", "warn")
+	if err != nil {
+		return err
 	}
+	c.WarnOnly = validation == "warn"
 	if c.ShutdownDrain, err = time.ParseDuration(strings.TrimSpace(v.GetString("shutdown-drain"))); err != nil || c.ShutdownDrain < 0 {
 		return fmt.Errorf("SHUTDOWN_DRAIN %q: want a duration such as 5s, or 0", v.GetString("shutdown-drain"))
 	}
@@ -309,6 +305,15 @@ func peerAddress(setting, listen, podIP string, inPod bool) (string, error) {
 }
 
 // onOff reads a switch: on or off (true and false are taken too).
+// oneOf reads a setting that takes one of choices, in any case.
+func oneOf(v *viper.Viper, key, env string, choices ...string) (string, error) {
+	mode := strings.ToLower(strings.TrimSpace(v.GetString(key)))
+	if !slices.Contains(choices, mode) {
+		return "", fmt.Errorf("%s %q: want %s", env, mode, strings.Join(choices, " or "))
+	}
+	return mode, nil
+}
+
 func onOff(v *viper.Viper, key, env string) (bool, error) {
 	switch mode := strings.ToLower(strings.TrimSpace(v.GetString(key))); mode {
 	case "on", "true":
