@@ -4,6 +4,7 @@
 // workload (Workload, ListerResolver); the revision a placed pod counts in (Revision,
 // PlacedSeat); and which namespaces are left alone (NamespaceFilter).
 //
-// It may import strategy (annotation and label names), client-go and k8s.io/api;
-// never webhook, ledger or converge, which build on it.
+// It may import strategy (annotation and label names), karpenter (the canonical key of
+// a node selector, to share equal ones), client-go and k8s.io/api; never webhook,
+// ledger or converge, which build on it.
 package clusterview

@@ -5,6 +5,8 @@
 // Events and the admission metrics.
 //
 // It reads the cluster through clusterview and claims seats through a SeatLedger (the
-// ledger package's Ledger, wired by cmd); it may import strategy and karpenter's
-// matching through the Capacity interface. Nothing but cmd imports it.
+// ledger package's Ledger, wired by cmd; it imports ledger for the peer path only). It
+// may import strategy, and karpenter to merge tolerations; what serves a term it asks
+// through the Capacity interface. Nothing but cmd imports it (internal/layout checks
+// the package graph).
 package webhook
