@@ -52,6 +52,8 @@ type Result struct {
 	// Fits is true when every term has room for its target across the range.
 	Fits   bool     `json:"fits"`
 	Unseen []string `json:"unseen,omitempty"`
+	// Cost is set by Project.
+	Cost *Totals `json:"cost,omitempty"`
 }
 
 // Term is one term's plan.
@@ -83,6 +85,8 @@ type Term struct {
 	// Short says why, naming the capacity that runs out.
 	Short string `json:"short,omitempty"`
 	Fits  bool   `json:"fits"`
+	// Cost is set by Project.
+	Cost *Projection `json:"cost,omitempty"`
 }
 
 // PoolRoom is a serving NodePool and its headroom.
