@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -240,10 +241,14 @@ func shortAt(s *strategy.Strategy, maxReplicas int, terms []Term) {
 	}
 }
 
-// shortReason names the capacity that runs out for a short term.
+// shortReason says what a short term needs and what its capacity has room for.
 func shortReason(t *Term) string {
+	msg := fmt.Sprintf("needs %d more pods", t.Room+1)
+	if t.Placed > 0 {
+		msg += fmt.Sprintf(" beyond its %d placed", t.Placed)
+	}
 	if len(t.NodePools) == 0 && len(t.NodeGroups) == 0 {
-		return fmt.Sprintf("at %d replicas: no NodePool or node group serves the term", t.ShortAt)
+		return msg + "; no NodePool or node group serves the term"
 	}
 	var parts []string
 	for _, p := range t.NodePools {
@@ -257,16 +262,5 @@ func shortReason(t *Term) string {
 		parts = append(parts, fmt.Sprintf("node group %s has room for %d more pods (%d free nodes)", g.Name, g.Pods, g.FreeNodes))
 	}
 	sort.Strings(parts)
-	msg := fmt.Sprintf("at %d replicas the term needs %d more pods", t.ShortAt, t.Room+1)
-	if t.Placed > 0 {
-		msg += fmt.Sprintf(" beyond its %d placed", t.Placed)
-	}
-	for i, p := range parts {
-		sep := "; "
-		if i == 0 {
-			sep = ": "
-		}
-		msg += sep + p
-	}
-	return msg
+	return msg + "; " + strings.Join(parts, "; ")
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -33,6 +34,25 @@ type Table struct {
 }
 
 type tableKey struct{ instanceType, capacityType, location string }
+
+// Entry is one line of a price file.
+type Entry struct {
+	InstanceType, CapacityType, Location string
+	USDPerHour                           float64
+}
+
+// Entries returns the prices held, sorted.
+func (t *Table) Entries() []Entry {
+	out := make([]Entry, 0, len(t.prices))
+	for k, p := range t.prices {
+		out = append(out, Entry{k.instanceType, k.capacityType, k.location, p})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		return a.InstanceType+" "+a.CapacityType+" "+a.Location < b.InstanceType+" "+b.CapacityType+" "+b.Location
+	})
+	return out
+}
 
 // Len returns the number of prices held.
 func (t *Table) Len() int { return len(t.prices) }

@@ -132,7 +132,7 @@ func (o *planOptions) runCluster(cmd *cobra.Command, in plan.Input, w manifestWo
 	var short []string
 	for _, t := range r.Terms {
 		if !t.Fits {
-			short = append(short, fmt.Sprintf("term %d (%s) runs short %s", t.Term, labelString(t.Labels), t.Short))
+			short = append(short, fmt.Sprintf("term %d (%s) runs short at %d replicas: %s", t.Term, labelString(t.Labels), t.ShortAt, t.Short))
 		}
 	}
 	return &exitError{code: 3, err: errors.New(strings.Join(short, "; "))}

@@ -65,7 +65,7 @@ func TestWriteClusterPlan(t *testing.T) {
 		Terms: []plan.Term{
 			{Term: 1, Labels: map[string]string{"a": "1"}, Target: 4, TargetMax: 10, Unlimited: true, Fits: true,
 				NodePools: []plan.PoolRoom{{Name: "od", Headroom: karpenter.Headroom{Unlimited: true}}}},
-			{Term: 2, Labels: map[string]string{"b": "2"}, Target: 6, TargetMax: 30, Room: 5, ShortAt: 9, Short: "at 9 replicas the term needs 6 more pods: NodePool spot has room for 5 more pods",
+			{Term: 2, Labels: map[string]string{"b": "2"}, Target: 6, TargetMax: 30, Room: 5, ShortAt: 9, Short: "needs 6 more pods; NodePool spot has room for 5 more pods",
 				NodePools:        []plan.PoolRoom{{Name: "spot", Headroom: karpenter.Headroom{Pods: 5, Bound: "cpu", Left: "2500m"}}},
 				UnavailableUntil: "2026-11-26T01:00:00Z", UnavailableReason: "NodeClaim failed"},
 		},
@@ -76,7 +76,7 @@ func TestWriteClusterPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"replicas 10 to 40", "4..10", "6..30", "unlimited", "NodePool/spot (5 pods, cpu 2500m left)",
-		"unavailable until 2026-11-26T01:00:00Z: NodeClaim failed", "short at 9 replicas", "plan does NOT fit", "EKS managed node groups"} {
+		"unavailable until 2026-11-26T01:00:00Z: NodeClaim failed", "short at 9 replicas: needs 6 more pods", "plan does NOT fit", "EKS managed node groups"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan table lacks %q:\n%s", want, out.String())
 		}

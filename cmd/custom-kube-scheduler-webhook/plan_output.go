@@ -38,7 +38,7 @@ func writeClusterPlan(w io.Writer, r plan.Result, output string) error {
 			fmt.Fprintf(tw, "\t  unavailable until %s: %s\n", t.UnavailableUntil, t.UnavailableReason)
 		}
 		if t.Short != "" {
-			fmt.Fprintf(tw, "\t  short %s\n", t.Short)
+			fmt.Fprintf(tw, "\t  short at %d replicas: %s\n", t.ShortAt, t.Short)
 		}
 	}
 	if err := tw.Flush(); err != nil {

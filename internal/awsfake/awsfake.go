@@ -22,11 +22,15 @@ import (
 )
 
 // Prices is what the fake sells: on-demand prices per region and instance type, spot
-// prices per zone and instance type.
+// prices per zone and instance type. The region or zone Anywhere ("*") sells in every
+// region, and in every zone asked for.
 type Prices struct {
 	OnDemand map[string]map[string]float64 // region -> instance type -> USD/h
 	Spot     map[string]map[string]float64 // zone -> instance type -> USD/h
 }
+
+// Anywhere is the region or zone of a price sold everywhere.
+const Anywhere = "*"
 
 // Server answers GetProducts and DescribeSpotPriceHistory from Prices. Safe for
 // concurrent use.
@@ -125,6 +129,9 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request, target string
 	}{FormatVersion: "aws_v1", PriceList: []string{}}
 	s.mu.Lock()
 	price, ok := s.prices.OnDemand[filter["regionCode"]][filter["instanceType"]]
+	if !ok {
+		price, ok = s.prices.OnDemand[Anywhere][filter["instanceType"]]
+	}
 	s.mu.Unlock()
 	if ok {
 		out.PriceList = append(out.PriceList, productDoc(filter["instanceType"], filter["regionCode"], price))
@@ -199,12 +206,20 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, body []byte,
 	now := time.Now().UTC().Format(time.RFC3339)
 	s.mu.Lock()
 	for z, byType := range s.prices.Spot {
-		if zone != "" && z != zone {
+		if zone != "" && z != zone && z != Anywhere {
 			continue
 		}
+		answered := z
+		if z == Anywhere && zone != "" {
+			answered = zone
+		}
 		for t, p := range byType {
+			_, exact := s.prices.Spot[zone][t]
+			if z == Anywhere && exact {
+				continue
+			}
 			if len(types) == 0 || types[t] {
-				out.Items = append(out.Items, spotItem{z, t, "Linux/UNIX", strconv.FormatFloat(p, 'f', 6, 64), now})
+				out.Items = append(out.Items, spotItem{answered, t, "Linux/UNIX", strconv.FormatFloat(p, 'f', 6, 64), now})
 			}
 		}
 	}
