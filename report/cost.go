@@ -23,6 +23,8 @@ type Cost struct {
 	// of OnDemandUSDPerHour.
 	SavingUSDPerHour float64 `json:"savingUsdPerHour"`
 	SavingPercent    float64 `json:"savingPercent"`
+	// PricedPods counts the pods whose nodes had a price.
+	PricedPods int `json:"pricedPods"`
 	// Unpriced says which nodes had no price, and why; their pods are left out.
 	Unpriced []string `json:"unpriced,omitempty"`
 }
@@ -76,6 +78,7 @@ func AddCost(ctx context.Context, r *Report, prices pricing.Source) {
 			t.Cost = termCost(ctx, memo, t.Nodes)
 			total.USDPerHour += t.Cost.USDPerHour
 			total.OnDemandUSDPerHour += t.Cost.OnDemandUSDPerHour
+			total.PricedPods += t.Cost.PricedPods
 			total.Unpriced = append(total.Unpriced, t.Cost.Unpriced...)
 		}
 		sort.Strings(total.Unpriced)
@@ -95,6 +98,7 @@ func termCost(ctx context.Context, prices pricing.Source, nodes []NodeReport) *C
 		}
 		c.USDPerHour += price * n.Share
 		c.OnDemandUSDPerHour += onDemand * n.Share
+		c.PricedPods += n.Pods
 	}
 	c.settle()
 	return c

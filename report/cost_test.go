@@ -75,6 +75,9 @@ m5.xlarge spot      z-b 0.09
 	if !near(spot.USDPerHour, wantSpot) || !near(spot.OnDemandUSDPerHour, wantOD) || !near(spot.SavingUSDPerHour, wantOD-wantSpot) {
 		t.Fatalf("spot term cost %+v, want %.4f (on-demand %.4f)", spot, wantSpot, wantOD)
 	}
+	if od.PricedPods != 1 || spot.PricedPods != 2 || w.Cost.PricedPods != 3 {
+		t.Fatalf("priced pods %d, %d, %d; want 1, 2, 3", od.PricedPods, spot.PricedPods, w.Cost.PricedPods)
+	}
 	if len(spot.Unpriced) != 1 || !strings.Contains(spot.Unpriced[0], "node mystery") || !strings.Contains(spot.Unpriced[0], "x9.huge") {
 		t.Fatalf("unpriced %v, want the x9.huge node named", spot.Unpriced)
 	}

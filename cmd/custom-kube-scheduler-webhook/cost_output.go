@@ -14,20 +14,20 @@ func writeSpreadCost(w io.Writer, wl report.WorkloadReport) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TERM\tLABELS\tPODS\tCOST/H\tON-DEMAND/H\tSAVING/H")
+	fmt.Fprintln(tw, "TERM\tLABELS\tPRICED PODS\tCOST/H\tON-DEMAND/H\tSAVING/H")
 	for _, t := range wl.Terms {
 		if t.Cost == nil {
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", t.Term, labelString(t.Labels), onNodes(t), usd(t.Cost.USDPerHour), usd(t.Cost.OnDemandUSDPerHour), saving(t.Cost.SavingUSDPerHour, t.Cost.SavingPercent))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", t.Term, labelString(t.Labels), priced(t.Cost.PricedPods, onNodes(t)), costColumns(t.Cost))
 	}
 	c := wl.Cost
-	fmt.Fprintf(tw, "total\t\t%d\t%s\t%s\t%s\n", onNodesAll(wl), usd(c.USDPerHour), usd(c.OnDemandUSDPerHour), saving(c.SavingUSDPerHour, c.SavingPercent))
-	for _, u := range c.Unpriced {
-		fmt.Fprintf(tw, "\t  not priced: %s\n", u)
-	}
+	fmt.Fprintf(tw, "total\t\t%s\t%s\n", priced(c.PricedPods, onNodesAll(wl)), costColumns(c))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write report: %w", err)
+	}
+	for _, u := range c.Unpriced {
+		fmt.Fprintln(w, "  not priced: "+u)
 	}
 	return nil
 }
@@ -52,3 +52,20 @@ func onNodesAll(wl report.WorkloadReport) int {
 func usd(v float64) string { return fmt.Sprintf("$%.4f", v) }
 
 func saving(v, pct float64) string { return fmt.Sprintf("%s (%.1f%%)", usd(v), pct) }
+
+// priced is "3" when every pod on a node was priced, "2 of 3" otherwise.
+func priced(n, of int) string {
+	if n == of {
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%d of %d", n, of)
+}
+
+// costColumns are the COST/H, ON-DEMAND/H and SAVING/H cells; dashes when nothing was
+// priced (a cost of $0 would be a lie).
+func costColumns(c *report.Cost) string {
+	if c.PricedPods == 0 {
+		return "-\t-\t-"
+	}
+	return usd(c.USDPerHour) + "\t" + usd(c.OnDemandUSDPerHour) + "\t" + saving(c.SavingUSDPerHour, c.SavingPercent)
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 )
 
 func TestPlanClusterBadInputExitsTwo(t *testing.T) {
@@ -76,7 +77,7 @@ func TestWriteClusterPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"replicas 10 to 40", "4..10", "6..30", "unlimited", "NodePool/spot (5 pods, cpu 2500m left)",
-		"unavailable until 2026-11-26T01:00:00Z: NodeClaim failed", "short at 9 replicas: needs 6 more pods", "plan does NOT fit", "EKS managed node groups"} {
+		"term 2 unavailable until 2026-11-26T01:00:00Z: NodeClaim failed", "term 2 short at 9 replicas: needs 6 more pods", "plan does NOT fit", "EKS managed node groups"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan table lacks %q:\n%s", want, out.String())
 		}
@@ -88,5 +89,28 @@ func TestWriteClusterPlan(t *testing.T) {
 	var back plan.Result
 	if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.Terms[1].ShortAt != 9 || back.Terms[1].NodePools[0].Pods != 5 {
 		t.Fatalf("json round trip %v: %+v", err, back)
+	}
+}
+
+func TestWriteSpreadCost(t *testing.T) {
+	wl := report.WorkloadReport{Terms: []report.TermReport{
+		{Term: 1, Labels: map[string]string{"a": "1"}, Nodes: []report.NodeReport{{Name: "n1", Pods: 2}},
+			Cost: &report.Cost{USDPerHour: 0.05, OnDemandUSDPerHour: 0.05, PricedPods: 2}},
+		{Term: 2, Labels: map[string]string{"b": "2"}, Nodes: []report.NodeReport{{Name: "n2", Pods: 3}},
+			Cost: &report.Cost{PricedPods: 0, Unpriced: []string{"node n2: x9.huge: no price"}}},
+	}, Cost: &report.Cost{USDPerHour: 0.05, OnDemandUSDPerHour: 0.08, SavingUSDPerHour: 0.03, SavingPercent: 37.5, PricedPods: 2,
+		Unpriced: []string{"node n2: x9.huge: no price"}}}
+	var out bytes.Buffer
+	if err := writeSpreadCost(&out, wl); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	if len(lines) < 5 || !strings.Contains(lines[1], "$0.0500") || !strings.HasSuffix(strings.Join(strings.Fields(lines[2]), " "), "0 of 3 - - -") ||
+		!strings.Contains(lines[3], "2 of 5") || !strings.Contains(lines[3], "$0.0300 (37.5%)") || !strings.Contains(lines[4], "not priced: node n2") {
+		t.Fatalf("cost table:\n%s", out.String())
+	}
+	out.Reset()
+	if err := writeSpreadCost(&out, report.WorkloadReport{}); err != nil || out.Len() != 0 {
+		t.Fatalf("a workload without cost wrote %q (%v)", out.String(), err)
 	}
 }

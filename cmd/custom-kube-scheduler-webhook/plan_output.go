@@ -25,6 +25,7 @@ func writeClusterPlan(w io.Writer, r plan.Result, output string) error {
 	fmt.Fprintf(w, "strategy %s\nreplicas %s; pod requests %s\n\n", r.Strategy, replicas, orDash(requestString(r.Requests)))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TERM\tLABELS\tPODS\tPLACED\tROOM\tSHORT AT\tSERVED BY")
+	var notes []string
 	for _, t := range r.Terms {
 		pods := strconv.Itoa(t.Target)
 		if t.TargetMax != t.Target {
@@ -32,17 +33,20 @@ func writeClusterPlan(w io.Writer, r plan.Result, output string) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", t.Term, labelString(t.Labels), pods, t.Placed, room(t), shortAt(t.ShortAt), orDash(servedBy(t)))
 		if len(t.Tolerations) > 0 {
-			fmt.Fprintf(tw, "\t  tolerations: %s\n", tolerationString(t.Tolerations))
+			notes = append(notes, fmt.Sprintf("term %d tolerates %s", t.Term, tolerationString(t.Tolerations)))
 		}
 		if t.UnavailableUntil != "" {
-			fmt.Fprintf(tw, "\t  unavailable until %s: %s\n", t.UnavailableUntil, t.UnavailableReason)
+			notes = append(notes, fmt.Sprintf("term %d unavailable until %s: %s", t.Term, t.UnavailableUntil, t.UnavailableReason))
 		}
 		if t.Short != "" {
-			fmt.Fprintf(tw, "\t  short at %d replicas: %s\n", t.ShortAt, t.Short)
+			notes = append(notes, fmt.Sprintf("term %d short at %d replicas: %s", t.Term, t.ShortAt, t.Short))
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write plan: %w", err)
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, "  "+n)
 	}
 	verdict := "plan fits: every term has room from " + strconv.Itoa(r.Replicas) + " to " + strconv.Itoa(r.MaxReplicas) + " replicas"
 	if !r.Fits {
@@ -129,6 +133,7 @@ func writePlanCost(w io.Writer, r plan.Result) error {
 	fmt.Fprintf(w, "\ncost at %d replicas (each pod its share of a node):\n", r.MaxReplicas)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TERM\tPODS\tCHEAPEST/H\tMEDIAN/H\tON-DEMAND MEDIAN/H\tOFFERINGS")
+	var unpriced []string
 	for _, t := range r.Terms {
 		c := t.Cost
 		if c == nil {
@@ -140,13 +145,16 @@ func writePlanCost(w io.Writer, r plan.Result) error {
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%d\n", t.Term, c.Pods, cheapest, usd(c.MedianUSDPerHour), usd(c.OnDemandMedianUSDPerHour), c.Offerings)
 		for _, u := range c.Unpriced {
-			fmt.Fprintf(tw, "\t  not priced: %s\n", u)
+			unpriced = append(unpriced, fmt.Sprintf("term %d not priced: %s", t.Term, u))
 		}
 	}
 	c := r.Cost
 	fmt.Fprintf(tw, "total\t\t%s\t%s\t%s\tsaving %s\n", usd(c.CheapestUSDPerHour), usd(c.MedianUSDPerHour), usd(c.OnDemandMedianUSDPerHour), saving(c.SavingUSDPerHour, c.SavingPercent))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write plan: %w", err)
+	}
+	for _, u := range unpriced {
+		fmt.Fprintln(w, "  "+u)
 	}
 	return nil
 }
