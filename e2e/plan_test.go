@@ -357,3 +357,54 @@ func TestPlanClusterNamespaceScopedUser(t *testing.T) {
 		t.Fatalf("Collect as a user of one namespace: %v", err)
 	}
 }
+
+// Node groups come from the EKS API (a local endpoint speaking its REST-JSON protocol,
+// reached by the CLI's SDK client): the spot group is at its max size, so the spot term
+// runs short at its first seat; the on-demand group has free nodes of a size unknown
+// without a node to measure.
+func TestPlanClusterEKSNodeGroups(t *testing.T) {
+	ctx := context.Background()
+	group := func(name, capacity string, maxSize, desired int, taints ...map[string]string) map[string]any {
+		g := map[string]any{
+			"nodegroupName": name, "clusterName": "e2e-eks", "status": "ACTIVE", "capacityType": capacity,
+			"amiType": "AL2023_x86_64_STANDARD", "instanceTypes": []string{"m5.xlarge"},
+			"scalingConfig": map[string]int{"minSize": 0, "maxSize": maxSize, "desiredSize": desired},
+		}
+		if len(taints) > 0 {
+			g["taints"] = taints
+		}
+		return g
+	}
+	eks := awsfake.NewEKS("e2e-eks",
+		group("e2e-od", "ON_DEMAND", 3, 1),
+		group("e2e-spot", "SPOT", 4, 4, map[string]string{"key": "spot", "value": "true", "effect": "NO_SCHEDULE"}))
+	srv := httptest.NewServer(eks)
+	t.Cleanup(srv.Close)
+	awsEnv := []string{"AWS_ENDPOINT_URL=" + srv.URL, "AWS_ACCESS_KEY_ID=AKIDE2E", "AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=eu-west-1",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_EC2_METADATA_DISABLED=true"}
+	const strat = "eks.amazonaws.com/capacityType=ON_DEMAND,base=1:eks.amazonaws.com/capacityType=SPOT"
+	args := []string{"plan", "--cluster", "--eks-cluster-name", "e2e-eks", "--replicas", "5", "--requests", "cpu=500m", "--strategy", strat}
+	out, stderr, code := cli(ctx, t, awsEnv, append(args, "-o", "json")...)
+	var r plan.Result
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 3 {
+		t.Fatalf("plan with node groups: exit %d (want 3), %v\n%s%s", code, err, out, stderr)
+	}
+	od, spot := r.Terms[0], r.Terms[1]
+	if len(od.NodeGroups) != 1 || od.NodeGroups[0].Name != "e2e-od" || od.NodeGroups[0].FreeNodes != 2 || !od.RoomUnknown || !od.Fits {
+		t.Fatalf("on-demand term %+v: want e2e-od with 2 free nodes, room unknown", od)
+	}
+	if want := firstShort(t, strat, 1, 0, 5); spot.ShortAt != want || len(spot.NodeGroups) != 1 || spot.NodeGroups[0].FreeNodes != 0 ||
+		len(spot.Tolerations) != 1 || spot.Tolerations[0].Key != "spot" {
+		t.Fatalf("spot term %+v: want short at %d on e2e-spot at its max size, with its taint tolerated", spot, want)
+	}
+	if !strings.Contains(stderr, "node group e2e-spot has room for 0 more pods (0 free nodes)") {
+		t.Fatalf("stderr does not name the node group:\n%s", stderr)
+	}
+
+	// EKS unreachable: the plan still comes, saying what it could not read.
+	srv.Close()
+	out, _, code = cli(ctx, t, awsEnv, args...)
+	if code != 3 || !strings.Contains(out, "EKS managed node groups (") {
+		t.Fatalf("with EKS unreachable: exit %d\n%s", code, out)
+	}
+}
