@@ -114,3 +114,33 @@ func TestWriteSpreadCost(t *testing.T) {
 		t.Fatalf("a workload without cost wrote %q (%v)", out.String(), err)
 	}
 }
+
+// Without --cluster, -f plans the manifest's strategy at its replica count.
+func TestPlanFromManifest(t *testing.T) {
+	manifest := filepath.Join(t.TempDir(), "deploy.yaml")
+	doc := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 12
+  template:
+    metadata:
+      annotations: {CustomPodScheduleStrategy: "karpenter.sh/capacity-type=on-demand,base=2:karpenter.sh/capacity-type=spot,weight=3"}
+    spec: {containers: [{name: c, image: x}]}
+`
+	if err := os.WriteFile(manifest, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run("plan", "-f", manifest, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d planDoc
+	if err := json.Unmarshal([]byte(out), &d); err != nil || d.Replicas != 12 || len(d.Terms) != 2 || d.Terms[0].Count+d.Terms[1].Count != 12 || d.Terms[0].Count < 2 {
+		t.Fatalf("plan -f: %v %+v", err, d)
+	}
+	// --replicas overrides the manifest's.
+	if out, err = run("plan", "-f", manifest, "--replicas", "3", "-o", "json"); err != nil || json.Unmarshal([]byte(out), &d) != nil || d.Replicas != 3 {
+		t.Fatalf("plan -f --replicas 3: %v %+v", err, d)
+	}
+}
