@@ -15,7 +15,7 @@ source "$(dirname "$0")/lib.sh"
 
 AWS_PRICES_PORT=${AWS_PRICES_PORT:-$((9600 + LOCALCLUSTER_PORT_OFFSET))}
 AWS_PRICES_FILE=${AWS_PRICES_FILE:-$LC_SCRIPTS/prices.txt}
-bin=$LOCALCLUSTER_DIR/bin/awslocal
+bin=$LOCALCLUSTER_DIR/awslocal
 
 case ${1:-} in
 start)
@@ -23,7 +23,6 @@ start)
 		lc_log "awslocal already running (pid $(<"$PIDS/awslocal.pid"))"
 		exit 0
 	fi
-	mkdir -p "$(dirname "$bin")"
 	(cd "$REPO_ROOT" && go build -o "$bin" ./scripts/localcluster/awslocal)
 	lc_start awslocal "$bin" -listen "127.0.0.1:$AWS_PRICES_PORT" -prices "$AWS_PRICES_FILE"
 	if ! LC_WAIT_SECONDS=20 lc_wait grep -q 'prices on http' "$LOGS/awslocal.log"; then
