@@ -65,6 +65,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		}
 	}
 	if o.Name == "" {
+		c.Unseen = append(c.Unseen, "the convergence loop's unavailability records (kept per workload revision: give -f with a live Deployment or StatefulSet to read its record)")
 		return c, nil, nil
 	}
 	placed, err := live(ctx, client, s, o, &c)
