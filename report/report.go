@@ -55,6 +55,8 @@ type WorkloadReport struct {
 	// Exact is true when every term holds its expected pods (the target, or while a
 	// term is unavailable the fallback placement) and nothing is unplaced.
 	Exact bool `json:"exact"`
+	// Cost is the terms' costs added up; set by AddCost.
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // TermReport is one term's row.
@@ -78,6 +80,8 @@ type TermReport struct {
 	PendingReasons []string     `json:"pendingReasons,omitempty"`
 	ServedBy       []string     `json:"servedBy"`
 	Nodes          []NodeReport `json:"nodes"`
+	// Cost is set by AddCost.
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 // NodeReport says how many of a term's pods run on one node, and its capacity type.
@@ -85,6 +89,13 @@ type NodeReport struct {
 	Name         string `json:"name"`
 	CapacityType string `json:"capacityType,omitempty"`
 	Pods         int    `json:"pods"`
+	// InstanceType, Region and Zone come from the node's well-known labels; Share is the
+	// part of the node the term's pods request (the larger of CPU and memory over the
+	// node's allocatable): what the pods are charged of the node's price.
+	InstanceType string  `json:"instanceType,omitempty"`
+	Region       string  `json:"region,omitempty"`
+	Zone         string  `json:"zone,omitempty"`
+	Share        float64 `json:"share,omitempty"`
 }
 
 // State is what a report is computed from, as listed from the API server.
@@ -194,6 +205,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	placement := s.Place(w.Replicas, func(t int) bool { _, ok := unavailable[t]; return ok })
 	expected := placement.Counts(len(s.Terms))
 	nodes := make([]map[string]int, len(s.Terms))
+	requested := make([]map[string]corev1.ResourceList, len(s.Terms))
 	for i, t := range s.Terms {
 		w.Terms = append(w.Terms, TermReport{Term: i + 1, Labels: t.LabelMap(), Target: target[i], Expected: expected[i], ServedBy: []string{}, Nodes: []NodeReport{}})
 		if u, ok := unavailable[i]; ok {
@@ -202,7 +214,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 		if st.ServedBy != nil {
 			w.Terms[i].ServedBy = st.ServedBy(t.LabelMap())
 		}
-		nodes[i] = map[string]int{}
+		nodes[i], requested[i] = map[string]int{}, map[string]corev1.ResourceList{}
 	}
 	held := map[int]bool{}
 	var above int
@@ -237,6 +249,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 		}
 		if pod.Spec.NodeName != "" {
 			nodes[i][pod.Spec.NodeName]++
+			addRequests(requested[i], pod)
 		}
 	}
 	free := 0
@@ -251,7 +264,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 		row := &w.Terms[i]
 		w.Exact = w.Exact && row.Placed == row.Expected
 		for name, count := range nodes[i] {
-			row.Nodes = append(row.Nodes, NodeReport{Name: name, CapacityType: capacityType(st.Nodes[name]), Pods: count})
+			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, requested[i][name]))
 		}
 		sort.Slice(row.Nodes, func(a, b int) bool { return row.Nodes[a].Name < row.Nodes[b].Name })
 	}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-command demo (make demo): a local Kubernetes + Karpenter (kwok) cluster, the
 # webhook as a local process registered by URL, the sample Deployment
-# (10 replicas, 1 on-demand + spot split 4 / 5), and its `spread` report.
+# (10 replicas, 1 on-demand + spot split 4 / 5), and its `spread --cost` report with
+# prices from a local AWS endpoint (aws-prices.sh).
 # The cluster keeps running afterwards; `make demo-down` stops everything.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=localcluster/lib.sh
@@ -43,8 +44,15 @@ all_running() {
 }
 LC_WAIT_SECONDS=300 lc_wait all_running
 lc_log "all pods Running"
+# Prices of the kwok instance types from a local stand-in for the AWS price APIs, read
+# through the AWS SDK as on EKS: the report adds each term's cost and the saving.
+bash "$LC_SCRIPTS/aws-prices.sh" start
 echo
-"$WEBHOOK_BIN" spread --kubeconfig "$KUBECONFIG_FILE" -n "$NS" "deployment/$DEPLOY"
+(
+	# shellcheck source=/dev/null
+	source "$LOCALCLUSTER_DIR/aws.env"
+	"$WEBHOOK_BIN" spread --kubeconfig "$KUBECONFIG_FILE" -n "$NS" "deployment/$DEPLOY" --cost --no-price-cache
+)
 echo
 # The webhook ran as the chart's ServiceAccount: was every request it made allowed?
 bash "$LC_SCRIPTS/check-webhook-rbac.sh" >/dev/null
@@ -55,6 +63,8 @@ The cluster is still running. To use it:
   export KUBECONFIG=$KUBECONFIG_FILE
   kubectl get nodes -L karpenter.sh/nodepool,karpenter.sh/capacity-type,nodesize
   kubectl -n $NS scale deployment $DEPLOY --replicas=30 && bin/custom-kube-scheduler-webhook spread -n $NS
+  bin/custom-kube-scheduler-webhook plan --cluster -f $LC_SCRIPTS/sample-deployment.yaml --max-replicas 40
+  source $LOCALCLUSTER_DIR/aws.env && bin/custom-kube-scheduler-webhook spread -n $NS --cost
   curl -s http://127.0.0.1:$WEBHOOK_METRICS_PORT/metrics | grep ^custom_kube_scheduler_webhook_placements_total
   curl -s http://127.0.0.1:$WEBHOOK_HEALTH_PORT/readyz
 Webhook log: $LOGS/webhook.log

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
@@ -23,6 +24,7 @@ type spreadOptions struct {
 	allNamespaces                          bool
 	// webhookNamespace holds the convergence loop's unavailability records.
 	webhookNamespace string
+	cost             costFlags
 }
 
 func newSpreadCommand() *cobra.Command {
@@ -43,6 +45,16 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 			if err != nil {
 				return err
 			}
+			if err := o.cost.validate(); err != nil {
+				return err
+			}
+			// The prices first: a bad price file is bad input, found before the cluster is asked.
+			var prices pricing.Source
+			if o.cost.enabled {
+				if prices, err = o.cost.source(cmd.Context()); err != nil {
+					return err
+				}
+			}
 			keep := func(string, string) bool { return true }
 			if len(args) == 1 {
 				kind, name, err := parseWorkloadArg(args[0])
@@ -58,6 +70,9 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 			if len(args) == 1 && len(r.Workloads) == 0 {
 				return fmt.Errorf("%s: not found, or it carries no active %s", args[0], strategy.AnnotationStrategy)
 			}
+			if prices != nil {
+				report.AddCost(cmd.Context(), &r, prices)
+			}
 			return writeSpread(cmd.OutOrStdout(), r, format)
 		},
 	}
@@ -68,6 +83,7 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "report workloads of every namespace")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.StringVar(&o.webhookNamespace, "webhook-namespace", "custom-kube-scheduler-webhook", "the webhook's namespace, where its records of unavailable terms are")
+	o.cost.register(f)
 	return cmd
 }
 
@@ -159,6 +175,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		}
 		if _, err := fmt.Fprintf(w, "spread %s; unplaced pods %d; pods of older revisions %d; pending repairs %d\n", verdict, wl.Unplaced, wl.OtherRevisions, wl.PendingRepairs); err != nil {
 			return fmt.Errorf("write report: %w", err)
+		}
+		if err := writeSpreadCost(w, wl); err != nil {
+			return err
 		}
 	}
 	return writeUnseen(w, r.Unseen)

@@ -22,14 +22,16 @@ var allowed = map[string][]string{
 	"webhook":                           {"strategy", "clusterview", "ledger", "karpenter"},
 	"webhook/selfcert":                  nil,
 	"converge":                          {"strategy", "clusterview", "karpenter", "ownership"},
-	"report":                            {"strategy", "karpenter", "karpenter/nodegroups", "converge"},
+	"report":                            {"strategy", "karpenter", "karpenter/nodegroups", "converge", "pricing"},
+	"pricing":                           nil,
+	"plan":                              {"strategy", "karpenter", "karpenter/nodegroups", "converge", "report", "pricing"},
 	"internal/clientmetrics":            nil,
 	"internal/promcheck":                nil,
 	"cmd/custom-kube-scheduler-webhook": {"*"},
 }
 
 // testOnly are packages for tests, never imported by product code.
-var testOnly = []string{"internal/testcert", "internal/fakeleases", "internal/harness", "internal/layout"}
+var testOnly = []string{"internal/testcert", "internal/fakeleases", "internal/awsfake", "internal/harness", "internal/layout"}
 
 // TestImportsFollowTheLayout checks the product packages' imports (test files aside)
 // against allowed: no package but cmd imports webhook, clusterview builds on nothing of

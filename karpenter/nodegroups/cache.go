@@ -130,7 +130,7 @@ func (c *Cache) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !reflect.DeepEqual(c.groups, groups) {
+	if !reflect.DeepEqual(withoutSize(c.groups), withoutSize(groups)) {
 		c.generation++
 	}
 	c.groups = groups
@@ -198,4 +198,15 @@ func (c *Cache) Status() Status {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.status
+}
+
+// withoutSize drops the scaling configuration, which changes with every scale but not
+// what a group serves, so the generation (and the answers remembered for it) holds.
+func withoutSize(groups []Group) []Group {
+	out := make([]Group, len(groups))
+	for i, g := range groups {
+		g.Size = Size{}
+		out[i] = g
+	}
+	return out
 }

@@ -206,7 +206,7 @@ func wantGroups() []Group {
 		},
 		{
 			Name: "od", Status: "ACTIVE", CapacityType: "ON_DEMAND", AMIType: "AL2_x86_64",
-			InstanceTypes: []string{"m5.xlarge"},
+			InstanceTypes: []string{"m5.xlarge"}, Size: Size{Known: true, Min: 1, Max: 3, Desired: 2},
 			Labels: map[string]string{
 				"nodesize": "od4vcpu16gb", LabelNodeGroup: "od", LabelCapacityType: "ON_DEMAND",
 				corev1.LabelArchStable: "amd64", corev1.LabelOSStable: "linux",
@@ -214,7 +214,7 @@ func wantGroups() []Group {
 		},
 		{
 			Name: "spot-4vcpu", Status: "ACTIVE", CapacityType: "SPOT", AMIType: "AL2023_ARM_64_STANDARD",
-			InstanceTypes: []string{"m7g.xlarge", "m6g.xlarge"},
+			InstanceTypes: []string{"m7g.xlarge", "m6g.xlarge"}, Size: Size{Known: true, Max: 10},
 			Labels: map[string]string{
 				"nodesize": "spot4vcpu16gb", LabelNodeGroup: "spot-4vcpu", LabelCapacityType: "SPOT",
 				corev1.LabelArchStable: "arm64", corev1.LabelOSStable: "linux",
@@ -440,7 +440,20 @@ func TestGenerationFollowsTheView(t *testing.T) {
 		t.Fatalf("generation %d → %d for the same groups", first, again)
 	}
 	f.set(onDemandJSON(), spotZeroJSON())
-	if changed := refresh(); changed == first {
+	changed := refresh()
+	if changed == first {
 		t.Fatal("generation unchanged for a new group")
+	}
+	// Scaling changes the group's size, not what it serves.
+	scaled := spotZeroJSON()
+	scaled["scalingConfig"] = map[string]int{"minSize": 0, "maxSize": 10, "desiredSize": 7}
+	f.set(onDemandJSON(), scaled)
+	if again := refresh(); again != changed {
+		t.Fatalf("generation %d → %d for a scale only", changed, again)
+	}
+	for _, g := range c.Groups() {
+		if g.Name == "spot-4vcpu" && (g.Size.Desired != 7 || g.Size.Headroom() != 3) {
+			t.Fatalf("size after the scale = %+v, headroom %d; want desired 7, headroom 3", g.Size, g.Size.Headroom())
+		}
 	}
 }

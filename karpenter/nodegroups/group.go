@@ -8,6 +8,7 @@ package nodegroups
 import (
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -40,6 +41,25 @@ type Group struct {
 	// Taints are the group's Kubernetes taints with EKS effect names mapped to
 	// Kubernetes ones.
 	Taints []corev1.Taint
+	// Size is the group's scaling configuration; it changes with every scale and does
+	// not change what a group serves (the Cache's generation ignores it).
+	Size Size
+}
+
+// Size is a node group's scaling configuration, in nodes.
+type Size struct {
+	// Known is false when EKS reported no scaling configuration.
+	Known             bool
+	Min, Max, Desired int
+}
+
+// Headroom is how many more nodes the group may grow by: max size minus desired size
+// (0 when unknown or already at max).
+func (s Size) Headroom() int {
+	if !s.Known || s.Max <= s.Desired {
+		return 0
+	}
+	return s.Max - s.Desired
 }
 
 // Usable reports whether the group can still carry pods: groups being deleted
@@ -65,6 +85,9 @@ func fromEKS(ng *ekstypes.Nodegroup) (Group, bool) {
 		AMIType:       string(ng.AmiType),
 		InstanceTypes: append([]string(nil), ng.InstanceTypes...),
 		Labels:        make(map[string]string, len(ng.Labels)+4),
+	}
+	if sc := ng.ScalingConfig; sc != nil {
+		g.Size = Size{Known: true, Min: int(aws.ToInt32(sc.MinSize)), Max: int(aws.ToInt32(sc.MaxSize)), Desired: int(aws.ToInt32(sc.DesiredSize))}
 	}
 	if g.CapacityType == "" {
 		// EKS documents ON_DEMAND as the default when a group is created without one.

@@ -15,6 +15,8 @@ for f in "$PIDS"/webhook*.pid; do
 	[[ -e $f ]] || continue
 	lc_stop "$(basename "$f" .pid)"
 done
+# The local AWS price endpoint (aws-prices.sh), if one runs.
+lc_stop awslocal
 for ((i = ${#LC_COMPONENTS[@]} - 1; i >= 0; i--)); do
 	lc_stop "${LC_COMPONENTS[i]}"
 done
@@ -27,6 +29,6 @@ fi
 # (e.g. the e2e cluster in .localcluster/e2e) survives.
 rm -rf "$PKI" "$PIDS" "$LOGS" "$LOCALCLUSTER_DIR/etcd" "$LOCALCLUSTER_DIR/apiserver-certs"
 rm -f "$KUBECONFIG_FILE" "$LOCALCLUSTER_DIR/kwok-stages.yaml" "$LOCALCLUSTER_DIR/port-offset" \
-	"$LOCALCLUSTER_DIR/webhook-registration.yaml" "$LOCALCLUSTER_DIR/audit-policy.yaml" \
+	"$LOCALCLUSTER_DIR/webhook-registration.yaml" "$LOCALCLUSTER_DIR/audit-policy.yaml" "$LOCALCLUSTER_DIR/aws.env" "$LOCALCLUSTER_DIR/awslocal" \
 	"$LOCALCLUSTER_DIR/webhook-kubeconfig" "$LOCALCLUSTER_DIR/webhook-rbac.yaml"
 rmdir "$LOCALCLUSTER_DIR" 2>/dev/null || true

@@ -1,0 +1,109 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/karpenter/pkg/utils/resources"
+	"sigs.k8s.io/yaml"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// Workload is what a plan reads from a manifest (`plan -f deploy.yaml`).
+type Workload struct {
+	Kind, Namespace, Name string
+	// Strategy is the raw strategy annotation, from the pod template or the object.
+	Strategy string
+	// Replicas is spec.replicas (1 when absent, as the API server defaults it).
+	Replicas int
+	// Requests are one pod's requests as Karpenter counts them: the larger of the
+	// containers' sum and any init container's, plus the pod overhead.
+	Requests corev1.ResourceList
+}
+
+// maxManifest bounds a manifest file.
+const maxManifest = 4 << 20
+
+var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+
+// ReadManifest finds the one Deployment or StatefulSet that carries a strategy in a
+// YAML or JSON manifest (several documents may be separated by ---).
+func ReadManifest(data []byte) (Workload, error) {
+	if len(data) > maxManifest {
+		return Workload{}, fmt.Errorf("manifest larger than %d bytes", maxManifest)
+	}
+	var found []Workload
+	var kinds []string
+	for i, doc := range docSeparator.Split(string(data), -1) {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var head metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			return Workload{}, fmt.Errorf("document %d: %w", i+1, err)
+		}
+		kinds = append(kinds, head.Kind)
+		w, ok, err := workloadOf(head.Kind, []byte(doc))
+		if err != nil {
+			return Workload{}, fmt.Errorf("document %d (%s): %w", i+1, head.Kind, err)
+		}
+		if ok {
+			found = append(found, w)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return Workload{}, fmt.Errorf("no Deployment or StatefulSet with an active %s annotation (kinds seen: %s)", strategy.AnnotationStrategy, strings.Join(kinds, ", "))
+	case 1:
+		return found[0], nil
+	}
+	return Workload{}, errors.New("several workloads carry a strategy: give a manifest with one")
+}
+
+// workloadOf reads a Deployment or StatefulSet document; false for other kinds and for
+// workloads without an active strategy.
+func workloadOf(kind string, doc []byte) (Workload, bool, error) {
+	var meta metav1.ObjectMeta
+	var tmpl corev1.PodTemplateSpec
+	var replicas *int32
+	switch kind {
+	case "Deployment":
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal(doc, &d); err != nil {
+			return Workload{}, false, err
+		}
+		meta, tmpl, replicas = d.ObjectMeta, d.Spec.Template, d.Spec.Replicas
+	case "StatefulSet":
+		var s appsv1.StatefulSet
+		if err := yaml.Unmarshal(doc, &s); err != nil {
+			return Workload{}, false, err
+		}
+		meta, tmpl, replicas = s.ObjectMeta, s.Spec.Template, s.Spec.Replicas
+	default:
+		return Workload{}, false, nil
+	}
+	name := kind + " " + meta.Name
+	src := strategy.Find(
+		strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: tmpl.Annotations},
+		strategy.AnnotatedObject{Name: name, Annotations: meta.Annotations},
+	)
+	if !src.Active() {
+		return Workload{}, false, nil
+	}
+	w := Workload{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Strategy: src.Raw, Replicas: 1}
+	if replicas != nil {
+		if *replicas < 0 {
+			return Workload{}, false, fmt.Errorf("spec.replicas %d is negative", *replicas)
+		}
+		w.Replicas = int(*replicas)
+	}
+	pod := &corev1.Pod{Spec: tmpl.Spec}
+	w.Requests = resources.Ceiling(pod).Requests
+	return w, true, nil
+}

@@ -1,0 +1,69 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+)
+
+const deployYAML = `apiVersion: v1
+kind: Service
+metadata: {name: web}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: shop
+spec:
+  replicas: 12
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+      annotations:
+        CustomPodScheduleStrategy: "karpenter.sh/capacity-type=on-demand,base=2:karpenter.sh/capacity-type=spot,weight=3"
+    spec:
+      initContainers:
+        - {name: init, image: busybox, resources: {requests: {cpu: "2"}}}
+      containers:
+        - {name: a, image: busybox, resources: {requests: {cpu: 250m, memory: 256Mi}}}
+        - {name: b, image: busybox, resources: {requests: {cpu: 250m, memory: 256Mi}}}
+`
+
+func TestReadManifest(t *testing.T) {
+	w, err := ReadManifest([]byte(deployYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Kind != "Deployment" || w.Namespace != "shop" || w.Name != "web" || w.Replicas != 12 || !strings.Contains(w.Strategy, "base=2") {
+		t.Fatalf("workload %+v", w)
+	}
+	cpu, mem := w.Requests.Cpu(), w.Requests.Memory()
+	if cpu.String() != "2" || mem.String() != "512Mi" {
+		t.Fatalf("requests cpu %s memory %s, want 2 (the init container) and 512Mi", cpu, mem)
+	}
+}
+
+func TestReadManifestErrors(t *testing.T) {
+	cases := map[string]string{
+		"kind: Service\nmetadata: {name: x}\n":  "no Deployment or StatefulSet",
+		"kind: Deployment\nspec: [":             "document 1",
+		"kind: Deployment\nspec: {replicas: x}": "document 1 (Deployment)",
+	}
+	for in, want := range cases {
+		if _, err := ReadManifest([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ReadManifest(%q) = %v, want %q", in, err, want)
+		}
+	}
+}
+
+func FuzzReadManifest(f *testing.F) {
+	f.Add([]byte(deployYAML))
+	f.Add([]byte("kind: StatefulSet\nspec: {replicas: -3}\n---\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w, err := ReadManifest(data)
+		if err == nil && (w.Strategy == "" || w.Replicas < 0) {
+			t.Fatalf("accepted %+v", w)
+		}
+	})
+}
