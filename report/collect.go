@@ -36,75 +36,101 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	if o.Keep == nil {
 		o.Keep = func(string, string) bool { return true }
 	}
-	ns := o.Namespace
+	st, err := listWorkloads(ctx, client, o.Namespace)
+	if err != nil {
+		return Report{}, err
+	}
+	// Nodes, NodePools and the webhook's records are cluster-wide or elsewhere: a user who
+	// may read only their namespace still gets the report, told what it lacks.
+	unseen, nodesSeen, err := listNodes(ctx, client, st)
+	if err != nil {
+		return Report{}, err
+	}
+	unseen = append(unseen, readRecords(ctx, client, o.WebhookNamespace, st)...)
+	serving, err := readServing(ctx, client, dyn, nodesSeen, st)
+	if err != nil {
+		return Report{}, err
+	}
+	unseen = append(unseen, serving...)
+	r := Build(st, o.Keep)
+	r.Unseen = unseen
+	return r, nil
+}
+
+// listWorkloads lists the namespace's (all namespaces': "") workloads and pods.
+func listWorkloads(ctx context.Context, client kubernetes.Interface, ns string) (*State, error) {
 	st := &State{Nodes: map[string]*corev1.Node{}}
 	apps := client.AppsV1()
 	deployments, err := apps.Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return Report{}, fmt.Errorf("list Deployments: %w", err)
+		return nil, fmt.Errorf("list Deployments: %w", err)
 	}
 	statefulSets, err := apps.StatefulSets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return Report{}, fmt.Errorf("list StatefulSets: %w", err)
+		return nil, fmt.Errorf("list StatefulSets: %w", err)
 	}
 	replicaSets, err := apps.ReplicaSets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return Report{}, fmt.Errorf("list ReplicaSets: %w", err)
+		return nil, fmt.Errorf("list ReplicaSets: %w", err)
 	}
 	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return Report{}, fmt.Errorf("list Pods: %w", err)
+		return nil, fmt.Errorf("list Pods: %w", err)
 	}
 	st.Deployments, st.StatefulSets, st.ReplicaSets, st.Pods = deployments.Items, statefulSets.Items, replicaSets.Items, pods.Items
-	// Nodes, NodePools and the webhook's records are cluster-wide or elsewhere: a user who
-	// may read only their namespace still gets the report, told what it lacks.
-	var unseen []string
+	return st, nil
+}
+
+// listNodes reads the nodes into st; without the right to list them it says what the
+// report lacks.
+func listNodes(ctx context.Context, client kubernetes.Interface, st *State) (unseen []string, seen bool, err error) {
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	nodesSeen := err == nil
 	switch {
 	case apierrors.IsForbidden(err):
-		unseen = append(unseen, "nodes (not allowed to list them): no node's capacity type, nothing shown as serving a term")
+		return []string{"nodes (not allowed to list them): no node's capacity type, nothing shown as serving a term"}, false, nil
 	case err != nil:
-		return Report{}, fmt.Errorf("list Nodes: %w", err)
-	default:
-		for i := range nodes.Items {
-			st.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
-		}
+		return nil, false, fmt.Errorf("list Nodes: %w", err)
 	}
+	for i := range nodes.Items {
+		st.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	return nil, true, nil
+}
 
-	// Which terms the convergence loop found unavailable. Without the right to read
-	// them (or with the loop off) every term counts as available.
-	leases, err := client.CoordinationV1().Leases(o.WebhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: strategy.LabelUnavailability + "=true"})
+// readRecords reads which terms the convergence loop found unavailable. Without the
+// right to read them (or with the loop off) every term counts as available.
+func readRecords(ctx context.Context, client kubernetes.Interface, webhookNamespace string, st *State) (unseen []string) {
+	leases, err := client.CoordinationV1().Leases(webhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: strategy.LabelUnavailability + "=true"})
 	if err != nil {
-		unseen = append(unseen, fmt.Sprintf("unavailability records in namespace %s (%s): every term is shown as available", o.WebhookNamespace, reason(err)))
-	} else {
-		records := map[types.UID]*converge.Record{}
-		for i := range leases.Items {
-			if rec, err := converge.DecodeRecord(&leases.Items[i]); err == nil {
-				records[rec.Revision] = rec
-			}
-		}
-		now := time.Now()
-		st.Unavailable = func(uid types.UID) map[int]converge.TermState { return records[uid].Active(now) }
+		return []string{fmt.Sprintf("unavailability records in namespace %s (%s): every term is shown as available", webhookNamespace, reason(err))}
 	}
+	records := map[types.UID]*converge.Record{}
+	for i := range leases.Items {
+		if rec, err := converge.DecodeRecord(&leases.Items[i]); err == nil {
+			records[rec.Revision] = rec
+		}
+	}
+	now := time.Now()
+	st.Unavailable = func(uid types.UID) map[int]converge.TermState { return records[uid].Active(now) }
+	return nil
+}
 
-	// The same catalog the webhook uses says what serves each term. It watches nodes and
-	// NodePools: without the right to list both it would never sync.
+// readServing has the catalog the webhook uses say what serves each term. It watches
+// nodes and NodePools: without the right to list both it would never sync.
+func readServing(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, nodesSeen bool, st *State) (unseen []string, err error) {
 	_, err = dyn.Resource(karpenter.NodePoolGVR()).List(ctx, metav1.ListOptions{Limit: 1})
 	poolsForbidden := apierrors.IsForbidden(err)
 	if poolsForbidden {
 		unseen = append(unseen, "NodePools (not allowed to list them): nothing is shown as serving a term")
 	}
 	if poolsForbidden || !nodesSeen {
-		r := Build(st, o.Keep)
-		r.Unseen = unseen
-		return r, nil
+		return unseen, nil
 	}
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
 	catalog, err := karpenter.NewCatalog(karpenter.Options{Kube: client, Dynamic: dyn, Log: quiet})
 	if err != nil {
-		return Report{}, fmt.Errorf("create capacity catalog: %w", err)
+		return nil, fmt.Errorf("create capacity catalog: %w", err)
 	}
 	catalogCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -112,19 +138,16 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSync()
 	if !cache.WaitForCacheSync(syncCtx.Done(), catalog.HasSynced) {
-		unseen = append(unseen, "what serves each term (the NodePool and node caches did not sync within 30s)")
-	} else {
-		st.ServedBy = func(labels map[string]string) []string {
-			var names []string
-			for _, s := range catalog.Serving(labels) {
-				names = append(names, s.String())
-			}
-			return names
-		}
+		return append(unseen, "what serves each term (the NodePool and node caches did not sync within 30s)"), nil
 	}
-	r := Build(st, o.Keep)
-	r.Unseen = unseen
-	return r, nil
+	st.ServedBy = func(labels map[string]string) []string {
+		var names []string
+		for _, s := range catalog.Serving(labels) {
+			names = append(names, s.String())
+		}
+		return names
+	}
+	return unseen, nil
 }
 
 // reason is the short form of an API error for Unseen.

@@ -197,78 +197,103 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 		r.Workloads = append(r.Workloads, w)
 		return
 	}
-	target := s.Target(w.Replicas)
 	var unavailable map[int]converge.TermState
 	if st.Unavailable != nil && uid != "" {
 		unavailable = st.Unavailable(uid)
 	}
 	placement := s.Place(w.Replicas, func(t int) bool { _, ok := unavailable[t]; return ok })
-	expected := placement.Counts(len(s.Terms))
-	nodes := make([]map[string]int, len(s.Terms))
-	requested := make([]map[string]corev1.ResourceList, len(s.Terms))
+	w.Terms = termRows(st, s, s.Target(w.Replicas), placement.Counts(len(s.Terms)), unavailable)
+	t := tally{nodes: make([]map[string]int, len(s.Terms)), requested: make([]map[string]corev1.ResourceList, len(s.Terms)), held: map[int]bool{}}
+	for i := range s.Terms {
+		t.nodes[i], t.requested[i] = map[string]int{}, map[string]corev1.ResourceList{}
+	}
+	for _, pod := range pods {
+		w.count(s, placement, pod, &t)
+	}
+	w.finish(st, &t)
+	r.Workloads = append(r.Workloads, w)
+}
+
+// termRows are a workload's term rows before its pods are counted.
+func termRows(st *State, s *strategy.Strategy, target, expected []int, unavailable map[int]converge.TermState) []TermReport {
+	rows := make([]TermReport, 0, len(s.Terms))
 	for i, t := range s.Terms {
-		w.Terms = append(w.Terms, TermReport{Term: i + 1, Labels: t.LabelMap(), Target: target[i], Expected: expected[i], ServedBy: []string{}, Nodes: []NodeReport{}})
+		row := TermReport{Term: i + 1, Labels: t.LabelMap(), Target: target[i], Expected: expected[i], ServedBy: []string{}, Nodes: []NodeReport{}}
 		if u, ok := unavailable[i]; ok {
-			w.Terms[i].UnavailableUntil, w.Terms[i].UnavailableReason = u.Until.UTC().Format(time.RFC3339), u.Reason
+			row.UnavailableUntil, row.UnavailableReason = u.Until.UTC().Format(time.RFC3339), u.Reason
 		}
 		if st.ServedBy != nil {
-			w.Terms[i].ServedBy = st.ServedBy(t.LabelMap())
+			row.ServedBy = st.ServedBy(t.LabelMap())
 		}
-		nodes[i], requested[i] = map[string]int{}, map[string]corev1.ResourceList{}
+		rows = append(rows, row)
 	}
-	held := map[int]bool{}
-	var above int
-	for _, pod := range pods {
-		i := termOf(s, pod)
-		if i < 0 {
-			w.Unplaced++
-			continue
-		}
-		if from, err := strconv.Atoi(pod.Annotations[strategy.AnnotationFallbackFrom]); err == nil && from >= 1 && from <= len(s.Terms) && from-1 != i {
-			w.Terms[from-1].FallbackPods++
-		}
-		if seat, ok := strategy.SeatOf(pod); ok {
-			held[seat] = true
-			switch {
-			case seat > w.Replicas:
-				above++
-			case placement.Terms[seat-1] != i:
-				w.PendingRepairs++
-			}
-		}
-		row := &w.Terms[i]
-		row.Placed++
-		switch pod.Status.Phase {
-		case corev1.PodRunning:
-			row.Running++
-		case corev1.PodPending:
-			row.Pending++
-			if reason := pendingReason(pod); reason != "" && !slices.Contains(row.PendingReasons, reason) {
-				row.PendingReasons = append(row.PendingReasons, reason)
-			}
-		}
-		if pod.Spec.NodeName != "" {
-			nodes[i][pod.Spec.NodeName]++
-			addRequests(requested[i], pod)
+	return rows
+}
+
+// tally is what counting a workload's pods gathers beside its rows: per term the pods
+// on each node and what they request there, the seats held, the pods above the
+// replica count.
+type tally struct {
+	nodes     []map[string]int
+	requested []map[string]corev1.ResourceList
+	held      map[int]bool
+	above     int
+}
+
+// count adds one pod of the workload to its term's row.
+func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placement, pod *corev1.Pod, t *tally) {
+	i := termOf(s, pod)
+	if i < 0 {
+		w.Unplaced++
+		return
+	}
+	if from, err := strconv.Atoi(pod.Annotations[strategy.AnnotationFallbackFrom]); err == nil && from >= 1 && from <= len(s.Terms) && from-1 != i {
+		w.Terms[from-1].FallbackPods++
+	}
+	if seat, ok := strategy.SeatOf(pod); ok {
+		t.held[seat] = true
+		switch {
+		case seat > w.Replicas:
+			t.above++
+		case placement.Terms[seat-1] != i:
+			w.PendingRepairs++
 		}
 	}
+	row := &w.Terms[i]
+	row.Placed++
+	switch pod.Status.Phase {
+	case corev1.PodRunning:
+		row.Running++
+	case corev1.PodPending:
+		row.Pending++
+		if reason := pendingReason(pod); reason != "" && !slices.Contains(row.PendingReasons, reason) {
+			row.PendingReasons = append(row.PendingReasons, reason)
+		}
+	}
+	if pod.Spec.NodeName != "" {
+		t.nodes[i][pod.Spec.NodeName]++
+		addRequests(t.requested[i], pod)
+	}
+}
+
+// finish counts the repairs pending and the verdict, and lists each term's nodes.
+func (w *WorkloadReport) finish(st *State, t *tally) {
 	free := 0
 	for seat := 1; seat <= w.Replicas; seat++ {
-		if !held[seat] {
+		if !t.held[seat] {
 			free++
 		}
 	}
-	w.PendingRepairs += w.Unplaced + min(above, free)
+	w.PendingRepairs += w.Unplaced + min(t.above, free)
 	w.Exact = w.Unplaced == 0
 	for i := range w.Terms {
 		row := &w.Terms[i]
 		w.Exact = w.Exact && row.Placed == row.Expected
-		for name, count := range nodes[i] {
-			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, requested[i][name]))
+		for name, count := range t.nodes[i] {
+			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, t.requested[i][name]))
 		}
 		sort.Slice(row.Nodes, func(a, b int) bool { return row.Nodes[a].Name < row.Nodes[b].Name })
 	}
-	r.Workloads = append(r.Workloads, w)
 }
 
 // termOf finds the term a placed pod is on (-1 for a pod without a seat).
