@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -143,7 +144,7 @@ func price(ctx context.Context, prices pricing.Source, offers []offering, nodes 
 		onDemandPerPod[o.instanceType] = od * share
 	}
 	sort.Strings(p.Unpriced)
-	p.Unpriced = dedupe(p.Unpriced)
+	p.Unpriced = slices.Compact(p.Unpriced)
 	if s, ok := pricing.Summarize(perPod); ok {
 		p.CheapestUSDPerHour, p.CheapestOffering = round4(s.Cheapest*float64(pods)), s.CheapestType
 		p.MedianUSDPerHour, p.Offerings = round4(s.Median*float64(pods)), s.Priced
@@ -165,13 +166,3 @@ func allocatableOf(nodes []corev1.Node, instanceType string) corev1.ResourceList
 }
 
 func round4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
-
-func dedupe(s []string) []string {
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
-		}
-	}
-	return out
-}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,7 +83,7 @@ func AddCost(ctx context.Context, r *Report, prices pricing.Source) {
 			total.Unpriced = append(total.Unpriced, t.Cost.Unpriced...)
 		}
 		sort.Strings(total.Unpriced)
-		total.Unpriced = compact(total.Unpriced)
+		total.Unpriced = slices.Compact(total.Unpriced)
 		total.settle()
 		w.Cost = total
 	}
@@ -136,14 +137,4 @@ func (c *Cost) settle() {
 	if c.OnDemandUSDPerHour > 0 {
 		c.SavingPercent = math.Round(1000*c.SavingUSDPerHour/c.OnDemandUSDPerHour) / 10
 	}
-}
-
-func compact(s []string) []string {
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,7 +21,7 @@ func writeClusterPlan(w io.Writer, r plan.Result, output string) error {
 	if r.MaxReplicas != r.Replicas {
 		replicas = fmt.Sprintf("%d to %d", r.Replicas, r.MaxReplicas)
 	}
-	fmt.Fprintf(w, "strategy %s\nreplicas %s; pod requests %s\n\n", r.Strategy, replicas, orDash(requestString(r.Requests)))
+	fmt.Fprintf(w, "strategy %s\nreplicas %s; pod requests %s\n\n", r.Strategy, replicas, orDash(labelString(r.Requests)))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TERM\tLABELS\tPODS\tPLACED\tROOM\tSHORT AT\tSERVED BY")
 	var notes []string
@@ -97,15 +96,6 @@ func servedBy(t plan.Term) string {
 		parts = append(parts, fmt.Sprintf("%d other nodes", t.Nodes))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func requestString(req map[string]string) string {
-	parts := make([]string, 0, len(req))
-	for k, v := range req {
-		parts = append(parts, k+"="+v)
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
 }
 
 func tolerationString(ts []corev1.Toleration) string {

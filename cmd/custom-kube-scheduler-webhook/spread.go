@@ -199,6 +199,7 @@ func writeUnseen(w io.Writer, unseen []string) error {
 	return nil
 }
 
+// labelString is "k=v,k2=v2" with the keys in order (node labels, pod requests).
 func labelString(labels map[string]string) string {
 	parts := make([]string, 0, len(labels))
 	for k, v := range labels {
