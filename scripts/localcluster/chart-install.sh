@@ -23,6 +23,7 @@ source "$REPO_ROOT/deploy/lib.sh"
 cd "$REPO_ROOT"
 
 [[ $REAL_NODE == 1 && -d $REAL_NODE_DIR ]] || lc_die "no real node in $LOCALCLUSTER_DIR: REAL_NODE=1 scripts/localcluster/up.sh"
+export KUBECONFIG=$KUBECONFIG_FILE
 release=${CHART_RELEASE:-$CHART_NAME}
 ns=${CHART_NAMESPACE:-$WEBHOOK_NAMESPACE}
 version=${CHART_VERSION:-$(<VERSION)}

@@ -331,6 +331,9 @@ cmd_down() {
 			echo "${line#*=}" >"/proc/sys/${line%%=*}" 2>/dev/null || true
 		done <"$RN/sysctl.saved"
 	fi
+	# containerd's shims keep their sockets in /run/containerd/s whatever the config says:
+	# the directories go when nothing else is in them.
+	rmdir /run/containerd/s /run/containerd 2>/dev/null || true
 	# The kubelet links every container log into /var/log/containers.
 	if [[ -d /var/log/containers ]]; then
 		find /var/log/containers -maxdepth 1 -type l -lname "$RN/*" -delete
