@@ -21,7 +21,7 @@ BIN_DIR := $(CURDIR)/bin
 WEBHOOK_BIN := $(BIN_DIR)/custom-kube-scheduler-webhook
 LC := scripts/localcluster
 
-.PHONY: build vet test test-unit test-deploy test-image test-ecr image-bases test-e2e bench soak demo demo-down cluster-up cluster-down lint-scripts
+.PHONY: build vet test test-unit test-deploy test-image test-ecr test-install image-bases test-e2e bench soak demo demo-down cluster-up cluster-down lint-scripts
 
 # One version source: VERSION names the binary (-ldflags -X), the image tag and the chart
 # (deploy/test/static.sh fails when Chart.yaml disagrees).
@@ -81,6 +81,14 @@ test-image:
 test-ecr:
 	bash scripts/image/ecr-test.sh
 
+## test-install: the chart installed for real on a local cluster with a real node (a kubelet
+## with containerd, runc and the bridge CNI; needs root and cgroups): the image and chart
+## pushed to a local registry, helm install / upgrade during a burst / a webhook pod deleted
+## mid-burst / helm uninstall, exact placement checked through the chart's Service; then
+## everything stopped by PID (deploy/test/install.sh; INSTALL_PORT_OFFSET, default 200)
+test-install: build
+	WEBHOOK_BIN=$(WEBHOOK_BIN) bash deploy/test/install.sh
+
 ## test-deploy: chart lint and render, manifest drift, shellcheck, the alerts' promtool
 ## check and unit tests (deploy/test/monitoring), Dockerfile checks, build_and_push.sh
 ## --dry-run, and the binary built with the Dockerfile's flags
@@ -103,10 +111,13 @@ soak: build
 ## The end-to-end tests run the webhook binary taken out of the image test-image pushed.
 test: vet test-unit test-deploy test-image
 	$(MAKE) test-e2e E2E_WEBHOOK_BIN=$(IMAGE_BIN)
+	$(MAKE) test-install
 
-## demo: one command from a fresh clone (first run builds Kubernetes: minutes)
+## demo: one command from a fresh clone (first run builds Kubernetes: minutes).
+## REAL_NODE=1: the chart installed for real on a real node instead (needs root)
+REAL_NODE ?= 0
 demo:
-	WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/demo.sh
+	REAL_NODE=$(REAL_NODE) WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/demo.sh
 
 ## demo-down: stop the demo webhook and cluster by recorded PID, remove their state
 demo-down:

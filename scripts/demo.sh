@@ -3,6 +3,10 @@
 # webhook as a local process registered by URL, the sample Deployment
 # (10 replicas, 1 on-demand + spot split 4 / 5), and its `spread --cost` report with
 # prices from a local AWS endpoint (aws-prices.sh).
+# With REAL_NODE=1 (make demo REAL_NODE=1; needs root) the cluster gets a real node and
+# the webhook is the chart installed for real instead: the image and chart pushed to a
+# local registry, `helm install` from it, the pods running on the real node behind the
+# chart's Service (scripts/localcluster/chart-install.sh).
 # The cluster keeps running afterwards; `make demo-down` stops everything.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=localcluster/lib.sh
@@ -25,13 +29,19 @@ make -s -C "$REPO_ROOT" build BIN_DIR="$(dirname "$WEBHOOK_BIN")"
 lc_log "== 3/6 starting the cluster (etcd, apiserver, controllers, scheduler, kwok, Karpenter)"
 bash "$LC_SCRIPTS/up.sh"
 
-lc_log "== 4/6 starting the webhook as a local process, as the chart's ServiceAccount with the chart's RBAC"
-# Restart, so a re-run serves the binary just built.
-bash "$LC_SCRIPTS/webhook.sh" stop >/dev/null
-bash "$LC_SCRIPTS/webhook.sh" start
+if [[ $REAL_NODE == 1 ]]; then
+	lc_log "== 4/6 REAL_NODE=1: the image and chart pushed to a local registry, helm install on the real node"
+	bash "$LC_SCRIPTS/chart-install.sh"
+	lc_log "== 5/6 the chart's webhook configurations call its Service (self-signed certificate)"
+else
+	lc_log "== 4/6 starting the webhook as a local process, as the chart's ServiceAccount with the chart's RBAC"
+	# Restart, so a re-run serves the binary just built.
+	bash "$LC_SCRIPTS/webhook.sh" stop >/dev/null
+	bash "$LC_SCRIPTS/webhook.sh" start
 
-lc_log "== 5/6 registering it (MutatingWebhookConfiguration by URL, CA from the cluster PKI)"
-bash "$LC_SCRIPTS/register-webhook.sh"
+	lc_log "== 5/6 registering it (MutatingWebhookConfiguration by URL, CA from the cluster PKI)"
+	bash "$LC_SCRIPTS/register-webhook.sh"
+fi
 
 lc_log "== 6/6 applying the sample Deployment $NS/$DEPLOY and waiting for Karpenter nodes"
 lc_kubectl apply -f "$LC_SCRIPTS/sample-deployment.yaml" >/dev/null
@@ -58,6 +68,17 @@ echo
 bash "$LC_SCRIPTS/check-webhook-rbac.sh" >/dev/null
 lc_log "every request of the webhook was allowed by the chart's RBAC (scripts/localcluster/check-webhook-rbac.sh)"
 echo
+if [[ $REAL_NODE == 1 ]]; then
+	cat <<EOF
+The cluster is still running, with the chart installed for real on node $REAL_NODE_NAME. To use it:
+  export KUBECONFIG=$KUBECONFIG_FILE
+  kubectl -n $WEBHOOK_NAMESPACE get pods -o wide
+  kubectl -n $WEBHOOK_NAMESPACE logs deployment/$WEBHOOK_NAMESPACE
+  kubectl -n $NS scale deployment $DEPLOY --replicas=30 && bin/custom-kube-scheduler-webhook spread -n $NS
+Stop everything (processes, the real node, state): make demo-down
+EOF
+	exit 0
+fi
 cat <<EOF
 The cluster is still running. To use it:
   export KUBECONFIG=$KUBECONFIG_FILE

@@ -196,18 +196,10 @@ serve_pid=""
 
 echo "== helm uninstall leaves nothing"
 check "helm uninstall" "$HELM" uninstall "$release" -n "$ns" --wait
-leftovers() {
-	{
-		kubectl -n "$ns" get leases,secrets,configmaps,services,deployments,replicasets,pods,serviceaccounts,roles,rolebindings -o name |
-			grep -v -e '^configmap/kube-root-ca.crt$' -e '^serviceaccount/default$' || true
-		kubectl get mutatingwebhookconfigurations,validatingwebhookconfigurations,clusterroles,clusterrolebindings,priorityclasses -o name |
-			grep -F "$full" || true
-	} | sort
-}
-if wait_until 90 test -z "$(leftovers)"; then
+if wait_until 90 release_gone "$ns" "$full"; then
 	pass "nothing of the release is left (Leases, Secrets, webhook configurations, RBAC, PriorityClass)"
 else
-	fail "left after helm uninstall: $(leftovers | tr '\n' ' ')"
+	fail "left after helm uninstall: $(release_leftovers "$ns" "$full" | tr '\n' ' ')"
 fi
 
 finish

@@ -65,6 +65,20 @@ without_groups() {
 # count_docs < YAML: number of non-empty documents.
 count_docs() { grep -c '^kind: ' || true; }
 
+# release_leftovers NAMESPACE FULLNAME prints what is left of a Helm release of the chart
+# (KUBECONFIG's cluster): objects in its namespace but the ones every namespace has, and
+# the cluster-wide objects named after it.
+release_leftovers() {
+	{
+		kubectl -n "$1" get leases,secrets,configmaps,services,deployments,replicasets,pods,serviceaccounts,roles,rolebindings -o name |
+			grep -v -e '^configmap/kube-root-ca.crt$' -e '^serviceaccount/default$' || true
+		kubectl get mutatingwebhookconfigurations,validatingwebhookconfigurations,clusterroles,clusterrolebindings,priorityclasses -o name |
+			grep -F "$2" || true
+	} | sort
+}
+# release_gone NAMESPACE FULLNAME: nothing of the release is left.
+release_gone() { [[ -z $(release_leftovers "$@") ]]; }
+
 finish() {
 	echo
 	if ((FAILURES > 0)); then

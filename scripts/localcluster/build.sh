@@ -3,6 +3,7 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler  (scripts/localcluster/kbin)
 #   kwok                                                      (sigs.k8s.io/kwok/cmd/kwok)
 #   karpenter-kwok: Karpenter with its kwok cloud provider     (sigs.k8s.io/karpenter/kwok)
+#   kubelet, only with REAL_NODE=1 (the real node of realnode.sh)  (scripts/localcluster/kbin)
 # They are cached outside the repo, one directory per version, and rebuilt only
 # when a version changes. The first run compiles Kubernetes: minutes, not seconds.
 set -euo pipefail
@@ -56,9 +57,11 @@ kube_ldflags() {
 	echo "$flags"
 }
 
-# build_kube OUTDIR: the three control-plane binaries from the kbin module.
+# build_kube OUTDIR PACKAGE...: binaries of the kbin module (the control plane, or the kubelet).
 build_kube() {
-	(cd "$LC_SCRIPTS/kbin" && go build -v -trimpath -ldflags "$(kube_ldflags)" -o "$1/" ./cmd/...)
+	local out=$1
+	shift
+	(cd "$LC_SCRIPTS/kbin" && go build -v -trimpath -ldflags "$(kube_ldflags)" -o "$out/" "$@")
 }
 
 # build_karpenter OUTDIR: both kwok and Karpenter's provider install as "kwok", so
@@ -87,7 +90,7 @@ if [[ -x $KUBE_BIN_DIR/kube-apiserver && -x $KUBE_BIN_DIR/kube-controller-manage
 	lc_log "  cached: $KUBE_BIN_DIR"
 else
 	lc_build "$KUBE_BIN_DIR" "kube-apiserver, kube-controller-manager, kube-scheduler $KUBE_VERSION" "~4-7 min" 2300 \
-		build_kube "$KUBE_BIN_DIR.tmp"
+		build_kube "$KUBE_BIN_DIR.tmp" ./cmd/kube-apiserver ./cmd/kube-controller-manager ./cmd/kube-scheduler
 fi
 
 lc_log "step $((step += 1))/3: kwok $KWOK_VERSION (fake kubelets)"
@@ -106,5 +109,15 @@ else
 	d=$(dirname "$KARPENTER_BIN")
 	lc_build "$d" "karpenter-kwok $KARPENTER_VERSION" "~1.5-2 min" 1000 \
 		build_karpenter "$d.tmp"
+fi
+if [[ $REAL_NODE == 1 ]]; then
+	lc_log "REAL_NODE=1: kubelet $KUBE_VERSION (the real node)"
+	if [[ -x $KUBELET_BIN ]]; then
+		lc_log "  cached: $KUBELET_BIN"
+	else
+		d=$(dirname "$KUBELET_BIN")
+		lc_build "$d" "kubelet $KUBE_VERSION" "~1-3 min after the control plane" 1500 \
+			build_kube "$d.tmp" ./cmd/kubelet
+	fi
 fi
 lc_log "all local-cluster binaries ready"

@@ -17,6 +17,14 @@ for f in "$PIDS"/webhook*.pid; do
 done
 # The local AWS price endpoint (aws-prices.sh), if one runs.
 lc_stop awslocal
+# The real node (REAL_NODE=1) next, while the API server can still delete its pods.
+if [[ -d $REAL_NODE_DIR ]]; then
+	bash "$LC_SCRIPTS/realnode.sh" down
+fi
+# The registry of chart-install.sh (REAL_NODE=1).
+if [[ -d $LOCALCLUSTER_DIR/registry ]]; then
+	PIDS=$LOCALCLUSTER_DIR/registry/pids lc_stop registry
+fi
 for ((i = ${#LC_COMPONENTS[@]} - 1; i >= 0; i--)); do
 	lc_stop "${LC_COMPONENTS[i]}"
 done
@@ -27,8 +35,8 @@ if [[ ${LOCALCLUSTER_KEEP_STATE:-0} == 1 ]]; then
 fi
 # Only what up.sh/webhook.sh write, so a nested state dir of another cluster
 # (e.g. the e2e cluster in .localcluster/e2e) survives.
-rm -rf "$PKI" "$PIDS" "$LOGS" "$LOCALCLUSTER_DIR/etcd" "$LOCALCLUSTER_DIR/apiserver-certs"
-rm -f "$KUBECONFIG_FILE" "$LOCALCLUSTER_DIR/kwok-stages.yaml" "$LOCALCLUSTER_DIR/port-offset" \
+rm -rf "$PKI" "$PIDS" "$LOGS" "$LOCALCLUSTER_DIR/etcd" "$LOCALCLUSTER_DIR/apiserver-certs" "$LOCALCLUSTER_DIR/registry"
+rm -f "$KUBECONFIG_FILE" "$LOCALCLUSTER_DIR/kwok-stages.yaml" "$LOCALCLUSTER_DIR/port-offset" "$LOCALCLUSTER_DIR/real-node" \
 	"$LOCALCLUSTER_DIR/webhook-registration.yaml" "$LOCALCLUSTER_DIR/audit-policy.yaml" "$LOCALCLUSTER_DIR/aws.env" "$LOCALCLUSTER_DIR/awslocal" \
 	"$LOCALCLUSTER_DIR/webhook-kubeconfig" "$LOCALCLUSTER_DIR/webhook-rbac.yaml"
 rmdir "$LOCALCLUSTER_DIR" 2>/dev/null || true

@@ -27,6 +27,8 @@ LOCALCLUSTER_PORT_OFFSET=${LOCALCLUSTER_PORT_OFFSET:-0}
 KUBE_BIN_DIR=$LOCALCLUSTER_CACHE/kube-$KUBE_VERSION
 KWOK_BIN=$LOCALCLUSTER_CACHE/kwok-$KWOK_VERSION/kwok
 KARPENTER_BIN=$LOCALCLUSTER_CACHE/karpenter-kwok-$KARPENTER_VERSION/karpenter-kwok
+# The real node's kubelet (REAL_NODE=1), same Kubernetes version as the control plane.
+KUBELET_BIN=$LOCALCLUSTER_CACHE/kubelet-$KUBE_VERSION/kubelet
 
 # Namespace the webhook would be installed in; always excluded from mutation.
 WEBHOOK_NAMESPACE=${WEBHOOK_NAMESPACE:-custom-kube-scheduler-webhook}
@@ -51,6 +53,25 @@ KCM_PORT=$((10257 + LOCALCLUSTER_PORT_OFFSET))
 SCHEDULER_PORT=$((10259 + LOCALCLUSTER_PORT_OFFSET))
 KARPENTER_METRICS_PORT=$((18080 + LOCALCLUSTER_PORT_OFFSET))
 KARPENTER_HEALTH_PORT=$((18081 + LOCALCLUSTER_PORT_OFFSET))
+
+# REAL_NODE=1: besides the kwok nodes, one real node (realnode.sh): a kubelet with
+# containerd, runc and the bridge CNI, tainted so that only pods that tolerate it run there.
+# A running cluster's choice is remembered in its state dir, as the port offset is.
+if [[ -z ${REAL_NODE:-} && -e $LOCALCLUSTER_DIR/real-node ]]; then
+	REAL_NODE=1
+fi
+REAL_NODE=${REAL_NODE:-0}
+REAL_NODE_NAME=${REAL_NODE_NAME:-cksw-real-node}
+# The taint and label of the real node; a pod tolerates the taint to run there.
+REAL_NODE_TAINT_KEY=custom-kube-scheduler-webhook.io/real-node
+# The pods' bridge and subnet (the host takes the subnet's first address on the bridge),
+# outside kwok's fake pod addresses (10.244.0.0/16). Nothing is routed beyond them: pods
+# reach only the host, and each other on the bridge.
+REAL_NODE_BRIDGE=${REAL_NODE_BRIDGE:-cksw-rn$((LOCALCLUSTER_PORT_OFFSET / 10))}
+REAL_NODE_POD_SUBNET=${REAL_NODE_POD_SUBNET:-10.247.$((LOCALCLUSTER_PORT_OFFSET / 10 % 256)).0/24}
+REAL_NODE_DIR=$LOCALCLUSTER_DIR/realnode
+KUBELET_PORT=$((10250 + LOCALCLUSTER_PORT_OFFSET))
+KUBELET_HEALTHZ_PORT=$((10248 + LOCALCLUSTER_PORT_OFFSET))
 
 PKI=$LOCALCLUSTER_DIR/pki
 PIDS=$LOCALCLUSTER_DIR/pids

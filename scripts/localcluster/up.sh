@@ -23,7 +23,8 @@ for b in "$KUBE_BIN_DIR/kube-apiserver" "$KUBE_BIN_DIR/kube-controller-manager" 
 	[[ -x $b ]] || lc_die "$b not built: run scripts/localcluster/build.sh first"
 done
 
-if lc_pid_alive kube-apiserver && lc_pid_alive karpenter &&
+realnode_ok() { [[ $REAL_NODE != 1 ]] || lc_pid_alive realnode-kubelet; }
+if lc_pid_alive kube-apiserver && lc_pid_alive karpenter && realnode_ok &&
 	curl -sf --cacert "$PKI/ca.crt" "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1; then
 	lc_log "cluster already running in $LOCALCLUSTER_DIR (API https://127.0.0.1:$APISERVER_PORT)"
 	exit 0
@@ -43,8 +44,10 @@ on_exit() {
 trap on_exit EXIT
 
 port_busy() { (echo >"/dev/tcp/127.0.0.1/$1") >/dev/null 2>&1; }
-for p in "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT" "$SCHEDULER_PORT" \
-	"$KARPENTER_METRICS_PORT" "$KARPENTER_HEALTH_PORT"; do
+ports=("$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT" "$SCHEDULER_PORT"
+	"$KARPENTER_METRICS_PORT" "$KARPENTER_HEALTH_PORT")
+[[ $REAL_NODE == 1 ]] && ports+=("$KUBELET_PORT" "$KUBELET_HEALTHZ_PORT")
+for p in "${ports[@]}"; do
 	if port_busy "$p"; then
 		lc_die "port $p on 127.0.0.1 is in use: another cluster? set LOCALCLUSTER_PORT_OFFSET (e.g. 100)"
 	fi
@@ -52,6 +55,10 @@ done
 
 mkdir -p "$PKI" "$PIDS" "$LOGS" "$LOCALCLUSTER_DIR/etcd"
 echo "$LOCALCLUSTER_PORT_OFFSET" >"$LOCALCLUSTER_DIR/port-offset"
+if [[ $REAL_NODE == 1 ]]; then
+	[[ -x $KUBELET_BIN ]] || lc_die "$KUBELET_BIN not built: run REAL_NODE=1 scripts/localcluster/build.sh first"
+	: >"$LOCALCLUSTER_DIR/real-node"
+fi
 lc_log "starting local cluster in $LOCALCLUSTER_DIR (port offset $LOCALCLUSTER_PORT_OFFSET)"
 
 # --- PKI: one CA signs the apiserver and webhook serving certs and the admin client cert.
@@ -119,7 +126,19 @@ rules:
     users: ["system:serviceaccount:$WEBHOOK_NAMESPACE:custom-kube-scheduler-webhook"]
   - level: None
 EOF
-lc_start kube-apiserver "$KUBE_BIN_DIR/kube-apiserver" \
+# With the real node (REAL_NODE=1), pods run for real: the ServiceAccount admission gives
+# them their API token; the API server calls webhook Services through their endpoints
+# (no kube-proxy), and the kubelet at its address (no DNS) with the admin certificate
+# (logs, exec).
+disabled_admission=ServiceAccount,TaintNodesByCondition
+realnode_flags=()
+if [[ $REAL_NODE == 1 ]]; then
+	disabled_admission=TaintNodesByCondition
+	realnode_flags=(--enable-aggregator-routing=true
+		--kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key"
+		--kubelet-preferred-address-types=InternalIP)
+fi
+lc_start kube-apiserver "$KUBE_BIN_DIR/kube-apiserver" "${realnode_flags[@]}" \
 	--etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
 	--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
 	--cert-dir="$LOCALCLUSTER_DIR/apiserver-certs" \
@@ -128,7 +147,7 @@ lc_start kube-apiserver "$KUBE_BIN_DIR/kube-apiserver" \
 	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
 	--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
 	--service-cluster-ip-range=10.0.0.0/24 --authorization-mode=Node,RBAC --allow-privileged=true \
-	--disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
+	--disable-admission-plugins="$disabled_admission" \
 	--endpoint-reconciler-type=none --profiling=false \
 	--audit-policy-file="$AUDIT_POLICY" --audit-log-path="$LOGS/audit.jsonl" --audit-log-format=json
 lc_wait curl -sf --cacert "$PKI/ca.crt" "https://127.0.0.1:$APISERVER_PORT/readyz" ||
@@ -164,7 +183,10 @@ for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat
 		cat "$KWOK_MOD/kustomize/stage/$f"
 	} >>"$STAGES"
 done
-lc_start kwok "$KWOK_BIN" --kubeconfig="$K" -c "$STAGES" --manage-all-nodes=true \
+# kwok fakes every node but the real one.
+kwok_nodes=--manage-all-nodes=true
+[[ $REAL_NODE == 1 ]] && kwok_nodes=--manage-nodes-with-label-selector="!$REAL_NODE_TAINT_KEY"
+lc_start kwok "$KWOK_BIN" --kubeconfig="$K" -c "$STAGES" "$kwok_nodes" \
 	--cidr=10.244.0.0/16 --node-lease-duration-seconds=40
 lc_wait curl -skf "https://127.0.0.1:$KCM_PORT/healthz" || lc_die "kube-controller-manager not healthy; see $LOGS/kube-controller-manager.log"
 lc_wait curl -skf "https://127.0.0.1:$SCHEDULER_PORT/healthz" || lc_die "kube-scheduler not healthy; see $LOGS/kube-scheduler.log"
@@ -193,6 +215,9 @@ nodepools_ready() {
 }
 lc_wait nodepools_ready || lc_die "NodePools not Ready; see $LOGS/karpenter.log"
 lc_log "Karpenter ready; NodePools: $(lc_kubectl get nodepools -o name | sed 's#.*/##' | tr '\n' ' ')"
+if [[ $REAL_NODE == 1 ]]; then
+	bash "$LC_SCRIPTS/realnode.sh" up
+fi
 # The webhook's identity: the chart's ServiceAccount and RBAC, and a kubeconfig for it.
 bash "$LC_SCRIPTS/webhook-rbac.sh"
 lc_log "cluster up. export KUBECONFIG=$KUBECONFIG_FILE"
