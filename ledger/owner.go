@@ -151,6 +151,9 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	if prev != nil && holderOf(prev) != l.identity {
 		inherited, phantomUntil = l.takeOver(s, prev, start)
 	}
+	// Why the revision is taken, decided now: by the time the write lands, the
+	// informer may have applied it already, which clears the evidence of a gone owner.
+	from := takenFrom(s, holderOf(prev), prev != nil)
 	block := s.nextBlock(start)
 	s.claimsSinceWrite = 0
 	mark := s.lowest(start) + block - 1
@@ -189,7 +192,7 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	l.noteWriteLatency(l.clock.Since(start))
 	if err == nil {
 		if prev == nil || holderOf(prev) != l.identity {
-			l.metrics.ownership.WithLabelValues(takenFrom(s, holderOf(prev), prev != nil)).Inc()
+			l.metrics.ownership.WithLabelValues(from).Inc()
 			s.phantomUntil, s.phantomMark = phantomUntil, 0
 			if !phantomUntil.IsZero() {
 				s.phantomMark = recordMark(prev)
