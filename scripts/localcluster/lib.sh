@@ -146,6 +146,33 @@ lc_stop() {
 }
 
 # lc_kubectl runs the machine's kubectl against this cluster.
+# lc_kubeconfig FILE USER CONTEXT NAMESPACE CREDENTIAL...: a kubeconfig for the local
+# API server (its CA) as USER, whose credentials are the given "key: value" lines of a
+# kubeconfig user (client-certificate and client-key, or token); NAMESPACE may be "".
+lc_kubeconfig() {
+	local file=$1 user=$2 context=$3 namespace=$4 line
+	shift 4
+	{
+		echo "apiVersion: v1"
+		echo "kind: Config"
+		echo "clusters:"
+		echo "- name: localcluster"
+		echo "  cluster:"
+		echo "    server: https://127.0.0.1:$APISERVER_PORT"
+		echo "    certificate-authority: $PKI/ca.crt"
+		echo "users:"
+		echo "- name: $user"
+		echo "  user:"
+		for line in "$@"; do
+			echo "    $line"
+		done
+		echo "contexts:"
+		echo "- name: $context"
+		echo "  context: {cluster: localcluster, user: $user${namespace:+, namespace: $namespace}}"
+		echo "current-context: $context"
+	} >"$file"
+}
+
 lc_kubectl() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
 # lc_need_tools fails early with a clear message when a required tool is missing.

@@ -87,24 +87,7 @@ issue_kubelet_cert() {
 	openssl x509 -req -days 30 -in "$o/kubelet.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" \
 		-CAcreateserial -extfile "$o/kubelet.ext" -out "$o/kubelet.crt" 2>/dev/null
 	rm -f "$o/kubelet.csr" "$o/kubelet.ext"
-	cat >"$RN/kubelet.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: localcluster
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority: $PKI/ca.crt
-users:
-- name: kubelet
-  user:
-    client-certificate: $o/kubelet.crt
-    client-key: $o/kubelet.key
-contexts:
-- name: localcluster
-  context: {cluster: localcluster, user: kubelet}
-current-context: localcluster
-EOF
+	lc_kubeconfig "$RN/kubelet.kubeconfig" kubelet localcluster "" "client-certificate: $o/kubelet.crt" "client-key: $o/kubelet.key"
 }
 
 write_configs() {

@@ -81,24 +81,7 @@ issue webhook /CN=custom-kube-scheduler-webhook \
 	"subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
 ossl genrsa -out "$PKI/sa.key" 2048
 ossl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
-cat >"$KUBECONFIG_FILE" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: localcluster
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority: $PKI/ca.crt
-users:
-- name: admin
-  user:
-    client-certificate: $PKI/admin.crt
-    client-key: $PKI/admin.key
-contexts:
-- name: localcluster
-  context: {cluster: localcluster, user: admin}
-current-context: localcluster
-EOF
+lc_kubeconfig "$KUBECONFIG_FILE" admin localcluster "" "client-certificate: $PKI/admin.crt" "client-key: $PKI/admin.key"
 lc_log "PKI written to $PKI"
 
 # --- etcd

@@ -43,23 +43,7 @@ lc_kubectl apply --server-side --force-conflicts --field-manager=localcluster -f
 # A long-lived bound token (TokenRequest), enough for a demo left running for days.
 token=$(lc_kubectl -n "$WEBHOOK_NAMESPACE" create token "$SA" --duration="${WEBHOOK_TOKEN_DURATION:-168h}")
 umask 077
-cat >"$WEBHOOK_KUBECONFIG" <<KUBECONFIG
-apiVersion: v1
-kind: Config
-clusters:
-- name: localcluster
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority: $PKI/ca.crt
-users:
-- name: $SA
-  user:
-    token: $token
-contexts:
-- name: webhook
-  context: {cluster: localcluster, user: $SA, namespace: $WEBHOOK_NAMESPACE}
-current-context: webhook
-KUBECONFIG
+lc_kubeconfig "$WEBHOOK_KUBECONFIG" "$SA" webhook "$WEBHOOK_NAMESPACE" "token: $token"
 who=$(kubectl --kubeconfig "$WEBHOOK_KUBECONFIG" auth whoami -o jsonpath='{.status.userInfo.username}')
 [[ $who == "system:serviceaccount:$WEBHOOK_NAMESPACE:$SA" ]] || lc_die "the webhook kubeconfig authenticates as '$who'"
 lc_log "webhook identity: $who with the chart's RBAC ($(grep -c '^kind: ' "$rbac") objects); kubeconfig $WEBHOOK_KUBECONFIG"
