@@ -201,7 +201,11 @@ cmd_up() {
 	done >"$RN/sysctl.saved"
 
 	# The bridge, with the gateway address and the kubernetes Service address.
+	# Its MAC address is set, so the kernel keeps it: a bridge without one takes the lowest
+	# of its ports' and changes it as pods come and go, and the pods' ARP entry for the
+	# gateway goes stale (traffic between them and the host stalls for seconds).
 	ip link add "$REAL_NODE_BRIDGE" type bridge
+	ip link set "$REAL_NODE_BRIDGE" address "$(printf '02:63:6b:73:%02x:%02x' $((LOCALCLUSTER_PORT_OFFSET / 256 % 256)) $((LOCALCLUSTER_PORT_OFFSET % 256)))"
 	ip addr add "$GATEWAY/${REAL_NODE_POD_SUBNET#*/}" dev "$REAL_NODE_BRIDGE"
 	ip addr add "$KUBERNETES_SERVICE_IP/32" dev "$REAL_NODE_BRIDGE"
 	ip link set "$REAL_NODE_BRIDGE" up
