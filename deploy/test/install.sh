@@ -73,16 +73,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 export KUBECONFIG=$KUBECONFIG_FILE
 
-# wait_until SECONDS COMMAND...: run COMMAND every second until it succeeds.
-wait_until() {
-	local deadline=$((SECONDS + $1))
-	shift
-	until "$@"; do
-		((SECONDS < deadline)) || return 1
-		sleep 1
-	done
-}
-
 echo "== the local cluster with a real node"
 bash "$LC_SCRIPTS/build.sh"
 bash "$LC_SCRIPTS/up.sh"

@@ -45,16 +45,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_until SECONDS COMMAND...: run COMMAND once a second until it succeeds.
-wait_until() {
-	local deadline=$((SECONDS + $1))
-	shift
-	until "$@"; do
-		((SECONDS < deadline)) || return 1
-		sleep 1
-	done
-}
-
 from=${UPGRADE_FROM:-}
 if [[ -z $from ]]; then
 	release_heading=$(grep -m1 -E '^## \[[0-9]+\.[0-9]+\.[0-9]+' CHANGELOG.md || true)

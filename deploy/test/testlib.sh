@@ -87,3 +87,13 @@ finish() {
 	fi
 	echo "all $CHECKS checks passed"
 }
+
+# wait_until SECONDS COMMAND...: run COMMAND once a second until it succeeds.
+wait_until() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		((SECONDS < deadline)) || return 1
+		sleep 1
+	done
+}
