@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
-	"unsafe"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,9 +62,9 @@ func decodedPod(t *testing.T, name string, seat int) *corev1.Pod {
 	return &out
 }
 
-func trimmed(t *testing.T, in *interner, pod *corev1.Pod) *cachedPod {
+func trimmed(t *testing.T, pod *corev1.Pod) *cachedPod {
 	t.Helper()
-	obj, err := trimPod(in, pod)
+	obj, err := trimPod(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +76,8 @@ func trimmed(t *testing.T, in *interner, pod *corev1.Pod) *cachedPod {
 }
 
 func TestTrimPodKeepsWhatIsRead(t *testing.T) {
-	in := newInterner()
 	orig := decodedPod(t, "web-a", 3)
-	cp := trimmed(t, in, orig)
+	cp := trimmed(t, orig)
 	pod := podOf(cp)
 	s, err := strategy.Parse(burstStrategy)
 	if err != nil {
@@ -109,7 +108,7 @@ func TestTrimPodKeepsWhatIsRead(t *testing.T) {
 		},
 		Spec: corev1.PodSpec{NodeName: "node-1", NodeSelector: orig.Spec.NodeSelector},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, Reason: "r", LastTransitionTime: orig.CreationTimestamp},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue},
 		}},
 	}
 	if !reflect.DeepEqual(pod, want) {
@@ -117,44 +116,58 @@ func TestTrimPodKeepsWhatIsRead(t *testing.T) {
 	}
 
 	// An object trimmed already (a relist's Replace) comes back as is.
-	if again, err := trimPod(in, cp); err != nil || again != any(cp) {
+	if again, err := trimPod(cp); err != nil || again != any(cp) {
 		t.Errorf("trimPod of a cached pod = %v, %v", again, err)
 	}
 }
 
 func TestTrimPodSharesWhatPodsHaveInCommon(t *testing.T) {
-	in := newInterner()
-	a, b := trimmed(t, in, decodedPod(t, "web-a", 1)), trimmed(t, in, decodedPod(t, "web-b", 2))
-	same := func(what string, x, y string) {
-		t.Helper()
-		if x != y || unsafe.StringData(x) != unsafe.StringData(y) {
-			t.Errorf("%s not shared: %q and %q", what, x, y)
+	a, b := trimmed(t, decodedPod(t, "web-a", 1)), trimmed(t, decodedPod(t, "web-b", 2))
+	for _, h := range []struct {
+		what string
+		a, b unique.Handle[string]
+	}{
+		{"namespace", a.namespace, b.namespace}, {"node name", a.nodeName, b.nodeName}, {"phase", a.phase, b.phase},
+		{"term annotation", a.term, b.term}, {"node selector", a.nodeSelector, b.nodeSelector},
+	} {
+		if h.a != h.b || h.a == (unique.Handle[string]{}) {
+			t.Errorf("%s not shared: %q and %q", h.what, value(h.a), value(h.b))
 		}
 	}
-	same("namespace", a.Namespace, b.Namespace)
-	same("node name", a.nodeName, b.nodeName)
-	same("phase", string(a.phase), string(b.phase))
-	same("term annotation", a.Annotations[strategy.AnnotationTerm], b.Annotations[strategy.AnnotationTerm])
-	same("condition reason", a.conditions[0].Reason, b.conditions[0].Reason)
-	if &a.OwnerReferences[0] != &b.OwnerReferences[0] {
+	if a.controller != b.controller {
 		t.Error("controller reference not shared")
 	}
-	if reflect.ValueOf(a.nodeSelector).UnsafePointer() != reflect.ValueOf(b.nodeSelector).UnsafePointer() {
-		t.Error("node selector not shared")
-	}
-	if a.Name == b.Name || a.Annotations[strategy.AnnotationSeat] == b.Annotations[strategy.AnnotationSeat] {
+	if a.name == b.name || a.seat == b.seat || a.uid == b.uid {
 		t.Error("the pods' own values got mixed up")
 	}
 }
 
-func TestInternerIsBounded(t *testing.T) {
-	in := newInterner()
-	for i := range 3 * maxInterned {
-		in.string(strconv.Itoa(i))
-		in.selector(map[string]string{"k": strconv.Itoa(i)})
-		in.controllerRef(&metav1.OwnerReference{Name: strconv.Itoa(i)})
+// A pending pod keeps since when it is unschedulable, and why; a view of the cache
+// allocates nothing per pod.
+func TestCachedPodViews(t *testing.T) {
+	orig := decodedPod(t, "web-p", 4)
+	orig.Spec.NodeName = ""
+	orig.Status.Phase = corev1.PodPending
+	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 9, 0, time.UTC).Local()) // as the decoders make it
+	orig.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes", LastTransitionTime: since}}
+	orig.Spec.NodeSelector = map[string]string{"b": "2", "a": "1", "c": ""}
+	cp := trimmed(t, orig)
+	var (
+		view    corev1.Pod
+		scratch viewScratch
+	)
+	cp.fill(&view, &scratch)
+	want := []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, LastTransitionTime: since}}
+	if !reflect.DeepEqual(view.Status.Conditions, want) || view.Status.Phase != corev1.PodPending || view.Spec.NodeName != "" {
+		t.Errorf("view status %+v, node %q", view.Status, view.Spec.NodeName)
 	}
-	if len(in.strings) > maxInterned || len(in.selectors) > maxInterned || len(in.owners) > maxInterned {
-		t.Errorf("interner holds %d strings, %d selectors, %d owners; want at most %d each", len(in.strings), len(in.selectors), len(in.owners), maxInterned)
+	if !reflect.DeepEqual(view.Spec.NodeSelector, orig.Spec.NodeSelector) {
+		t.Errorf("node selector %v, want %v", view.Spec.NodeSelector, orig.Spec.NodeSelector)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { cp.fill(&view, &scratch) }); allocs != 0 {
+		t.Errorf("a view allocates %v times, want 0", allocs)
+	}
+	if meta := cp.GetObjectMeta(); meta.GetName() != "web-p" || meta.GetNamespace() != testNS || meta.GetResourceVersion() != "42" {
+		t.Errorf("object meta %s/%s rv %s", meta.GetNamespace(), meta.GetName(), meta.GetResourceVersion())
 	}
 }

@@ -4,7 +4,9 @@
 // workload (Workload, ListerResolver); the revision a placed pod counts in (Revision,
 // PlacedSeat); and which namespaces are left alone (NamespaceFilter).
 //
-// It may import strategy (annotation and label names), karpenter (the canonical key of
-// a node selector, to share equal ones), client-go and k8s.io/api; never webhook,
-// ledger or converge, which build on it.
+// It also tells the convergence loop which revisions changed (OnRevisionChange), so the
+// loop's work follows the changes, not the cluster's size.
+//
+// It may import strategy (annotation and label names), client-go and k8s.io/api; never
+// webhook, ledger or converge, which build on it.
 package clusterview

@@ -68,8 +68,9 @@ func (p *revPass) markUnavailable(ctx context.Context) {
 		}
 		p.strike(ctx, t, reason)
 	}
+	p.res.unavailable = map[string]int{}
 	for t := range p.active {
-		p.l.cfg.Metrics.unavailable.WithLabelValues(p.s.Terms[t].LabelString()).Inc()
+		p.res.unavailable[p.s.Terms[t].LabelString()]++
 	}
 }
 
@@ -115,6 +116,7 @@ func (p *revPass) strike(ctx context.Context, t int, reason string) {
 	st, err := p.l.cfg.Records.Strike(ctx, p.rev.uid, p.w.Describe(), t, reason, p.l.cfg.Cooldown)
 	if err != nil {
 		p.log.WithError(err).Warn("cannot record an unavailable term")
+		p.res.failed = true
 		return
 	}
 	if p.active == nil {

@@ -1,8 +1,10 @@
 // Package converge is the loop after admission: it keeps every workload
 // revision that carries a strategy at its exact target and no pod stranded.
 //
-// One replica runs it, elected on a Lease (elect.go). A pass (loop.go) looks at each
-// revision in a few named steps:
+// One replica runs it, elected on a Lease (elect.go). A revision is passed when
+// something that matters to it changes, or while it waits for time to pass (queue.go:
+// client-go's work queue, one worker); an idle revision costs nothing. A revision's
+// pass (loop.go) goes in a few named steps:
 //   - detect.go: survey the revision's placed pods and mark the terms whose pods cannot
 //     get a node (Pending and unschedulable past FALLBACK_AFTER, or sooner when
 //     Karpenter says the NodePools serving them cannot launch) unavailable for a

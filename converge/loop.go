@@ -3,9 +3,9 @@ package converge
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
@@ -40,9 +41,10 @@ const (
 	MoveUnplaced    = "unplaced"
 	MoveSeatAbove   = "seat-above-replicas"
 	defaultInterval = 2 * time.Second
-	// defaultPassDeadline bounds a pass: long enough for thousands of cached revisions,
+	// defaultPassDeadline bounds a revision's pass: long enough for its API calls,
 	// short enough that a slow API server cannot hold the loop for long.
 	defaultPassDeadline = 10 * time.Second
+	defaultResync       = 5 * time.Minute
 )
 
 // Signals is Karpenter's early word on a term (optional): why the NodePools serving
@@ -75,12 +77,16 @@ type Config struct {
 	// MaxUnavailable is the per-workload budget of pods not Running and Ready: an int
 	// or a percentage of the replicas (rounded down), at least 1.
 	MaxUnavailable intstr.IntOrString
-	// Interval between passes (default 2s: a pass reads only caches).
+	// Interval (default 2s) is how soon a revision is passed after a change, changes
+	// within it coalescing into one pass, and how often while it is not settled (pods
+	// waiting for a node, moves left, fewer placed pods than replicas).
 	Interval time.Duration
-	// PassDeadline bounds one pass (default 10s): the revisions it did not reach come
-	// first in the next one.
+	// PassDeadline bounds one revision's pass (default 10s); one cut short is retried.
 	PassDeadline time.Duration
-	Signals      Signals // optional
+	// Resync (default 5m) is the safety net: every revision is passed again this often
+	// even when nothing was seen to change.
+	Resync  time.Duration
+	Signals Signals // optional
 	// Launches (optional): a term whose pods have waited FALLBACK_AFTER without a word
 	// from Karpenter is not marked unavailable while NodeClaims for it are launching or
 	// made progress within FALLBACK_AFTER; time alone counts only from then on.
@@ -104,7 +110,12 @@ type Loop struct {
 	stuckSaid   map[types.UID]bool
 	blockedSaid map[types.UID]string
 	returning   map[string]time.Time // revision/term: last canary evicted to return there
-	resume      types.UID            // the first revision the last pass did not reach
+	results     map[types.UID]result // each passed revision's last result, summed in sums
+	sums        passSums
+	// queue holds the revisions to pass while Run leads (nil otherwise); informer
+	// handlers add to it once they have been handed the initial lists.
+	queue          atomic.Pointer[revisionQueue]
+	handlersSynced []cache.InformerSynced
 	// leading is the leadership fence of the current Run, checked right before each
 	// eviction; nil (a loop run without election, as in tests) always leads.
 	leading func() bool
@@ -124,48 +135,62 @@ func NewLoop(cfg Config) (*Loop, error) {
 	if cfg.PassDeadline <= 0 {
 		cfg.PassDeadline = defaultPassDeadline
 	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = defaultResync
+	}
 	if _, err := Budget(cfg.MaxUnavailable, 10); err != nil {
 		return nil, err
 	}
 	l := &Loop{cfg: cfg}
 	l.reset()
+	revisionsSeen, err := cfg.Caches.OnRevisionChange(l.changed)
+	if err != nil {
+		return nil, err
+	}
+	recordsSeen, err := cfg.Records.OnChange(l.changed)
+	if err != nil {
+		return nil, err
+	}
+	l.handlersSynced = []cache.InformerSynced{revisionsSeen, recordsSeen}
 	return l, nil
 }
 
-// Run makes a pass every interval until ctx ends. leading (nil: always) is checked
-// right before each eviction; see RunElected.
+// Run passes the revisions that changed, each after Interval (changes within it make
+// one pass), until ctx ends; see queue.go. leading (nil: always) is checked right before
+// each eviction; see RunElected.
 func (l *Loop) Run(ctx context.Context, leading func() bool) {
 	l.running.Lock()
 	defer l.running.Unlock()
 	l.reset()
 	l.leading = leading
 	l.cfg.Metrics.leader.Set(1)
+	// Every revision is queued once below: the handlers' replay of the initial lists
+	// would only queue them twice.
+	if !cache.WaitForCacheSync(ctx.Done(), l.handlersSynced...) {
+		l.cfg.Metrics.leader.Set(0)
+		return
+	}
+	q := newRevisionQueue(l.cfg.Interval)
+	l.queue.Store(&q)
 	defer func() {
+		l.queue.Store(nil)
+		q.ShutDown()
 		// Another replica runs the loop now and reports: no stale value of this one's
 		// stays beside its own (the alerts take the maximum over the replicas).
 		l.cfg.Metrics.leader.Set(0)
-		l.cfg.Metrics.lag.Set(0)
-		l.cfg.Metrics.pending.Set(0)
-		l.cfg.Metrics.fallback.Set(0)
-		l.cfg.Metrics.unavailable.Reset()
-		l.cfg.Metrics.termTarget.Reset()
-		l.cfg.Metrics.termPods.Reset()
+		l.cfg.Metrics.queueDepth.Set(0)
+		l.reset()
+		l.publish(time.Now())
 	}()
 	l.cfg.Log.Info("convergence loop started")
-	t := time.NewTicker(l.cfg.Interval)
-	defer t.Stop()
-	for {
-		// A pass is bounded: what it does not reach, the next one starts with.
-		pass, cancel := context.WithTimeout(ctx, l.cfg.PassDeadline)
-		l.Pass(pass)
-		cancel()
-		select {
-		case <-ctx.Done():
-			l.cfg.Log.Info("convergence loop stopped")
-			return
-		case <-t.C:
-		}
+	go func() {
+		<-ctx.Done()
+		q.ShutDown()
+	}()
+	go l.resyncEvery(ctx, q)
+	for l.processNext(ctx, q) {
 	}
+	l.cfg.Log.Info("convergence loop stopped")
 }
 
 // reset forgets what an earlier term of leadership remembered.
@@ -174,6 +199,7 @@ func (l *Loop) reset() {
 	l.stuckSaid, l.blockedSaid = map[types.UID]bool{}, map[types.UID]string{}
 	l.listed, l.said = map[types.UID]time.Time{}, map[string]bool{}
 	l.returning = map[string]time.Time{}
+	l.results, l.sums = map[types.UID]result{}, newPassSums()
 }
 
 // revision is one counting unit the loop looks at.
@@ -189,176 +215,96 @@ type revision struct {
 	rolling bool
 }
 
-// Pass looks at every current revision once.
+// Pass passes every current revision once, then does the housekeeping: what Run does
+// for the revisions that change, over all of them (tests, and Run's resync, use it).
 func (l *Loop) Pass(ctx context.Context) {
-	now := time.Now()
-	l.cfg.Metrics.unavailable.Reset()
-	revs, exists := l.revisions()
-	sums, seen := l.convergeAll(ctx, l.resumeOrder(revs), now)
-	sums.publish(l.cfg.Metrics)
-	l.forgetGone(seen, now)
-	if ctx.Err() != nil {
-		return // stale records wait for a pass with time left
-	}
-	for _, rec := range l.cfg.Records.All() {
-		// A revision scaled to zero keeps its record (and so its cool-down history) until
-		// the record goes stale; only a deleted revision's record goes at once.
-		if err := l.cfg.Records.Forget(ctx, rec, l.cfg.Cooldown, !seen[rec.Revision] && !exists[rec.Revision]); err != nil {
-			l.cfg.Log.WithError(err).Warn("cannot drop a stale unavailability record")
-		}
-	}
-}
-
-// resumeOrder sorts revs to start where the last pass ran out of time, so no revision
-// waits for ever behind the others.
-func (l *Loop) resumeOrder(revs []revision) []revision {
-	sort.Slice(revs, func(i, j int) bool { return revs[i].uid < revs[j].uid })
-	if l.resume != "" {
-		at := sort.Search(len(revs), func(i int) bool { return revs[i].uid >= l.resume })
-		revs = append(revs[at:], revs[:at]...)
-	}
-	l.resume = ""
-	return revs
-}
-
-// passSums is what a pass reports over all revisions.
-type passSums struct {
-	lag                   time.Duration // the longest a revision has been off its placement
-	fallbackPods, pending int
-	target, placed        map[string]int // by term label string
-}
-
-// convergeAll converges each revision until ctx ends; the ones it does not reach keep
-// what they had and go first next time. seen holds every revision of revs.
-func (l *Loop) convergeAll(ctx context.Context, revs []revision, now time.Time) (passSums, map[types.UID]bool) {
-	sums := passSums{target: map[string]int{}, placed: map[string]int{}}
-	seen := map[types.UID]bool{}
-	for i, rev := range revs {
-		seen[rev.uid] = true
+	for _, rev := range l.revisions() {
 		if ctx.Err() != nil {
-			if l.resume == "" {
-				l.resume = rev.uid
-				l.cfg.Metrics.passesCut.Inc()
-				l.cfg.Log.WithField("left", len(revs)-i).Warn("convergence pass ran out of time; the rest go first in the next one")
-			}
-			if since, ok := l.offSince[rev.uid]; ok {
-				sums.lag = max(sums.lag, now.Sub(since))
-			}
-			continue
+			return
 		}
-		res := l.converge(ctx, rev, now)
-		for term, n := range res.target {
-			sums.target[term] += n
-		}
-		for term, n := range res.placed {
-			sums.placed[term] += n
-		}
-		sums.fallbackPods += res.fallbackPods
-		sums.pending += res.pending
-		if !res.off {
-			delete(l.offSince, rev.uid)
-			continue
-		}
-		if _, ok := l.offSince[rev.uid]; !ok {
-			l.offSince[rev.uid] = now
-		}
-		sums.lag = max(sums.lag, now.Sub(l.offSince[rev.uid]))
+		l.passRevision(ctx, rev)
 	}
-	return sums, seen
-}
-
-// publish sets the pass's gauges, all at once after the pass, so a scrape never sees a
-// pass's partial sums. A pass cut short leaves out the revisions it did not reach.
-func (s passSums) publish(m *Metrics) {
-	m.fallback.Set(float64(s.fallbackPods))
-	m.pending.Set(float64(s.pending))
-	m.lag.Set(s.lag.Seconds())
-	m.termTarget.Reset()
-	m.termPods.Reset()
-	for term, n := range s.target {
-		m.termTarget.WithLabelValues(term).Set(float64(n))
-		m.termPods.WithLabelValues(term).Set(float64(s.placed[term]))
-	}
-	for term, n := range s.placed {
-		if _, ok := s.target[term]; !ok {
-			m.termPods.WithLabelValues(term).Set(float64(n))
-		}
-	}
-}
-
-// forgetGone drops what the loop remembers of revisions the pass did not see, and of
-// evictions the cache has had a minute to show.
-func (l *Loop) forgetGone(seen map[types.UID]bool, now time.Time) {
-	for uid := range l.offSince {
-		if !seen[uid] {
-			delete(l.offSince, uid)
-		}
-	}
-	for key := range l.said {
-		if uid, _, _ := strings.Cut(key, "/"); !seen[types.UID(uid)] {
-			delete(l.said, key)
-		}
-	}
-	for key := range l.returning {
-		if uid, _, _ := strings.Cut(key, "/"); !seen[types.UID(uid)] {
-			delete(l.returning, key)
-		}
-	}
-	for uid, at := range l.evicted {
-		if now.Sub(at) > time.Minute {
-			delete(l.evicted, uid)
-		}
-	}
+	l.housekeep(ctx, time.Now())
 }
 
 // revisions lists the current revisions with replicas: a Deployment's newest
 // ReplicaSet (older ones are being scaled away by the rollout), bare ReplicaSets and
 // StatefulSets.
-//
-// known holds every ReplicaSet and StatefulSet in the caches, with replicas or not: a
-// revision scaled to zero keeps its unavailability record while it exists.
-func (l *Loop) revisions() (out []revision, known map[types.UID]bool) {
+func (l *Loop) revisions() []revision {
 	r := l.cfg.Caches.Resolver
-	known = map[types.UID]bool{}
+	var out []revision
 	sets, err := r.ReplicaSets.List(labels.Everything())
 	if err != nil {
 		l.cfg.Log.WithError(err).Warn("cannot list ReplicaSets from the cache")
 	}
-	active := map[types.UID]int{} // ReplicaSets with replicas, per Deployment
 	for _, rs := range sets {
-		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" && rs.Spec.Replicas != nil && *rs.Spec.Replicas > 0 {
-			active[owner.UID]++
+		if rev, ok := l.replicaSetRevision(rs); ok {
+			out = append(out, rev)
 		}
-	}
-	for _, rs := range sets {
-		known[rs.UID] = true
-		if rs.Spec.Replicas == nil || *rs.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(rs.Namespace) {
-			continue
-		}
-		rolling := false
-		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" {
-			d, err := r.Deployments.Deployments(rs.Namespace).Get(owner.Name)
-			if err != nil || d.UID != owner.UID || d.Annotations[revisionAnnotation] != rs.Annotations[revisionAnnotation] {
-				continue
-			}
-			rolling = active[owner.UID] > 1
-		}
-		out = append(out, revision{uid: rs.UID, namespace: rs.Namespace, name: rs.Name, kind: "ReplicaSet",
-			replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations, rolling: rolling})
 	}
 	statefulSets, err := r.StatefulSets.List(labels.Everything())
 	if err != nil {
 		l.cfg.Log.WithError(err).Warn("cannot list StatefulSets from the cache")
 	}
 	for _, s := range statefulSets {
-		known[s.UID] = true
-		if s.Spec.Replicas == nil || *s.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(s.Namespace) {
-			continue
+		if rev, ok := l.statefulSetRevision(s); ok {
+			out = append(out, rev)
 		}
-		out = append(out, revision{uid: s.UID, namespace: s.Namespace, name: s.Name, kind: "StatefulSet",
-			replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations, rolling: statefulSetRolling(s)})
 	}
-	return out, known
+	return out
+}
+
+// revisionByUID returns the current revision with uid; ok is false when there is none
+// (gone, scaled to zero, an older ReplicaSet of a Deployment, a namespace left alone).
+func (l *Loop) revisionByUID(uid types.UID) (revision, bool) {
+	if rs, ok := l.cfg.Caches.ReplicaSetByUID(uid); ok {
+		return l.replicaSetRevision(rs)
+	}
+	if s, ok := l.cfg.Caches.StatefulSetByUID(uid); ok {
+		return l.statefulSetRevision(s)
+	}
+	return revision{}, false
+}
+
+// exists reports whether the ReplicaSet or StatefulSet uid is in the caches, with
+// replicas or not: a revision scaled to zero keeps its unavailability record while it
+// exists.
+func (l *Loop) exists(uid types.UID) bool {
+	if _, ok := l.cfg.Caches.ReplicaSetByUID(uid); ok {
+		return true
+	}
+	_, ok := l.cfg.Caches.StatefulSetByUID(uid)
+	return ok
+}
+
+func (l *Loop) replicaSetRevision(rs *appsv1.ReplicaSet) (revision, bool) {
+	if rs.Spec.Replicas == nil || *rs.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(rs.Namespace) {
+		return revision{}, false
+	}
+	rolling := false
+	if owner := metav1.GetControllerOfNoCopy(rs); owner != nil && owner.Kind == "Deployment" {
+		d, err := l.cfg.Caches.Resolver.Deployments.Deployments(rs.Namespace).Get(owner.Name)
+		if err != nil || d.UID != owner.UID || d.Annotations[revisionAnnotation] != rs.Annotations[revisionAnnotation] {
+			return revision{}, false
+		}
+		active := 0
+		for _, sibling := range l.cfg.Caches.ReplicaSetsOf(owner.UID) {
+			if sibling.Namespace == rs.Namespace && sibling.Spec.Replicas != nil && *sibling.Spec.Replicas > 0 {
+				active++
+			}
+		}
+		rolling = active > 1
+	}
+	return revision{uid: rs.UID, namespace: rs.Namespace, name: rs.Name, kind: "ReplicaSet",
+		replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations, rolling: rolling}, true
+}
+
+func (l *Loop) statefulSetRevision(s *appsv1.StatefulSet) (revision, bool) {
+	if s.Spec.Replicas == nil || *s.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(s.Namespace) {
+		return revision{}, false
+	}
+	return revision{uid: s.UID, namespace: s.Namespace, name: s.Name, kind: "StatefulSet",
+		replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations, rolling: statefulSetRolling(s)}, true
 }
 
 const revisionAnnotation = "deployment.kubernetes.io/revision"
@@ -374,13 +320,23 @@ func statefulSetRolling(s *appsv1.StatefulSet) bool {
 		(s.Status.UpdateRevision != "" && s.Status.UpdateRevision != s.Status.CurrentRevision)
 }
 
-// result is what one revision's pass reports for the metrics.
+// result is what one revision's pass reports: for the metrics, and when to pass it
+// again.
 type result struct {
 	fallbackPods, pending int
 	off                   bool
 	// target and placed count, by term label string, the pods the revision should
-	// have on each term and the live placed pods it has there.
-	target, placed map[string]int
+	// have on each term and the live placed pods it has there; unavailable counts its
+	// unavailable terms.
+	target, placed, unavailable map[string]int
+	// unsettled: something may change with time alone (pods wait for a node, moves are
+	// left, fewer placed pods than replicas), so the revision is passed again after
+	// Interval. failed: the pass was cut short or an API call failed; it is retried
+	// with backoff.
+	unsettled, failed bool
+	// until is the end of the earliest cool-down of its unavailable terms, when their
+	// seats return (zero: none).
+	until time.Time
 }
 
 // move is one pod the loop wants elsewhere.
@@ -438,7 +394,15 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	p.markUnavailable(ctx)
 	p.place()
 	p.planMoves(p.findUnplaced(ctx))
-	return p.act(ctx)
+	res := p.act(ctx)
+	res.unsettled = res.off || res.pending > 0 || len(p.waiting) > 0 || len(p.stranded) > 0 || l.suspect[rev.uid] > 0
+	res.failed = res.failed || ctx.Err() != nil
+	for _, st := range p.active {
+		if res.until.IsZero() || st.Until.Before(res.until) {
+			res.until = st.Until
+		}
+	}
+	return res
 }
 
 // startPass resolves the revision's workload and parses its strategy; ok is false when

@@ -306,7 +306,7 @@ func TestEvictionRefusedByPDB(t *testing.T) {
 	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), p})
 	w.refuse = true
 	ctx := context.Background()
-	rev, _ := w.loop.revisions()
+	rev := w.loop.revisions()
 	if len(rev) != 1 {
 		t.Fatalf("revisions %v", rev)
 	}
@@ -543,7 +543,7 @@ func TestStatefulSetRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		revs, _ := w.loop.revisions()
+		revs := w.loop.revisions()
 		for _, rev := range revs {
 			if rev.kind == "StatefulSet" {
 				return rev.rolling, nil
@@ -663,27 +663,6 @@ func TestReturnStartsWithACanary(t *testing.T) {
 		return len(w.evictions()) > 1, nil
 	}); err != nil {
 		t.Fatalf("evicted %v: the return did not go on once the canary ran", w.evictions())
-	}
-}
-
-// A pass that runs out of time leaves the revisions it did not reach for the next pass,
-// which starts with them, so none waits behind the others for ever.
-func TestPassOutOfTimeResumesWhereItStopped(t *testing.T) {
-	p := pod(2, 1, "on-demand", true, 0)
-	p.Annotations[strategy.AnnotationFallbackFrom] = "2"
-	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), p})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	w.loop.Pass(ctx)
-	if got := w.evictions(); len(got) != 0 {
-		t.Fatalf("evicted %v in a pass with no time left", got)
-	}
-	if w.loop.resume != rsUID {
-		t.Fatalf("resume at %q, want the revision the pass did not reach (%s)", w.loop.resume, rsUID)
-	}
-	w.loop.Pass(context.Background())
-	if got := w.evictions(); len(got) != 1 || w.loop.resume != "" {
-		t.Fatalf("evicted %v, resume %q: want the move made by the next pass", got, w.loop.resume)
 	}
 }
 

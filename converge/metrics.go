@@ -15,7 +15,8 @@ type Metrics struct {
 	pending     prometheus.Gauge
 	lag         prometheus.Gauge
 	leader      prometheus.Gauge
-	passesCut   prometheus.Counter
+	passes      *prometheus.CounterVec
+	queueDepth  prometheus.Gauge
 	termTarget  *prometheus.GaugeVec
 	termPods    *prometheus.GaugeVec
 }
@@ -53,9 +54,13 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Name: "convergence_lag_seconds",
 			Help: "How long the workload revision that has been off its target the longest has been so (0 when every one is exact).",
 		}),
-		passesCut: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "converge_passes_cut_total",
-			Help: "Convergence passes that ran out of their deadline before reaching every revision (the rest go first in the next pass).",
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "converge_revision_passes_total",
+			Help: "Passes over one workload revision, made when something that matters to it changed, by outcome: settled (nothing to wait for), unsettled (passed again shortly: pods wait for a node or to move), retried (an API call failed or the pass ran out of time).",
+		}, []string{"outcome"}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "converge_queue_depth",
+			Help: "Workload revisions queued for a pass now (not counting the ones waiting for their time).",
 		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "converge_leader",
@@ -70,13 +75,16 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Help: "Live placed pods of the workload revisions with a strategy on each term, summed by the term's node labels; set by the replica running the loop, after each pass.",
 		}, []string{"term"}),
 	}
-	// The eviction series exist from the start, at 0, for rates and alerts.
+	// The eviction and pass series exist from the start, at 0, for rates and alerts.
+	for _, outcome := range []string{"settled", "unsettled", "retried"} {
+		m.passes.WithLabelValues(outcome)
+	}
 	for _, reason := range []string{MoveStranded, MoveReturn, MoveDrift, MoveUnplaced, MoveSeatAbove} {
 		for _, result := range []string{"evicted", "refused", "fenced"} {
 			m.evictions.WithLabelValues(reason, result)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passesCut, m.termTarget, m.termPods} {
+	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

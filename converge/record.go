@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -105,6 +106,34 @@ func NewRecords(client kubernetes.Interface, namespace string) *Records {
 // SetOwner makes owner own the records written from now on (the webhook's Deployment),
 // so they are deleted with it. Call it before Start.
 func (r *Records) SetOwner(owner ownership.Owner) { r.owner = owner }
+
+// OnChange calls changed with the revision of each record that is written or deleted
+// (informer resyncs, which change nothing, call nothing). It runs on the informer's
+// goroutine: it must be quick. The returned function reports whether changed has been
+// called for every record of the informer's initial list.
+func (r *Records) OnChange(changed func(revision types.UID)) (cache.InformerSynced, error) {
+	revisionOf := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if lease, ok := obj.(*coordinationv1.Lease); ok && strings.HasPrefix(lease.Name, recordPrefix) {
+			changed(types.UID(strings.TrimPrefix(lease.Name, recordPrefix)))
+		}
+	}
+	reg, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: revisionOf,
+		UpdateFunc: func(old, obj any) {
+			if old != obj {
+				revisionOf(obj)
+			}
+		},
+		DeleteFunc: revisionOf,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch unavailability records: %w", err)
+	}
+	return reg.HasSynced, nil
+}
 
 // Start runs the informer until ctx ends.
 func (r *Records) Start(ctx context.Context) { r.factory.Start(ctx.Done()) }

@@ -43,6 +43,7 @@ func (p *revPass) findUnplaced(ctx context.Context) []*corev1.Pod {
 	unplaced, err := l.unplaced(ctx, p.rev)
 	if err != nil {
 		p.log.WithError(err).Warn("cannot list the revision's pods")
+		p.res.failed = true
 	}
 	if len(unplaced) == 0 {
 		l.listed[uid] = p.now

@@ -17,7 +17,7 @@ var allowed = map[string][]string{
 	"ownership":                         nil,
 	"karpenter/nodegroups":              nil,
 	"karpenter":                         {"karpenter/nodegroups", "strategy"},
-	"clusterview":                       {"strategy", "karpenter"},
+	"clusterview":                       {"strategy"},
 	"ledger":                            {"strategy", "clusterview", "ownership"},
 	"webhook":                           {"strategy", "clusterview", "ledger", "karpenter"},
 	"webhook/selfcert":                  nil,

@@ -1,0 +1,161 @@
+package clusterview
+
+import (
+	"fmt"
+	"unique"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Indexes of the workload informers: by an object's own UID (a revision is looked up
+// by the UID its pods and records name) and, for ReplicaSets, by their controller's
+// UID (the revisions of one Deployment).
+const (
+	uidIndex        = "uid"
+	controllerIndex = "controller-uid"
+)
+
+func indexByUID(obj any) ([]string, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		return []string{string(o.GetUID())}, nil
+	}
+	return nil, nil
+}
+
+func indexByControllerUID(obj any) ([]string, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+			return []string{string(ref.UID)}, nil
+		}
+	}
+	return nil, nil
+}
+
+// addWorkloadIndexers indexes ReplicaSets by UID and controller UID, StatefulSets by
+// UID; call before the informers start.
+func (c *Caches) addWorkloadIndexers() error {
+	apps := c.workloads.Apps().V1()
+	if err := apps.ReplicaSets().Informer().AddIndexers(cache.Indexers{uidIndex: indexByUID, controllerIndex: indexByControllerUID}); err != nil {
+		return fmt.Errorf("add ReplicaSet indexes: %w", err)
+	}
+	if err := apps.StatefulSets().Informer().AddIndexers(cache.Indexers{uidIndex: indexByUID}); err != nil {
+		return fmt.Errorf("add StatefulSet indexes: %w", err)
+	}
+	return nil
+}
+
+// ReplicaSetByUID returns the cached ReplicaSet with uid (trimmed: see trimWorkload).
+func (c *Caches) ReplicaSetByUID(uid types.UID) (*appsv1.ReplicaSet, bool) {
+	return byUID[*appsv1.ReplicaSet](c.workloads.Apps().V1().ReplicaSets().Informer().GetIndexer(), uid)
+}
+
+// StatefulSetByUID returns the cached StatefulSet with uid (trimmed: see trimWorkload).
+func (c *Caches) StatefulSetByUID(uid types.UID) (*appsv1.StatefulSet, bool) {
+	return byUID[*appsv1.StatefulSet](c.workloads.Apps().V1().StatefulSets().Informer().GetIndexer(), uid)
+}
+
+func byUID[T any](idx cache.Indexer, uid types.UID) (T, bool) {
+	var zero T
+	objs, err := idx.ByIndex(uidIndex, string(uid))
+	if err != nil || len(objs) == 0 {
+		return zero, false
+	}
+	o, ok := objs[0].(T)
+	return o, ok
+}
+
+// ReplicaSetsOf returns the cached ReplicaSets a Deployment (by UID) controls.
+func (c *Caches) ReplicaSetsOf(deployment types.UID) []*appsv1.ReplicaSet {
+	objs, err := c.workloads.Apps().V1().ReplicaSets().Informer().GetIndexer().ByIndex(controllerIndex, string(deployment))
+	if err != nil {
+		return nil
+	}
+	out := make([]*appsv1.ReplicaSet, 0, len(objs))
+	for _, o := range objs {
+		if rs, ok := o.(*appsv1.ReplicaSet); ok {
+			out = append(out, rs)
+		}
+	}
+	return out
+}
+
+// OnRevisionChange calls changed with the UID of each revision (a ReplicaSet or a
+// StatefulSet) whose cached state changed: one of its placed pods, itself, or, for a
+// Deployment's ReplicaSets, the Deployment or a sibling ReplicaSet (a rollout moves
+// replicas between them; the Deployment holds the strategy). A revision's UID may be
+// one that is gone. Informer resyncs, which change nothing, call nothing.
+//
+// changed runs on the informers' goroutines: it must be quick (queue the UID). The
+// returned function reports whether changed has been called for every object of the
+// informers' initial lists.
+func (c *Caches) OnRevisionChange(changed func(uid types.UID)) (cache.InformerSynced, error) {
+	deploymentChanged := func(uid types.UID) {
+		for _, rs := range c.ReplicaSetsOf(uid) {
+			changed(rs.UID)
+		}
+	}
+	podChanged := func(obj any) {
+		if p, ok := unwrap(obj).(*cachedPod); ok && p.controller != (unique.Handle[podController]{}) {
+			changed(p.controller.Value().uid)
+		}
+	}
+	revisionChanged := func(obj any) {
+		o, ok := unwrap(obj).(metav1.Object)
+		if !ok {
+			return
+		}
+		changed(o.GetUID())
+		if ref := metav1.GetControllerOfNoCopy(o); ref != nil && ref.Kind == "Deployment" {
+			deploymentChanged(ref.UID)
+		}
+	}
+	apps := c.workloads.Apps().V1()
+	var synced []cache.InformerSynced
+	for _, h := range []struct {
+		name     string
+		informer cache.SharedIndexInformer
+		changed  func(obj any)
+	}{
+		{"pods", c.pods.Core().V1().Pods().Informer(), podChanged},
+		{"ReplicaSets", apps.ReplicaSets().Informer(), revisionChanged},
+		{"StatefulSets", apps.StatefulSets().Informer(), revisionChanged},
+		{"Deployments", apps.Deployments().Informer(), func(obj any) {
+			if o, ok := unwrap(obj).(metav1.Object); ok {
+				deploymentChanged(o.GetUID())
+			}
+		}},
+	} {
+		reg, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj any) { h.changed(obj) },
+			UpdateFunc: func(old, obj any) {
+				if old != obj { // a resync hands over the same object
+					h.changed(obj)
+				}
+			},
+			DeleteFunc: h.changed,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("watch %s for changed revisions: %w", h.name, err)
+		}
+		synced = append(synced, reg.HasSynced)
+	}
+	return func() bool {
+		for _, s := range synced {
+			if !s() {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
+
+// unwrap returns the object of a deletion the watch missed (a tombstone), else obj.
+func unwrap(obj any) any {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return tomb.Obj
+	}
+	return obj
+}
