@@ -43,12 +43,11 @@ func NewCaches(client kubernetes.Interface, resync time.Duration) (*Caches, erro
 	c := &Caches{
 		workloads: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trimWorkload)),
 	}
-	c.pods = informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTransform(trimPod),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{strategy.LabelManaged: "true"}.String()
-		}))
-	podInformer := c.pods.Core().V1().Pods().Informer()
+	c.pods = informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trimPod))
+	placed := labels.Set{strategy.LabelManaged: "true"}.String()
+	podInformer := c.pods.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return newPodInformer(client, placed, resync)
+	})
 	if err := podInformer.AddIndexers(cache.Indexers{ownerIndex: indexByController}); err != nil {
 		return nil, fmt.Errorf("add pod owner index: %w", err)
 	}
