@@ -240,14 +240,21 @@ func pod(seat, term int, ct string, ready bool, unschedulableFor time.Duration) 
 	return p
 }
 
+// waitingOnSpot returns the pods of replicas seats: seat 1 Running on on-demand, the
+// others Pending on spot, unschedulable for unschedulableFor.
+func waitingOnSpot(replicas int, unschedulableFor time.Duration) []*corev1.Pod {
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= replicas; seat++ {
+		pods = append(pods, pod(seat, 2, "spot", false, unschedulableFor))
+	}
+	return pods
+}
+
 // Pods Pending and unschedulable past FALLBACK_AFTER mark their term unavailable (a
 // record in the API server); the next pass evicts them, at no budget cost since they
 // are unavailable anyway. Younger ones mark nothing.
 func TestStrandedTermDetectedAndEvicted(t *testing.T) {
-	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
-	for seat := 2; seat <= 5; seat++ {
-		pods = append(pods, pod(seat, 2, "spot", false, 30*time.Second))
-	}
+	pods := waitingOnSpot(5, 30*time.Second)
 	w := newWorld(t, 5, pods)
 	ctx := context.Background()
 	w.loop.Pass(ctx)
@@ -596,10 +603,7 @@ func (l *fakeLaunches) Flight(map[string]string, time.Time) karpenter.Flight {
 // (a big burst, a slow spot launch) do not make it unavailable; once nothing is launching
 // and nothing progressed for FALLBACK_AFTER, time alone does.
 func TestSlowLaunchIsNotUnavailable(t *testing.T) {
-	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
-	for seat := 2; seat <= 5; seat++ {
-		pods = append(pods, pod(seat, 2, "spot", false, 3*time.Minute))
-	}
+	pods := waitingOnSpot(5, 3*time.Minute)
 	w := newWorld(t, 5, pods)
 	launches := &fakeLaunches{f: karpenter.Flight{Launching: 3, LastProgress: time.Now().Add(-time.Minute)}}
 	w.loop.cfg.Launches = launches
@@ -714,10 +718,7 @@ func TestKarpenterWordsArePinned(t *testing.T) {
 // The record and Event of a marked term say how many of its pending pods Karpenter had
 // nominated for capacity (its Nominated Events).
 func TestStrikeReportsNominations(t *testing.T) {
-	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
-	for seat := 2; seat <= 5; seat++ {
-		pods = append(pods, pod(seat, 2, "spot", false, 30*time.Second))
-	}
+	pods := waitingOnSpot(5, 30*time.Second)
 	w := newWorld(t, 5, pods)
 	w.loop.cfg.Signals = NewKarpenterSignals(w.client)
 	ctx := context.Background()

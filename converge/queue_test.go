@@ -68,10 +68,7 @@ func TestSettledRevisionIsPassedOnlyOnChange(t *testing.T) {
 // change, so FALLBACK_AFTER is noticed when it runs out: here the pods wait 30 s of a
 // FALLBACK_AFTER of 20 s from the start, and the record is struck on the first pass.
 func TestUnsettledRevisionIsPassedAgain(t *testing.T) {
-	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
-	for seat := 2; seat <= 3; seat++ {
-		pods = append(pods, pod(seat, 2, "spot", false, 5*time.Second))
-	}
+	pods := waitingOnSpot(3, 5*time.Second)
 	w := newWorld(t, 3, pods)
 	runLoop(t, w, 20*time.Millisecond)
 	waitFor(t, "passes again while pods wait", func() bool { return passes(w, "unsettled") >= 3 })
@@ -83,10 +80,7 @@ func TestUnsettledRevisionIsPassedAgain(t *testing.T) {
 // A deleted revision's record goes at once: the deletion queues the revision, which is
 // then found gone.
 func TestDeletedRevisionsRecordGoesOnTheEvent(t *testing.T) {
-	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
-	for seat := 2; seat <= 3; seat++ {
-		pods = append(pods, pod(seat, 2, "spot", false, 30*time.Second))
-	}
+	pods := waitingOnSpot(3, 30*time.Second)
 	w := newWorld(t, 3, pods)
 	runLoop(t, w, 20*time.Millisecond)
 	waitFor(t, "the stranded term's record", func() bool { return w.records.Get(rsUID) != nil })
