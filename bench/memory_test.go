@@ -66,7 +66,7 @@ func (b *bench) memory(ctx context.Context, t *testing.T) error {
 	}
 	b.printf("### Memory of each serve replica (after a collection once it settled, and with %d pods once the admissions' reservations expired)\n\n", n)
 	b.printf("Live heap: go_gc_heap_live_bytes, what that collection marked live; heap: go_memstats_heap_alloc_bytes (live and garbage) and RSS: process_resident_memory_bytes, the lowest of 5 scrapes a second apart. " +
-		"The seat owner is the replica that took the revision's seats and answered every claim (the other forwarded its admissions' claims to it); the convergence leader runs the loop that watches placed pods (a pass every 2 s).\n\n")
+		"The seat owner is the replica that took the revision's seats and answered every claim (the other forwarded its admissions' claims to it); the convergence leader runs the loop that watches placed pods (a pass over a revision when it changes).\n\n")
 	b.printf("| replica | placed pods in the cache | live heap | heap | RSS |\n|---|---|---|---|---|\n")
 	worst := 0.0
 	for i, s := range b.replicas {
