@@ -6,6 +6,8 @@
 #                     registry and checked, the ECR push path against a local ECR endpoint,
 #                     then end-to-end tests (of that image's binary) on a local cluster
 #   make bench        benchmark on a local cluster of its own; prints Markdown tables
+#   make scale        many strategy Deployments (20,000 pods) on a local cluster of its own,
+#                     measured per webhook replica; prints a Markdown table
 #   make soak DURATION=30m   churn soak with an invariant checker on a local cluster of its own
 #
 # The local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
@@ -21,7 +23,7 @@ BIN_DIR := $(CURDIR)/bin
 WEBHOOK_BIN := $(BIN_DIR)/custom-kube-scheduler-webhook
 LC := scripts/localcluster
 
-.PHONY: build vet test test-unit test-deploy test-image test-ecr test-install image-bases test-e2e bench soak demo demo-down cluster-up cluster-down lint-scripts
+.PHONY: build vet test test-unit test-deploy test-image test-ecr test-install image-bases test-e2e bench scale soak demo demo-down cluster-up cluster-down lint-scripts
 
 # One version source: VERSION names the binary (-ldflags -X), the image tag and the chart
 # (deploy/test/static.sh fails when Chart.yaml disagrees).
@@ -100,6 +102,13 @@ test-deploy:
 ## BENCH_RUNS, BENCH_SIZES, ... tune it (scripts/bench.sh)
 bench: build
 	BENCH_WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/bench.sh
+
+## scale: SCALE_WORKLOADS x SCALE_REPLICAS pods (200 x 100) of strategy Deployments on a
+## dedicated cluster, always torn down; memory, restart, steady CPU and API requests,
+## admission latency and capacity-loss recovery of each webhook replica (scripts/scale.sh)
+SCALE_WEBHOOK_BIN ?= $(WEBHOOK_BIN)
+scale: build
+	SCALE_WEBHOOK_BIN=$(SCALE_WEBHOOK_BIN) bash scripts/scale.sh
 
 ## soak: the churn soak (e2e's TestSoak) for DURATION on a dedicated cluster, always
 ## torn down; exit status 1 on any violation. SOAK_OPS, SOAK_SEED, ... (scripts/soak.sh)

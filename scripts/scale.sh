@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# make scale: bring up a dedicated local cluster, create many strategy Deployments on it
+# (SCALE_WORKLOADS x SCALE_REPLICAS pods, default 200 x 100 = 20,000; nodes from
+# Karpenter's kwok provider), measure each of the two serve replicas (bench/scale_test.go,
+# TestScale) and print a Markdown table; the cluster is always torn down.
+# Env: SCALE_PORT_OFFSET (default 800), SCALE_CLUSTER_DIR (default
+# <repo>/.localcluster/scale), SCALE_OUT (default <repo>/bin/scale.md), SCALE_TIMEOUT
+# (go test's timeout, default 120m), SCALE_WEBHOOK_BIN (default: built by the test),
+# SCALE_WORKLOADS, SCALE_REPLICAS, SCALE_SERVE_ENV and the test's other settings
+# (see bench/scale_test.go).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+export LOCALCLUSTER_DIR=${SCALE_CLUSTER_DIR:-$repo/.localcluster/scale}
+export LOCALCLUSTER_PORT_OFFSET=${SCALE_PORT_OFFSET:-800}
+export SCALE_OUT=${SCALE_OUT:-$repo/bin/scale.md}
+export SCALE_WORKLOADS=${SCALE_WORKLOADS:-200}
+export SCALE_REPLICAS=${SCALE_REPLICAS:-100}
+mkdir -p "$(dirname "$SCALE_OUT")"
+rm -f "$SCALE_OUT"
+cd "$repo"
+echo "make scale: $SCALE_WORKLOADS Deployments x $SCALE_REPLICAS pods on a cluster in $LOCALCLUSTER_DIR (port offset $LOCALCLUSTER_PORT_OFFSET), $(nproc) CPUs"
+start=$SECONDS
+rc=0
+bash scripts/localcluster/with-cluster.sh \
+	go test -tags bench -count=1 -v -timeout "${SCALE_TIMEOUT:-120m}" -run '^TestScale$' ./bench/ || rc=$?
+[[ -n ${SCALE_CLUSTER_DIR:-} ]] || rmdir "$repo/.localcluster" 2>/dev/null || true
+if [[ -s $SCALE_OUT ]]; then
+	echo
+	echo "===== $SCALE_OUT"
+	cat "$SCALE_OUT"
+fi
+echo "make scale: $((SECONDS - start)) s, exit status $rc"
+exit "$rc"
