@@ -635,7 +635,8 @@ func procCPUSeconds(pid int) float64 {
 }
 
 // auditCounts counts the webhook identity's requests received in [from, to) in the
-// API server's audit log, per replica (by token id) and by verb and resource; other
+// API server's audit log, per replica (by token id) and by verb and resource (the
+// convergence loop's prefixed "converge: "); other
 // is those carrying no known token id.
 func (s *scale) auditCounts(from, to time.Time) ([]map[string]int, int, error) {
 	f, err := os.Open(s.auditPath)
@@ -662,7 +663,8 @@ func (s *scale) auditCounts(from, to time.Time) ([]map[string]int, int, error) {
 				Resource    string `json:"resource"`
 				Subresource string `json:"subresource"`
 			} `json:"objectRef"`
-			Received time.Time `json:"requestReceivedTimestamp"`
+			Received  time.Time `json:"requestReceivedTimestamp"`
+			UserAgent string    `json:"userAgent"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue
@@ -673,6 +675,10 @@ func (s *scale) auditCounts(from, to time.Time) ([]map[string]int, int, error) {
 		key := ev.Verb + " " + ev.ObjectRef.Resource
 		if ev.ObjectRef.Subresource != "" {
 			key += "/" + ev.ObjectRef.Subresource
+		}
+		// The convergence loop's client says so in its user agent.
+		if strings.HasSuffix(ev.UserAgent, "/converge") {
+			key = "converge: " + key
 		}
 		idx := -1
 		for _, id := range ev.User.Extra["authentication.kubernetes.io/credential-id"] {

@@ -347,6 +347,9 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	// that share the main client, nor be slowed by them.
 	loopCfg := rest.CopyConfig(restCfg)
 	loopCfg.QPS, loopCfg.Burst = 20, 40
+	// Its own user agent too, so the API server's audit log and metrics tell its
+	// requests from admission's.
+	loopCfg.UserAgent = restCfg.UserAgent + "/converge"
 	loopClient, err := kubernetes.NewForConfig(loopCfg)
 	if err != nil {
 		return fmt.Errorf("create the convergence loop's client: %w", err)
