@@ -245,12 +245,11 @@ type podController struct {
 	uid                    types.UID
 }
 
-// GetObjectMeta makes the ObjectMeta the informer's keys and indexes read (its store
-// reads objects through meta.Accessor).
+// GetObjectMeta makes the ObjectMeta the informer reads through meta.Accessor: its
+// store's keys and an update's resource versions. Only those fields: it is made for
+// every event, and readers get whole views from fill.
 func (p *cachedPod) GetObjectMeta() metav1.Object {
-	var view corev1.Pod
-	p.fill(&view, &viewScratch{})
-	return &view.ObjectMeta
+	return &metav1.ObjectMeta{Name: p.name, Namespace: value(p.namespace), UID: p.uid, ResourceVersion: p.resourceVersion}
 }
 
 // viewScratch is the storage a pod view's maps and slices use: EachPodOf reuses one

@@ -167,7 +167,7 @@ func TestCachedPodViews(t *testing.T) {
 	if allocs := testing.AllocsPerRun(100, func() { cp.fill(&view, &scratch) }); allocs != 0 {
 		t.Errorf("a view allocates %v times, want 0", allocs)
 	}
-	if meta := cp.GetObjectMeta(); meta.GetName() != "web-p" || meta.GetNamespace() != testNS || meta.GetResourceVersion() != "42" {
-		t.Errorf("object meta %s/%s rv %s", meta.GetNamespace(), meta.GetName(), meta.GetResourceVersion())
+	if meta := cp.GetObjectMeta(); meta.GetName() != "web-p" || meta.GetNamespace() != testNS || meta.GetResourceVersion() != "42" || meta.GetUID() != orig.UID {
+		t.Errorf("object meta %s/%s uid %s rv %s", meta.GetNamespace(), meta.GetName(), meta.GetUID(), meta.GetResourceVersion())
 	}
 }

@@ -32,9 +32,9 @@ func newPodInformer(client kubernetes.Interface, selector string, resync time.Du
 		},
 	}
 	// As client-go's own informers do: a client that cannot stream the initial list
-	// (the fake one of unit tests) is listed.
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, resync,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	// (the fake one of unit tests) is listed. No namespace index: nothing lists the
+	// cached pods by namespace (Caches adds its owner index).
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, resync, cache.Indexers{})
 }
 
 // pagedPodList lists the pods selector selects in pages of podPageSize, consistently
