@@ -41,6 +41,7 @@ func newPodInformer(client kubernetes.Interface, selector string, resync time.Du
 // (every page from one snapshot, whose resource version the list carries), and keeps of
 // each pod only what trimPod reads. A page read from the API server's watch cache (the
 // resource version "0" client-go asks for first) would come whole, every pod at once.
+// client-go's pager hands out items or the whole list, not a page's resource version.
 func pagedPodList(ctx context.Context, client kubernetes.Interface, selector string) (*corev1.PodList, error) {
 	out := &corev1.PodList{}
 	opts := metav1.ListOptions{LabelSelector: selector, Limit: podPageSize}

@@ -90,12 +90,18 @@ func toNodePool(obj interface{}) (interface{}, error) {
 	return np, nil
 }
 
-// newNodeInformer watches Nodes, keeping only what matching needs.
+// nodePageSize is how many Nodes one page of the Node informer's list holds.
+const nodePageSize = 500
+
+// newNodeInformer watches Nodes, keeping only what matching needs. Its list is read in
+// pages, each slimmed before the next (listSlimNodes): an EKS node's status carries its
+// image list, tens of KiB, and a list of thousands of them whole would take more than
+// the webhook's memory limit at startup.
 func newNodeInformer(client kubernetes.Interface, resync time.Duration) (cache.SharedIndexInformer, error) {
 	nodes := client.CoreV1().Nodes()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return nodes.List(ctx, opts)
+			return listSlimNodes(ctx, client, opts.LabelSelector)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			return nodes.Watch(ctx, opts)
@@ -106,6 +112,29 @@ func newNodeInformer(client kubernetes.Interface, resync time.Duration) (cache.S
 		return nil, fmt.Errorf("setting Node transform: %w", err)
 	}
 	return inf, nil
+}
+
+// listSlimNodes lists the Nodes in pages of nodePageSize, consistently (every page from
+// one snapshot, whose resource version the list carries), each Node slimmed (slimNode).
+// client-go's pager hands out items or the whole list, not a page's resource version.
+func listSlimNodes(ctx context.Context, client kubernetes.Interface, selector string) (*corev1.NodeList, error) {
+	out := &corev1.NodeList{}
+	opts := metav1.ListOptions{LabelSelector: selector, Limit: nodePageSize}
+	for {
+		page, err := client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list nodes (%d listed): %w", len(out.Items), err)
+		}
+		out.ResourceVersion = page.ResourceVersion
+		for i := range page.Items {
+			slim, _ := slimNode(&page.Items[i])
+			out.Items = append(out.Items, *slim.(*corev1.Node))
+		}
+		if page.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = page.Continue
+	}
 }
 
 // slimNode keeps a Node's name, labels, taints, unschedulable flag, deletion
