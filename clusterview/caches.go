@@ -135,7 +135,7 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) (cache.Inform
 		}
 	}
 	reg, err := c.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
+		AddFunc: notify,
 		UpdateFunc: func(old, obj any) {
 			// A resync hands over the same object: the ledger knows it already, and
 			// making a pod of each of 20,000 every 10 minutes is garbage for nothing.
