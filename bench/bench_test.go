@@ -191,8 +191,8 @@ func goBuild(ctx context.Context, t *testing.T, repo, pkg string) (string, error
 func serveEnv() []string {
 	extra := os.Getenv("BENCH_SERVE_ENV")
 	env := []string{
-		// As the chart runs it: GOGC from gcPercent, GOMEMLIMIT from its memory limit.
-		"GOGC=400", "GOMEMLIMIT=256MiB",
+		// As the chart runs it: GOGC from gcPercent, GOMEMLIMIT 90% of its memory limit.
+		"GOGC=400", "GOMEMLIMIT=230MiB",
 		"LOG_LEVEL=info",
 		"BLOCKLISTED_NAMESPACE_LIST=" + blocklist,
 		"POD_NAMESPACE=" + webhookNS,

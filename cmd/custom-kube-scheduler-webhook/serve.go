@@ -116,6 +116,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	// keep running on ctx until the server has stopped, or stop at once if it never started.
 	ctx, cancel, start := lifetime(stop)
 	defer cancel()
+	collectOftenUntilSynced(ctx, r.synced)
 	if err := r.startViews(ctx); err != nil {
 		return err
 	}
