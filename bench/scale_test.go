@@ -493,7 +493,7 @@ func (s *scale) run(ctx context.Context) error {
 		"Per cached pod: (live heap at full size − with no pod) / %d Running pods. CPU: utime+stime from /proc/PID/stat over 60 s with nothing changing; "+
 		"the whole machine used %.2f cores then (API server %.2f, etcd %.2f, Karpenter %.2f, kwok %.2f). "+
 		"API requests: the API server's audit log entries of the chart's ServiceAccount in the same 60 s, told apart by each replica's token id "+
-		"(the webhook and its convergence loop share one client and user agent: the convergence leader's figure holds both).\n\n",
+		"(the convergence loop's requests, by its own user agent, are marked \"converge:\" in the table below; leader election is the webhook client's).\n\n",
 		running, sumValues(machine)/steady.Seconds(), machine["API server"]/steady.Seconds(), machine["etcd"]/steady.Seconds(),
 		machine["Karpenter"]/steady.Seconds(), machine["kwok"]/steady.Seconds())
 	s.printf("API requests at steady state by verb and resource (60 s):\n\n| replica | requests |\n|---|---|\n")
