@@ -110,12 +110,9 @@ func (c *Caches) Unsynced() []string {
 // returned function reports whether the handlers have been given every pod of the
 // initial list (a handler added to a running informer catches up on its own).
 func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) (cache.InformerSynced, error) {
-	// placedPod returns the placed pod an event is about; a deletion may come as a
-	// tombstone when the watch missed it.
+	// placedPod returns the placed pod an event is about (podOf unwraps a deletion's
+	// tombstone).
 	placedPod := func(obj any) *corev1.Pod {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
 		pod := podOf(obj)
 		if pod == nil {
 			return nil
@@ -134,21 +131,18 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) (cache.Inform
 			gone(pod)
 		}
 	}
-	reg, err := c.pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: notify,
-		UpdateFunc: func(old, obj any) {
-			// A resync hands over the same object: the ledger knows it already, and
-			// making a pod of each of 20,000 every 10 minutes is garbage for nothing.
-			if old != obj {
-				notify(obj)
-			}
-		},
+	// No resyncs (period 0): one hands over every cached pod unchanged, which the ledger
+	// knows already; making a pod of each of 20,000 every 10 minutes is garbage for
+	// nothing.
+	reg, err := c.pods.Core().V1().Pods().Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, obj any) { notify(obj) },
 		DeleteFunc: func(obj any) {
 			if pod := placedPod(obj); pod != nil {
 				gone(pod)
 			}
 		},
-	})
+	}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("watch placed pods: %w", err)
 	}

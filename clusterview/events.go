@@ -86,7 +86,7 @@ func (c *Caches) ReplicaSetsOf(deployment types.UID) []*appsv1.ReplicaSet {
 // StatefulSet) whose cached state changed: one of its placed pods, itself, or, for a
 // Deployment's ReplicaSets, the Deployment or a sibling ReplicaSet (a rollout moves
 // replicas between them; the Deployment holds the strategy). A revision's UID may be
-// one that is gone. Informer resyncs, which change nothing, call nothing.
+// one that is gone. The handlers take no resyncs (period 0): those change nothing.
 //
 // changed runs on the informers' goroutines: it must be quick (queue the UID). The
 // returned function reports whether changed has been called for every object of the
@@ -128,15 +128,11 @@ func (c *Caches) OnRevisionChange(changed func(uid types.UID)) (cache.InformerSy
 			}
 		}},
 	} {
-		reg, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(obj any) { h.changed(obj) },
-			UpdateFunc: func(old, obj any) {
-				if old != obj { // a resync hands over the same object
-					h.changed(obj)
-				}
-			},
+		reg, err := h.informer.AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+			AddFunc:    h.changed,
+			UpdateFunc: func(_, obj any) { h.changed(obj) },
 			DeleteFunc: h.changed,
-		})
+		}, 0)
 		if err != nil {
 			return nil, fmt.Errorf("watch %s for changed revisions: %w", h.name, err)
 		}

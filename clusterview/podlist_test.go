@@ -86,3 +86,39 @@ func TestPodCacheListsInPages(t *testing.T) {
 		}
 	}
 }
+
+// The handlers of the ledger and of the convergence loop take no informer resyncs: one
+// hands over every cached pod unchanged, which would cost each of them a call per pod.
+func TestHandlersTakeNoResyncs(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: "web-1", Namespace: testNS, UID: "pod-1", ResourceVersion: "5",
+		Labels:          map[string]string{strategy.LabelManaged: "true"},
+		Annotations:     map[string]string{strategy.AnnotationSeat: "1"},
+		OwnerReferences: []metav1.OwnerReference{controllerRef("ReplicaSet", "web-5c4ff85997", testRSUID)},
+	}}
+	// The shortest resync client-go allows.
+	caches, err := NewCaches(fake.NewClientset(pod), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	visible, changed := 0, 0
+	if _, err := caches.OnPlacedPods(func(*corev1.Pod) { mu.Lock(); visible++; mu.Unlock() }, func(*corev1.Pod) {}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := caches.OnRevisionChange(func(types.UID) { mu.Lock(); changed++; mu.Unlock() }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	caches.Start(ctx)
+	if err := caches.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3500 * time.Millisecond) // three resync periods
+	mu.Lock()
+	defer mu.Unlock()
+	if visible != 1 || changed != 1 {
+		t.Errorf("the pod was seen %d times by the ledger's handler and %d by the loop's, want once each (its add)", visible, changed)
+	}
+}

@@ -216,7 +216,7 @@ type revision struct {
 }
 
 // Pass passes every current revision once, then does the housekeeping: what Run does
-// for the revisions that change, over all of them (tests, and Run's resync, use it).
+// for the revisions that change, over all of them at once (the tests use it).
 func (l *Loop) Pass(ctx context.Context) {
 	for _, rev := range l.revisions() {
 		if ctx.Err() != nil {

@@ -18,6 +18,8 @@ package converge
 
 import (
 	"context"
+	"maps"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -157,17 +159,9 @@ func (l *Loop) forgetRevision(ctx context.Context, uid types.UID) {
 	delete(l.listed, uid)
 	delete(l.stuckSaid, uid)
 	delete(l.blockedSaid, uid)
-	prefix := string(uid) + "/"
-	for key := range l.said {
-		if len(key) > len(prefix) && key[:len(prefix)] == prefix {
-			delete(l.said, key)
-		}
-	}
-	for key := range l.returning {
-		if len(key) > len(prefix) && key[:len(prefix)] == prefix {
-			delete(l.returning, key)
-		}
-	}
+	prefix := string(uid) + "/" // the keys of said and returning start with it
+	maps.DeleteFunc(l.said, func(key string, _ bool) bool { return strings.HasPrefix(key, prefix) })
+	maps.DeleteFunc(l.returning, func(key string, _ time.Time) bool { return strings.HasPrefix(key, prefix) })
 	if rec := l.cfg.Records.Get(uid); rec != nil && !l.exists(uid) {
 		if err := l.cfg.Records.Forget(ctx, rec, l.cfg.Cooldown, true); err != nil {
 			l.cfg.Log.WithError(err).Warn("cannot drop the unavailability record of a deleted revision")

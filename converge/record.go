@@ -108,7 +108,7 @@ func NewRecords(client kubernetes.Interface, namespace string) *Records {
 func (r *Records) SetOwner(owner ownership.Owner) { r.owner = owner }
 
 // OnChange calls changed with the revision of each record that is written or deleted
-// (informer resyncs, which change nothing, call nothing). It runs on the informer's
+// (no resyncs, period 0: those change nothing). It runs on the informer's
 // goroutine: it must be quick. The returned function reports whether changed has been
 // called for every record of the informer's initial list.
 func (r *Records) OnChange(changed func(revision types.UID)) (cache.InformerSynced, error) {
@@ -120,15 +120,11 @@ func (r *Records) OnChange(changed func(revision types.UID)) (cache.InformerSync
 			changed(types.UID(strings.TrimPrefix(lease.Name, recordPrefix)))
 		}
 	}
-	reg, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: revisionOf,
-		UpdateFunc: func(old, obj any) {
-			if old != obj {
-				revisionOf(obj)
-			}
-		},
+	reg, err := r.informer.AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+		AddFunc:    revisionOf,
+		UpdateFunc: func(_, obj any) { revisionOf(obj) },
 		DeleteFunc: revisionOf,
-	})
+	}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("watch unavailability records: %w", err)
 	}
