@@ -9,6 +9,7 @@
 #   make scale        many strategy Deployments (20,000 pods) on a local cluster of its own,
 #                     measured per webhook replica; prints a Markdown table
 #   make soak DURATION=30m   churn soak with an invariant checker on a local cluster of its own
+#   make docs         regenerate docs/cli.md from the commands' --help
 #
 # The local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # kwok, Karpenter's kwok provider) is built once into
@@ -23,7 +24,8 @@ BIN_DIR := $(CURDIR)/bin
 WEBHOOK_BIN := $(BIN_DIR)/custom-kube-scheduler-webhook
 LC := scripts/localcluster
 
-.PHONY: build vet test test-unit test-deploy test-image test-ecr test-install image-bases test-e2e bench scale soak demo demo-down cluster-up cluster-down lint-scripts
+RELEASE_DATE ?=
+.PHONY: release build generate docs vet test test-karpenter-range test-unit test-deploy test-image test-ecr test-install image-bases test-e2e bench scale soak demo demo-down cluster-up cluster-down lint-scripts
 
 # One version source: VERSION names the binary (-ldflags -X), the image tag and the chart
 # (deploy/test/static.sh fails when Chart.yaml disagrees).
@@ -37,6 +39,11 @@ LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/ ./cmd/...
 	ln -sfn custom-kube-scheduler-webhook $(BIN_DIR)/kubectl-spread
+
+## docs: regenerate docs/cli.md from the commands' --help (TestCLIReference fails while
+## it differs; the same as go generate ./cmd/...)
+docs:
+	UPDATE_DOCS=1 $(GO) test -count=1 -run TestCLIReference ./cmd/custom-kube-scheduler-webhook
 
 ## vet: go vet, including the tests that need a cluster (build tag e2e)
 vet:
@@ -65,13 +72,29 @@ E2E_WEBHOOK_BIN ?= $(WEBHOOK_BIN)
 test-e2e: build
 	SOAK_DURATION=$(SOAK_TEST_DURATION) SOAK_OPS=$(SOAK_TEST_OPS) E2E_WEBHOOK_BIN=$(E2E_WEBHOOK_BIN) bash $(LC)/run-e2e.sh
 
+## test-karpenter-range: the Karpenter-dependent e2e tests (tolerations, fallback on limits
+## and back, no NodePool fits, slow launches, a partly limited term) against each Karpenter
+## of KARPENTER_RANGE other than go.mod's (test-e2e runs that one), each built from its
+## module into the cache like go.mod's (~3.5 min cold each) on a cluster of its own
+## (docs/upgrade.md#karpenter-versions). v1.15 needs Go 1.26.9, so the range's newest
+## tested here is go.mod's v1.14.1.
+KARPENTER_RANGE ?= v1.12.1
+KARPENTER_E2E_RUN ?= TestTaintedNodePoolGetsTolerations|TestStrandedFallbackAndReturn|TestKarpenterSaysNoNodePoolFits|TestSlowLaunchBurstIsNotUnavailable|TestPartlyLimitedTermKeepsItsRunningPods
+test-karpenter-range: build
+	for v in $(KARPENTER_RANGE); do \
+		echo "== Karpenter $$v"; \
+		KARPENTER_VERSION=$$v E2E_RUN='$(KARPENTER_E2E_RUN)' E2E_WEBHOOK_BIN=$(E2E_WEBHOOK_BIN) bash $(LC)/run-e2e.sh; \
+	done
+
 ## image-bases: stand-in builder and runtime images built offline into buildah's image
 ## store (for tests and air-gapped builds); prints BUILDER_IMAGE=<ref> and RUNTIME_IMAGE=<ref>
 image-bases:
 	@bash scripts/image/bases.sh
 
 ## test-image: build the image from the stand-in bases, push it and the chart to a local
-## registry of its own, check what was pushed and leave the image's binary in bin/image;
+## registry of its own, signed with a test key (cosign, SBOM, provenance; the pinned
+## cosign and cyclonedx-gomod built once into the cache), check and verify what was
+## pushed and leave the image's binary in bin/image;
 ## then the ECR path (test-ecr) in the same image store, so the bases are built once
 IMAGE_BIN := $(BIN_DIR)/image/custom-kube-scheduler-webhook
 test-image:
@@ -91,11 +114,19 @@ test-ecr:
 test-install: build
 	WEBHOOK_BIN=$(WEBHOOK_BIN) bash deploy/test/install.sh
 
+## release: make release VERSION=x.y.z prepares a release in the working tree: CHANGELOG.md's
+## [Unreleased] becomes a dated section, VERSION, the chart's version and appVersion, the
+## rendered manifests and the install commands follow, checks they agree and prints the
+## release notes (scripts/release.sh; it commits and tags nothing; docs/release.md)
+release:
+	bash scripts/release.sh $(VERSION) $(if $(RELEASE_DATE),--date $(RELEASE_DATE))
+
 ## test-deploy: chart lint and render, manifest drift, shellcheck, the alerts' promtool
 ## check and unit tests (deploy/test/monitoring), Dockerfile checks, build_and_push.sh
 ## --dry-run, and the binary built with the Dockerfile's flags
 test-deploy:
 	deploy/test/static.sh
+	bash scripts/release-test.sh
 	deploy/test/build-binary.sh
 
 ## bench: the benchmark harness (bench/) on a dedicated cluster, always torn down;
@@ -117,9 +148,11 @@ soak: build
 	DURATION=$(DURATION) E2E_WEBHOOK_BIN=$(WEBHOOK_BIN) bash scripts/soak.sh
 
 ## test: everything CI runs; stops at the first failure, the e2e cluster is always torn down.
-## The end-to-end tests run the webhook binary taken out of the image test-image pushed.
+## The end-to-end tests run the webhook binary taken out of the image test-image pushed,
+## the Karpenter-dependent ones also against the oldest Karpenter of the supported range.
 test: vet test-unit test-deploy test-image
 	$(MAKE) test-e2e E2E_WEBHOOK_BIN=$(IMAGE_BIN)
+	$(MAKE) test-karpenter-range E2E_WEBHOOK_BIN=$(IMAGE_BIN)
 	$(MAKE) test-install
 
 ## demo: one command from a fresh clone (first run builds Kubernetes: minutes).
@@ -143,3 +176,10 @@ cluster-down:
 ## lint-scripts: shellcheck the shell scripts (deploy/test/static.sh checks every one)
 lint-scripts:
 	shellcheck -x $(LC)/*.sh scripts/*.sh deploy/*.sh deploy/test/*.sh build_and_push.sh .ci/run
+
+## generate: deepcopy of api/ and the policy CRDs into the chart's files/crds, with
+## controller-gen pinned in scripts/tools/go.mod (deploy/test/static.sh fails while
+## the chart's copy differs from what this generates)
+CONTROLLER_GEN := $(GO) tool -modfile=scripts/tools/go.mod controller-gen
+generate:
+	$(CONTROLLER_GEN) object paths=./api/... crd:crdVersions=v1 output:crd:dir=deploy/chart/custom-kube-scheduler-webhook/files/crds

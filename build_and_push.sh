@@ -37,8 +37,19 @@ Options:
   --runtime-image REF            the Dockerfile's RUNTIME_IMAGE (default: its pinned distroless image)
   --engine docker|buildah        force one (default: docker when `docker info` works, else buildah)
   --chart                        also package the Helm chart at the same version, its default
-                                 image.repository set to the pushed image, and push it to
+                                 image set to the pushed one by digest (image.repository, image.tag
+                                 = the version for people, image.digest = the pushed index's
+                                 digest: pods run repo:version@sha256:...), and push it to
                                  oci://<registry>[/PATH]/charts
+  --sign-key REF                 sign the image index and the chart with cosign and attach, signed, a
+                                 CycloneDX SBOM and a SLSA provenance attestation to the image;
+                                 REF is a cosign key file (its password in $COSIGN_PASSWORD) or a
+                                 KMS URI (awskms://, gcpkms://, azurekms://, hashivault://)
+                                 (default: $COSIGN_KEY)
+  --sign-keyless                 the same, keyless: a Fulcio certificate for the CI's OIDC identity,
+                                 logged in Rekor (docs/release.md)
+  --no-tlog                      with --sign-key: do not upload to the Rekor transparency log
+                                 (private or air-gapped registries; verify with --insecure-ignore-tlog)
   --mutable-tags                 create the ECR repository with MUTABLE tags (default IMMUTABLE)
   --dry-run                      print every command instead of running it; needs neither aws,
                                  docker nor buildah (it shows the conventional ECR host, as it
@@ -47,6 +58,9 @@ Options:
 
 ECR calls (the IAM permissions needed, see deploy/README.md): DescribeRepositories,
 CreateRepository, BatchGetImage, GetAuthorizationToken, then the registry push.
+
+Signing needs cosign and cyclonedx-gomod: $COSIGN and $CYCLONEDX_GOMOD, else
+scripts/image/tools.sh builds the pinned versions once into ~/.cache (minutes, cold).
 
 Environment: AWS_PROFILE and the usual AWS CLI variables apply. BUILDX_BUILDER names the
 buildx builder (default: custom-kube-scheduler-webhook, created with the
@@ -77,6 +91,9 @@ builder_image=""
 runtime_image=""
 engine=""
 chart=false
+sign_key=${COSIGN_KEY:-}
+keyless=false
+tlog=true
 
 while (($# > 0)); do
 	case "$1" in
@@ -129,6 +146,18 @@ while (($# > 0)); do
 		chart=true
 		shift
 		;;
+	--sign-key)
+		sign_key=${2:?--sign-key needs a key file or KMS URI}
+		shift 2
+		;;
+	--sign-keyless)
+		keyless=true
+		shift
+		;;
+	--no-tlog)
+		tlog=false
+		shift
+		;;
 	--mutable-tags)
 		mutability=MUTABLE
 		shift
@@ -158,6 +187,14 @@ if [[ ! $version =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]]; then
 fi
 if [[ -n $registry && ! $registry =~ ^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?$ ]]; then
 	die "--registry $registry is not HOST[:PORT][/PATH]"
+fi
+
+sign=false
+if [[ -n $sign_key ]] && $keyless; then die "--sign-key and --sign-keyless: one or the other"; fi
+if [[ -n $sign_key ]] || $keyless; then sign=true; fi
+if ! $tlog && $keyless; then die "--no-tlog needs --sign-key: a keyless signature is only checkable through Rekor"; fi
+if [[ -n $sign_key && ! $sign_key =~ ^[a-z0-9]+:// && ! -r $sign_key ]]; then
+	die "--sign-key $sign_key: no such readable key file (or a KMS URI such as awskms:///alias/name)"
 fi
 
 # ECR: the CLI, the region and the account are checked before anything else runs.
@@ -228,7 +265,19 @@ if ! $dry_run; then
 		source deploy/lib.sh
 		ensure_helm
 	fi
+	if $sign; then
+		command -v jq >/dev/null 2>&1 || die "jq not found: signing writes the provenance with it"
+		if [[ -z ${COSIGN:-} || -z ${CYCLONEDX_GOMOD:-} ]]; then
+			tools=$(bash scripts/image/tools.sh) || die "could not build cosign and cyclonedx-gomod (scripts/image/tools.sh)"
+			COSIGN=${COSIGN:-$(sed -n 's/^COSIGN=//p' <<<"$tools")}
+			CYCLONEDX_GOMOD=${CYCLONEDX_GOMOD:-$(sed -n 's/^CYCLONEDX_GOMOD=//p' <<<"$tools")}
+		fi
+		[[ -x $COSIGN ]] || die "cosign ($COSIGN) is not executable"
+		[[ -x $CYCLONEDX_GOMOD ]] || die "cyclonedx-gomod ($CYCLONEDX_GOMOD) is not executable"
+	fi
 fi
+COSIGN=${COSIGN:-cosign}
+CYCLONEDX_GOMOD=${CYCLONEDX_GOMOD:-cyclonedx-gomod}
 
 revision=$(git rev-parse HEAD 2>/dev/null) || die "not a git checkout: the image is tagged with the commit"
 sha_tag=${revision:0:12}
@@ -369,6 +418,13 @@ else
 			printf '%s' "$registry_password" | "${login[@]}" || die "helm registry login to $registry_host failed"
 		fi
 	fi
+	if $sign; then
+		login=("$COSIGN" login --username "$registry_user" --password-stdin "$registry_host")
+		echo "+ <the token's password> | ${login[*]}"
+		if ! $dry_run; then
+			printf '%s' "$registry_password" | "${login[@]}" || die "cosign login to $registry_host failed"
+		fi
+	fi
 	unset registry_password
 fi
 
@@ -391,6 +447,8 @@ if [[ -n $builder_image ]]; then build_args+=(--build-arg "BUILDER_IMAGE=$builde
 if [[ -n $runtime_image ]]; then build_args+=(--build-arg "RUNTIME_IMAGE=$runtime_image"); fi
 tags=("$sha_tag" "$version")
 digest_file=${context}/.digest
+
+build_started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
 # 3. Build for every platform and push one manifest list under both tags.
 if [[ $engine == docker ]]; then
@@ -434,15 +492,103 @@ if $chart; then
 	if ! $dry_run; then
 		mkdir -p "$context/chart"
 		cp -R "$chart_src" "$context/chart/"
-		# image.repository is required in the source chart; the released one names its image.
-		sed -i -E "s|^(  repository:) \"\"$|\1 \"$image\"|" "$chart_dir/values.yaml"
-		grep -qF "repository: \"$image\"" "$chart_dir/values.yaml" || die "could not set image.repository in the packaged chart"
+		# image.repository is required in the source chart; the released one names its image
+		# by the digest just pushed (what runs is what was pushed, even if the tag moves),
+		# and keeps the version tag for people reading the pod spec.
+		pushed_digest=$(<"$digest_file")
+		[[ $pushed_digest =~ ^sha256:[0-9a-f]{64}$ ]] || die "the push left no digest ($pushed_digest): cannot pin the chart's image"
+		sed -i -E -e "s|^(  repository:) \"\"$|\1 \"$image\"|" \
+			-e "s|^(  tag:) \"\"$|\1 \"$version\"|" \
+			-e "s|^(  digest:) \"\"$|\1 \"$pushed_digest\"|" "$chart_dir/values.yaml"
+		for want in "repository: \"$image\"" "tag: \"$version\"" "digest: \"$pushed_digest\""; do
+			grep -qF "  $want" "$chart_dir/values.yaml" || die "could not set image.${want%%:*} in the packaged chart"
+		done
+	else
+		echo "+ (the packaged chart's values: image.repository=$image image.tag=$version image.digest=<the pushed digest>)"
 	fi
 	run "${HELM:-helm}" package "$chart_dir" --version "$version" --app-version "$version" --destination "$context"
 	push=("${HELM:-helm}" push "$context/custom-kube-scheduler-webhook-$version.tgz" "oci://$chart_repo")
 	if [[ $tls_verify == false ]]; then push+=(--plain-http); fi
-	run "${push[@]}"
+	show "${push[@]}"
+	if ! $dry_run; then
+		"${push[@]}" >"$context/chart-push.log" 2>&1 || {
+			cat "$context/chart-push.log" >&2
+			die "helm push failed"
+		}
+		cat "$context/chart-push.log"
+		chart_digest=$(sed -n 's/^Digest: //p' "$context/chart-push.log")
+		[[ $chart_digest =~ ^sha256:[0-9a-f]{64}$ ]] || ! $sign || die "helm push printed no chart digest to sign"
+	fi
 	chart_ref=oci://$chart_repo/custom-kube-scheduler-webhook
+fi
+
+# 5. Signatures and attestations, on the digests just pushed (a tag can move; a digest
+# cannot), the same for the buildah and the docker path.
+if $sign; then
+	if $dry_run; then digest='<digest>' chart_digest='<chart digest>'; else digest=$(<"$digest_file"); fi
+	cosign_flags=(--yes)
+	if [[ -n $sign_key ]]; then cosign_flags+=(--key "$sign_key"); fi
+	if ! $tlog; then cosign_flags+=(--tlog-upload=false); fi
+	if [[ $tls_verify == false ]]; then cosign_flags+=(--allow-insecure-registry --allow-http-registry); fi
+	run "$COSIGN" sign "${cosign_flags[@]}" "$image@$digest"
+
+	# The SBOM: the modules compiled into the binary (cyclonedx-gomod app over the vendored
+	# context, with the Dockerfile's build constraints), and the runtime base image as a
+	# component. cyclonedx-gomod takes the main module's version from a git tag on HEAD, so
+	# the context gets a throwaway repository whose empty commit is tagged v<version>.
+	sbom=$context/sbom.cdx.json
+	sbom_env="CGO_ENABLED=0 GOOS=linux GOARCH=${platforms%%,*}"
+	sbom_env=${sbom_env/GOARCH=linux\//GOARCH=}
+	echo "+ (cd $context && git init && git commit --allow-empty && git tag v$version && $sbom_env $CYCLONEDX_GOMOD app -json -main cmd/custom-kube-scheduler-webhook -output sbom.cdx.json)"
+	runtime_ref=${runtime_image:-$(sed -n 's/^ARG RUNTIME_IMAGE=//p' Dockerfile)}
+	if ! $dry_run; then
+		(
+			cd "$context"
+			git init -q
+			git -c user.name=build_and_push.sh -c user.email=build@localhost -c commit.gpgsign=false commit -q --allow-empty -m "SBOM of $revision"
+			git tag "v$version"
+			# shellcheck disable=SC2086 # the variables, one word each
+			env $sbom_env "$CYCLONEDX_GOMOD" app -json -main cmd/custom-kube-scheduler-webhook -output "$sbom.tmp"
+		) >"$context/sbom.log" 2>&1 || {
+			cat "$context/sbom.log" >&2
+			die "cyclonedx-gomod app failed"
+		}
+		rm -rf "$context/.git"
+		jq --arg ref "$runtime_ref" '.components += [{"type": "container",
+			"name": ($ref | split("@")[0] | sub(":[^/:]*$"; "")),
+			"version": ($ref | if test("@") then split("@")[1] else ((capture(":(?<t>[^/:]*)$") | .t) // "") end),
+			"description": "the runtime base image (RUNTIME_IMAGE); its own packages are not listed"}]' "$sbom.tmp" >"$sbom"
+	fi
+	run "$COSIGN" attest "${cosign_flags[@]}" --type cyclonedx --predicate "$sbom" "$image@$digest"
+
+	# SLSA provenance v0.2: who built what from which commit, with which bases and arguments.
+	provenance=$context/provenance.json
+	echo "+ (the SLSA provenance of $image@$digest: the commit $revision, the bases, the build arguments)"
+	if ! $dry_run; then
+		jq -n --arg builder "build_and_push.sh ($engine, $(uname -n))" --arg engine "$engine" \
+			--arg repo "$(git config --get remote.origin.url 2>/dev/null || echo "file://$PWD")" \
+			--arg revision "$revision" --arg version "$version" --arg platforms "$platforms" \
+			--arg builder_image "${builder_image:-$(sed -n 's/^ARG BUILDER_IMAGE=//p' Dockerfile)}" \
+			--arg runtime_image "$runtime_ref" --arg started "$build_started" \
+			--arg finished "$(date -u +%Y-%m-%dT%H:%M:%SZ)" --arg dirty "${sha_tag#"${revision:0:12}"}" '{
+			builder: {id: $builder},
+			buildType: "https://github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/build_and_push.sh@v1",
+			invocation: {
+				configSource: {uri: ("git+" + $repo), digest: {sha1: $revision}, entryPoint: "Dockerfile"},
+				parameters: {engine: $engine, platforms: $platforms, version: $version,
+					BUILDER_IMAGE: $builder_image, RUNTIME_IMAGE: $runtime_image}
+			},
+			metadata: {buildStartedOn: $started, buildFinishedOn: $finished,
+				completeness: {parameters: true, environment: false, materials: true},
+				reproducible: false},
+			materials: [{uri: ("git+" + $repo), digest: {sha1: $revision}, annotations: {dirty: ($dirty != "")}},
+				{uri: $builder_image}, {uri: $runtime_image}]
+		}' >"$provenance"
+	fi
+	run "$COSIGN" attest "${cosign_flags[@]}" --type slsaprovenance --predicate "$provenance" "$image@$digest"
+	if [[ -n $chart_ref ]]; then
+		run "$COSIGN" sign "${cosign_flags[@]}" "$chart_repo/custom-kube-scheduler-webhook@$chart_digest"
+	fi
 fi
 
 echo
@@ -453,6 +599,10 @@ fi
 digest=$(<"$digest_file")
 echo "Pushed $image:$sha_tag and $image:$version"
 echo "Image digest: $digest"
+if $sign; then
+	echo "Signed (cosign $($COSIGN version 2>/dev/null | sed -n 's/^GitVersion: *//p')): $image@$digest, with a CycloneDX SBOM ($(jq '.components | length' "$sbom") components) and SLSA provenance attached${chart_ref:+; the chart $chart_repo/custom-kube-scheduler-webhook@$chart_digest}"
+	if [[ -n ${chart_digest:-} ]]; then echo "Chart digest: $chart_digest"; fi
+fi
 if [[ -n $chart_ref ]]; then
 	echo "Chart: $chart_ref --version $version"
 	echo "Install or upgrade with:"

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -139,7 +140,9 @@ func setup(ctx context.Context, t *testing.T) (*bench, error) {
 		return nil, err
 	}
 	for _, ns := range []string{webhookNS, withNS, withoutNS, floorNS, floorWatchNS} {
-		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		// Opted in (the default scope); the blocklisted ones stay excluded by the blocklist.
+		labels := map[string]string{strategy.LabelNamespaceEnabled: "true"}
+		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
 		}

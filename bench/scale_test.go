@@ -149,7 +149,9 @@ func setupScale(ctx context.Context, t *testing.T) (*scale, error) {
 		}
 	}
 	for _, ns := range []string{webhookNS, scaleNS, probeNS} {
-		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		// Opted in (the default scope); the blocklisted ones stay excluded by the blocklist.
+		labels := map[string]string{strategy.LabelNamespaceEnabled: "true"}
+		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
 		}

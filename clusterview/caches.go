@@ -153,39 +153,29 @@ func (c *Caches) OnPlacedPods(visible, gone func(pod *corev1.Pod)) (cache.Inform
 // namespace only).
 func (c *Caches) Held(revision Revision) map[int]bool {
 	held := map[int]bool{}
-	c.EachPodOf(revision, func(pod *corev1.Pod) {
-		if !strategy.HoldsSeat(pod) {
-			return
-		}
-		if seat, ok := strategy.SeatOf(pod); ok {
-			held[seat] = true
+	c.EachPodOf(revision, func(pod PlacedPod) {
+		if pod.HoldsSeat() && pod.Placed() {
+			held[pod.Seat] = true
 		}
 	})
 	return held
 }
 
 // EachPodOf calls fn with each cached placed pod of revision (a ReplicaSet or
-// StatefulSet, pods of its own namespace only), terminating ones included. The pod is
-// a view valid during the call only, whose maps and slices are the cache's own: do not
-// modify it, and copy it (*pod) to keep it. Making a *corev1.Pod costs 1.2 KiB, so a
-// reader that looks at every pod of big revisions every few seconds (the convergence
-// loop) keeps copies only of the few pods it needs.
-func (c *Caches) EachPodOf(revision Revision, fn func(pod *corev1.Pod)) {
+// StatefulSet, pods of its own namespace only), terminating ones included, as a value
+// that fn may keep: it allocates nothing per pod, so a reader may look at every pod of
+// big revisions every few seconds (the convergence loop).
+func (c *Caches) EachPodOf(revision Revision, fn func(pod PlacedPod)) {
 	objs, err := c.podIndex.ByIndex(ownerIndex, revision.Namespace+"/"+string(revision.UID))
 	if err != nil {
 		return
 	}
-	var (
-		view    corev1.Pod
-		scratch viewScratch
-	)
 	for _, o := range objs {
 		switch p := o.(type) {
 		case *cachedPod:
-			p.fill(&view, &scratch)
-			fn(&view)
+			fn(p.placed())
 		case *corev1.Pod:
-			fn(p)
+			fn(PlacedPodOf(p))
 		}
 	}
 }
@@ -207,12 +197,12 @@ func indexByController(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// cachedPod is what the pod cache keeps of a placed pod (see trimPod): about 330 bytes
-// with its own strings, against 1.2 KiB for even an emptied *corev1.Pod and 900 for
-// one ObjectMeta with the four annotations in a map. Values that many pods have in
+// cachedPod is what the pod cache keeps of a placed pod (see trimPod): a fraction of
+// even an emptied *corev1.Pod, or of one ObjectMeta with the four annotations in a map
+// (BenchmarkCachedPodHeap measures it). Values that many pods have in
 // common (namespace, controller, term, node, selector, phase, reason) are unique
 // handles, one pointer each; the seat and the time stamps are kept as values. Readers
-// get a *corev1.Pod made from it (pod, or fill into a view).
+// get a PlacedPod value (EachPodOf) or a *corev1.Pod of its own (OnPlacedPods).
 type cachedPod struct {
 	name, resourceVersion string
 	uid                   types.UID
@@ -241,32 +231,16 @@ type podController struct {
 
 // GetObjectMeta makes the ObjectMeta the informer reads through meta.Accessor: its
 // store's keys and an update's resource versions. Only those fields: it is made for
-// every event, and readers get whole views from fill.
+// every event, and readers get PlacedPod values or pod().
 func (p *cachedPod) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: p.name, Namespace: value(p.namespace), UID: p.uid, ResourceVersion: p.resourceVersion}
 }
 
-// viewScratch is the storage a pod view's maps and slices use: EachPodOf reuses one
-// across its views, so a pass over a revision allocates nothing per pod.
-type viewScratch struct {
-	owners      [1]metav1.OwnerReference
-	conditions  [2]corev1.PodCondition
-	annotations map[string]string
-	selector    map[string]string
-}
-
 var controllerTrue = true
 
-// pod returns a Pod holding what p kept, in storage of its own.
+// pod returns a Pod holding what p kept, and nothing else, in storage of its own.
 func (p *cachedPod) pod() *corev1.Pod {
-	pod := new(corev1.Pod)
-	p.fill(pod, &viewScratch{})
-	return pod
-}
-
-// fill makes pod hold what p kept, and nothing else, in scratch's storage.
-func (p *cachedPod) fill(pod *corev1.Pod, scratch *viewScratch) {
-	*pod = corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.name, Namespace: value(p.namespace), UID: p.uid, ResourceVersion: p.resourceVersion,
 			CreationTimestamp: unixTime(p.created), DeletionTimestamp: p.deletion,
@@ -276,40 +250,29 @@ func (p *cachedPod) fill(pod *corev1.Pod, scratch *viewScratch) {
 	}
 	if p.controller != (unique.Handle[podController]{}) {
 		c := p.controller.Value()
-		scratch.owners[0] = metav1.OwnerReference{APIVersion: c.apiVersion, Kind: c.kind, Name: c.name, UID: c.uid, Controller: &controllerTrue}
-		pod.OwnerReferences = scratch.owners[:]
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: c.apiVersion, Kind: c.kind, Name: c.name, UID: c.uid, Controller: &controllerTrue}}
 	}
-	if scratch.annotations == nil {
-		scratch.annotations = make(map[string]string, len(cachedAnnotations))
-	}
-	clear(scratch.annotations)
+	pod.Annotations = make(map[string]string, len(cachedAnnotations))
 	for _, kv := range [...][2]string{
 		{strategy.AnnotationSeat, p.seat}, {strategy.AnnotationReservation, p.reservation},
 		{strategy.AnnotationTerm, value(p.term)}, {strategy.AnnotationFallbackFrom, value(p.fallbackFrom)},
 	} {
 		if kv[1] != "" {
-			scratch.annotations[kv[0]] = kv[1]
+			pod.Annotations[kv[0]] = kv[1]
 		}
 	}
-	pod.Annotations = scratch.annotations
 	if p.nodeSelector != (unique.Handle[string]{}) {
-		if scratch.selector == nil {
-			scratch.selector = map[string]string{}
-		}
-		decodeSelector(p.nodeSelector.Value(), scratch.selector)
-		pod.Spec.NodeSelector = scratch.selector
+		pod.Spec.NodeSelector = map[string]string{}
+		decodeSelector(p.nodeSelector.Value(), pod.Spec.NodeSelector)
 	}
-	conds := scratch.conditions[:0]
 	if p.ready {
-		conds = append(conds, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
 	}
 	if p.unschedulable != (unique.Handle[string]{}) {
-		conds = append(conds, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 			Reason: p.unschedulable.Value(), LastTransitionTime: unixTime(p.unschedulableSince)})
 	}
-	if len(conds) > 0 {
-		pod.Status.Conditions = conds
-	}
+	return pod
 }
 
 // podOf returns the pod a cache object or event is about (a deletion may come as a
@@ -410,10 +373,21 @@ func encodeSelector(m map[string]string) string {
 // decodeSelector fills into, cleared first, from encodeSelector's form.
 func decodeSelector(s string, into map[string]string) {
 	clear(into)
+	eachSelectorLabel(s, func(k, v string) bool {
+		into[k] = v
+		return true
+	})
+}
+
+// eachSelectorLabel calls fn with each label of encodeSelector's form s, in order,
+// until fn returns false.
+func eachSelectorLabel(s string, fn func(k, v string) bool) {
 	for s != "" {
 		k, rest, _ := strings.Cut(s, "\x00")
 		v, rest2, _ := strings.Cut(rest, "\x00")
-		into[k] = v
+		if !fn(k, v) {
+			return
+		}
 		s = rest2
 	}
 }
@@ -435,7 +409,9 @@ func templateAnnotations(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
 
 // trimWorkload drops pod templates, managed fields and the last-applied copy from
 // ReplicaSets, Deployments and StatefulSets: only metadata (annotations, owners),
-// replica counts and the template's strategy annotations are read.
+// replica counts, selectors (the convergence loop lists the pods admitted without a
+// seat by them), the template's strategy annotations, and whether a StatefulSet rolls
+// (its update strategy's type and its status's generation and revisions) are read.
 func trimWorkload(obj any) (any, error) {
 	meta := func(m metav1.ObjectMeta) metav1.ObjectMeta {
 		m.ManagedFields = nil
@@ -452,11 +428,16 @@ func trimWorkload(obj any) (any, error) {
 	}
 	switch o := obj.(type) {
 	case *appsv1.ReplicaSet:
-		return &appsv1.ReplicaSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas, Template: templateAnnotations(o.Spec.Template)}}, nil
+		return &appsv1.ReplicaSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas, Selector: o.Spec.Selector, Template: templateAnnotations(o.Spec.Template)}}, nil
 	case *appsv1.Deployment:
 		return &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.DeploymentSpec{Replicas: o.Spec.Replicas, Template: templateAnnotations(o.Spec.Template)}}, nil
 	case *appsv1.StatefulSet:
-		return &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas, Ordinals: o.Spec.Ordinals, Template: templateAnnotations(o.Spec.Template)}}, nil
+		// The update strategy and the revisions in status say whether it is rolling.
+		return &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta),
+			Spec: appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas, Selector: o.Spec.Selector, Ordinals: o.Spec.Ordinals,
+				UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: o.Spec.UpdateStrategy.Type}, Template: templateAnnotations(o.Spec.Template)},
+			Status: appsv1.StatefulSetStatus{ObservedGeneration: o.Status.ObservedGeneration, CurrentRevision: o.Status.CurrentRevision, UpdateRevision: o.Status.UpdateRevision},
+		}, nil
 	}
 	return obj, nil
 }

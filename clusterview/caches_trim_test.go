@@ -142,8 +142,8 @@ func TestTrimPodSharesWhatPodsHaveInCommon(t *testing.T) {
 	}
 }
 
-// A pending pod keeps since when it is unschedulable, and why; a view of the cache
-// allocates nothing per pod.
+// A pending pod keeps since when it is unschedulable, and why; its value allocates
+// nothing.
 func TestCachedPodViews(t *testing.T) {
 	orig := decodedPod(t, "web-p", 4)
 	orig.Spec.NodeName = ""
@@ -152,22 +152,58 @@ func TestCachedPodViews(t *testing.T) {
 	orig.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes", LastTransitionTime: since}}
 	orig.Spec.NodeSelector = map[string]string{"b": "2", "a": "1", "c": ""}
 	cp := trimmed(t, orig)
-	var (
-		view    corev1.Pod
-		scratch viewScratch
-	)
-	cp.fill(&view, &scratch)
-	want := []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, LastTransitionTime: since}}
-	if !reflect.DeepEqual(view.Status.Conditions, want) || view.Status.Phase != corev1.PodPending || view.Spec.NodeName != "" {
-		t.Errorf("view status %+v, node %q", view.Status, view.Spec.NodeName)
+	view := cp.placed()
+	if got, ok := view.UnschedulableFor(); !ok || !got.Equal(since.Time) || view.Phase != corev1.PodPending || view.NodeName != "" || view.IsReady() {
+		t.Errorf("view %+v: unschedulable since %v, %v; want %v", view, got, ok, since)
 	}
-	if !reflect.DeepEqual(view.Spec.NodeSelector, orig.Spec.NodeSelector) {
-		t.Errorf("node selector %v, want %v", view.Spec.NodeSelector, orig.Spec.NodeSelector)
+	if got := view.NodeSelector(); !reflect.DeepEqual(got, orig.Spec.NodeSelector) {
+		t.Errorf("node selector %v, want %v", got, orig.Spec.NodeSelector)
 	}
-	if allocs := testing.AllocsPerRun(100, func() { cp.fill(&view, &scratch) }); allocs != 0 {
+	if v, ok := view.NodeSelectorLabel("c"); !ok || v != "" {
+		t.Errorf(`NodeSelectorLabel("c") = %q, %v`, v, ok)
+	}
+	if _, ok := view.NodeSelectorLabel("d"); ok {
+		t.Error(`NodeSelectorLabel("d") found a label the pod has not`)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { view = cp.placed() }); allocs != 0 {
 		t.Errorf("a view allocates %v times, want 0", allocs)
 	}
 	if meta := cp.GetObjectMeta(); meta.GetName() != "web-p" || meta.GetNamespace() != testNS || meta.GetResourceVersion() != "42" || meta.GetUID() != orig.UID {
 		t.Errorf("object meta %s/%s uid %s rv %s", meta.GetNamespace(), meta.GetName(), meta.GetUID(), meta.GetResourceVersion())
+	}
+}
+
+// Values kept from EachPodOf stay each pod's own after the next pod is viewed: a view
+// whose maps the next pod reused made kept copies read that pod's seat, term it fell
+// back from, selector and readiness.
+func TestKeptPodsAreTheirOwn(t *testing.T) {
+	a := decodedPod(t, "web-a", 1)
+	b := decodedPod(t, "web-b", 2)
+	b.Annotations[strategy.AnnotationFallbackFrom] = "2"
+	b.Spec.NodeSelector = map[string]string{"karpenter.sh/capacity-type": "on-demand"}
+	b.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	caches := syncedCaches(t, append(workloadObjects(burstStrategy), a, b)...)
+	kept := map[string]PlacedPod{}
+	caches.EachPodOf(Revision{Namespace: testNS, UID: testRSUID}, func(p PlacedPod) { kept[p.Name] = p })
+	for _, want := range []*corev1.Pod{a, b} {
+		got, ok := kept[want.Name]
+		if !ok {
+			t.Fatalf("%s not viewed; kept %v", want.Name, kept)
+		}
+		seat, _ := strategy.SeatOf(want)
+		from, _ := strconv.Atoi(want.Annotations[strategy.AnnotationFallbackFrom])
+		ready := want.Name == "web-a"
+		if got.Seat != seat || got.FallbackFrom != from || !reflect.DeepEqual(got.NodeSelector(), want.Spec.NodeSelector) || got.IsReady() != ready {
+			t.Errorf("kept %s: seat %d, from %d, selector %v, ready %v; want %d, %d, %v, %v",
+				want.Name, got.Seat, got.FallbackFrom, got.NodeSelector(), got.IsReady(), seat, from, want.Spec.NodeSelector, ready)
+		}
+	}
+}
+
+func TestPositive(t *testing.T) {
+	for in, want := range map[string]int{"": 0, "0": 0, "1": 1, "42": 42, "-3": 0, "+3": 0, "x": 0, "1x": 0, "999999999": 999999999, "1000000000": 0} {
+		if got := positive(in); got != want {
+			t.Errorf("positive(%q) = %d, want %d", in, got, want)
+		}
 	}
 }

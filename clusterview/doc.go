@@ -7,6 +7,7 @@
 // It also tells the convergence loop which revisions changed (OnRevisionChange), so the
 // loop's work follows the changes, not the cluster's size.
 //
-// It may import strategy (annotation and label names), client-go and k8s.io/api; never
+// It may import strategy (annotation and label names), policy (the links a workload's
+// policy and namespace default add to its chain), client-go and k8s.io/api; never
 // webhook, ledger or converge, which build on it.
 package clusterview

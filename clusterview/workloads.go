@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -28,7 +29,9 @@ type Workload struct {
 	// StatefulSet UID.
 	Revision types.UID
 	// Chain lists the workload objects after the pod, nearest first in lookup order:
-	// a Deployment before its ReplicaSet, whose annotations are copies of it.
+	// a Deployment before its ReplicaSet, whose annotations are copies of it; then the
+	// policy that governs the workload and its namespace's default (ListerResolver's
+	// Policies), so that walking it finds a strategy by the one precedence rule.
 	Chain []strategy.AnnotatedObject
 	// StatefulSet is set for StatefulSet pods, whose seat is their ordinal + 1.
 	StatefulSet *appsv1.StatefulSet
@@ -67,18 +70,42 @@ type ListerResolver struct {
 	CacheGrace time.Duration
 	// LiveSlots bounds concurrent live lookups (nil: unbounded); its capacity is the bound.
 	LiveSlots chan struct{}
+	// Policies appends a workload's policy and namespace-default links (nil: none).
+	Policies PolicyLinks
+}
+
+// PolicyLinks tells the strategy links that follow a workload's own annotations
+// (policy.Cache).
+type PolicyLinks interface {
+	AppendLinks(dst []strategy.AnnotatedObject, w policy.Workload) []strategy.AnnotatedObject
+}
+
+// chain is the workload's links followed by its policy links, in one allocation.
+func (r *ListerResolver) chain(ns, kind string, lbls map[string]string, own ...strategy.AnnotatedObject) []strategy.AnnotatedObject {
+	c := make([]strategy.AnnotatedObject, 0, len(own)+2)
+	c = append(c, own...)
+	if r.Policies == nil {
+		return c
+	}
+	return r.Policies.AppendLinks(c, policy.Workload{Namespace: ns, Kind: kind, Labels: lbls})
 }
 
 // Resolve implements WorkloadResolver for ReplicaSet and StatefulSet owners.
 func (r *ListerResolver) Resolve(ctx context.Context, ns string, owner *metav1.OwnerReference) (*Workload, error) {
-	switch owner.Kind {
+	return r.ResolveRevision(ctx, ns, owner.Kind, owner.Name, owner.UID)
+}
+
+// ResolveRevision finds the workload of the revision kind ns/name (a ReplicaSet or a
+// StatefulSet) whose UID is uid.
+func (r *ListerResolver) ResolveRevision(ctx context.Context, ns, kind, name string, uid types.UID) (*Workload, error) {
+	switch kind {
 	case "ReplicaSet":
-		rs, err := r.replicaSet(ctx, ns, owner.Name)
+		rs, err := r.replicaSet(ctx, ns, name)
 		if err != nil {
 			return nil, err
 		}
-		if rs.UID != owner.UID {
-			return nil, fmt.Errorf("ReplicaSet %s/%s has UID %s, the pod names %s", ns, owner.Name, rs.UID, owner.UID)
+		if rs.UID != uid {
+			return nil, fmt.Errorf("ReplicaSet %s/%s has UID %s, the pod names %s", ns, name, rs.UID, uid)
 		}
 		w := &Workload{Revision: rs.UID, Replicas: -1}
 		if rs.Spec.Replicas != nil { // the API server defaults it; unset reads as unknown
@@ -91,26 +118,26 @@ func (r *ListerResolver) Resolve(ctx context.Context, ns string, owner *metav1.O
 				return nil, err
 			}
 			w.Ref = objectRef("Deployment", dep.ObjectMeta)
-			w.Chain = []strategy.AnnotatedObject{{Name: w.Describe(), Annotations: dep.Annotations}, rsObj}
+			w.Chain = r.chain(ns, "Deployment", dep.Labels, strategy.AnnotatedObject{Name: w.Describe(), Annotations: dep.Annotations}, rsObj)
 			return w, nil
 		}
 		w.Ref = objectRef("ReplicaSet", rs.ObjectMeta)
-		w.Chain = []strategy.AnnotatedObject{rsObj}
+		w.Chain = r.chain(ns, "ReplicaSet", rs.Labels, rsObj)
 		return w, nil
 	case "StatefulSet":
-		sts, err := r.statefulSet(ctx, ns, owner.Name)
+		sts, err := r.statefulSet(ctx, ns, name)
 		if err != nil {
 			return nil, err
 		}
 		// A forged owner reference would otherwise let any pod creator pick its seat.
-		if sts.UID != owner.UID {
-			return nil, fmt.Errorf("StatefulSet %s/%s has UID %s, the pod names %s", ns, owner.Name, sts.UID, owner.UID)
+		if sts.UID != uid {
+			return nil, fmt.Errorf("StatefulSet %s/%s has UID %s, the pod names %s", ns, name, sts.UID, uid)
 		}
 		w := &Workload{Revision: sts.UID, StatefulSet: sts, Ref: objectRef("StatefulSet", sts.ObjectMeta), Replicas: -1}
-		w.Chain = []strategy.AnnotatedObject{{Name: w.Describe(), Annotations: sts.Annotations}}
+		w.Chain = r.chain(ns, "StatefulSet", sts.Labels, strategy.AnnotatedObject{Name: w.Describe(), Annotations: sts.Annotations})
 		return w, nil
 	default:
-		return nil, fmt.Errorf("pods owned by a %s are not placed (Deployment, ReplicaSet and StatefulSet are)", owner.Kind)
+		return nil, fmt.Errorf("pods owned by a %s are not placed (Deployment, ReplicaSet and StatefulSet are)", kind)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 )
 
 // Karpenter (v1) says on the pod itself when it cannot launch capacity for it: a
@@ -51,13 +53,13 @@ func NewKarpenterSignals(client kubernetes.Interface) *KarpenterSignals {
 }
 
 // Unlaunchable implements Signals: it looks at the oldest pending pod's Events.
-func (k *KarpenterSignals) Unlaunchable(ctx context.Context, _ map[string]string, pending []*corev1.Pod) string {
+func (k *KarpenterSignals) Unlaunchable(ctx context.Context, _ map[string]string, pending []clusterview.PlacedPod) string {
 	now := time.Now()
-	var pod *corev1.Pod
+	var pod *clusterview.PlacedPod
 	var age time.Duration
-	for _, p := range pending {
-		if since, ok := unschedulableSince(p); ok && now.Sub(since) >= age {
-			pod, age = p, now.Sub(since)
+	for i, p := range pending {
+		if since, ok := p.UnschedulableFor(); ok && now.Sub(since) >= age {
+			pod, age = &pending[i], now.Sub(since)
 		}
 	}
 	if pod == nil || age < k.minAge {

@@ -3,14 +3,12 @@ package converge
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,24 +20,11 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
-// Event reasons the loop records on workloads.
+// Defaults of Config.
 const (
-	ReasonTermUnavailable = "TermUnavailable"
-	ReasonNoFallback      = "NoFallbackTerm"
-	ReasonConverge        = "Converge"
-	ReasonConvergeBlocked = "ConvergeBlocked"
-	ReasonTermBack        = "TermAvailable"
-)
-
-// Reasons for a move, the values of the evictions metric's "reason" label.
-const (
-	MoveStranded    = "stranded"
-	MoveReturn      = "return"
-	MoveDrift       = "drift"
-	MoveUnplaced    = "unplaced"
-	MoveSeatAbove   = "seat-above-replicas"
 	defaultInterval = 2 * time.Second
 	// defaultPassDeadline bounds a revision's pass: long enough for its API calls,
 	// short enough that a slow API server cannot hold the loop for long.
@@ -50,7 +35,7 @@ const (
 // Signals is Karpenter's early word on a term (optional): why the NodePools serving
 // labels cannot launch capacity for pending pods now, "" when it said nothing.
 type Signals interface {
-	Unlaunchable(ctx context.Context, labels map[string]string, pending []*corev1.Pod) string
+	Unlaunchable(ctx context.Context, labels map[string]string, pending []clusterview.PlacedPod) string
 	// Nominated counts the pods (UIDs, of one namespace) Karpenter nominated for capacity.
 	Nominated(ctx context.Context, namespace string, pods map[types.UID]bool) (int, error)
 }
@@ -65,7 +50,7 @@ type Launches interface {
 type Config struct {
 	Client     kubernetes.Interface
 	Caches     *clusterview.Caches
-	Records    *Records
+	Records    *unavailability.Records
 	Recorder   record.EventRecorder
 	Metrics    *Metrics
 	Namespaces clusterview.NamespaceFilter
@@ -100,18 +85,11 @@ type Loop struct {
 	// running is held by Run: after a lost and regained leadership the new Run waits
 	// for the old one's last pass.
 	running sync.Mutex
-	// What the loop remembers between passes of one term of leadership; a new leader
-	// starts afresh from the API server.
-	evicted     map[types.UID]time.Time // pods evicted, until the cache shows them gone
-	offSince    map[types.UID]time.Time // revision not at its placement since
-	suspect     map[types.UID]int       // passes a revision had fewer placed pods than replicas
-	listed      map[types.UID]time.Time // last live listing of a revision's pods
-	said        map[string]bool         // "term back" said, per revision, term and cool-down end
-	stuckSaid   map[types.UID]bool
-	blockedSaid map[types.UID]string
-	returning   map[string]time.Time // revision/term: last canary evicted to return there
-	results     map[types.UID]result // each passed revision's last result, summed in sums
-	sums        passSums
+	// mem is what the loop remembers between passes of one term of leadership
+	// (memory.go); a new leader starts afresh from the API server.
+	mem memory
+	// pods is the buffer observe reads a revision's pods into.
+	pods []clusterview.PlacedPod
 	// queue holds the revisions to pass while Run leads (nil otherwise); informer
 	// handlers add to it once they have been handed the initial lists.
 	queue          atomic.Pointer[revisionQueue]
@@ -119,6 +97,8 @@ type Loop struct {
 	// leading is the leadership fence of the current Run, checked right before each
 	// eviction; nil (a loop run without election, as in tests) always leads.
 	leading func() bool
+	// strategies parses each distinct strategy once, not on every pass.
+	strategies strategy.Resolver
 }
 
 // NewLoop validates cfg and returns a loop.
@@ -194,13 +174,7 @@ func (l *Loop) Run(ctx context.Context, leading func() bool) {
 }
 
 // reset forgets what an earlier term of leadership remembered.
-func (l *Loop) reset() {
-	l.evicted, l.offSince, l.suspect = map[types.UID]time.Time{}, map[types.UID]time.Time{}, map[types.UID]int{}
-	l.stuckSaid, l.blockedSaid = map[types.UID]bool{}, map[types.UID]string{}
-	l.listed, l.said = map[types.UID]time.Time{}, map[string]bool{}
-	l.returning = map[string]time.Time{}
-	l.results, l.sums = map[types.UID]result{}, newPassSums()
-}
+func (l *Loop) reset() { l.mem = newMemory() }
 
 // revision is one counting unit the loop looks at.
 type revision struct {
@@ -209,6 +183,8 @@ type revision struct {
 	kind                string // ReplicaSet or StatefulSet
 	replicas            int
 	templateAnnotations map[string]string
+	// selector selects its pods (those admitted without a seat are listed by it).
+	selector *metav1.LabelSelector
 	// rolling is set while older ReplicaSets of the Deployment still have replicas, or
 	// the StatefulSet controller rolls to a new revision: the rollout is moving pods
 	// itself, so the loop's budget is 0.
@@ -296,7 +272,7 @@ func (l *Loop) replicaSetRevision(rs *appsv1.ReplicaSet) (revision, bool) {
 		rolling = active > 1
 	}
 	return revision{uid: rs.UID, namespace: rs.Namespace, name: rs.Name, kind: "ReplicaSet",
-		replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations, rolling: rolling}, true
+		replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations, selector: rs.Spec.Selector, rolling: rolling}, true
 }
 
 func (l *Loop) statefulSetRevision(s *appsv1.StatefulSet) (revision, bool) {
@@ -304,7 +280,7 @@ func (l *Loop) statefulSetRevision(s *appsv1.StatefulSet) (revision, bool) {
 		return revision{}, false
 	}
 	return revision{uid: s.UID, namespace: s.Namespace, name: s.Name, kind: "StatefulSet",
-		replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations, rolling: statefulSetRolling(s)}, true
+		replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations, selector: s.Spec.Selector, rolling: statefulSetRolling(s)}, true
 }
 
 const revisionAnnotation = "deployment.kubernetes.io/revision"
@@ -339,140 +315,17 @@ type result struct {
 	until time.Time
 }
 
-// move is one pod the loop wants elsewhere.
-type move struct {
-	pod    *corev1.Pod
-	seat   int
-	reason string
-	why    string
-}
-
-// revPass is one revision's pass: what converge reads, decides and does, step by step
-// (detect.go, fallback.go, repair.go). The pods are read from the cache twice
-// (detection, then moves) as views: a pass keeps copies only of the pods it may name
-// or move, not of all of a revision's.
-type revPass struct {
-	l      *Loop
-	rev    revision
-	cached clusterview.Revision
-	now    time.Time
-	w      *clusterview.Workload
-	s      *strategy.Strategy
-	// optOut: the workload's converge annotation is "false" (detect and say, move nothing).
-	optOut bool
-	log    logrus.FieldLogger
-
-	// Detection (survey, markUnavailable).
-	rec               *Record
-	active            map[int]TermState // unavailable terms now
-	struck            bool              // a term was marked unavailable in this pass
-	placedLive        int
-	placedOn          []int
-	stranded, waiting map[int]*pendingPods
-
-	placement strategy.Placement // seats up to the replica count, the unavailable terms left out
-
-	// Moves (planMoves).
-	moves           []move
-	live, ready     int
-	heldSeats       []int
-	above           map[int]*corev1.Pod // pods of seats above the replica count
-	landed, landing map[int]bool        // terms a returning pod landed on, or is on its way to
-	heldForFallback int
-
-	res result
-}
-
-// converge makes one revision's pass: find its terms without capacity, place its seats
-// around them, and move the pods that are off their placement.
+// converge makes one revision's pass: observe it, plan what to do, and act on the plan
+// (observe.go, plan.go, act.go).
 func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result {
-	p, ok := l.startPass(ctx, rev, now)
+	snap, ok := l.observe(ctx, rev, now)
 	if !ok {
 		return result{}
 	}
-	p.survey()
-	p.markUnavailable(ctx)
-	p.place()
-	p.planMoves(p.findUnplaced(ctx))
-	res := p.act(ctx)
-	res.unsettled = res.off || res.pending > 0 || len(p.waiting) > 0 || len(p.stranded) > 0 || l.suspect[rev.uid] > 0
-	res.failed = res.failed || ctx.Err() != nil
-	for _, st := range p.active {
-		if res.until.IsZero() || st.Until.Before(res.until) {
-			res.until = st.Until
-		}
-	}
+	p := plan(snap, &l.mem, planConfig{fallbackAfter: l.cfg.FallbackAfter, maxUnavailable: l.cfg.MaxUnavailable})
+	res := l.act(ctx, snap, p)
+	sv := snap.survey
+	res.unsettled = res.off || res.pending > 0 || len(sv.waiting) > 0 || len(sv.stranded) > 0 || l.mem.short(rev.uid)
+	res.failed = res.failed || snap.listFailed || ctx.Err() != nil
 	return res
-}
-
-// startPass resolves the revision's workload and parses its strategy; ok is false when
-// it has no active, valid strategy (admission already said why).
-func (l *Loop) startPass(ctx context.Context, rev revision, now time.Time) (*revPass, bool) {
-	w, err := l.cfg.Caches.Resolver.Resolve(ctx, rev.namespace, &metav1.OwnerReference{APIVersion: "apps/v1", Kind: rev.kind, Name: rev.name, UID: rev.uid})
-	if err != nil {
-		return nil, false
-	}
-	src := strategy.Find(append([]strategy.AnnotatedObject{{Name: "pod template", Annotations: rev.templateAnnotations}}, w.Chain...)...)
-	if !src.Active() {
-		return nil, false
-	}
-	s, err := strategy.Parse(src.Raw)
-	if err != nil {
-		return nil, false
-	}
-	p := &revPass{l: l, rev: rev, cached: clusterview.Revision{Namespace: rev.namespace, UID: rev.uid}, now: now, w: w, s: s,
-		log: l.cfg.Log.WithFields(logrus.Fields{"workload": w.Describe(), "revision": rev.name})}
-	for _, o := range w.Chain {
-		if v, ok := o.Annotations[strategy.AnnotationConverge]; ok && strings.EqualFold(strings.TrimSpace(v), "false") {
-			p.optOut = true
-		}
-	}
-	return p, true
-}
-
-// blocked says once per distinct situation why moves wait.
-func (l *Loop) blocked(w *clusterview.Workload, uid types.UID, msg string) {
-	key := msg
-	if i := strings.Index(msg, ":"); i > 0 {
-		key = msg[i:]
-	}
-	if l.blockedSaid[uid] == key {
-		return
-	}
-	l.blockedSaid[uid] = key
-	l.event(w, corev1.EventTypeNormal, ReasonConvergeBlocked, msg)
-	l.cfg.Log.WithField("workload", w.Describe()).Info(msg)
-}
-
-func (l *Loop) event(w *clusterview.Workload, typ, reason, msg string) {
-	if l.cfg.Recorder == nil {
-		return
-	}
-	ref := w.Ref
-	l.cfg.Recorder.Event(&ref, typ, reason, msg)
-}
-
-func isReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// keep copies a pod the cache lent (Caches.EachPodOf) for use after the call.
-func keep(p *corev1.Pod) *corev1.Pod {
-	kept := *p
-	return &kept
-}
-
-func termLabels(s *strategy.Strategy, t int) string {
-	if t < 0 || t >= len(s.Terms) {
-		return "?"
-	}
-	return s.Terms[t].LabelString()
 }

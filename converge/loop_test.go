@@ -32,6 +32,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 func TestBudget(t *testing.T) {
@@ -55,15 +56,6 @@ func TestBudget(t *testing.T) {
 		got, err := Budget(intstr.Parse(tc.max), tc.replicas)
 		if (err != nil) != tc.wantErr || got != tc.want {
 			t.Errorf("Budget(%q, %d) = %d, %v; want %d, error %v", tc.max, tc.replicas, got, err, tc.want, tc.wantErr)
-		}
-	}
-}
-
-func TestCooldownGrows(t *testing.T) {
-	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 8 * time.Minute}
-	for i, w := range want {
-		if got := cooldownFor(30*time.Second, i+1); got != w {
-			t.Errorf("cool-down after %d strikes = %s, want %s", i+1, got, w)
 		}
 	}
 }
@@ -110,7 +102,7 @@ const (
 type world struct {
 	client  *fake.Clientset
 	loop    *Loop
-	records *Records
+	records *unavailability.Records
 	mu      sync.Mutex
 	evicted []string
 	refuse  bool
@@ -162,7 +154,7 @@ func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *w
 	if err := caches.WaitForSync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.records = NewRecords(w.client, "cksw")
+	w.records = unavailability.NewRecords(w.client, "cksw")
 	w.records.Start(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), w.records.HasSynced) {
 		t.Fatal("records did not sync")
@@ -205,13 +197,13 @@ func fallbackPods(n int) []*corev1.Pod {
 
 // record reads and decodes the revision's unavailability record from the API server;
 // the test fails, saying why it expected one, when there is none.
-func (w *world) record(t *testing.T, why string) *Record {
+func (w *world) record(t *testing.T, why string) *unavailability.Record {
 	t.Helper()
-	lease, err := w.client.CoordinationV1().Leases("cksw").Get(context.Background(), RecordName(rsUID), metav1.GetOptions{})
+	lease, err := w.client.CoordinationV1().Leases("cksw").Get(context.Background(), unavailability.RecordName(rsUID), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("%s: %v", why, err)
 	}
-	rec, err := DecodeRecord(lease)
+	rec, err := unavailability.DecodeRecord(lease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +275,7 @@ func TestStrandedTermDetectedAndEvicted(t *testing.T) {
 func TestYoungPendingPodsMarkNothing(t *testing.T) {
 	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), pod(2, 2, "spot", false, 5*time.Second)})
 	w.loop.Pass(context.Background())
-	if _, err := w.client.CoordinationV1().Leases("cksw").Get(context.Background(), RecordName(rsUID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := w.client.CoordinationV1().Leases("cksw").Get(context.Background(), unavailability.RecordName(rsUID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a pod unschedulable for 5s (FALLBACK_AFTER 20s) marked its term: %v", err)
 	}
 }
@@ -572,7 +564,7 @@ func TestRecordOfARevisionScaledToZeroStays(t *testing.T) {
 	}
 	w.waitForRecord(t)
 	w.loop.Pass(ctx)
-	if _, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{}); err != nil {
+	if _, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, unavailability.RecordName(rsUID), metav1.GetOptions{}); err != nil {
 		t.Fatalf("the record of a revision scaled to zero was dropped: %v", err)
 	}
 	if err := w.client.AppsV1().ReplicaSets(ns).Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
@@ -580,7 +572,7 @@ func TestRecordOfARevisionScaledToZeroStays(t *testing.T) {
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		w.loop.Pass(ctx)
-		_, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{})
+		_, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, unavailability.RecordName(rsUID), metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
 		t.Fatal("the record of a deleted revision stayed")
@@ -611,14 +603,14 @@ func TestSlowLaunchIsNotUnavailable(t *testing.T) {
 	for range 3 {
 		w.loop.Pass(ctx)
 	}
-	if _, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, unavailability.RecordName(rsUID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("term marked unavailable while Karpenter launches for it: %v", err)
 	}
 	launches.mu.Lock()
 	launches.f = karpenter.Flight{Registered: 2, LastProgress: time.Now().Add(-5 * time.Second)}
 	launches.mu.Unlock()
 	w.loop.Pass(ctx)
-	if _, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, RecordName(rsUID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := w.client.CoordinationV1().Leases("cksw").Get(ctx, unavailability.RecordName(rsUID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("term marked unavailable 5s after Karpenter's last progress (FALLBACK_AFTER 20s): %v", err)
 	}
 	launches.mu.Lock()

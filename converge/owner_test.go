@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 // With an owner, unavailability records and the leader Lease carry its reference, so the
@@ -17,15 +18,15 @@ func TestRecordsAndLeaderLeaseCarryTheOwner(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
 	owner := ownership.Deployment("cksw", "deployment-uid")
-	r := NewRecords(client, "cksw")
+	r := unavailability.NewRecords(client, "cksw")
 	r.SetOwner(owner)
 	if _, err := r.Strike(ctx, "rev-1", "ns/web", 0, "test", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := AdoptLeaderLease(ctx, client, "cksw", owner); err != nil {
+	if err := adoptLeaderLease(ctx, client, "cksw", owner); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{RecordName("rev-1"), LeaderLease} {
+	for _, name := range []string{unavailability.RecordName("rev-1"), leaderLease} {
 		l, err := client.CoordinationV1().Leases("cksw").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -35,10 +36,10 @@ func TestRecordsAndLeaderLeaseCarryTheOwner(t *testing.T) {
 		}
 	}
 	// An existing leader Lease (an earlier version's) is adopted once, and kept so.
-	if err := AdoptLeaderLease(ctx, client, "cksw", ownership.Deployment("cksw", "deployment-uid")); err != nil {
+	if err := adoptLeaderLease(ctx, client, "cksw", ownership.Deployment("cksw", "deployment-uid")); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := client.CoordinationV1().Leases("cksw").Get(ctx, LeaderLease, metav1.GetOptions{}); len(l.OwnerReferences) != 1 {
+	if l, _ := client.CoordinationV1().Leases("cksw").Get(ctx, leaderLease, metav1.GetOptions{}); len(l.OwnerReferences) != 1 {
 		t.Errorf("leader Lease adopted twice: %v", l.OwnerReferences)
 	}
 }

@@ -7,7 +7,8 @@ package converge
 // What queues a revision (Interval later, so a burst of changes makes one pass):
 //   - its placed pods, itself, its Deployment or a sibling ReplicaSet (clusterview's
 //     OnRevisionChange);
-//   - its unavailability record (Records.OnChange);
+//   - its unavailability record (unavailability.Records.OnChange);
+//   - a policy or namespace default that may govern it (PoliciesChanged);
 //   - time, while it is not settled: pods waiting for a node (FALLBACK_AFTER runs, and
 //     Karpenter's word on them is read on each pass), moves left, fewer placed pods than
 //     replicas; and the end of an unavailable term's cool-down;
@@ -18,8 +19,6 @@ package converge
 
 import (
 	"context"
-	"maps"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -50,6 +49,23 @@ func newRevisionQueue(interval time.Duration) revisionQueue {
 func (l *Loop) changed(uid types.UID) {
 	if q := l.queue.Load(); q != nil {
 		(*q).AddAfter(uid, l.cfg.Interval)
+	}
+}
+
+// PoliciesChanged queues every current revision of namespace ("": of every namespace)
+// for a pass Interval from now, while this replica leads: a policy or a namespace
+// default changed, and the strategy of workloads without their own may have with it.
+// Each pass moves at most its workload's budget, as after an annotation change. It runs
+// on informer goroutines.
+func (l *Loop) PoliciesChanged(namespace string) {
+	q := l.queue.Load()
+	if q == nil {
+		return
+	}
+	for _, rev := range l.revisions() {
+		if namespace == "" || rev.namespace == namespace {
+			(*q).AddAfter(rev.uid, l.cfg.Interval)
+		}
 	}
 }
 
@@ -125,43 +141,18 @@ func (l *Loop) passRevision(ctx context.Context, rev revision) result {
 	pass, cancel := context.WithTimeout(ctx, l.cfg.PassDeadline)
 	defer cancel()
 	res := l.converge(pass, rev, now)
-	l.note(rev.uid, res, now)
+	l.mem.noteResult(rev.uid, res, now)
 	l.publish(now)
 	return res
-}
-
-// note keeps res as the revision's last result, in the sums and in how long it has
-// been off its placement.
-func (l *Loop) note(uid types.UID, res result, now time.Time) {
-	if old, ok := l.results[uid]; ok {
-		l.sums.add(old, -1)
-	}
-	l.results[uid] = res
-	l.sums.add(res, 1)
-	if !res.off {
-		delete(l.offSince, uid)
-	} else if _, ok := l.offSince[uid]; !ok {
-		l.offSince[uid] = now
-	}
 }
 
 // forgetRevision drops what the loop remembers of a revision that is no longer
 // current, and its unavailability record at once when it is gone altogether (one
 // scaled to zero keeps it until it goes stale: its cool-down history).
 func (l *Loop) forgetRevision(ctx context.Context, uid types.UID) {
-	if old, ok := l.results[uid]; ok {
-		l.sums.add(old, -1)
-		delete(l.results, uid)
+	if l.mem.forget(uid) {
 		l.publish(time.Now())
 	}
-	delete(l.offSince, uid)
-	delete(l.suspect, uid)
-	delete(l.listed, uid)
-	delete(l.stuckSaid, uid)
-	delete(l.blockedSaid, uid)
-	prefix := string(uid) + "/" // the keys of said and returning start with it
-	maps.DeleteFunc(l.said, func(key string, _ bool) bool { return strings.HasPrefix(key, prefix) })
-	maps.DeleteFunc(l.returning, func(key string, _ time.Time) bool { return strings.HasPrefix(key, prefix) })
 	if rec := l.cfg.Records.Get(uid); rec != nil && !l.exists(uid) {
 		if err := l.cfg.Records.Forget(ctx, rec, l.cfg.Cooldown, true); err != nil {
 			l.cfg.Log.WithError(err).Warn("cannot drop the unavailability record of a deleted revision")
@@ -173,12 +164,8 @@ func (l *Loop) forgetRevision(ctx context.Context, uid types.UID) {
 // to show, and what the loop remembers of revisions that are no longer current (a
 // change it missed).
 func (l *Loop) housekeep(ctx context.Context, now time.Time) {
-	for uid, at := range l.evicted {
-		if now.Sub(at) > time.Minute {
-			delete(l.evicted, uid)
-		}
-	}
-	for uid := range l.results {
+	l.mem.expireEvictions(now)
+	for uid := range l.mem.results {
 		if _, ok := l.revisionByUID(uid); !ok {
 			l.forgetRevision(ctx, uid)
 		}
@@ -190,36 +177,13 @@ func (l *Loop) housekeep(ctx context.Context, now time.Time) {
 	}
 }
 
-// passSums is the sum of the revisions' last results, kept as they change.
-type passSums struct {
-	fallbackPods, pending       int
-	target, placed, unavailable map[string]int // by term label string
-}
-
-func newPassSums() passSums {
-	return passSums{target: map[string]int{}, placed: map[string]int{}, unavailable: map[string]int{}}
-}
-
-// add adds sign times r.
-func (s *passSums) add(r result, sign int) {
-	s.fallbackPods += sign * r.fallbackPods
-	s.pending += sign * r.pending
-	for _, m := range []struct{ sum, r map[string]int }{{s.target, r.target}, {s.placed, r.placed}, {s.unavailable, r.unavailable}} {
-		for term, n := range m.r {
-			if m.sum[term] += sign * n; m.sum[term] == 0 {
-				delete(m.sum, term)
-			}
-		}
-	}
-}
-
 // publish sets the gauges from the sums: a scrape sees the revisions' last results.
 func (l *Loop) publish(now time.Time) {
-	m, s := l.cfg.Metrics, l.sums
+	m, s := l.cfg.Metrics, l.mem.sums
 	m.fallback.Set(float64(s.fallbackPods))
 	m.pending.Set(float64(s.pending))
 	var lag time.Duration
-	for _, since := range l.offSince {
+	for _, since := range l.mem.offSince {
 		lag = max(lag, now.Sub(since))
 	}
 	m.lag.Set(lag.Seconds())

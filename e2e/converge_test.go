@@ -95,7 +95,7 @@ func blockSpot(ctx context.Context, t *testing.T) (unblock func()) {
 
 // exactNow reports whether the Deployment's current pods are exactly the target of
 // strat for replicas pods (all Running, seats 1..n once, each on its seat's term by
-// nodeSelector) and, when not, what differs.
+// nodeSelector) and, when not, what differs ("" when the pods could not be listed).
 func exactNow(ctx context.Context, ns, name, strat string, replicas int) (bool, string) {
 	s, err := strategy.Parse(strat)
 	if err != nil {
@@ -103,7 +103,7 @@ func exactNow(ctx context.Context, ns, name, strat string, replicas int) (bool, 
 	}
 	list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 	if err != nil {
-		return false, err.Error()
+		return false, ""
 	}
 	got := make([]int, len(s.Terms))
 	var seats []int
@@ -144,7 +144,9 @@ func waitExact(ctx context.Context, t *testing.T, ns, name, strat string, replic
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, why := exactNow(ctx, ns, name, strat, replicas)
-		last = why
+		if why != "" { // a list cut short (the deadline, the rate limiter) says nothing of the pods
+			last = why
+		}
 		return ok, nil
 	})
 	if err != nil {
@@ -236,11 +238,14 @@ func eventsWith(ctx context.Context, t *testing.T, ns, name, reason string) []st
 	return out
 }
 
-// spreadJSON runs `spread -o json` for one Deployment.
+// spreadJSON runs `spread -o json` for one Deployment; its exit status must agree with
+// the report's verdict (0 exact, 3 not).
 func spreadJSON(ctx context.Context, t *testing.T, ns, name string) map[string]any {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, env.webhook.Bin, "spread", "--kubeconfig", env.hc.Kubeconfig(), "-n", ns, "deployment/"+name, "-o", "json").Output()
-	if err != nil {
+	cmd := exec.CommandContext(ctx, env.webhook.Bin, "spread", "--kubeconfig", env.hc.Kubeconfig(), "-n", ns, "deployment/"+name, "-o", "json")
+	out, err := cmd.Output()
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code != 3 {
 		t.Fatalf("spread: %v", err)
 	}
 	var doc map[string]any
@@ -250,6 +255,9 @@ func spreadJSON(ctx context.Context, t *testing.T, ns, name string) map[string]a
 	wl := doc["workloads"].([]any)
 	if len(wl) != 1 {
 		t.Fatalf("spread: %d workloads, want 1: %s", len(wl), out)
+	}
+	if exact := wl[0].(map[string]any)["exact"] == true; exact != (code == 0) {
+		t.Fatalf("spread exited %d for a workload with exact=%v", code, exact)
 	}
 	return wl[0].(map[string]any)
 }

@@ -25,7 +25,7 @@ import (
 // CREATEs, and checks with the API server's own pod validation that a mutation never
 // turns a valid pod invalid: every pod the API server accepts unmutated (in the
 // blocklisted namespace, which the webhook leaves alone) it also accepts mutated.
-// Dry-run admissions get the patch but reserve no seat (README).
+// Dry-run admissions get the patch but reserve no seat (docs/design/placement.md).
 func TestDryRunMutationsStayValid(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -38,9 +38,17 @@ const (
 // Karpenter, pods Running. Generous for a loaded 2-core machine; a wait, not an assertion.
 const settleTimeout = 6 * time.Minute
 
-// newNamespace creates a namespace for one test and deletes it afterwards
+// newNamespace creates a namespace for one test, opted in to the webhook (the default
+// scope is opt-in), and deletes it afterwards
 // (kept when E2E_KEEP=1, for debugging).
 func newNamespace(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	return newNamespaceLabelled(ctx, t, name, map[string]string{strategy.LabelNamespaceEnabled: "true"})
+}
+
+// newNamespaceLabelled is newNamespace with the given labels instead of the opt-in
+// label (nil: none, so the webhook is not sent its pods).
+func newNamespaceLabelled(ctx context.Context, t *testing.T, name string, labels map[string]string) string {
 	t.Helper()
 	c := env.client.CoreV1().Namespaces()
 	if err := c.Delete(ctx, name, metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
@@ -53,7 +61,7 @@ func newNamespace(ctx context.Context, t *testing.T, name string) string {
 			t.Fatalf("namespace %s from an earlier run is still terminating: %v", name, err)
 		}
 	}
-	if _, err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -404,4 +412,22 @@ func podNames(pods []corev1.Pod) map[string]bool {
 		m[p.Name] = true
 	}
 	return m
+}
+
+// replicaSetOf waits for the Deployment's first ReplicaSet and returns it.
+func replicaSetOf(ctx context.Context, t *testing.T, ns string, d *appsv1.Deployment) *appsv1.ReplicaSet {
+	t.Helper()
+	var rs *appsv1.ReplicaSet
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := env.client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(d.Spec.Selector.MatchLabels).String()})
+		if err != nil || len(list.Items) == 0 {
+			return false, nil
+		}
+		rs = &list.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no ReplicaSet for %s: %v", d.Name, err)
+	}
+	return rs
 }

@@ -35,6 +35,10 @@ const blocklistedNamespace = "e2e-blocklisted"
 // webhookNamespace is the webhook's own namespace (POD_NAMESPACE), never mutated.
 const webhookNamespace = "custom-kube-scheduler-webhook"
 
+// admissionTokenSecret holds the admission token (ADMISSION_TOKEN_SECRET), named as the
+// chart and scripts/localcluster/lib.sh name it.
+const admissionTokenSecret = "custom-kube-scheduler-webhook-admission-token"
+
 // cluster is what every test needs: a client, and the webhook subprocess.
 type cluster struct {
 	dir    string // local cluster state dir (kubeconfig, pki, logs)
@@ -141,6 +145,9 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 		// short settings; this one only places pods (it still reads the
 		// unavailability records, so fallback seats are placed by it).
 		"CONVERGE=off",
+		// Reviews are answered only at the path carrying the token kept in this
+		// Secret, as the chart runs it; register-webhook.sh registers that path.
+		"ADMISSION_TOKEN_SECRET=" + admissionTokenSecret,
 	}
 	c.webhook = c.newWebhook("webhook-e2e", port)
 	cleanup := func() {
@@ -157,6 +164,13 @@ func setup(ctx context.Context) (*cluster, func(), error) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		cleanup()
 		return nil, nil, fmt.Errorf("creating namespace %s: %w", webhookNamespace, err)
+	}
+	// The token's Secret, created empty as the chart creates it: the webhook may only
+	// get and update it.
+	_, err = client.CoreV1().Secrets(webhookNamespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: admissionTokenSecret}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		cleanup()
+		return nil, nil, fmt.Errorf("creating the admission token Secret: %w", err)
 	}
 	if err := c.webhook.Start(ctx); err != nil {
 		cleanup()

@@ -31,11 +31,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/awsfake"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 const (
@@ -226,7 +226,7 @@ func TestPlanClusterLimitedNodePoolThenRaised(t *testing.T) {
 func manifestOf(t *testing.T, obj any) string { return manifest(t, obj) }
 
 // writeUnavailability records term (1-based) of the workload's current ReplicaSet
-// unavailable for ten minutes, as the convergence loop writes it (converge.RecordName,
+// unavailable for ten minutes, as the convergence loop writes it (unavailability.RecordName,
 // the strategy package's record keys), and removes it at the end of the test.
 func writeUnavailability(ctx context.Context, t *testing.T, ns, name string, term int) time.Time {
 	t.Helper()
@@ -236,12 +236,12 @@ func writeUnavailability(ctx context.Context, t *testing.T, ns, name string, ter
 	}
 	uid := rsList.Items[0].UID
 	until := time.Now().Add(10 * time.Minute).Truncate(time.Second)
-	terms, err := json.Marshal(map[string]converge.TermState{fmt.Sprint(term): {Until: until, Since: time.Now(), Reason: "e2e: NodeClaim failed", Strikes: 1}})
+	terms, err := json.Marshal(map[string]unavailability.TermState{fmt.Sprint(term): {Until: until, Since: time.Now(), Reason: "e2e: NodeClaim failed", Strikes: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
-		Name: converge.RecordName(uid), Namespace: webhookNamespace,
+		Name: unavailability.RecordName(uid), Namespace: webhookNamespace,
 		Labels:      map[string]string{strategy.LabelUnavailability: "true", strategy.LabelRevision: string(uid)},
 		Annotations: map[string]string{strategy.AnnotationUnavailableTerms: string(terms), strategy.AnnotationWorkload: "Deployment " + ns + "/" + name},
 	}}

@@ -108,8 +108,10 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	revs map[clusterview.Revision]*revState
-	// writeLatency is the slowest recent record write (noteWriteLatency).
+	// writeLatency is the slowest recent record write (noteWriteLatency); latencyKnown
+	// once a write has come back.
 	writeLatency time.Duration
+	latencyKnown bool
 	// handedOver is set by Handover: this replica takes no revision any more.
 	handedOver bool
 }
@@ -224,6 +226,7 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 	for {
 		l.mu.Lock()
 		s := l.state(rev)
+		s.wanted = max(s.wanted, req.replicas)
 		now := l.clock.Now()
 		if l.owns(s, now) {
 			seat, err := l.reserve(s, req, now)

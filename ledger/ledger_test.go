@@ -819,3 +819,47 @@ func TestSeatRecordsCarryTheOwner(t *testing.T) {
 		t.Fatalf("record's owner references %v, want the Deployment cksw", refs)
 	}
 }
+
+// A cold start on a slow API server: record writes take 3 s, and the claims of a
+// 9-replica ReplicaSet arrive one every 500 ms from the start, each with the chart's
+// admission deadline (ADMISSION_DEADLINE: 800 ms per timeoutSeconds, 4 s). Every one
+// gets its seat within the deadline: the first write lands with ownership left (its
+// term is long while no write latency is known yet) and covers the ReplicaSet's
+// replicas, so no claim waits for a second write.
+func TestColdStartOnSlowRecordWritesPlacesWithinTheDeadline(t *testing.T) {
+	const (
+		replicas = 9
+		deadline = 4 * time.Second // the chart's, timeoutSeconds 5
+	)
+	client := fake.NewClientset()
+	client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() == "create" || a.GetVerb() == "update" {
+			time.Sleep(3 * time.Second)
+		}
+		return false, nil, nil
+	})
+	l := ledgers(t, client, ledgerNS, 1, Options{})[0]
+	seats := make([]int, replicas)
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 500 * time.Millisecond) // arrivals, not an assertion
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			seats[i], errs[i] = l.Claim(ctx, shopRS, types.UID(fmt.Sprintf("cold-%d", i)), replicas)
+		})
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for i := range replicas {
+		if errs[i] != nil {
+			t.Errorf("claim %d (arriving at %v) missed the %v admission deadline: %v", i, time.Duration(i)*500*time.Millisecond, deadline, errs[i])
+			continue
+		}
+		if seen[seats[i]] || seats[i] < 1 || seats[i] > replicas {
+			t.Errorf("claim %d got seat %d twice or out of 1..%d", i, seats[i], replicas)
+		}
+		seen[seats[i]] = true
+	}
+}

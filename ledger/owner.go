@@ -87,6 +87,12 @@ const (
 // burst needs a write per doubling, not per claim. l.mu is held.
 func (s *revState) nextBlock(now time.Time) int {
 	b := 2 * s.claimsSinceWrite
+	if s.mark == 0 {
+		// A revision's first write covers the pods its ReplicaSet wants: their claims,
+		// arriving while it is in flight, are then answered when it lands, not after
+		// one more write.
+		b = max(b, s.wanted)
+	}
 	if s.mark > 0 && s.lowest(now)+s.block/4 > s.mark {
 		b = max(b, 2*s.block)
 	}
@@ -109,7 +115,16 @@ func (l *Ledger) recordDuration(r *coordinationv1.Lease) time.Duration {
 // maxOwnership), so that a write that takes long still lands with ownership left to
 // answer claims in. Replicas taking over wait the record's duration, so safety holds
 // with any value. l.mu is held.
+//
+// Before any write has come back (a cold start) the latency is unknown: the term is
+// then long enough for any write that lands at all (twice writeTimeout), or a write
+// slower than half the configured duration would land with no ownership left, and the
+// first claims of every revision would wait for a second write past the admission
+// deadline.
 func (l *Ledger) termFor() time.Duration {
+	if !l.latencyKnown {
+		return min(max(l.duration, 2*writeTimeout), max(l.duration, maxOwnership))
+	}
 	d := max(l.duration, (4*l.writeLatency).Truncate(time.Second)+time.Second)
 	return min(d, max(l.duration, maxOwnership))
 }
@@ -118,6 +133,7 @@ func (l *Ledger) termFor() time.Duration {
 // faster one halves the gap, so one slow write lengthens the next terms and calm
 // brings them back down. l.mu is held.
 func (l *Ledger) noteWriteLatency(d time.Duration) {
+	l.latencyKnown = true
 	if d >= l.writeLatency {
 		l.writeLatency = d
 	} else {

@@ -42,6 +42,8 @@ type revState struct {
 	mark, pendingMark int
 	block             int
 	claimsSinceWrite  int
+	// wanted is the most replicas a claim said the ReplicaSet wants (-1: unknown).
+	wanted int
 	// phantomUntil and phantomMark: after taking over a record whose holder did not
 	// release it, a seat up to phantomMark that a pod gives up before phantomUntil is
 	// held too (this replica's pod informer may show that pod's end before the pod the
@@ -120,7 +122,7 @@ func (l *Ledger) forget(s *revState) {
 
 // shrink gives back the room a burst's reservations took once they are all gone: Go
 // maps and slices keep their largest size, so the owner of a revision would otherwise
-// hold the burst's high-water mark (about 0.5 KiB per claim) for the revision's life.
+// hold the burst's high-water mark for the revision's life.
 func (s *revState) shrink() {
 	if len(s.reserved) == 0 && s.expiries.Len() == 0 {
 		s.reserved = map[uint64]*entry{}

@@ -13,11 +13,11 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 // Options say what Collect reads besides NodePools and nodes.
@@ -111,15 +111,15 @@ func live(ctx context.Context, client kubernetes.Interface, s *strategy.Strategy
 		now = o.Now
 	}
 	var recordErr error
-	st.Unavailable = func(revision types.UID) map[int]converge.TermState {
-		lease, err := client.CoordinationV1().Leases(o.WebhookNamespace).Get(ctx, converge.RecordName(revision), metav1.GetOptions{})
+	st.Unavailable = func(revision types.UID) map[int]unavailability.TermState {
+		lease, err := client.CoordinationV1().Leases(o.WebhookNamespace).Get(ctx, unavailability.RecordName(revision), metav1.GetOptions{})
 		if err != nil {
 			if !apierrors.IsNotFound(err) {
 				recordErr = err
 			}
 			return nil
 		}
-		rec, err := converge.DecodeRecord(lease)
+		rec, err := unavailability.DecodeRecord(lease)
 		if err != nil {
 			recordErr = err
 			return nil

@@ -6,6 +6,6 @@
 //
 // Compute is pure; Collect reads the live cluster. It may import strategy, karpenter
 // (matching, tolerations, headroom), karpenter/nodegroups, report (a live workload's
-// pods per term), converge's exported record reader, pricing and client-go; never
+// pods per term), unavailability's record reader, pricing and client-go; never
 // webhook.
 package plan

@@ -12,14 +12,19 @@ import (
 	"sigs.k8s.io/karpenter/pkg/utils/resources"
 	"sigs.k8s.io/yaml"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // Workload is what a plan reads from a manifest (`plan -f deploy.yaml`).
 type Workload struct {
 	Kind, Namespace, Name string
-	// Strategy is the raw strategy annotation, from the pod template or the object.
+	// Strategy is the raw strategy: the pod template's or the object's annotation, or
+	// (ReadManifestWith) its policy's or namespace default's.
 	Strategy string
+	// Source names where Strategy came from ("Deployment web", "PlacementPolicy
+	// shop/web-split", "Namespace shop").
+	Source string
 	// Replicas is spec.replicas (1 when absent, as the API server defaults it).
 	Replicas int
 	// Requests are one pod's requests as Karpenter counts them: the larger of the
@@ -32,9 +37,20 @@ const maxManifest = 4 << 20
 
 var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
 
+// PolicyLinks tells the strategy links that follow a workload's own annotations: its
+// policy and its namespace's default (policy.Index).
+type PolicyLinks interface {
+	AppendLinks(dst []strategy.AnnotatedObject, w policy.Workload) []strategy.AnnotatedObject
+}
+
 // ReadManifest finds the one Deployment or StatefulSet that carries a strategy in a
 // YAML or JSON manifest (several documents may be separated by ---).
-func ReadManifest(data []byte) (Workload, error) {
+func ReadManifest(data []byte) (Workload, error) { return ReadManifestWith(data, nil, "") }
+
+// ReadManifestWith is ReadManifest for a cluster: a workload without a strategy of its
+// own takes the one its policy or namespace default gives it (links; nil: none) in its
+// namespace (defaultNamespace when the manifest names none).
+func ReadManifestWith(data []byte, links PolicyLinks, defaultNamespace string) (Workload, error) {
 	if len(data) > maxManifest {
 		return Workload{}, fmt.Errorf("manifest larger than %d bytes", maxManifest)
 	}
@@ -49,7 +65,7 @@ func ReadManifest(data []byte) (Workload, error) {
 			return Workload{}, fmt.Errorf("document %d: %w", i+1, err)
 		}
 		kinds = append(kinds, head.Kind)
-		w, ok, err := workloadOf(head.Kind, []byte(doc))
+		w, ok, err := workloadOf(head.Kind, []byte(doc), links, defaultNamespace)
 		if err != nil {
 			return Workload{}, fmt.Errorf("document %d (%s): %w", i+1, head.Kind, err)
 		}
@@ -68,7 +84,7 @@ func ReadManifest(data []byte) (Workload, error) {
 
 // workloadOf reads a Deployment or StatefulSet document; false for other kinds and for
 // workloads without an active strategy.
-func workloadOf(kind string, doc []byte) (Workload, bool, error) {
+func workloadOf(kind string, doc []byte, links PolicyLinks, defaultNamespace string) (Workload, bool, error) {
 	var meta metav1.ObjectMeta
 	var tmpl corev1.PodTemplateSpec
 	var replicas *int32
@@ -89,14 +105,22 @@ func workloadOf(kind string, doc []byte) (Workload, bool, error) {
 		return Workload{}, false, nil
 	}
 	name := kind + " " + meta.Name
-	src := strategy.Find(
-		strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: tmpl.Annotations},
-		strategy.AnnotatedObject{Name: name, Annotations: meta.Annotations},
-	)
+	chain := []strategy.AnnotatedObject{
+		{Name: "the pod template of " + name, Annotations: tmpl.Annotations},
+		{Name: name, Annotations: meta.Annotations},
+	}
+	if links != nil {
+		ns := meta.Namespace
+		if ns == "" {
+			ns = defaultNamespace
+		}
+		chain = links.AppendLinks(chain, policy.Workload{Namespace: ns, Kind: kind, Labels: meta.Labels})
+	}
+	src := strategy.Find(chain...)
 	if !src.Active() {
 		return Workload{}, false, nil
 	}
-	w := Workload{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Strategy: src.Raw, Replicas: 1}
+	w := Workload{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Strategy: src.Raw, Source: src.Object, Replicas: 1}
 	if replicas != nil {
 		if *replicas < 0 {
 			return Workload{}, false, fmt.Errorf("spec.replicas %d is negative", *replicas)

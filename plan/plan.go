@@ -9,10 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 // Input is what is planned: a strategy over a range of replica counts, for pods of
@@ -38,7 +38,7 @@ type Capacity struct {
 	Nodes []corev1.Node
 	// Unavailable are the terms the convergence loop has marked unavailable for the
 	// live workload's revision, by 0-based term.
-	Unavailable map[int]converge.TermState
+	Unavailable map[int]unavailability.TermState
 	// Unseen says what could not be read, and what that leaves out.
 	Unseen []string
 }

@@ -10,9 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 const odThenSpot = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
@@ -113,7 +113,7 @@ func TestComputeNodeGroupsAndUnservedTerms(t *testing.T) {
 	c := Capacity{
 		NodeGroups:  []nodegroups.Group{group("od", "ON_DEMAND", 2), group("spot", "SPOT", 3)},
 		Nodes:       []corev1.Node{node},
-		Unavailable: map[int]converge.TermState{1: {Until: time.Date(2026, 11, 26, 1, 0, 0, 0, time.UTC), Reason: "NodeClaim failed"}},
+		Unavailable: map[int]unavailability.TermState{1: {Until: time.Date(2026, 11, 26, 1, 0, 0, 0, time.UTC), Reason: "NodeClaim failed"}},
 	}
 	r := Compute(Input{Strategy: s, Replicas: 30, MaxReplicas: 30, Requests: cpu("1")}, c)
 	od, spot, typo := r.Terms[0], r.Terms[1], r.Terms[2]

@@ -10,14 +10,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 // Options say what Collect reports.
@@ -47,12 +50,37 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		return Report{}, err
 	}
 	unseen = append(unseen, readRecords(ctx, client, o.WebhookNamespace, st)...)
+	var policyGaps []string
+	st.Policies, policyGaps = ReadPolicies(ctx, client, dyn, o.Namespace)
+	unseen = append(unseen, policyGaps...)
 	serving, err := readServing(ctx, client, dyn, nodesSeen, st)
 	if err != nil {
 		return Report{}, err
 	}
 	unseen = append(unseen, serving...)
 	r := Build(st, o.Keep)
+	scope, err := ReadScope(ctx, client)
+	if err != nil {
+		return Report{}, err
+	}
+	unseen = append(unseen, scope.Unseen...)
+	told := map[string]bool{}
+	for i := range r.Workloads {
+		wl := &r.Workloads[i]
+		msg, why, err := scope.NotEnabled(ctx, wl.Namespace, fmt.Sprintf("%s %s/%s", wl.Kind, wl.Namespace, wl.Name))
+		if err != nil {
+			return Report{}, err
+		}
+		if why != "" && !told[why] {
+			told[why] = true
+			unseen = append(unseen, why)
+		}
+		if msg != "" {
+			// Its pods are never sent to the webhook: whatever they show now, nothing
+			// keeps the spread.
+			wl.NotEnabled, wl.Exact = msg, false
+		}
+	}
 	r.Unseen = unseen
 	return r, nil
 }
@@ -104,15 +132,65 @@ func readRecords(ctx context.Context, client kubernetes.Interface, webhookNamesp
 	if err != nil {
 		return []string{fmt.Sprintf("unavailability records in namespace %s (%s): every term is shown as available", webhookNamespace, reason(err))}
 	}
-	records := map[types.UID]*converge.Record{}
+	records := map[types.UID]*unavailability.Record{}
 	for i := range leases.Items {
-		if rec, err := converge.DecodeRecord(&leases.Items[i]); err == nil {
+		if rec, err := unavailability.DecodeRecord(&leases.Items[i]); err == nil {
 			records[rec.Revision] = rec
 		}
 	}
 	now := time.Now()
-	st.Unavailable = func(uid types.UID) map[int]converge.TermState { return records[uid].Active(now) }
+	st.Unavailable = func(uid types.UID) map[int]unavailability.TermState { return records[uid].Active(now) }
 	return nil
+}
+
+// ReadPolicies lists the policies and namespaces into an Index, so workloads without a
+// strategy of their own show their policy's or namespace default's; unseen says what it
+// could not read. The policy API may not be served (CRDs not installed: no policies), or
+// the user may not list namespaces (then only namespace ns is read).
+func ReadPolicies(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, ns string) (_ *policy.Index, unseen []string) {
+	var namespaced []v1alpha1.PlacementPolicy
+	var cluster []v1alpha1.ClusterPlacementPolicy
+	list := func(res dynamic.ResourceInterface, what string, each func(u map[string]any) error) {
+		l, err := res.List(ctx, metav1.ListOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			unseen = append(unseen, fmt.Sprintf("%s (%s): their workloads are not shown", what, reason(err)))
+		default:
+			for i := range l.Items {
+				if err := each(l.Items[i].Object); err != nil {
+					unseen = append(unseen, fmt.Sprintf("%s %s: %v", what, l.Items[i].GetName(), err))
+				}
+			}
+		}
+	}
+	list(dyn.Resource(v1alpha1.PlacementPolicies).Namespace(ns), "PlacementPolicies", func(u map[string]any) error {
+		var p v1alpha1.PlacementPolicy
+		err := runtime.DefaultUnstructuredConverter.FromUnstructured(u, &p)
+		namespaced = append(namespaced, p)
+		return err
+	})
+	list(dyn.Resource(v1alpha1.ClusterPlacementPolicies), "ClusterPlacementPolicies", func(u map[string]any) error {
+		var p v1alpha1.ClusterPlacementPolicy
+		err := runtime.DefaultUnstructuredConverter.FromUnstructured(u, &p)
+		cluster = append(cluster, p)
+		return err
+	})
+	var namespaces []corev1.Namespace
+	nsList, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	switch {
+	case err == nil:
+		namespaces = nsList.Items
+	case ns != metav1.NamespaceAll:
+		if one, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
+			namespaces = append(namespaces, *one)
+		} else {
+			unseen = append(unseen, fmt.Sprintf("namespace %s (%s): no namespace default, no ClusterPlacementPolicy namespaceSelector", ns, reason(err)))
+		}
+	default:
+		unseen = append(unseen, fmt.Sprintf("namespaces (%s): no namespace defaults, no ClusterPlacementPolicy namespaceSelector", reason(err)))
+	}
+	return policy.NewIndex(namespaced, cluster, namespaces), unseen
 }
 
 // readServing has the catalog the webhook uses say what serves each term. It watches

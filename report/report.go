@@ -18,9 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 // Report is the `spread` document: one entry per workload that carries a strategy.
@@ -39,10 +40,13 @@ type WorkloadReport struct {
 	Replicas  int    `json:"replicas"`
 	// Revision is the ReplicaSet whose pods are counted (Deployments), or the
 	// workload's own name.
-	Revision string       `json:"revision"`
-	Strategy string       `json:"strategy"`
-	Error    string       `json:"error,omitempty"`
-	Terms    []TermReport `json:"terms,omitempty"`
+	Revision string `json:"revision"`
+	Strategy string `json:"strategy"`
+	// Source names where the strategy came from: the pod template, the workload, a
+	// policy ("PlacementPolicy shop/web-split") or the namespace default ("Namespace shop").
+	Source string       `json:"source"`
+	Error  string       `json:"error,omitempty"`
+	Terms  []TermReport `json:"terms,omitempty"`
 	// Unplaced counts live pods of the revision that carry no seat (created while the
 	// webhook was unreachable, or with a conflicting nodeSelector).
 	Unplaced int `json:"unplaced"`
@@ -55,6 +59,10 @@ type WorkloadReport struct {
 	// Exact is true when every term holds its expected pods (the target, or while a
 	// term is unavailable the fallback placement) and nothing is unplaced.
 	Exact bool `json:"exact"`
+	// NotEnabled says, when the API server does not send the workload's namespace to
+	// the webhook (scope opt-in and the namespace not labelled, or excluded), that
+	// nothing places its pods and how to enable it; such a workload is never Exact.
+	NotEnabled string `json:"notEnabled,omitempty"`
 	// Cost is the terms' costs added up; set by AddCost.
 	Cost *Cost `json:"cost,omitempty"`
 }
@@ -109,7 +117,10 @@ type State struct {
 	ServedBy func(labels map[string]string) []string
 	// Unavailable returns the terms of a revision (ReplicaSet or StatefulSet UID)
 	// unavailable now, from the convergence loop's records; nil when unknown.
-	Unavailable func(revision types.UID) map[int]converge.TermState
+	Unavailable func(revision types.UID) map[int]unavailability.TermState
+	// Policies gives workloads without a strategy of their own their policy's or
+	// namespace default's (nil: none).
+	Policies *policy.Index
 }
 
 // Build computes the report for every workload in st that carries an active strategy;
@@ -180,24 +191,25 @@ func currentRevision(sets []*appsv1.ReplicaSet) (*appsv1.ReplicaSet, []*appsv1.R
 
 func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods []*corev1.Pod, older int) {
 	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
-	src := strategy.Find(
-		strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: template},
-		strategy.AnnotatedObject{Name: name, Annotations: meta.Annotations},
-	)
+	chain := st.Policies.AppendLinks([]strategy.AnnotatedObject{
+		{Name: "the pod template of " + name, Annotations: template},
+		{Name: name, Annotations: meta.Annotations},
+	}, policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels})
+	src := strategy.Resolve(chain...)
 	if !src.Active() {
 		return
 	}
-	w := WorkloadReport{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Replicas: 1, Revision: revision, Strategy: src.Raw, OtherRevisions: older}
+	w := WorkloadReport{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Replicas: 1, Revision: revision, Strategy: src.Raw, Source: src.Object, OtherRevisions: older}
 	if replicas != nil {
 		w.Replicas = int(*replicas)
 	}
-	s, err := strategy.Parse(src.Raw)
+	s, err := src.Strategy, src.Err
 	if err != nil {
 		w.Error = err.Error()
 		r.Workloads = append(r.Workloads, w)
 		return
 	}
-	var unavailable map[int]converge.TermState
+	var unavailable map[int]unavailability.TermState
 	if st.Unavailable != nil && uid != "" {
 		unavailable = st.Unavailable(uid)
 	}
@@ -215,7 +227,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 }
 
 // termRows are a workload's term rows before its pods are counted.
-func termRows(st *State, s *strategy.Strategy, target, expected []int, unavailable map[int]converge.TermState) []TermReport {
+func termRows(st *State, s *strategy.Strategy, target, expected []int, unavailable map[int]unavailability.TermState) []TermReport {
 	rows := make([]TermReport, 0, len(s.Terms))
 	for i, t := range s.Terms {
 		row := TermReport{Term: i + 1, Labels: t.LabelMap(), Target: target[i], Expected: expected[i], ServedBy: []string{}, Nodes: []NodeReport{}}

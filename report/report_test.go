@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 const reportStrategy = "capacity=on-demand,base=1:capacity=spot"
@@ -112,11 +112,11 @@ func TestBuildFallback(t *testing.T) {
 		st.Pods = append(st.Pods, p)
 	}
 	until := time.Now().Add(time.Minute)
-	st.Unavailable = func(uid types.UID) map[int]converge.TermState {
+	st.Unavailable = func(uid types.UID) map[int]unavailability.TermState {
 		if uid != "new" {
 			return nil
 		}
-		return map[int]converge.TermState{1: {Until: until, Reason: "2 pods unschedulable for 90s"}}
+		return map[int]unavailability.TermState{1: {Until: until, Reason: "2 pods unschedulable for 90s"}}
 	}
 	w := Build(st, func(string, string) bool { return true }).Workloads[0]
 	od, spot := w.Terms[0], w.Terms[1]

@@ -36,8 +36,11 @@ const (
 	// LabelManaged marks placed pods so that caches can select just those.
 	LabelManaged = "custom-kube-scheduler-webhook.io/managed"
 	// LabelNamespaceEnabled on a namespace, with the value "true", opts it in when the
-	// webhook is registered with scope opt-in (the chart's `scope: opt-in`).
+	// webhook is registered with scope opt-in (the chart's default `scope: opt-in`).
 	LabelNamespaceEnabled = "custom-kube-scheduler-webhook.io/enabled"
+	// LabelNamespaceEnabledOriginal on a namespace, with the value "enabled", opts it in
+	// as well: the original project's webhook configuration selected it.
+	LabelNamespaceEnabledOriginal = "custom-kube-scheduler-webhook"
 	// AnnotationReservation records the seat ledger's reservation the pod fulfils (the
 	// admission UID), so that every webhook replica seeing the pod can end it.
 	AnnotationReservation = "custom-kube-scheduler-webhook.io/reservation"
@@ -89,20 +92,29 @@ func HoldsSeat(pod *corev1.Pod) bool {
 // contained in a later one ("a=1:a=1,b=2"): a pod placed on the later term is selected
 // by both, and reading it as the first would move it for ever.
 func TermOf(s *Strategy, pod *corev1.Pod) int {
-	n, err := strconv.Atoi(pod.Annotations[AnnotationTerm])
-	recorded := err == nil && n >= 1 && n <= len(s.Terms)
-	if recorded && s.Terms[n-1].SelectedBy(pod.Spec.NodeSelector) {
-		return n - 1
+	recorded, _ := strconv.Atoi(pod.Annotations[AnnotationTerm])
+	return TermOfPlaced(s, recorded, func(key string) (string, bool) {
+		v, ok := pod.Spec.NodeSelector[key]
+		return v, ok
+	})
+}
+
+// TermOfPlaced is TermOf for a pod known by its recorded term (1-based, anything else:
+// none) and a look-up of its nodeSelector's labels, for readers that hold no Pod.
+func TermOfPlaced(s *Strategy, recorded int, label func(key string) (string, bool)) int {
+	ok := recorded >= 1 && recorded <= len(s.Terms)
+	if ok && s.Terms[recorded-1].selectedByLabel(label) {
+		return recorded - 1
 	}
 	for i, t := range s.Terms {
-		if t.SelectedBy(pod.Spec.NodeSelector) {
+		if t.selectedByLabel(label) {
 			return i
 		}
 	}
-	if !recorded {
+	if !ok {
 		return -1
 	}
-	return n - 1
+	return recorded - 1
 }
 
 // SeatOf reads the seat annotation of a placed pod.
@@ -169,4 +181,11 @@ func Find(chain ...AnnotatedObject) Source {
 		}
 	}
 	return src
+}
+
+// NotEnabled says that the namespace ns is not enabled for the webhook, so that nothing
+// places the pods of what (a workload), and how to enable it.
+func NotEnabled(ns, what string) string {
+	return fmt.Sprintf("namespace %s is not enabled for custom-kube-scheduler-webhook, so nothing will place the pods of %s: "+
+		"kubectl label namespace %s %s=true", ns, what, ns, LabelNamespaceEnabled)
 }

@@ -81,6 +81,16 @@ func (t Term) SelectedBy(nodeSelector map[string]string) bool {
 	return true
 }
 
+// selectedByLabel is SelectedBy over a look-up of the nodeSelector's labels.
+func (t Term) selectedByLabel(label func(key string) (string, bool)) bool {
+	for _, l := range t.Labels {
+		if v, ok := label(l.Key); !ok || v != l.Value {
+			return false
+		}
+	}
+	return true
+}
+
 // LabelString renders the term's labels as "k=v,k2=v2" in annotation order.
 func (t Term) LabelString() string {
 	parts := make([]string, len(t.Labels))

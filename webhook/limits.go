@@ -19,9 +19,9 @@ import (
 const MaxBodyBytes = 3<<20 + 64<<10
 
 // Defaults of AdmissionLimits. The count is generous because the bytes bound memory,
-// and the claims of a revision in flight at once share one seat-record write: at 64,
-// real admissions at concurrency 100 ran at 1,821/s (p99 89 ms), at 256 at 3,053/s
-// (p99 54 ms) in `make bench`.
+// and the claims of a revision in flight at once share one seat-record write: a larger
+// count ran real admissions faster and with a lower p99 in `make bench` (figures in
+// docs/performance.md).
 const (
 	DefaultMaxInFlight      = 256
 	DefaultMaxInFlightBytes = 24 << 20
@@ -96,14 +96,22 @@ func (g *admissionGate) enter(ctx context.Context, r *http.Request) (func(), *ga
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.wait)
 	defer cancel()
-	if err := g.slots.Acquire(ctx, 1); err != nil {
+	if !acquire(ctx, g.slots, 1) {
 		return nil, &gateError{http.StatusTooManyRequests, "too many admissions in flight"}
 	}
-	if err := g.bytes.Acquire(ctx, weight); err != nil {
+	if !acquire(ctx, g.bytes, weight) {
 		g.slots.Release(1)
 		return nil, &gateError{http.StatusTooManyRequests, "too many admission bytes in flight"}
 	}
 	return func() { g.bytes.Release(weight); g.slots.Release(1) }, nil
+}
+
+// acquire takes n from sem: at once when there is room, else waiting until ctx ends.
+// Semaphore.Acquire alone fails on a context already done even when there is room: on
+// a loaded machine, a request whose goroutine got no CPU for QueueWait after its timer
+// started was refused with 429 while nothing was queued.
+func acquire(ctx context.Context, sem *semaphore.Weighted, n int64) bool {
+	return sem.TryAcquire(n) || sem.Acquire(ctx, n) == nil
 }
 
 // refuse answers a request the gate turned away; Retry-After lets a client that honours

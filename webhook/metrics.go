@@ -61,7 +61,7 @@ func NewMetrics() *Metrics {
 		}, []string{"term"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "admissions_refused_total",
-			Help: "Admission requests refused before they were read, by webhook and HTTP status (413: body over the cap; 429: no room in flight in time).",
+			Help: "Admission requests refused before they were read, by webhook and HTTP status (404: a path without the admission token, a review not sent by the API server; 413: body over the cap; 429: no room in flight in time).",
 		}, []string{"webhook", "status"}),
 	}
 	m.collectors = []prometheus.Collector{m.admissions, m.latency, m.placements, m.unserved, m.refused,
@@ -81,7 +81,7 @@ func NewMetrics() *Metrics {
 	}
 	for _, w := range []string{"mutate", "validate"} {
 		m.latency.WithLabelValues(w)
-		for _, status := range []string{"413", "429"} {
+		for _, status := range []string{"404", "413", "429"} {
 			m.refused.WithLabelValues(w, status)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -76,7 +75,7 @@ type PodMutator struct {
 	// (optional: without it every term is taken as available).
 	Availability Availability
 
-	strategies parseCache
+	strategies strategy.Resolver
 }
 
 // podAdmission is one pod's way through the mutating webhook: what each step found,
@@ -219,12 +218,12 @@ func (m *PodMutator) resolve(ctx context.Context, a *podAdmission) (string, *adm
 // strategyOf finds the strategy that applies to the pod (its own annotations first,
 // then its workload's) and parses it.
 func (m *PodMutator) strategyOf(a *podAdmission) (*strategy.Strategy, string, *admissionv1.AdmissionResponse) {
-	src := strategy.Find(append([]strategy.AnnotatedObject{{Name: "pod", Annotations: a.pod.Annotations}}, a.w.Chain...)...)
+	src := m.strategies.Resolve(append([]strategy.AnnotatedObject{{Name: "pod", Annotations: a.pod.Annotations}}, a.w.Chain...)...)
 	a.warnings = src.Warnings
 	if !src.Active() {
 		return nil, OutcomeSkipped, allow(a.warnings...)
 	}
-	s, err := m.strategies.parse(src.Raw)
+	s, err := src.Strategy, src.Err
 	if err != nil {
 		msg := fmt.Sprintf("%s on %s is invalid, pod not placed: %v", src.Key, src.Object, err)
 		a.events = append(a.events, [2]string{ReasonInvalidStrategy, msg})
@@ -326,40 +325,3 @@ func (m *PodMutator) release(ctx context.Context, req *admissionv1.AdmissionRequ
 }
 
 func isDryRun(req *admissionv1.AdmissionRequest) bool { return req.DryRun != nil && *req.DryRun }
-
-// parseCacheSize bounds the strategies a PodMutator keeps parsed: far more than the
-// distinct strategies of a cluster, at most 2 MiB of annotation text.
-const parseCacheSize = 256
-
-// parseCache keeps parsed strategies by annotation value, so an admission does not parse
-// again and a strategy's cached seat prefix serves every pod of its workloads: seat to
-// term in O(1) amortized. Its zero value is ready to use.
-type parseCache struct {
-	mu      sync.Mutex
-	entries map[string]parsedStrategy
-}
-
-type parsedStrategy struct {
-	s   *strategy.Strategy
-	err error
-}
-
-func (c *parseCache) parse(raw string) (*strategy.Strategy, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if p, ok := c.entries[raw]; ok {
-		return p.s, p.err
-	}
-	s, err := strategy.Parse(raw)
-	if c.entries == nil {
-		c.entries = map[string]parsedStrategy{}
-	}
-	if len(c.entries) >= parseCacheSize {
-		for k := range c.entries { // evict one, any one: a miss only costs a parse
-			delete(c.entries, k)
-			break
-		}
-	}
-	c.entries[raw] = parsedStrategy{s: s, err: err}
-	return s, err
-}

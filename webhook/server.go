@@ -30,6 +30,9 @@ type AdmitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *adm
 type Handlers struct {
 	Mutate   AdmitFunc
 	Validate AdmitFunc
+	// NotEnabled answers the validating calls for workloads in namespaces that are not
+	// enabled (/validate/not-enabled, registered with scope opt-in); nil serves none.
+	NotEnabled AdmitFunc
 	// Ready returns nil once the caches have synced.
 	Ready   func() error
 	Metrics *Metrics
@@ -41,6 +44,16 @@ type Handlers struct {
 	Peer http.Handler
 	// Profiling serves the Go runtime's profiles at /debug/pprof/.
 	Profiling bool
+	// Door, when set, answers admissions only at /<token>/mutate and /<token>/validate
+	// for a token it allows (admissiontoken.Keeper); any other path is 404 and its body
+	// is never read. Nil serves /mutate and /validate to anyone who reaches the port.
+	Door Door
+}
+
+// Door tells the API server's calls from anyone else's: only the API server (and who
+// may read the webhook configurations) knows the path's token.
+type Door interface {
+	Allows(token string) bool
 }
 
 // Mux routes the HTTPS port: /mutate, /validate and the peers' seat claims. Probes
@@ -50,8 +63,29 @@ func (h *Handlers) Mux() http.Handler {
 	mux := http.NewServeMux()
 	// One gate for both webhooks: they share the process's memory.
 	gate := newAdmissionGate(h.Limits)
-	mux.Handle("POST /mutate", h.admission("mutate", h.Mutate, decodePodReview, gate))
-	mux.Handle("POST /validate", h.admission("validate", h.Validate, decodeReview, gate))
+	mutate := h.admission("mutate", h.Mutate, decodePodReview, gate)
+	validate := h.admission("validate", h.Validate, decodeReview, gate)
+	var notEnabled http.Handler
+	if h.NotEnabled != nil {
+		notEnabled = h.admission("validate", h.NotEnabled, decodeReview, gate)
+	}
+	if h.Door != nil {
+		mux.Handle("POST /{token}/mutate", h.behindDoor("mutate", mutate))
+		mux.Handle("POST /{token}/validate", h.behindDoor("validate", validate))
+		if notEnabled != nil {
+			// The token writer keeps only the last segment of a webhook's own path
+			// (admissiontoken.setPath: /<token>/not-enabled); a registration that puts
+			// the token in front of the whole path says /<token>/validate/not-enabled.
+			mux.Handle("POST /{token}/not-enabled", h.behindDoor("validate", notEnabled))
+			mux.Handle("POST /{token}/validate/not-enabled", h.behindDoor("validate", notEnabled))
+		}
+	} else {
+		mux.Handle("POST /mutate", mutate)
+		mux.Handle("POST /validate", validate)
+		if notEnabled != nil {
+			mux.Handle("POST /validate/not-enabled", notEnabled)
+		}
+	}
 	if h.Peer != nil {
 		mux.Handle("POST "+ledger.PeerClaimPath, h.Peer)
 	}
@@ -85,6 +119,20 @@ func (h *Handlers) MetricsMux() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	return h.recoverPanics(mux)
+}
+
+// behindDoor serves next only when the path's token opens the door: a forged review
+// sent by anyone who does not know it is 404 Not Found, as any unknown path, before its
+// body is read or any seat is looked at.
+func (h *Handlers) behindDoor(name string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.Door.Allows(r.PathValue("token")) {
+			h.Metrics.refused.WithLabelValues(name, strconv.Itoa(http.StatusNotFound)).Inc()
+			http.NotFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // reviewDecoder decodes the body of an admission call into review.

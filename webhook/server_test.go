@@ -57,10 +57,22 @@ func startServer(t testing.TB, h *Handlers) (url, certFile, keyFile string, clie
 		ForceAttemptHTTP2: true,
 	}}
 	t.Cleanup(func() {
-		client.CloseIdleConnections() // as a client going away would, before the server stops
+		// As a client going away would, before the server stops; and again until it has
+		// stopped: a dial the transport started for a request that another connection
+		// then served may finish after the first call and park one more connection, which
+		// held the server's shutdown to its 10 s limit on a loaded machine.
+		client.CloseIdleConnections()
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
+		for {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+				return
+			case <-time.After(50 * time.Millisecond):
+				client.CloseIdleConnections()
+			}
 		}
 	})
 	return "https://" + ln.Addr().String(), certFile, keyFile, client
@@ -78,13 +90,18 @@ func handlersFor(m *PodMutator) *Handlers {
 }
 
 func postReview(client *http.Client, url string, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	return postReviewAt(client, url+"/mutate", req)
+}
+
+// postReviewAt posts a review of req to the full URL.
+func postReviewAt(client *http.Client, url string, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
 	review := admissionv1.AdmissionReview{Request: req}
 	review.APIVersion, review.Kind = "admission.k8s.io/v1", "AdmissionReview"
 	body, err := json.Marshal(review)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := client.Post(url+"/mutate", "application/json", bytes.NewReader(body))
+	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

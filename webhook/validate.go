@@ -5,22 +5,30 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// WorkloadValidator checks the strategy of Deployments, StatefulSets and ReplicaSets at
-// apply time, so a typo is caught by `kubectl apply` instead of stranding pods later.
+// WorkloadValidator checks the strategy of Deployments, StatefulSets and ReplicaSets, of
+// PlacementPolicies and ClusterPlacementPolicies, and a Namespace's default, at apply
+// time, so a typo is caught by `kubectl apply` instead of stranding pods later.
 type WorkloadValidator struct {
 	Capacity Capacity // optional: warns about terms nothing serves
 	// WarnOnly turns rejections into warnings.
 	WarnOnly bool
 	Metrics  *Metrics
 	Log      logrus.FieldLogger
+
+	strategies strategy.Resolver
 }
 
 // workloadMeta is the part of a workload the validator reads.
@@ -48,8 +56,14 @@ func (v *WorkloadValidator) admit(req *admissionv1.AdmissionRequest) *admissionv
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return allow()
 	}
-	switch req.Kind.Kind {
-	case "Deployment", "StatefulSet", "ReplicaSet":
+	switch {
+	case req.SubResource != "":
+		return allow()
+	case req.Kind.Group == v1alpha1.Group && (req.Kind.Kind == v1alpha1.KindPlacementPolicy || req.Kind.Kind == v1alpha1.KindClusterPlacementPolicy):
+		return v.admitPolicy(req)
+	case req.Kind.Group == "" && req.Kind.Kind == "Namespace":
+		return v.admitNamespace(req)
+	case req.Kind.Kind == "Deployment", req.Kind.Kind == "StatefulSet", req.Kind.Kind == "ReplicaSet":
 	default:
 		return allow()
 	}
@@ -59,7 +73,7 @@ func (v *WorkloadValidator) admit(req *admissionv1.AdmissionRequest) *admissionv
 	}
 	name := fmt.Sprintf("%s %s/%s", req.Kind.Kind, req.Namespace, req.Name)
 	// Both places a strategy may stand are checked, the pod template first as for pods.
-	src := strategy.Find(
+	src := v.strategies.Resolve(
 		strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations},
 		strategy.AnnotatedObject{Name: name, Annotations: obj.Annotations},
 	)
@@ -67,7 +81,7 @@ func (v *WorkloadValidator) admit(req *admissionv1.AdmissionRequest) *admissionv
 	if !src.Active() {
 		return allow(warnings...)
 	}
-	s, err := strategy.Parse(src.Raw)
+	s, err := src.Strategy, src.Err
 	if err != nil {
 		msg := fmt.Sprintf("%s on %s is invalid: %v", src.Key, src.Object, err)
 		// Ratchet: an UPDATE that keeps the same broken value (a scale, an image bump)
@@ -93,6 +107,107 @@ func (v *WorkloadValidator) admit(req *admissionv1.AdmissionRequest) *admissionv
 		}
 	}
 	return allow(warnings...)
+}
+
+// AdmitNotEnabled answers the calls the API server makes for workloads in namespaces
+// that are not enabled for the webhook (scope opt-in): their pods are never sent, so a
+// strategy there places nothing. It always admits; a workload with an active strategy
+// gets a warning that says so and names the label.
+func (v *WorkloadValidator) AdmitNotEnabled(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	v.Metrics.admissions.WithLabelValues("validate", OutcomeAllowed).Inc()
+	var obj workloadMeta
+	if req.Object.Raw == nil || json.Unmarshal(req.Object.Raw, &obj) != nil {
+		return allow()
+	}
+	src := strategy.Find(
+		strategy.AnnotatedObject{Annotations: obj.Spec.Template.Annotations},
+		strategy.AnnotatedObject{Annotations: obj.Annotations},
+	)
+	if !src.Active() {
+		return allow()
+	}
+	return allow(strategy.NotEnabled(req.Namespace, fmt.Sprintf("%s %s/%s", req.Kind.Kind, req.Namespace, req.Name)))
+}
+
+// admitPolicy checks a PlacementPolicy's or ClusterPlacementPolicy's strategy with the
+// grammar the annotation has (the CRD schema checks the shape) and its selectors.
+func (v *WorkloadValidator) admitPolicy(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	c, err := decodePolicy(req.Object.Raw)
+	if err != nil {
+		return allow(fmt.Sprintf("cannot read the %s to check its strategy: %v", req.Kind.Kind, err))
+	}
+	raw := c.Link.Annotations[strategy.AnnotationStrategy]
+	var faults []string
+	if c.SelectorErr != nil {
+		faults = append(faults, fmt.Sprintf("%s is invalid: %v", c.Link.Name, c.SelectorErr))
+	}
+	s, perr := v.strategies.Parse(raw)
+	if perr != nil {
+		faults = append(faults, fmt.Sprintf("spec.strategy of %s is invalid: %v", c.Link.Name, perr))
+	}
+	if len(faults) == 0 {
+		var warnings []string
+		for _, doubt := range s.Warnings {
+			warnings = append(warnings, fmt.Sprintf("spec.strategy of %s: %s", c.Link.Name, doubt))
+		}
+		return allow(warnings...)
+	}
+	unchanged := false
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		if old, err := decodePolicy(req.OldObject.Raw); err == nil {
+			unchanged = old.Link.Annotations[strategy.AnnotationStrategy] == raw && (old.SelectorErr == nil) == (c.SelectorErr == nil)
+		}
+	}
+	return v.refuse(req, c.Link.Name, strings.Join(faults, "; "), unchanged)
+}
+
+// decodePolicy compiles a policy from its JSON.
+func decodePolicy(raw []byte) (*policy.Compiled, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	return policy.Decode(&unstructured.Unstructured{Object: obj})
+}
+
+// admitNamespace checks a Namespace's default strategy (its strategy annotation).
+func (v *WorkloadValidator) admitNamespace(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	var ns, old corev1.Namespace
+	if err := json.Unmarshal(req.Object.Raw, &ns); err != nil {
+		return allow(fmt.Sprintf("cannot read the Namespace to check its strategy: %v", err))
+	}
+	name := "Namespace " + ns.Name
+	src := strategy.Find(policy.NamespaceOf(&ns).Link)
+	if !src.Active() {
+		return allow(src.Warnings...)
+	}
+	s, err := v.strategies.Parse(src.Raw)
+	if err == nil {
+		warnings := src.Warnings
+		for _, doubt := range s.Warnings {
+			warnings = append(warnings, fmt.Sprintf("%s on %s: %s", src.Key, name, doubt))
+		}
+		return allow(warnings...)
+	}
+	unchanged := false
+	if req.Operation == admissionv1.Update && json.Unmarshal(req.OldObject.Raw, &old) == nil {
+		prev := strategy.Find(policy.NamespaceOf(&old).Link)
+		unchanged = prev.Active() && prev.Raw == src.Raw
+	}
+	return v.refuse(req, name, fmt.Sprintf("%s on %s is invalid: %v", src.Key, name, err), unchanged)
+}
+
+// refuse rejects req with msg, or only warns when validation is WarnOnly or the UPDATE
+// keeps a fault it did not introduce.
+func (v *WorkloadValidator) refuse(req *admissionv1.AdmissionRequest, name, msg string, unchanged bool) *admissionv1.AdmissionResponse {
+	if v.WarnOnly || unchanged {
+		return allow(msg)
+	}
+	v.Log.WithField("object", name).Info("rejecting invalid strategy: " + msg)
+	return &admissionv1.AdmissionResponse{
+		Allowed: false,
+		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Message: msg},
+	}
 }
 
 // unchanged reports whether an UPDATE's old object carried the same strategy value.

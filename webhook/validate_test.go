@@ -92,3 +92,27 @@ func TestWorkloadValidationOfOverlappingTerms(t *testing.T) {
 		t.Errorf("contained terms must warn: %+v", resp)
 	}
 }
+
+// Workloads of namespaces that are not enabled (scope opt-in) are admitted; one with a
+// strategy, on the object or its pod template, gets a warning naming the label.
+func TestAdmitNotEnabled(t *testing.T) {
+	v := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog()}
+	ctx := context.Background()
+	good := map[string]string{strategy.AnnotationStrategy: burstStrategy}
+	bad := map[string]string{strategy.AnnotationStrategy: "spot=1,weight=x"}
+	for name, req := range map[string]*admissionv1.AdmissionRequest{
+		"on the object":       deploymentRequest(t, admissionv1.Create, good, nil, nil),
+		"on the pod template": deploymentRequest(t, admissionv1.Update, nil, good, nil),
+		"invalid":             deploymentRequest(t, admissionv1.Create, bad, nil, nil),
+	} {
+		resp := v.AdmitNotEnabled(ctx, req)
+		if !resp.Allowed || len(resp.Warnings) != 1 ||
+			!strings.Contains(resp.Warnings[0], "namespace "+testNS+" is not enabled") ||
+			!strings.Contains(resp.Warnings[0], strategy.LabelNamespaceEnabled+"=true") {
+			t.Errorf("%s: want an admission with one warning naming the label, got %+v", name, resp)
+		}
+	}
+	if resp := v.AdmitNotEnabled(ctx, deploymentRequest(t, admissionv1.Create, nil, nil, nil)); !resp.Allowed || len(resp.Warnings) != 0 {
+		t.Errorf("no strategy: want a plain admission, got %+v", resp)
+	}
+}

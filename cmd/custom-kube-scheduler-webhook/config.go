@@ -26,7 +26,7 @@ type setting struct {
 	key, env, def, usage string
 }
 
-// serveSettings is the configuration table of the README, in one place.
+// serveSettings is the configuration table of docs/configuration.md, in one place.
 var serveSettings = []setting{
 	{"log-level", "LOG_LEVEL", "info", "log level: trace, debug, info, warn or error (JSON logs)"},
 	{"blocklisted-namespace-list", "BLOCKLISTED_NAMESPACE_LIST", "kube-system,kube-public", "comma-separated namespaces whose pods are never mutated"},
@@ -47,6 +47,7 @@ var serveSettings = []setting{
 	{"service-name", "SERVICE_NAME", "custom-kube-scheduler-webhook", "with cert-mode self: the Service the serving certificate is issued for"},
 	{"mutating-webhook-configuration", "MUTATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: MutatingWebhookConfiguration whose caBundle is kept current"},
 	{"validating-webhook-configuration", "VALIDATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: ValidatingWebhookConfiguration whose caBundle is kept current"},
+	{"admission-token-secret", "ADMISSION_TOKEN_SECRET", "", "Secret in the webhook's namespace holding the admission token: reviews are answered only at /<token>/mutate and /<token>/validate, and the token is written into the paths of MUTATING_WEBHOOK_CONFIGURATION and VALIDATING_WEBHOOK_CONFIGURATION and rotated with the serving certificate; empty answers /mutate and /validate to anyone who reaches the port (the chart sets it)"},
 	{"shutdown-drain", "SHUTDOWN_DRAIN", "5s", "on SIGTERM: /readyz fails at once, admissions are still served this long (until the endpoint removal has spread), then in-flight ones finish; 0 stops at once"},
 	{"max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS", "256", "admissions handled at once; more wait ADMISSION_QUEUE_WAIT, then get 429 (the failure policy applies)"},
 	{"max-inflight-body-bytes", "MAX_INFLIGHT_BODY_BYTES", "24Mi", "sum of AdmissionReview bodies handled at once (one body is capped at 3 MiB + 64 KiB); bounds admission memory"},
@@ -84,10 +85,12 @@ type serveConfig struct {
 	ServiceName      string
 	MutatingConfig   string
 	ValidatingConfig string
-	ShutdownDrain    time.Duration
-	Limits           webhook.AdmissionLimits
-	LiveLookupQPS    float32
-	LiveLookups      int
+	// AdmissionTokenSecret holds the admission token ("": no token, open paths).
+	AdmissionTokenSecret string
+	ShutdownDrain        time.Duration
+	Limits               webhook.AdmissionLimits
+	LiveLookupQPS        float32
+	LiveLookups          int
 	// Deprecations are warnings about settings that no longer do anything.
 	Deprecations      []string
 	Converge          bool
@@ -127,6 +130,7 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		ValidatingConfig: v.GetString("validating-webhook-configuration"),
 		OwnerDeployment:  strings.TrimSpace(v.GetString("owner-deployment")),
 	}
+	c.AdmissionTokenSecret = strings.TrimSpace(v.GetString("admission-token-secret"))
 	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence} {
 		if err := parse(v); err != nil {
 			return nil, err

@@ -6,6 +6,8 @@
 // kubectl-spread (a symlink or copy on PATH), it is the kubectl plugin `kubectl spread`.
 package main
 
+//go:generate env UPDATE_DOCS=1 go test -count=1 -run TestCLIReference .
+
 import (
 	"context"
 	"errors"
@@ -24,11 +26,13 @@ func main() {
 	err := commandFor(os.Args[0]).ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
 		code := 1
 		var ee *exitError
 		if errors.As(err, &ee) {
 			code = ee.code
+		}
+		if ee == nil || !ee.logged {
+			fmt.Fprintln(os.Stderr, "error:", err)
 		}
 		os.Exit(code)
 	}

@@ -229,7 +229,8 @@ func TestDeprecatedLedgerSetting(t *testing.T) {
 	}
 }
 
-// readmeRow is the README configuration-table row of a setting.
+// readmeRow is the row of a setting in the configuration table of docs/configuration.md
+// (the README's table until the docs moved there).
 func readmeRow(s setting) string {
 	def := "`" + s.def + "`"
 	if s.def == "" {
@@ -238,15 +239,17 @@ func readmeRow(s setting) string {
 	return fmt.Sprintf("| `%s` | `--%s` | %s | %s |", s.env, s.key, def, s.usage)
 }
 
-// The README's configuration table lists every setting exactly as the code has it.
+// The configuration table of docs/configuration.md lists every setting exactly as the
+// code has it. (The name stays from when the table was in the README.)
 func TestREADMEConfigurationTable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	const path = "../../docs/configuration.md"
+	page, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range serveSettings {
-		if row := readmeRow(s); !strings.Contains(string(readme), row+"\n") {
-			t.Errorf("README lacks the row\n%s", row)
+		if row := readmeRow(s); !strings.Contains(string(page), row+"\n") {
+			t.Errorf("%s lacks the row\n%s", path, row)
 		}
 	}
 }
@@ -297,5 +300,38 @@ func TestBuildInfoGauge(t *testing.T) {
 	}
 	if !reflect.DeepEqual(labels, map[string]string{"version": "1.2.3", "revision": "abc", "goversion": "go1.2"}) {
 		t.Fatalf("labels %v", labels)
+	}
+}
+
+// serve's settings are read before its log level is known; an invalid one is still
+// logged in serve's JSON format (with sub-second timestamps), and main prints nothing
+// more (logged).
+func TestServeInvalidSettingIsLoggedAsJSON(t *testing.T) {
+	t.Run("flag", func(t *testing.T) { checkLoggedAsJSON(t, "loud", "serve", "--log-level", "loud") })
+	t.Run("environment", func(t *testing.T) {
+		t.Setenv("RESERVATION_TTL", "soon")
+		checkLoggedAsJSON(t, "soon", "serve")
+	})
+}
+
+func checkLoggedAsJSON(t *testing.T, bad string, args ...string) {
+	t.Helper()
+	out, err := run(args...)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !ee.logged {
+		t.Fatalf("want a logged exit 2, got %#v", err)
+	}
+	var line struct {
+		Level, Msg, Error, Time string
+	}
+	if jerr := json.Unmarshal([]byte(strings.TrimSpace(out)), &line); jerr != nil {
+		t.Fatalf("not one JSON log line: %v\n%s", jerr, out)
+	}
+	if line.Level != "error" || !strings.Contains(line.Error, bad) {
+		t.Errorf("log line %+v, want level error naming the bad value", line)
+	}
+	ts, perr := time.Parse(time.RFC3339Nano, line.Time)
+	if perr != nil || !strings.Contains(line.Time, ".") {
+		t.Errorf("time %q: want RFC 3339 with a fraction of a second (%v, %v)", line.Time, ts, perr)
 	}
 }

@@ -22,7 +22,7 @@ import (
 
 // The monitoring kit the chart ships: its alert rules and its Grafana dashboard.
 const (
-	alertsFile    = "../../deploy/chart/custom-kube-scheduler-webhook/files/alerts.yaml"
+	alertsFile    = "../../deploy/manifests/alerts.yaml" // files/alerts.yaml rendered with the default values
 	dashboardFile = "../../deploy/chart/custom-kube-scheduler-webhook/files/dashboard.json"
 )
 

@@ -14,6 +14,8 @@ import (
 type exitError struct {
 	code int
 	err  error
+	// logged: the error is in the command's log already; main prints nothing more.
+	logged bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -44,9 +46,18 @@ func (o *planOptions) input(cmd *cobra.Command) (plan.Input, manifestWorkload, s
 		if err != nil {
 			return in, w, "", usageError("read manifest: %w", err)
 		}
-		m, err := plan.ReadManifest(data)
+		var m plan.Workload
+		if o.cluster {
+			m, err = o.readManifestInCluster(cmd, data)
+		} else {
+			m, err = plan.ReadManifest(data)
+		}
 		if err != nil {
 			return in, w, "", usageError("%s: %w", o.file, err)
+		}
+		if o.cluster && !strings.HasPrefix(m.Source, m.Kind+" ") && !strings.HasPrefix(m.Source, "the pod template of ") {
+			// Not the manifest's own: say which policy or namespace default it is.
+			fmt.Fprintf(cmd.ErrOrStderr(), "strategy from %s\n", m.Source)
 		}
 		raw, in.Requests, w = m.Strategy, m.Requests, manifestWorkload{kind: m.Kind, namespace: m.Namespace, name: m.Name}
 		if !flags.Changed("replicas") {
@@ -64,6 +75,9 @@ func (o *planOptions) input(cmd *cobra.Command) (plan.Input, manifestWorkload, s
 	switch {
 	case o.replicas < 0:
 		return in, w, "", usageError("--replicas must not be negative, got %d", o.replicas)
+	// Named before --max-replicas, which defaults to --replicas: the user gave this one.
+	case o.replicas > maxPlanReplicas:
+		return in, w, "", usageError("--replicas must be at most %d, got %d", maxPlanReplicas, o.replicas)
 	case o.maxReplicas < o.replicas:
 		return in, w, "", usageError("--max-replicas %d is below --replicas %d", o.maxReplicas, o.replicas)
 	case o.maxReplicas > maxPlanReplicas:
@@ -74,6 +88,20 @@ func (o *planOptions) input(cmd *cobra.Command) (plan.Input, manifestWorkload, s
 	}
 	in.Replicas, in.MaxReplicas = o.replicas, o.maxReplicas
 	return in, w, format, nil
+}
+
+// readManifestInCluster reads the manifest's workload as the cluster would place it:
+// without a strategy of its own, its policy's or namespace default's.
+func (o *planOptions) readManifestInCluster(cmd *cobra.Command, data []byte) (plan.Workload, error) {
+	kc, err := o.kube.clients()
+	if err != nil {
+		return plan.Workload{}, err
+	}
+	idx, unseen := report.ReadPolicies(cmd.Context(), kc.client, kc.dynamic, kc.namespace)
+	for _, u := range unseen {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: not read: "+u)
+	}
+	return plan.ReadManifestWith(data, idx, kc.namespace)
 }
 
 // parseRequests reads "cpu=500m,memory=1Gi".
@@ -111,6 +139,12 @@ func (o *planOptions) runCluster(cmd *cobra.Command, in plan.Input, w manifestWo
 	if opts.Name != "" && opts.Namespace == "" {
 		opts.Namespace = kc.namespace
 	}
+	// The namespace of the manifest's workload, or the one given with -n.
+	if ns := firstNonEmpty(opts.Namespace, o.kube.namespace); ns != "" {
+		if err := warnNotEnabled(ctx, cmd.ErrOrStderr(), kc, ns, opts); err != nil {
+			return err
+		}
+	}
 	if o.eksCluster != "" {
 		opts.NodeGroups = func(ctx context.Context) ([]nodegroups.Group, error) { return readNodeGroups(ctx, o.eksCluster) }
 	}
@@ -135,7 +169,26 @@ func (o *planOptions) runCluster(cmd *cobra.Command, in plan.Input, w manifestWo
 			short = append(short, fmt.Sprintf("term %d (%s) runs short at %d replicas: %s", t.Term, labelString(t.Labels), t.ShortAt, t.Short))
 		}
 	}
-	return &exitError{code: 3, err: errors.New(strings.Join(short, "; "))}
+	return &exitError{code: exitNotExact, err: errors.New(strings.Join(short, "; "))}
+}
+
+// warnNotEnabled writes a warning when the API server does not send the planned
+// workload's namespace to the webhook: the plan would then describe nothing that happens.
+func warnNotEnabled(ctx context.Context, w io.Writer, kc kubeClients, ns string, opts plan.Options) error {
+	scope, err := report.ReadScope(ctx, kc.client)
+	if err != nil {
+		return err
+	}
+	what := "this workload"
+	if opts.Name != "" {
+		what = fmt.Sprintf("%s %s/%s", opts.Kind, ns, opts.Name)
+	}
+	msg, _, err := scope.NotEnabled(ctx, ns, what)
+	if err != nil || msg == "" {
+		return err
+	}
+	_, err = fmt.Fprintln(w, "warning: "+msg)
+	return err
 }
 
 // readNodeGroups lists the EKS managed node groups once, bounded in time.
@@ -154,4 +207,13 @@ func readNodeGroups(ctx context.Context, cluster string) ([]nodegroups.Group, er
 		return nil, err
 	}
 	return cache.Groups(), nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

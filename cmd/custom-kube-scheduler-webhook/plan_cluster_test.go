@@ -2,15 +2,22 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 func TestPlanClusterBadInputExitsTwo(t *testing.T) {
@@ -31,7 +38,8 @@ func TestPlanClusterBadInputExitsTwo(t *testing.T) {
 		"no workload":      {[]string{"plan", "-f", manifest}, "no Deployment or StatefulSet"},
 		"missing file":     {[]string{"plan", "-f", manifest + ".absent"}, "read manifest"},
 		"range upside":     {[]string{"plan", "--cluster", "--strategy", s, "--replicas", "10", "--max-replicas", "5"}, "below --replicas"},
-		"range too big":    {[]string{"plan", "--cluster", "--strategy", s, "--max-replicas", "2000000"}, "at most"},
+		"range too big":    {[]string{"plan", "--cluster", "--strategy", s, "--max-replicas", "2000000"}, "--max-replicas must be at most"},
+		"replicas too big": {[]string{"plan", "--strategy", s, "--replicas", "2000000"}, "--replicas must be at most"},
 		"bad requests":     {[]string{"plan", "--cluster", "--strategy", s, "--requests", "cpu"}, "want name=quantity"},
 		"bad quantity":     {[]string{"plan", "--cluster", "--strategy", s, "--requests", "cpu=lots"}, "not a non-negative quantity"},
 		"cost not cluster": {[]string{"plan", "--strategy", s, "--cost"}, "need --cluster"},
@@ -142,5 +150,28 @@ spec:
 	// --replicas overrides the manifest's.
 	if out, err = run("plan", "-f", manifest, "--replicas", "3", "-o", "json"); err != nil || json.Unmarshal([]byte(out), &d) != nil || d.Replicas != 3 {
 		t.Fatalf("plan -f --replicas 3: %v %+v", err, d)
+	}
+}
+
+// plan --cluster warns when the workload's namespace is not sent to the webhook.
+func TestPlanWarnsNotEnabled(t *testing.T) {
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "cksw"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: report.PodWebhookName, NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{strategy.LabelNamespaceEnabled: "true"}}}},
+	}
+	off := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "off"}}
+	on := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "on", Labels: map[string]string{strategy.LabelNamespaceEnabled: "true"}}}
+	kc := kubeClients{client: fake.NewClientset(cfg, off, on)}
+	var b strings.Builder
+	if err := warnNotEnabled(context.Background(), &b, kc, "off", plan.Options{Kind: "Deployment", Name: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "warning: namespace off is not enabled") || !strings.Contains(b.String(), "Deployment off/web") {
+		t.Errorf("want a warning naming the namespace and the workload, got %q", b.String())
+	}
+	b.Reset()
+	if err := warnNotEnabled(context.Background(), &b, kc, "on", plan.Options{}); err != nil || b.Len() != 0 {
+		t.Errorf("enabled namespace: want no warning, got %q (%v)", b.String(), err)
 	}
 }

@@ -5,26 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/admissiontoken"
 )
 
 // replica is one serve process's parts, made in the order they depend on each other.
@@ -39,7 +46,9 @@ type replica struct {
 
 	// Made by startViews.
 	certs        *certwatcher.CertWatcher
+	door         *admissiontoken.Keeper // nil without ADMISSION_TOKEN_SECRET
 	caches       *clusterview.Caches
+	policies     *policy.Cache
 	catalog      *karpenter.Catalog
 	groups       *nodegroups.Cache // nil without EKS_CLUSTER_NAME
 	identity     string
@@ -47,7 +56,7 @@ type replica struct {
 	peerTrust    ledger.PeerTrust
 	seats        *ledger.Ledger
 	ledgerSynced func() []string
-	records      *converge.Records
+	records      *unavailability.Records
 	synced       chan struct{} // closed once every view has synced
 
 	// Made by newHandlers.
@@ -90,6 +99,9 @@ func (r *replica) startViews(ctx context.Context) error {
 			log.WithError(err).Error("certificate watcher stopped")
 		}
 	}()
+	if err := r.startDoor(ctx); err != nil {
+		return err
+	}
 	if err := r.startCaches(ctx); err != nil {
 		return err
 	}
@@ -103,16 +115,69 @@ func (r *replica) startViews(ctx context.Context) error {
 	}
 	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
 	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
-	r.peerTrust = ledger.PeerTrust{Own: r.certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")}
+	caFile := filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")
+	if err := checkPeerCA(ctx, cfg, r.client, caFile, log); err != nil {
+		return err
+	}
+	r.peerTrust = ledger.PeerTrust{Own: r.certs.GetCertificate, CAFile: caFile}
 	if r.seats, r.ledgerSynced, err = newLedger(ctx, cfg, r.restCfg, r.caches, r.identity, ledger.NewPeerClient(r.peerTrust), r.owner, log); err != nil {
 		return err
 	}
 	// The loop's records of unavailable terms are Leases in the webhook's namespace, read
 	// by every replica: admission honours records another replica's loop wrote.
-	r.records = converge.NewRecords(r.client, cfg.Namespace)
+	r.records = unavailability.NewRecords(r.client, cfg.Namespace)
 	r.records.SetOwner(r.owner)
 	r.records.Start(ctx)
 	go r.waitForSync(ctx)
+	return nil
+}
+
+// startDoor keeps the admission token (ADMISSION_TOKEN_SECRET): only callers that know
+// it, the API server, have reviews answered.
+func (r *replica) startDoor(ctx context.Context) error {
+	cfg := r.cfg
+	if cfg.AdmissionTokenSecret == "" {
+		r.entry.Warn("ADMISSION_TOKEN_SECRET is not set: anyone who reaches the webhook's port can have AdmissionReviews answered and hold seats")
+		return nil
+	}
+	var err error
+	r.door, err = admissiontoken.New(admissiontoken.Config{
+		Client: r.client, Namespace: cfg.Namespace, SecretName: cfg.AdmissionTokenSecret,
+		MutatingConfig: cfg.MutatingConfig, ValidatingConfig: cfg.ValidatingConfig,
+		Certificate: r.certs.GetCertificate, Log: r.log.WithField("component", "admissiontoken"),
+	})
+	if err != nil {
+		return err
+	}
+	go r.door.Run(ctx)
+	return nil
+}
+
+// checkPeerCA refuses several replicas whose certificate files come without a CA
+// (CERT_MODE=file, no ca.crt beside TLS_CERT_FILE): replicas then trust only the very
+// leaf they serve, so while a renewed certificate reaches the replicas one after another
+// every claim forwarded between an old and a new one fails. The count is the owner
+// Deployment's spec.replicas (OWNER_DEPLOYMENT, set by the chart); without it, a warning.
+func checkPeerCA(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, caFile string, log logrus.FieldLogger) error {
+	if cfg.SelfCert {
+		return nil // CERT_MODE=self writes ca.crt
+	}
+	if _, err := os.Stat(caFile); err == nil {
+		return nil
+	}
+	if cfg.OwnerDeployment == "" {
+		log.Warnf("no CA certificate at %s: run one replica only (several pin one another's serving certificate, and forwarded seat claims fail during a rotation)", caFile)
+		return nil
+	}
+	d, err := client.AppsV1().Deployments(cfg.Namespace).Get(ctx, cfg.OwnerDeployment, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the replicas of Deployment %s/%s (OWNER_DEPLOYMENT) to check the CA certificate: %w", cfg.Namespace, cfg.OwnerDeployment, err)
+	}
+	if replicas := ptr.Deref(d.Spec.Replicas, 1); replicas > 1 {
+		return fmt.Errorf("CERT_MODE=file with %d replicas needs the CA certificate at %s (ca.crt beside TLS_CERT_FILE, as cert-manager writes it): "+
+			"without it replicas trust only the leaf certificate they serve, and seat claims forwarded between replicas fail while a renewed certificate spreads; "+
+			"add ca.crt to the certificate Secret, use certMode self or cert-manager, or run one replica", replicas, caFile)
+	}
 	return nil
 }
 
@@ -133,8 +198,26 @@ func (r *replica) startCaches(ctx context.Context) error {
 	r.caches.Resolver.Client = liveClient
 	r.caches.Resolver.CacheGrace = cacheGrace
 	r.caches.Resolver.LiveSlots = make(chan struct{}, r.cfg.LiveLookups)
+	if r.policies, err = newPolicyCache(r.restCfg, r.client, r.entry); err != nil {
+		return err
+	}
+	r.caches.Resolver.Policies = r.policies
 	r.caches.Start(ctx)
+	r.policies.Start(ctx)
 	return nil
+}
+
+// newPolicyCache watches namespaces and, when the API server serves the policy CRDs,
+// PlacementPolicies and ClusterPlacementPolicies. Without the CRDs (an install that
+// left them out) only namespace defaults apply; they are looked for once, at start.
+func newPolicyCache(restCfg *rest.Config, client kubernetes.Interface, log logrus.FieldLogger) (*policy.Cache, error) {
+	var dyn dynamic.Interface
+	if _, err := client.Discovery().ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String()); err != nil {
+		log.WithError(err).Warnf("the %s API is not served (CRDs not installed?): only namespace defaults apply, no policies", v1alpha1.GroupVersion)
+	} else if dyn, err = dynamic.NewForConfig(restCfg); err != nil {
+		return nil, fmt.Errorf("create dynamic client for policies: %w", err)
+	}
+	return policy.NewCache(client, dyn, 10*time.Minute, log)
 }
 
 // adoptLeases resolves the owner of the Leases this process creates (its Deployment:
@@ -163,6 +246,10 @@ func (r *replica) waitForSync(ctx context.Context) {
 		r.log.WithError(err).Error("caches did not sync")
 		return
 	}
+	if err := r.policies.WaitForSync(ctx); err != nil {
+		r.log.WithError(err).Error("policy caches did not sync")
+		return
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), r.catalog.HasSynced, func() bool { return len(r.ledgerSynced()) == 0 }, r.records.HasSynced) {
 		r.log.Error("NodePool, node group, node, seat record and unavailability record views did not sync")
 		return
@@ -181,14 +268,18 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 	}
 	validator := &webhook.WorkloadValidator{Capacity: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry}
 	r.handlers = &webhook.Handlers{
-		Mutate:    mutator.Admit,
-		Validate:  validator.Admit,
-		Ready:     r.ready,
-		Metrics:   r.metrics,
-		Log:       r.entry,
-		Limits:    cfg.Limits,
-		Peer:      ledger.RequirePeerCertificate(r.peerTrust, r.seats.PeerHandler()),
-		Profiling: cfg.Profiling,
+		Mutate:     mutator.Admit,
+		Validate:   validator.Admit,
+		NotEnabled: validator.AdmitNotEnabled,
+		Ready:      r.ready,
+		Metrics:    r.metrics,
+		Log:        r.entry,
+		Limits:     cfg.Limits,
+		Peer:       ledger.RequirePeerCertificate(r.peerTrust, r.seats.PeerHandler()),
+		Profiling:  cfg.Profiling,
+	}
+	if r.door != nil {
+		r.handlers.Door = r.door
 	}
 }
 
@@ -201,7 +292,10 @@ func (r *replica) ready() error {
 	select {
 	case <-r.synced:
 	default:
-		return notSynced(r.caches.Unsynced(), r.catalog.Unsynced(), r.ledgerSynced(), unsyncedIf(!r.records.HasSynced(), "unavailability records"))
+		return notSynced(r.caches.Unsynced(), r.policies.Unsynced(), r.catalog.Unsynced(), r.ledgerSynced(), unsyncedIf(!r.records.HasSynced(), "unavailability records"))
+	}
+	if r.door != nil && !r.door.Synced() {
+		return errors.New("admission token not read yet (ADMISSION_TOKEN_SECRET)")
 	}
 	if !r.peerChecked.Load() {
 		return errors.New("not reachable at its peer address yet")

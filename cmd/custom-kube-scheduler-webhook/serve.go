@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -38,6 +39,8 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
 )
@@ -53,24 +56,44 @@ and can be overridden by its flag (--converge alone means on; other values need 
 value: --converge=off, --reservation-ttl 45s).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newServeLogger(cmd.ErrOrStderr())
 			cfg, err := loadServeConfig(cmd.Flags())
 			if err != nil {
-				return usageError("%w", err)
+				// Before the level is known, still in the log's format: a log pipeline
+				// that parses JSON sees why the webhook did not start.
+				log.WithError(err).Error("invalid settings")
+				return &exitError{code: 2, err: err, logged: true}
 			}
-			log := logrus.New()
-			log.SetFormatter(&logrus.JSONFormatter{})
-			log.SetOutput(os.Stderr)
 			log.SetLevel(cfg.LogLevel)
 			// client-go (klog) and controller-runtime (certwatcher, cert-controller) log
 			// through logr: send both to the same JSON log.
 			klog.SetLogger(logrusr.New(log.WithField("component", "client-go")))
 			ctrllog.SetLogger(logrusr.New(log.WithField("component", "controller-runtime")))
-			return serve(cmd.Context(), cfg, log)
+			if err := serve(cmd.Context(), cfg, log); err != nil {
+				log.WithError(err).Error("serve stopped")
+				return &exitError{code: 1, err: err, logged: true}
+			}
+			return nil
 		},
 	}
 	addSettingFlags(cmd.Flags(), serveSettings)
 	cmd.SetHelpFunc(groupedHelp)
+	// A bad flag too is logged in serve's format.
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		newServeLogger(c.ErrOrStderr()).WithError(err).Error("invalid settings")
+		return &exitError{code: 2, err: err, logged: true}
+	})
 	return cmd
+}
+
+// newServeLogger is serve's JSON log, with timestamps to the nanosecond (RFC 3339):
+// admissions, seat claims and the loop's passes happen many times a second, and a log
+// store orders lines within a second only by them.
+func newServeLogger(w io.Writer) *logrus.Logger {
+	log := logrus.New()
+	log.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
+	log.SetOutput(w)
+	return log
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -133,7 +156,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log); err != nil {
+	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log); err != nil {
 		return err
 	}
 	return r.run(ctx, stop, start)
@@ -325,7 +348,7 @@ func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool
 
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced.
-func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, records *converge.Records,
+func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, policies *policy.Cache, records *unavailability.Records,
 	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger,
 ) error {
 	entry := log.WithField("component", "converge")
@@ -366,6 +389,10 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	if err != nil {
 		return err
 	}
+	// A policy change is a strategy change for the workloads it governs.
+	if err := policies.OnChange(loop.PoliciesChanged); err != nil {
+		return err
+	}
 	go claims.Run(ctx)
 	go func() {
 		select {
@@ -373,7 +400,16 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		case <-ctx.Done():
 			return
 		}
-		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, owner, entry, loop.Run); err != nil {
+		// The elected replica also writes the policies' status, at most every 30s.
+		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry,
+			Workloads: governable(caches, clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip)}
+		run := func(ctx context.Context, leading func() bool) {
+			statusCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go status.Run(statusCtx)
+			loop.Run(ctx, leading)
+		}
+		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, owner, entry, run); err != nil {
 			entry.WithError(err).Error("convergence loop not started")
 		}
 	}()

@@ -36,7 +36,12 @@ func newSpreadCommand() *cobra.Command {
 term the target for the current replica count, the pods placed there (Running,
 Pending with the scheduler's reason), their nodes and capacity type, and the
 NodePools, node groups or nodes that serve the term. Only the current revision
-is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
+is counted; pods of older ReplicaSets of a rollout are shown as a total.
+
+Exit status, so that CI can gate on it: 0 every workload reported is exact; 3 some
+workload is not (a term off its target, unplaced pods, an invalid strategy, or a
+namespace the webhook is not sent: not enabled); 2 bad usage; 1 any other error
+(the cluster could not be read). The report is written in every case.`,
 		Example: `  custom-kube-scheduler-webhook spread -n demo
   custom-kube-scheduler-webhook spread -n demo deployment/alpine -o json`,
 		Args: cobra.MaximumNArgs(1),
@@ -73,7 +78,10 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 			if prices != nil {
 				report.AddCost(cmd.Context(), &r, prices)
 			}
-			return writeSpread(cmd.OutOrStdout(), r, format)
+			if err := writeSpread(cmd.OutOrStdout(), r, format); err != nil {
+				return err
+			}
+			return spreadVerdict(r)
 		},
 	}
 	f := cmd.Flags()
@@ -86,6 +94,25 @@ is counted; pods of older ReplicaSets of a rollout are shown as a total.`,
 	o.cost.register(f)
 	return cmd
 }
+
+// spreadVerdict is nil when every workload is exact, else an exitError with status 3
+// that names the workloads that are not.
+func spreadVerdict(r report.Report) error {
+	var off []string
+	for _, wl := range r.Workloads {
+		if !wl.Exact {
+			off = append(off, fmt.Sprintf("%s %s/%s", wl.Kind, wl.Namespace, wl.Name))
+		}
+	}
+	if len(off) == 0 {
+		return nil
+	}
+	return &exitError{code: exitNotExact, err: fmt.Errorf("not exact: %s", strings.Join(off, ", "))}
+}
+
+// exitNotExact is the exit status of spread when a workload is not exact, and of
+// plan --cluster when a term runs short.
+const exitNotExact = 3
 
 // parseWorkloadArg reads "deployment/web", "deploy/web", "sts/db", "rs/x" or "web".
 func parseWorkloadArg(arg string) (kind, name string, err error) {
@@ -147,7 +174,10 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "%s %s/%s  replicas %d  revision %s\n", wl.Kind, wl.Namespace, wl.Name, wl.Replicas, orDash(wl.Revision))
+		fmt.Fprintf(w, "%s %s/%s  replicas %d  revision %s  strategy from %s\n", wl.Kind, wl.Namespace, wl.Name, wl.Replicas, orDash(wl.Revision), orDash(wl.Source))
+		if wl.NotEnabled != "" {
+			fmt.Fprintf(w, "  not enabled: %s\n", wl.NotEnabled)
+		}
 		if wl.Error != "" {
 			fmt.Fprintf(w, "  invalid strategy: %s\n", wl.Error)
 			continue

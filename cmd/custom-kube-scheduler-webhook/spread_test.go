@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -104,5 +105,27 @@ func TestKubectlPluginName(t *testing.T) {
 	}
 	if cmd := commandFor("/usr/bin/custom-kube-scheduler-webhook"); cmd.Name() != "custom-kube-scheduler-webhook" {
 		t.Errorf("under its own name the binary runs %q, want the whole CLI", cmd.Name())
+	}
+}
+
+// spread's exit status gates CI: 0 when every workload is exact, 3 naming those that
+// are not (including a namespace that is not enabled).
+func TestSpreadVerdict(t *testing.T) {
+	exact := report.WorkloadReport{Kind: "Deployment", Namespace: "a", Name: "web", Exact: true}
+	off := report.WorkloadReport{Kind: "Deployment", Namespace: "b", Name: "api", NotEnabled: "namespace b is not enabled"}
+	if err := spreadVerdict(report.Report{Workloads: []report.WorkloadReport{exact}}); err != nil {
+		t.Errorf("all exact: %v", err)
+	}
+	if err := spreadVerdict(report.Report{}); err != nil {
+		t.Errorf("no workloads: %v", err)
+	}
+	err := spreadVerdict(report.Report{Workloads: []report.WorkloadReport{exact, off}})
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 3 || !strings.Contains(err.Error(), "Deployment b/api") || strings.Contains(err.Error(), "a/web") {
+		t.Errorf("one not exact: want exit 3 naming it, got %v", err)
+	}
+	var b strings.Builder
+	if err := writeSpread(&b, report.Report{Workloads: []report.WorkloadReport{off}}, "table"); err != nil || !strings.Contains(b.String(), "not enabled: namespace b is not enabled") {
+		t.Errorf("the table says the namespace is not enabled: %v\n%s", err, b.String())
 	}
 }

@@ -98,13 +98,15 @@ webhook_pods() {
 			[.metadata.name, .spec.nodeName, .spec.containers[0].image,
 			 ([.status.conditions[]? | select(.type == "Ready")][0].status // "False"), .status.podIP // ""] | @tsv'
 }
-# pods_ready IMAGE: the Deployment's replicas all Ready, all on the real node, all running IMAGE.
+# pods_ready IMAGE: the Deployment's replicas all Ready, all on the real node, all running
+# IMAGE (repository:tag), pinned by a digest or not (the chart --chart pushes names it
+# repository:tag@sha256:...).
 pods_ready() {
 	local want rows
 	want=$(lc_kubectl -n "$ns" get deployment "$full" -o jsonpath='{.spec.replicas}')
 	rows=$(webhook_pods)
 	[[ -n $rows ]] && (($(wc -l <<<"$rows") == want)) &&
-		! awk -F'\t' -v node="$REAL_NODE_NAME" -v img="$1" '$2 != node || $3 != img || $4 != "True"' <<<"$rows" | grep -q .
+		! awk -F'\t' -v node="$REAL_NODE_NAME" -v img="$1" '$2 != node || ($3 != img && index($3, img "@sha256:") != 1) || $4 != "True"' <<<"$rows" | grep -q .
 }
 if wait_until 240 pods_ready "$image:$version"; then
 	pass "the webhook pods are Ready (probes) on the real node, running $image:$version"
@@ -129,6 +131,8 @@ check "the self-signed caBundle is in the MutatingWebhookConfiguration" \
 	test -n "$(lc_kubectl get mutatingwebhookconfiguration "$full" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')"
 
 lc_kubectl create namespace "$apps" >/dev/null
+# Opted in: the chart's default scope sends only labelled namespaces.
+lc_kubectl label namespace "$apps" custom-kube-scheduler-webhook.io/enabled=true >/dev/null
 # deploy NAME REPLICAS STRATEGY: a Deployment of small pods (kwok runs them on Karpenter nodes).
 deploy() {
 	lc_kubectl apply -f - >/dev/null <<EOF

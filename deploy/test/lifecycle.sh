@@ -114,6 +114,15 @@ before_secret=$(uid -n "$ns" secret "$full-certs")
 before_mwc=$(uid mutatingwebhookconfiguration "$full")
 before_vwc=$(uid validatingwebhookconfiguration "$full")
 
+# The policy CRDs are cluster-wide: where they exist already (the e2e run applies the
+# chart's copy), they are handed to this release first, as docs/upgrade.md says.
+crds=(placementpolicies.custom-kube-scheduler-webhook.io clusterplacementpolicies.custom-kube-scheduler-webhook.io)
+for crd in "${crds[@]}"; do
+	if kubectl get crd "$crd" >/dev/null 2>&1; then
+		kubectl label crd "$crd" app.kubernetes.io/managed-by=Helm --overwrite >/dev/null
+		kubectl annotate crd "$crd" meta.helm.sh/release-name="$release" meta.helm.sh/release-namespace="$ns" --overwrite >/dev/null
+	fi
+done
 must "helm upgrade --dry-run=server to this chart" \
 	"$HELM" upgrade "$release" "$CHART_DIR" -n "$ns" -f "$tmp/values.yaml" --dry-run=server
 must "helm upgrade to this chart" "$HELM" upgrade "$release" "$CHART_DIR" -n "$ns" -f "$tmp/values.yaml"
@@ -186,6 +195,8 @@ serve_pid=""
 
 echo "== helm uninstall leaves nothing"
 check "helm uninstall" "$HELM" uninstall "$release" -n "$ns" --wait
+crds_gone() { ! kubectl get crd "${crds[@]}" -o name 2>/dev/null | grep -q .; }
+check "helm uninstall deletes the policy CRDs (crds.keep off)" wait_until 60 crds_gone
 if wait_until 90 release_gone "$ns" "$full"; then
 	pass "nothing of the release is left (Leases, Secrets, webhook configurations, RBAC, PriorityClass)"
 else

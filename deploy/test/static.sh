@@ -73,6 +73,15 @@ sm=$(tr -d '\n' <<<"$(docs ServiceMonitor <"$tmp/servicemonitor.yaml")")
 check "ServiceMonitor scrapes the metrics port over plain HTTP" matches "$sm" 'port: metrics +path: /metrics +scheme: http '
 check_not "ServiceMonitor skips no TLS verification" contains "$sm" "insecureSkipVerify"
 check_not "no ServiceMonitor by default" grep -q '^kind: ServiceMonitor' "$tmp/default.yaml"
+check "helm template with a ServiceMonitor's scrapeTimeout, relabelings, metricRelabelings and tlsConfig" render sm-full \
+	--set metrics.serviceMonitor.enabled=true --set metrics.serviceMonitor.scrapeTimeout=10s --set metrics.serviceMonitor.scheme=https \
+	--set-json 'metrics.serviceMonitor.relabelings=[{"targetLabel":"cluster","replacement":"prod-eu-west-1"}]' \
+	--set-json 'metrics.serviceMonitor.metricRelabelings=[{"sourceLabels":["__name__"],"regex":"go_.*","action":"drop"}]' \
+	--set-json 'metrics.serviceMonitor.tlsConfig={"serverName":"cksw.metrics","ca":{"configMap":{"name":"metrics-ca","key":"ca.crt"}}}'
+smf=$(tr -d '\n' <<<"$(docs ServiceMonitor <"$tmp/sm-full.yaml")")
+check "ServiceMonitor: every endpoint setting rendered" matches "$smf" \
+	'scheme: https +interval: 30s +scrapeTimeout: 10s +tlsConfig: +ca: +configMap: +key: ca.crt +name: metrics-ca +serverName: cksw.metrics +relabelings: +- replacement: prod-eu-west-1 +targetLabel: cluster +metricRelabelings: +- action: drop +regex: go_.. +sourceLabels: +- __name__'
+check_not "ServiceMonitor: scheme ftp is refused" render sm-bad --set metrics.serviceMonitor.scheme=ftp
 
 echo "-- alerts: promtool check and unit tests, and the chart's PrometheusRule"
 if ! command -v promtool >/dev/null 2>&1; then
@@ -80,7 +89,9 @@ if ! command -v promtool >/dev/null 2>&1; then
 	source scripts/localcluster/lib.sh
 	lc_ensure_packages promtool:prometheus
 fi
-rules=$CHART_DIR/files/alerts.yaml
+# files/alerts.yaml is a template of the values; deploy/render.sh renders it with the
+# defaults to deploy/manifests/alerts.yaml (checked for drift below), the file tested here.
+rules=deploy/manifests/alerts.yaml
 if promtool check rules "$rules" >"$tmp/promtool-check.out" 2>&1; then
 	pass "promtool check rules $rules: $(grep -o '[0-9]* rules found' "$tmp/promtool-check.out")"
 else
@@ -98,20 +109,58 @@ mapfile -t alerts < <(sed -n 's/^ *- alert: //p' "$rules")
 check "files/alerts.yaml has alerts" test "${#alerts[@]}" -gt 0
 for alert in "${alerts[@]}"; do
 	check "alert $alert: a test where it fires and one where it does not" test "$(grep -c "alertname: $alert$" deploy/test/monitoring/alerts_test.yaml)" -ge 2
-	check "alert $alert: its runbook is a heading of README.md" grep -q "^#### $alert$" README.md
-	check "alert $alert: its runbook_url is that heading's anchor" grep -q "runbook_url: .*/README.md#${alert,,}$" "$rules"
+	check "alert $alert: docs/runbooks/$alert.md exists and starts with a heading naming it" \
+		test "$(head -n 1 "docs/runbooks/$alert.md" 2>/dev/null)" = "# $alert"
+	check "alert $alert: its runbook_url ends in /docs/runbooks/$alert.md" grep -q "runbook_url: .*/docs/runbooks/$alert\.md$" "$rules"
 done
 # spec_of KIND FILE: the spec of the KIND document in FILE, indentation removed.
 spec_of() { docs "$1" <"$2" | sed -n '/^spec:$/,$p' | tail -n +2 | sed 's/^  //'; }
 check "helm template with a PrometheusRule" render prometheusrule --set prometheusRule.enabled=true --set prometheusRule.labels.release=prom
-check "the PrometheusRule's spec is files/alerts.yaml, the rules promtool tested" diff <(spec_of PrometheusRule "$tmp/prometheusrule.yaml") "$rules"
+check "the PrometheusRule's spec is the rules promtool tested" diff <(spec_of PrometheusRule "$tmp/prometheusrule.yaml") <(grep -v '^#' "$rules")
 check "PrometheusRule: extra labels" matches "$(docs PrometheusRule <"$tmp/prometheusrule.yaml")" '^    release: prom$'
 check_not "no PrometheusRule by default" grep -q '^kind: PrometheusRule' "$tmp/default.yaml"
 check_not "a typo under prometheusRule is refused" render badrule --set prometheusRule.enable=true
+# Values of the alerts: aggregation labels, thresholds, durations, runbook base.
+check "helm template with other alert values" render rule-values --set prometheusRule.enabled=true \
+	--set 'prometheusRule.aggregateBy={region,cluster}' --set-json prometheusRule.alerts.admissionLatencyHigh.p99Seconds=2.5 \
+	--set prometheusRule.alerts.admissionLatencyHigh.for=15m --set prometheusRule.runbookBaseURL=https://wiki.example.com/runbooks/cksw
+rv=$(spec_of PrometheusRule "$tmp/rule-values.yaml")
+check "alerts aggregate by aggregateBy" test "$(grep -c 'by (region, cluster)' <<<"$rv")" -ge 13
+check_not "alerts aggregate by nothing else" grep -q 'by (cluster, namespace)' <<<"$rv"
+check "alert threshold and for: from the values" matches "$(tr -d '\n' <<<"$rv")" 'le\) \(rate\(custom_kube_scheduler_webhook_admission_duration_seconds_bucket\{webhook="mutate"\}\[5m\]\)\)\) +> 2.5 +for: 15m'
+check "runbook_url from runbookBaseURL" test "$(grep -c 'runbook_url: https://wiki.example.com/runbooks/cksw/CustomKubeSchedulerWebhook[A-Za-z]*.md$' <<<"$rv")" -eq "${#alerts[@]}"
+check "default runbook_url: this release's docs/runbooks" grep -q "runbook_url: https://github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/blob/v$(sed -n 's/^appVersion: "\(.*\)"/\1/p' "$CHART_DIR/Chart.yaml")/docs/runbooks/CustomKubeSchedulerWebhookNoReadyReplica.md$" "$rules"
+if promtool check rules <(printf '%s\n' "$rv") >"$tmp/promtool-values.out" 2>&1; then pass "promtool check rules: the alerts with other values"; else
+	cat "$tmp/promtool-values.out" >&2
+	fail "promtool check rules: the alerts with other values"
+fi
+# Bad values are refused with a message that names them.
+refused() { # WHAT PATTERN [helm args...]
+	local what=$1 pattern=$2
+	shift 2
+	if render refused "$@"; then
+		fail "$what is refused"
+	elif grep -qE -- "$pattern" "$tmp/refused.err"; then
+		pass "$what is refused: $(grep -oE -- "$pattern" "$tmp/refused.err" | head -1)"
+	else
+		cat "$tmp/refused.err" >&2
+		fail "$what is refused with a message naming it"
+	fi
+}
+refused "a malformed runbookBaseURL" "runbookBaseURL" --set prometheusRule.runbookBaseURL=wiki.example.com/runbooks
+refused "a runbookBaseURL with a trailing slash" "runbookBaseURL" --set prometheusRule.runbookBaseURL=https://wiki.example.com/
+refused "a negative threshold" "p99Seconds" --set prometheusRule.alerts.admissionLatencyHigh.p99Seconds=-1
+refused "a percentage over 100" "percent" --set prometheusRule.alerts.peerClaimsFailing.percent=150
+refused "a for: that is not a duration" "for" --set prometheusRule.alerts.termInFallback.for=soon
+refused "an unknown scope" "scope" --set scope=everywhere
+refused "an aggregation label that is not a label name" "aggregateBy" --set 'prometheusRule.aggregateBy={cluster-name}'
 
 echo "-- the Grafana dashboard"
 dashboard=$CHART_DIR/files/dashboard.json
 check "files/dashboard.json is JSON with panels" jq -e '.panels | length > 0' "$dashboard"
+check "dashboard: a cluster variable (All matches series without the label)" jq -e '.templating.list | any(.name == "cluster" and .includeAll and .allValue == ".*")' "$dashboard"
+# shellcheck disable=SC2016 # $cluster is the dashboard variable, matched literally
+check "dashboard: every query filters by the cluster variable" test "$(jq -r '.. | .expr? // empty' "$dashboard" | grep -vc 'cluster=~"\$cluster"' || true)" -eq 0
 check "helm template with the dashboard" render dashboard --set dashboards.enabled=true --set dashboards.namespace=monitoring \
 	--set dashboards.annotations.grafana_folder=Platform
 dcm=$(docs ConfigMap "$CHART_NAME-dashboard" <"$tmp/dashboard.yaml")
@@ -159,8 +208,32 @@ check "POD_NAMESPACE from the downward API" matches "$(tr -d '\n' <<<"$dep")" 'P
 check "CERT_MODE self" matches "$(tr -d '\n' <<<"$dep")" 'CERT_MODE +value: "self"'
 check "zone spread" contains "$dep" "topologyKey: topology.kubernetes.io/zone"
 check "hostname spread" contains "$dep" "topologyKey: kubernetes.io/hostname"
-check "priority class of the chart" contains "$dep" "priorityClassName: $CHART_NAME"
-check "PriorityClass object" matches "$(docs PriorityClass <<<"$d")" '^value: 1000000$'
+check "priority class system-cluster-critical by default" contains "$dep" "priorityClassName: system-cluster-critical"
+check "no PriorityClass object by default" test "$(docs PriorityClass <<<"$d" | count_docs)" -eq 0
+check "helm template --set priorityClassName= --set priorityClass.create=true" render own-pc --set priorityClassName= --set priorityClass.create=true
+check "PriorityClass of the chart, as an option" matches "$(docs PriorityClass <"$tmp/own-pc.yaml")" '^value: 1000000$'
+check "its pods use it" contains "$(docs Deployment <"$tmp/own-pc.yaml")" "priorityClassName: $CHART_NAME"
+check "revisionHistoryLimit 5 and maxUnavailable 0 by default" matches "$(tr -d '\n' <<<"$dep")" 'revisionHistoryLimit: 5 .*strategy: +type: RollingUpdate +rollingUpdate: +maxSurge: 1 +maxUnavailable: 0'
+check "helm template with the chart conventions (item 5 of issue 44)" render conventions \
+	--set revisionHistoryLimit=2 --set-json 'updateStrategy={"type":"Recreate"}' \
+	--set-json 'envFrom=[{"configMapRef":{"name":"cksw-settings"}}]' \
+	--set-json 'sidecars=[{"name":"proxy","image":"example/proxy:1"}]' \
+	--set dnsPolicy=Default --set-json 'dnsConfig={"options":[{"name":"ndots","value":"2"}]}' \
+	--set webhookAnnotations.team=platform \
+	--set validatingWebhook.failurePolicy=Fail --set validatingWebhook.timeoutSeconds=10
+cdep=$(tr -d '\n' <<<"$(docs Deployment <"$tmp/conventions.yaml")")
+check "revisionHistoryLimit and strategy from the values" matches "$cdep" 'revisionHistoryLimit: 2 .*strategy: +type: Recreate +template:'
+check "envFrom on the webhook container" matches "$cdep" 'envFrom: +- configMapRef: +name: cksw-settings'
+check "sidecar after the webhook container" matches "$cdep" 'containers: +- name: webhook .*- image: example/proxy:1 +name: proxy +volumes:'
+check "dnsPolicy and dnsConfig" matches "$cdep" 'dnsPolicy: Default +dnsConfig: +options: +- name: ndots +value: "2"'
+cmw=$(docs MutatingWebhookConfiguration <"$tmp/conventions.yaml")
+cvw=$(docs ValidatingWebhookConfiguration <"$tmp/conventions.yaml")
+check "webhookAnnotations on both configurations" test "$(grep -c '^    team: platform$' <<<"$cmw$cvw")" -eq 2
+check "validating webhook: its own failurePolicy (workloads x2 and policies; not-enabled stays Ignore)" test "$(grep -c 'failurePolicy: Fail' <<<"$cvw")" -eq 3
+check "validating webhook: its own timeoutSeconds (every entry)" test "$(grep -c 'timeoutSeconds: 10' <<<"$cvw")" -eq 4
+check "pod webhook keeps failurePolicy and timeoutSeconds" matches "$(tr -d '\n' <<<"$cmw")" 'failurePolicy: Ignore .*timeoutSeconds: 5 '
+check_not "validatingWebhook.timeoutSeconds=60 is refused" render vwt --set validatingWebhook.timeoutSeconds=60
+check_not "dnsPolicy=Bogus is refused" render dnsbad --set dnsPolicy=Bogus
 check "PDB maxUnavailable 1 (never blocks a drain)" contains "$(docs PodDisruptionBudget <<<"$d")" "maxUnavailable: 1"
 check_not "PDB: no minAvailable by default" contains "$(docs PodDisruptionBudget <<<"$d")" "minAvailable"
 check "Service 443 -> https" matches "$(tr -d '\n' <<<"$(docs Service <<<"$d")")" 'port: 443 +targetPort: https'
@@ -192,12 +265,34 @@ check "workloads webhook: deployments, statefulsets, replicasets" contains "$vwc
 check "workloads webhook: only objects with a strategy" contains "$vwc" "'custom-pod-schedule-strategy' in object.spec.template.metadata.annotations"
 check_not "self mode: no static caBundle" contains "$mwc$vwc" "caBundle"
 
-check_not "scope all by default: no namespace label required" contains "$mwc$vwc" "custom-kube-scheduler-webhook.io/enabled"
-check "helm template --set scope=opt-in" render optin --set scope=opt-in
-for kind in MutatingWebhookConfiguration ValidatingWebhookConfiguration; do
-	check "scope opt-in: $kind sends only labelled namespaces, exclusions kept" matches "$(tr -d '\n' <<<"$(docs "$kind" <"$tmp/optin.yaml")")" \
-		"namespaceSelector: +matchLabels: +custom-kube-scheduler-webhook.io/enabled: \"true\" +matchExpressions: +- key: kubernetes.io/metadata.name +operator: NotIn +values: +- $NS +- kube-system"
+# scope opt-in by default: either label; a namespaceSelector ANDs its terms, so two
+# entries with disjoint selectors (a namespace with both labels is sent once).
+sel_on='namespaceSelector: +matchExpressions: +- key: kubernetes.io/metadata.name +operator: NotIn +values: +- '"$NS"' +- kube-system.* +- key: custom-kube-scheduler-webhook.io/enabled +operator: In +values: +- "true"'
+sel_orig='namespaceSelector: +matchExpressions: +- key: kubernetes.io/metadata.name +operator: NotIn +values: +- '"$NS"' +- kube-system.* +- key: custom-kube-scheduler-webhook +operator: In +values: +- enabled +- key: custom-kube-scheduler-webhook.io/enabled +operator: NotIn +values: +- "true"'
+for kind in pods workloads; do
+	doc=$mwc
+	[[ $kind == workloads ]] && doc=$vwc
+	flat=$(tr -d '\n' <<<"$doc")
+	check "scope opt-in by default: $kind webhook sends namespaces labelled custom-kube-scheduler-webhook.io/enabled=true" matches "$flat" \
+		"- name: $kind.custom-kube-scheduler-webhook.io .*$sel_on"
+	check "scope opt-in by default: $kind webhook sends namespaces labelled custom-kube-scheduler-webhook=enabled (and not the other)" matches "$flat" \
+		"- name: original-label.$kind.custom-kube-scheduler-webhook.io .*$sel_orig"
 done
+check "scope opt-in: two pod webhook entries" test "$(grep -c 'path: /mutate' <<<"$mwc")" -eq 2
+nev=$(tr -d '\n' <<<"$(awk '/- name: not-enabled.workloads/,0' <<<"$vwc")")
+check "scope opt-in: annotated workloads of other namespaces are sent to /validate/not-enabled" matches "$nev" \
+	'path: /validate/not-enabled.*failurePolicy: Ignore.*sideEffects: NoneOnDryRun.*key: custom-kube-scheduler-webhook.io/enabled +operator: NotIn +values: +- "true" +- key: custom-kube-scheduler-webhook +operator: NotIn +values: +- enabled.*- name: has-strategy'
+check "helm template --set scope=all" render scope-all --set scope=all
+for kind in MutatingWebhookConfiguration ValidatingWebhookConfiguration; do
+	all=$(docs "$kind" <"$tmp/scope-all.yaml")
+	check_not "scope all: $kind requires no namespace label" matches "$all" 'key: custom-kube-scheduler-webhook(\.io/enabled)?$'
+	# The validating configuration also has the policies entry, whatever the scope.
+	want=1
+	[[ $kind == ValidatingWebhookConfiguration ]] && want=2
+	check "scope all: $kind has $want entries, exclusions kept" test "$(grep -c '^  - name:' <<<"$all")" -eq "$want"
+done
+check "helm template --set scope=opt-in --set matchConditions=false" render optin-nomc --set scope=opt-in --set matchConditions=false
+check_not "without matchConditions, no not-enabled entry (it would see every workload write)" contains "$(cat "$tmp/optin-nomc.yaml")" "not-enabled.workloads"
 check_not "scope=everything is refused" render bad-scope --set scope=everything
 
 echo "-- node affinity, Service annotations, extra volumes"
@@ -248,7 +343,9 @@ check "serving cert for the Service" contains "$(docs Certificate "$CHART_NAME" 
 check "inject-ca-from on the mutating configuration" contains "$(docs MutatingWebhookConfiguration <<<"$cm")" "cert-manager.io/inject-ca-from: $NS/$CHART_NAME"
 check "validating webhook can be turned off" test -z "$(docs ValidatingWebhookConfiguration <<<"$cm")"
 check "matchConditions can be turned off" test -z "$(grep matchConditions <<<"$cm" || true)"
-check "no secret RBAC with cert-manager" test -z "$(grep -F '"secrets"' <<<"$cm" || true)"
+check "with cert-manager, secret RBAC for the admission token only" test "$(grep -A2 -F '"secrets"' <<<"$cm" | tr -d '\n' | tr -s ' ')" = ' resources: ["secrets"] resourceNames: ["'"$CHART_NAME"'-admission-token"] verbs: ["get", "update"]'
+check "admission token Secret and setting" contains "$(tr -d '\n' <<<"$cm")" "ADMISSION_TOKEN_SECRET              value: \"$CHART_NAME-admission-token\""
+check "with cert-manager, webhook-configuration RBAC for its own two by name only (the admission token's path)" test "$(grep -B1 -A1 -F 'webhookconfigurations' <<<"$cm" | grep -c 'resourceNames: \["'"$CHART_NAME"'"\]')" -ge 1
 check "CERT_MODE file with cert-manager" matches "$(tr -d '\n' <<<"$cm")" 'CERT_MODE +value: "file"'
 check "Namespace object when namespace.create" test "$(docs Namespace <<<"$cm" | count_docs)" -eq 1
 ci=$(cat "$tmp/cert-manager-issuer.yaml")
@@ -259,7 +356,7 @@ check "custom serving Secret mounted" contains "$(docs Deployment <<<"$ci")" "se
 
 echo "-- secret-provided"
 sp=$(cat "$tmp/secret-provided.yaml")
-check "caBundle on both configurations" test "$(grep -c 'caBundle: LS0t' <<<"$sp")" -eq 2
+check "caBundle on every webhook entry (6 with scope opt-in: pods x2, workloads x2, not-enabled, policies)" test "$(grep -c 'caBundle: LS0t' <<<"$sp")" -eq 6
 check "existing Secret mounted" contains "$(docs Deployment <<<"$sp")" "secretName: my-webhook-tls"
 check "no ServiceAccount when create=false" test "$(docs ServiceAccount <<<"$sp" | count_docs)" -eq 0
 check "no PDB when disabled" test "$(docs PodDisruptionBudget <<<"$sp" | count_docs)" -eq 0
@@ -272,6 +369,13 @@ check "the Service's metrics port follows metricsPort" matches "$(tr -d '\n' <<<
 check "values file: the dashboard ConfigMap" matches "$(docs ConfigMap cksw-dashboard <<<"$nd")" '^    grafana_dashboard: "1"$'
 check "fullnameOverride" contains "$nd" "name: cksw"
 check "image by digest" contains "$nd" 'image: "123456789012.dkr.ecr.eu-west-1.amazonaws.com/custom-kube-scheduler-webhook@sha256:0000000000000000000000000000000000000000000000000000000000000001"'
+pin=sha256:00000000000000000000000000000000000000000000000000000000000000ab
+check "helm template with image.tag and image.digest" render tagdigest --set image.tag=1.2.3 --set image.digest=$pin
+check "tag and digest: repo:tag@digest (the tag for people, the digest pins)" contains "$(cat "$tmp/tagdigest.yaml")" "image: \"$RENDER_IMAGE_REPOSITORY:1.2.3@$pin\""
+check "every image of the chart is pinned when a digest is set" test "$(grep -cE '^ +image: ' "$tmp/tagdigest.yaml")" -eq "$(grep -cE "^ +image: \".*@$pin\"$" "$tmp/tagdigest.yaml")"
+check "digest alone: repo@digest" render digestonly --set image.digest=$pin
+check "digest alone renders repo@digest" contains "$(cat "$tmp/digestonly.yaml")" "image: \"$RENDER_IMAGE_REPOSITORY@$pin\""
+check_not "a digest that is not sha256:<64 hex> is refused" render baddigest --set image.digest=latest
 check "IRSA role annotation" contains "$(docs ServiceAccount <<<"$nd")" "eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/custom-kube-scheduler-webhook"
 check "EKS cluster name" matches "$ndd" 'EKS_CLUSTER_NAME +value: "prod-eu-west-1"'
 check "AWS region" matches "$ndd" 'AWS_REGION +value: "eu-west-1"'
@@ -280,7 +384,7 @@ check "validation mode" matches "$ndd" 'VALIDATION_MODE +value: "warn"'
 check "blocklist" matches "$ndd" 'BLOCKLISTED_NAMESPACE_LIST +value: "kube-system,kube-public,kube-node-lease,monitoring"'
 check "blocklist left out of namespaceSelector" matches "$(tr -d '\n' <<<"$(docs MutatingWebhookConfiguration <<<"$nd")")" '- kube-node-lease +- monitoring'
 check "user namespaceSelector kept" contains "$nd" "custom-kube-scheduler-webhook.io/enabled: \"true\""
-check "timeoutSeconds 3" test "$(grep -c 'timeoutSeconds: 3' <<<"$nd")" -eq 2
+check "timeoutSeconds 3 on the three webhooks" test "$(grep -c 'timeoutSeconds: 3' <<<"$nd")" -eq 3
 check "objectSelector dropped with null" test -z "$(grep objectSelector <<<"$nd" || true)"
 check "given priorityClassName, no PriorityClass" test "$(docs PriorityClass <<<"$nd" | count_docs)" -eq 0
 check "priorityClassName" contains "$nd" "priorityClassName: system-cluster-critical"
@@ -324,9 +428,23 @@ check "NetworkPolicy: the container port" matches "$np" 'ports: +- protocol: TCP
 
 nf=$(cat "$tmp/networkpolicy-fail.yaml")
 check "values file: NetworkPolicy with the subnets" matches "$(tr -d '\n' <<<"$(docs NetworkPolicy <<<"$nf")")" 'cidr: "192.168.0.0/19" +- ipBlock: +cidr: "192.168.32.0/19"'
-check "values file: failurePolicy Fail on both webhooks" test "$(grep -c 'failurePolicy: Fail' <<<"$nf")" -eq 2
+# Every entry but not-enabled.workloads, which only warns.
+check "values file: failurePolicy Fail on every webhook entry but not-enabled" test "$(grep -c 'failurePolicy: Fail' <<<"$nf")" -eq 5
 check "values file: PDB minAvailable 2 of 3" contains "$(docs PodDisruptionBudget <<<"$nf")" "minAvailable: 2"
 check "values file: drain 15s" matches "$(tr -d '\n' <<<"$(docs Deployment <<<"$nf")")" 'SHUTDOWN_DRAIN +value: "15s"'
+
+echo "== policy CRDs drift"
+# The chart's CRDs are what controller-gen (pinned in scripts/tools/go.mod) makes of
+# api/v1alpha1: `make generate` refreshes them.
+crds_current() {
+	go tool -modfile=scripts/tools/go.mod controller-gen crd:crdVersions=v1 paths=./api/... output:crd:dir="$tmp/crds" &&
+		diff -r "$tmp/crds" "$CHART_DIR/files/crds"
+}
+check "files/crds matches api/v1alpha1 (make generate)" crds_current
+check "the CRDs render as templates (helm upgrade updates them)" test "$(docs CustomResourceDefinition <"$tmp/default.yaml" | grep -c '^kind: CustomResourceDefinition$')" -eq 2
+check_not "no keep annotation by default (helm uninstall leaves nothing)" contains "$(cat "$tmp/default.yaml")" 'helm.sh/resource-policy'
+check "ClusterRole: policies list+watch" matches "$(tr -d '\n' <"$tmp/default.yaml")" 'resources: \["placementpolicies", "clusterplacementpolicies"\] +verbs: \["list", "watch"\]'
+check "ClusterRole: namespaces list+watch" matches "$(tr -d '\n' <"$tmp/default.yaml")" 'resources: \["namespaces"\] +verbs: \["list", "watch"\]'
 
 echo "== deploy/manifests drift"
 check "deploy/manifests matches the chart (deploy/render.sh --check)" deploy/render.sh --check
@@ -424,10 +542,33 @@ check "bases passed through" contains "$out" "--build-arg BUILDER_IMAGE=B --buil
 check "plain HTTP to the local registry" contains "$out" "--tls-verify=false"
 check "pushes the list under the version tag" matches "$out" "^\+ buildah manifest push --all .* docker://$img:1\.2\.3$"
 check "pushes the list under the commit tag" matches "$out" "^\+ buildah manifest push --all .* docker://$img:$sha(-dirty)?$"
+check "the packaged chart pins the pushed image by digest, the tag kept" contains "$out" "image.repository=$img image.tag=1.2.3 image.digest=<the pushed digest>"
 check "packages the chart at the version" matches "$out" "helm package .* --version 1\.2\.3 --app-version 1\.2\.3 "
 check "pushes the chart next to the image" matches "$out" "helm push .*custom-kube-scheduler-webhook-1\.2\.3\.tgz'? oci://127\.0\.0\.1:5000/team/charts --plain-http$"
 check "says it would push image and chart" contains "$out" "Dry run: would push $img:"
 check "still no aws/docker call" test ! -e "$tmp/called"
+echo "-- signing (cosign)"
+: >"$tmp/cosign.key"
+out=$(PATH="$tmp/fakebin:$PATH" ./build_and_push.sh --dry-run --engine buildah --registry 127.0.0.1:5000/team --tls-verify=false \
+	--version 1.2.3 --chart --sign-key "$tmp/cosign.key" --no-tlog 2>&1) || fail "build_and_push.sh --dry-run --sign-key exited non-zero"
+cosign_flags="--yes --key $tmp/cosign.key --tlog-upload=false --allow-insecure-registry --allow-http-registry"
+check "signs the pushed index by digest" matches "$out" "^\+ cosign sign $cosign_flags '$img@<digest>'$"
+check "attests a CycloneDX SBOM of the binary's modules" matches "$out" "^\+ cosign attest $cosign_flags --type cyclonedx --predicate '?[^ ]+/sbom\.cdx\.json'? '$img@<digest>'$"
+check "the SBOM from cyclonedx-gomod app" contains "$out" "cyclonedx-gomod app -json -main cmd/custom-kube-scheduler-webhook"
+check "attests SLSA provenance" matches "$out" "^\+ cosign attest $cosign_flags --type slsaprovenance --predicate '?[^ ]+/provenance\.json'? '$img@<digest>'$"
+check "signs the chart by digest" matches "$out" "^\+ cosign sign $cosign_flags '127\.0\.0\.1:5000/team/charts/custom-kube-scheduler-webhook@<chart digest>'$"
+check "signs after pushing" test "$(grep -n '^+ buildah manifest push' <<<"$out" | tail -n 1 | cut -d: -f1)" -lt "$(grep -n '^+ cosign sign' <<<"$out" | head -n 1 | cut -d: -f1)"
+out=$(PATH="$tmp/fakebin:$PATH" ./build_and_push.sh --dry-run --engine buildah --registry 127.0.0.1:5000/team --version 1.2.3 \
+	--sign-key awskms:///alias/cksw-release 2>&1) || fail "build_and_push.sh --dry-run --sign-key awskms://... exited non-zero"
+check "a KMS key URI is passed to cosign, Rekor on by default" matches "$out" "^\+ cosign sign --yes --key awskms:///alias/cksw-release '$img@<digest>'$"
+out=$(PATH="$tmp/fakebin:$PATH" ./build_and_push.sh --dry-run --engine buildah --registry 127.0.0.1:5000/team --version 1.2.3 --sign-keyless 2>&1) ||
+	fail "build_and_push.sh --dry-run --sign-keyless exited non-zero"
+check "keyless: no key, Rekor on" matches "$out" "^\+ cosign sign --yes '$img@<digest>'$"
+out=$(PATH="$tmp/fakebin:$PATH" ./build_and_push.sh --dry-run --engine buildah --registry 127.0.0.1:5000/team --version 1.2.3 2>&1)
+check_not "no key: nothing signed" contains "$out" "cosign"
+check_not "a key file that is not there is refused" ./build_and_push.sh --dry-run --registry 127.0.0.1:5000 --sign-key "$tmp/nokey"
+check_not "--sign-key with --sign-keyless is refused" ./build_and_push.sh --dry-run --registry 127.0.0.1:5000 --sign-key "$tmp/cosign.key" --sign-keyless
+check_not "--no-tlog with keyless is refused" ./build_and_push.sh --dry-run --registry 127.0.0.1:5000 --sign-keyless --no-tlog
 check_not "a registry that is not HOST[:PORT][/PATH] is refused" ./build_and_push.sh --dry-run --registry 'http://x'
 check_not "an unknown engine is refused" ./build_and_push.sh --dry-run --engine podman
 check "--help" ./build_and_push.sh --help

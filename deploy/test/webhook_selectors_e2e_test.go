@@ -149,8 +149,10 @@ func loadConfigs(t *testing.T) (*admissionregistrationv1.MutatingWebhookConfigur
 			}
 		}
 	}
-	if m == nil || v == nil || len(m.Webhooks) != 1 || len(v.Webhooks) != 1 {
-		t.Fatalf("%s: want one mutating and one validating configuration with one webhook each", manifest)
+	// Scope opt-in (the default): an entry per namespace label, the validating
+	// not-enabled entry, and the policies entry.
+	if m == nil || v == nil || len(m.Webhooks) != 2 || len(v.Webhooks) != 4 {
+		t.Fatalf("%s: want a mutating configuration with 2 webhooks and a validating one with 4", manifest)
 	}
 	return m, v
 }
@@ -204,8 +206,17 @@ func TestE2EWebhookSelectors(t *testing.T) {
 	suffix := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
 	ns := "deploytest-" + suffix
 
-	for _, name := range []string{ns, ownNamespace} {
-		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	// The default scope is opt-in: ns carries today's label (the webhook's own namespace
+	// too, and stays excluded all the same), nsOriginal the original project's, nsBoth
+	// both, nsOff none.
+	enabled := map[string]string{"custom-kube-scheduler-webhook.io/enabled": "true"}
+	original := map[string]string{"custom-kube-scheduler-webhook": "enabled"}
+	nsOriginal, nsBoth, nsOff := ns+"-original", ns+"-both", ns+"-off"
+	for name, labels := range map[string]map[string]string{
+		ns: enabled, ownNamespace: enabled, nsOriginal: original, nsOff: nil,
+		nsBoth: {"custom-kube-scheduler-webhook.io/enabled": "true", "custom-kube-scheduler-webhook": "enabled"},
+	} {
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
 		switch {
 		case err == nil:
 			t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
@@ -219,8 +230,14 @@ func TestE2EWebhookSelectors(t *testing.T) {
 	m, v := loadConfigs(t)
 	m.ObjectMeta = metav1.ObjectMeta{Name: "deploytest-" + suffix}
 	v.ObjectMeta = metav1.ObjectMeta{Name: "deploytest-" + suffix}
-	m.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + "/mutate"), CABundle: ca}
-	v.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + "/validate"), CABundle: ca}
+	// Every entry (one per opt-in label, and the validating not-enabled one) to the
+	// recorder, at its own path.
+	for i := range m.Webhooks {
+		m.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + *m.Webhooks[i].ClientConfig.Service.Path), CABundle: ca}
+	}
+	for i := range v.Webhooks {
+		v.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + *v.Webhooks[i].ClientConfig.Service.Path), CABundle: ca}
+	}
 	api := cs.AdmissionregistrationV1()
 	if _, err := api.MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("registering mutating configuration: %v", err)
@@ -306,9 +323,31 @@ func TestE2EWebhookSelectors(t *testing.T) {
 		}
 	}
 	createDeployment(deployment("kube-system", "kube-system-deployment", strat, nil))
-	if rec.called("/validate", "kube-system", "kube-system-deployment") {
+	if rec.called("/validate", "kube-system", "kube-system-deployment") || rec.called("/validate/not-enabled", "kube-system", "kube-system-deployment") {
 		t.Error("deployment in kube-system: webhook called")
 	}
+
+	// Scope opt-in: either label, each pod once; an unlabelled namespace's pods never,
+	// its annotated workloads only to /validate/not-enabled (which warns).
+	for _, n := range []string{nsOriginal, nsBoth, nsOff} {
+		createPod(pod(n, "scoped", strat, nil, "ReplicaSet"))
+		createDeployment(deployment(n, "scoped", strat, nil))
+	}
+	rec.mu.Lock()
+	calls := func(path, n string) int { return rec.seen[path+" "+n+"/scoped"] }
+	for _, c := range []struct {
+		ns                          string
+		mutate, validate, notEnable int
+	}{
+		{nsOriginal, 1, 1, 0},
+		{nsBoth, 1, 1, 0},
+		{nsOff, 0, 0, 1},
+	} {
+		if m, v, o := calls("/mutate", c.ns), calls("/validate", c.ns), calls("/validate/not-enabled", c.ns); m != c.mutate || v != c.validate || o != c.notEnable {
+			t.Errorf("namespace %s: calls /mutate %d, /validate %d, /validate/not-enabled %d; want %d, %d, %d", c.ns, m, v, o, c.mutate, c.validate, c.notEnable)
+		}
+	}
+	rec.mu.Unlock()
 	if t.Failed() {
 		t.Logf("calls seen: %s", strings.Join(keys(rec), ", "))
 	}

@@ -16,22 +16,26 @@ var allowed = map[string][]string{
 	"strategy":                          nil,
 	"ownership":                         nil,
 	"karpenter/nodegroups":              nil,
+	"api/v1alpha1":                      nil,
+	"policy":                            {"api/v1alpha1", "strategy"},
 	"karpenter":                         {"karpenter/nodegroups", "strategy"},
-	"clusterview":                       {"strategy"},
+	"clusterview":                       {"strategy", "policy"},
 	"ledger":                            {"strategy", "clusterview", "ownership"},
-	"webhook":                           {"strategy", "clusterview", "ledger", "karpenter"},
+	"webhook":                           {"strategy", "clusterview", "ledger", "karpenter", "policy", "api/v1alpha1"},
 	"webhook/selfcert":                  nil,
-	"converge":                          {"strategy", "clusterview", "karpenter", "ownership"},
-	"report":                            {"strategy", "karpenter", "karpenter/nodegroups", "converge", "pricing"},
+	"webhook/admissiontoken":            nil,
+	"unavailability":                    {"strategy", "ownership"},
+	"converge":                          {"strategy", "clusterview", "karpenter", "ownership", "unavailability"},
+	"report":                            {"strategy", "karpenter", "karpenter/nodegroups", "unavailability", "pricing", "policy", "api/v1alpha1"},
 	"pricing":                           nil,
-	"plan":                              {"strategy", "karpenter", "karpenter/nodegroups", "converge", "report", "pricing"},
+	"plan":                              {"strategy", "karpenter", "karpenter/nodegroups", "unavailability", "report", "pricing", "policy"},
 	"internal/clientmetrics":            nil,
 	"internal/promcheck":                nil,
 	"cmd/custom-kube-scheduler-webhook": {"*"},
 }
 
 // testOnly are packages for tests, never imported by product code.
-var testOnly = []string{"internal/testcert", "internal/fakeleases", "internal/awsfake", "internal/harness", "internal/layout"}
+var testOnly = []string{"internal/testcert", "internal/fakeleases", "internal/awsfake", "internal/harness", "internal/layout", "internal/doccheck"}
 
 // TestImportsFollowTheLayout checks the product packages' imports (test files aside)
 // against allowed: no package but cmd imports webhook, clusterview builds on nothing of

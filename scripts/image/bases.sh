@@ -21,7 +21,7 @@ source "$here/lib.sh"
 img_help "${BASH_SOURCE[0]}" "${1:-}"
 img_ensure_tools
 if ! img_static_busybox >/dev/null; then
-	lc_ensure_packages busybox-static:busybox-static
+	lc_ensure_packages busybox-static:busybox-static >&2
 	[[ -n $(img_static_busybox) ]] || lc_die "no statically linked busybox (apt-get install busybox-static)"
 fi
 busybox=$(img_static_busybox)
@@ -32,8 +32,8 @@ prefix=${IMAGE_BASES_PREFIX:-localhost/custom-kube-scheduler-webhook}
 builder_ref=$prefix/builder:$goversion-standin
 runtime_ref=$prefix/runtime:static-nonroot-standin
 ca=/etc/ssl/certs/ca-certificates.crt
-[[ -s $ca ]] || lc_ensure_packages update-ca-certificates:ca-certificates
-[[ -d /usr/share/zoneinfo/UTC || -e /usr/share/zoneinfo/UTC ]] || lc_ensure_packages tzselect:tzdata
+[[ -s $ca ]] || lc_ensure_packages update-ca-certificates:ca-certificates >&2
+[[ -d /usr/share/zoneinfo/UTC || -e /usr/share/zoneinfo/UTC ]] || lc_ensure_packages tzselect:tzdata >&2
 
 ctr=""
 cleanup() {

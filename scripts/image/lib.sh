@@ -6,6 +6,10 @@
 # shellcheck source=scripts/localcluster/lib.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../localcluster" && pwd)/lib.sh"
 
+# The release tools, pinned (scripts/image/tools.sh builds them into LOCALCLUSTER_CACHE).
+COSIGN_VERSION=${COSIGN_VERSION:-v2.6.5}
+CYCLONEDX_GOMOD_VERSION=${CYCLONEDX_GOMOD_VERSION:-v1.10.0}
+
 # img_log: progress on stderr (stdout carries the scripts' results).
 img_log() { lc_log "$@" >&2; }
 

@@ -6,7 +6,11 @@
 #   the binary as entrypoint, `serve` as command and the version and revision as labels;
 #   no /bin/sh (no shell at all) in the root filesystem; the amd64 binary taken out of the
 #   image prints the version it was given; the arm64 one is an AArch64 ELF; the chart
-#   pulled back names the pushed image.
+#   pulled back names the pushed image by the pushed index's digest (tag kept).
+# Signed with a cosign key pair made here (no Rekor, no Fulcio: --no-tlog): cosign verify of
+#   the image and the chart, verify-attestation of the CycloneDX SBOM (the modules of the
+#   binary) and of the SLSA provenance (this commit), a wrong key refused, and a tampered
+#   tag (another image pushed under the version tag) failing verification.
 # Then build_and_push.sh's ECR path (scripts/image/ecr-test.sh) against a local ECR API
 # endpoint and a registry that requires its login, in the same image store.
 # The binary of the host's platform is left in IMAGE_TEST_OUT (default bin/image) so the
@@ -32,6 +36,11 @@ cd "$repo"
 img_help "${BASH_SOURCE[0]}" "${1:-}"
 img_ensure_tools
 ensure_helm
+# cosign and cyclonedx-gomod, pinned, built once into the cache (scripts/image/tools.sh).
+tools=$(bash "$here/tools.sh")
+COSIGN=$(sed -n 's/^COSIGN=//p' <<<"$tools")
+CYCLONEDX_GOMOD=$(sed -n 's/^CYCLONEDX_GOMOD=//p' <<<"$tools")
+export COSIGN CYCLONEDX_GOMOD
 out_dir=${IMAGE_TEST_OUT:-$repo/bin/image}
 version=${IMAGE_TEST_VERSION:-$(<VERSION)-test}
 host_arch=$(go env GOARCH)
@@ -62,6 +71,12 @@ img_registry_start "$work/registry"
 revision=$(git rev-parse HEAD)
 sha_tag=${revision:0:12}
 
+# A signing key of the test's own, and another one that must not verify.
+mkdir -p "$work/key" "$work/otherkey"
+export COSIGN_PASSWORD=image-test TUF_ROOT=$work/sigstore
+(cd "$work/key" && "$COSIGN" generate-key-pair >/dev/null 2>&1) || lc_die "cosign generate-key-pair failed"
+(cd "$work/otherkey" && "$COSIGN" generate-key-pair >/dev/null 2>&1) || lc_die "cosign generate-key-pair failed"
+
 echo "== make image-bases"
 bases=$(bash "$here/bases.sh")
 builder_image=$(sed -n 's/^BUILDER_IMAGE=//p' <<<"$bases")
@@ -72,12 +87,13 @@ bases_done=$(date +%s)
 echo "== build_and_push.sh --registry $REGISTRY/test (both platforms, and the chart)"
 path=$REGISTRY/test
 if ! ./build_and_push.sh --engine buildah --registry "$path" --tls-verify=false --version "$version" \
-	--builder-image "$builder_image" --runtime-image "$runtime_image" --chart >"$work/push.log" 2>&1; then
+	--builder-image "$builder_image" --runtime-image "$runtime_image" --chart \
+	--sign-key "$work/key/cosign.key" --no-tlog >"$work/push.log" 2>&1; then
 	cat "$work/push.log" >&2
 	lc_die "build_and_push.sh failed (its output is above)"
 fi
 built=$(date +%s)
-tail -n 8 "$work/push.log"
+tail -n 10 "$work/push.log"
 image=$path/custom-kube-scheduler-webhook
 digest=$(sed -n 's/^Image digest: //p' "$work/push.log")
 check "prints the pushed digest" matches "$digest" '^sha256:[0-9a-f]{64}$'
@@ -141,8 +157,73 @@ if [[ -s $tgz ]]; then
 	check "chart version $version" matches "$meta" "^version: $version$"
 	check "chart appVersion $version" matches "$meta" "^appVersion: \"?$version\"?$"
 	rendered=$("$HELM" template cksw "$tgz" --namespace cksw --kube-version "$RENDER_KUBE_VERSION")
-	check "renders with no --set, the pushed image at the version" contains "$rendered" "image: \"$image:$version\""
+	values=$("$HELM" show values "$tgz")
+	check "its values name the pushed repository" matches "$values" "^  repository: \"?$image\"?$"
+	check "its values carry the pushed index's digest ($digest)" matches "$values" "^  digest: \"?$digest\"?$"
+	check "its values keep the version tag for people" matches "$values" "^  tag: \"?$version\"?$"
+	check "renders with no --set, the pushed image pinned by digest" contains "$rendered" "image: \"$image:$version@$digest\""
 fi
+
+echo "== signatures and attestations (cosign $("$COSIGN" version 2>/dev/null | sed -n 's/^GitVersion: *//p'), the test's key)"
+# No Rekor here: the signatures were not logged, so verification skips the log.
+cv=("$COSIGN" --allow-insecure-registry --allow-http-registry --insecure-ignore-tlog=true --key "$work/key/cosign.pub")
+# cosign_ok WHAT CMD...: CMD succeeds; its output kept in $work/cosign.out.
+cosign_ok() {
+	local what=$1
+	shift
+	if "$@" >"$work/cosign.out" 2>"$work/cosign.err"; then
+		pass "$what"
+	else
+		sed 's/^/     /' "$work/cosign.err" >&2
+		fail "$what"
+	fi
+}
+cv_run() { # SUBCOMMAND ARGS...: cosign SUBCOMMAND with the verification flags above
+	local sub=$1
+	shift
+	"$COSIGN" "$sub" "${cv[@]:1}" "$@"
+}
+cosign_ok "cosign verify $image@$digest" cv_run verify "$image@$digest"
+cosign_ok "cosign verify $image:$version (the tag, still on the signed digest)" cv_run verify "$image:$version"
+chart_digest=$(sed -n 's/^Chart digest: //p' "$work/push.log")
+check "prints the chart's digest" matches "$chart_digest" '^sha256:[0-9a-f]{64}$'
+cosign_ok "cosign verify the chart $path/charts/custom-kube-scheduler-webhook:$version" cv_run verify "$path/charts/custom-kube-scheduler-webhook:$version"
+check "the chart's signature is on the chart's digest" contains "$(<"$work/cosign.out")" "\"docker-manifest-digest\":\"$chart_digest\""
+if "$COSIGN" verify --allow-insecure-registry --allow-http-registry --insecure-ignore-tlog=true \
+	--key "$work/otherkey/cosign.pub" "$image@$digest" >/dev/null 2>"$work/cosign.err"; then
+	fail "another key does not verify the image: it did"
+else
+	check "another key does not verify the image" contains "$(<"$work/cosign.err")" "no matching signatures"
+fi
+
+cosign_ok "cosign verify-attestation --type cyclonedx" cv_run verify-attestation --type cyclonedx "$image@$digest"
+sbom=$(jq -r '.payload' <"$work/cosign.out" | head -n 1 | base64 -d | jq '.predicate')
+modules=$(jq '[.components[]? | select(.type == "library" and (.purl // "" | startswith("pkg:golang/")))] | length' <<<"$sbom")
+check "the SBOM is CycloneDX for the binary's main module" test "$(jq -r '.bomFormat + " " + .metadata.component.name' <<<"$sbom")" = "CycloneDX github.com/custom-kube-scheduler/custom-kube-scheduler-webhook"
+check "the SBOM lists the Go modules compiled in ($modules)" test "$modules" -gt 20
+check "the SBOM lists client-go" contains "$(jq -r '.components[].name' <<<"$sbom")" "k8s.io/client-go"
+check "the SBOM lists the runtime base image" test "$(jq -r --arg b "${runtime_image%%[@:]*}" '[.components[] | select(.type == "container" and .name == $b)] | length' <<<"$sbom")" -eq 1
+echo "     SBOM: $modules Go modules, $(jq '.components | length' <<<"$sbom") components in all"
+cosign_ok "cosign verify-attestation --type slsaprovenance" cv_run verify-attestation --type slsaprovenance "$image@$digest"
+prov=$(jq -r '.payload' <"$work/cosign.out" | head -n 1 | base64 -d)
+check "the provenance is SLSA's" test "$(jq -r .predicateType <<<"$prov")" = "https://slsa.dev/provenance/v0.2"
+check "the provenance's subject is the pushed digest" test "$(jq -r '.subject[0].digest.sha256' <<<"$prov")" = "${digest#sha256:}"
+check "the provenance names this commit" test "$(jq -r '.predicate.invocation.configSource.digest.sha1' <<<"$prov")" = "$revision"
+check "the provenance names the bases" test "$(jq -r '.predicate.invocation.parameters | .BUILDER_IMAGE + " " + .RUNTIME_IMAGE' <<<"$prov")" = "$builder_image $runtime_image"
+
+# Tamper: another image (the amd64 one alone) pushed under the version tag. The tag now
+# names a digest nobody signed: verification of the tag fails; the digest the chart pins
+# still verifies.
+amd64=$(jq -r '.manifests[] | select(.platform.architecture == "amd64") | .digest' "$work/index.json")
+"${sk[@]}" copy -q --src-tls-verify=false --dest-tls-verify=false "docker://$image@$amd64" "docker://$image:$version"
+check "tampered: the tag now names another digest" test "$("${sk[@]}" inspect --tls-verify=false --format '{{.Digest}}' "docker://$image:$version")" = "$amd64"
+if cv_run verify "$image:$version" >/dev/null 2>"$work/cosign.err"; then
+	fail "tampered tag: cosign verify $image:$version passed"
+else
+	check "tampered tag: cosign verify $image:$version fails (no signature)" contains "$(<"$work/cosign.err")" "no signatures found"
+fi
+check_not "tampered tag: no SBOM attestation either" cv_run verify-attestation --type cyclonedx "$image:$version"
+cosign_ok "the pinned digest still verifies" cv_run verify "$image@$digest"
 
 checked=$(date +%s)
 # The ECR path, in this image store and with this build cache (the Go build cache of the

@@ -71,6 +71,15 @@ tolerations:
 nodeSelector:
   $REAL_NODE_TAINT_KEY: "true"
 EOF
+# webhook-rbac.sh applied the chart's policy CRDs too (cluster-wide, owned by no release):
+# hand them to this release, as docs/upgrade.md tells users to, or Helm refuses them. A
+# CRD another release owns is left to it.
+for crd in placementpolicies.custom-kube-scheduler-webhook.io clusterplacementpolicies.custom-kube-scheduler-webhook.io; do
+	kubectl get crd "$crd" >/dev/null 2>&1 || continue
+	[[ -z $(kubectl get crd "$crd" -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}') ]] || continue
+	kubectl label crd "$crd" app.kubernetes.io/managed-by=Helm --overwrite >/dev/null
+	kubectl annotate crd "$crd" meta.helm.sh/release-name="$release" meta.helm.sh/release-namespace="$ns" --overwrite >/dev/null
+done
 take=()
 # webhook-rbac.sh applied the chart's identity in the webhook namespace: the release adopts it.
 [[ $release == "$CHART_NAME" && $ns == "$WEBHOOK_NAMESPACE" ]] && take=(--take-ownership)

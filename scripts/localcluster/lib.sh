@@ -32,6 +32,8 @@ KUBELET_BIN=$LOCALCLUSTER_CACHE/kubelet-$KUBE_VERSION/kubelet
 
 # Namespace the webhook would be installed in; always excluded from mutation.
 WEBHOOK_NAMESPACE=${WEBHOOK_NAMESPACE:-custom-kube-scheduler-webhook}
+# Secret holding the admission token, named as the chart names it (ADMISSION_TOKEN_SECRET).
+ADMISSION_TOKEN_SECRET=${ADMISSION_TOKEN_SECRET:-custom-kube-scheduler-webhook-admission-token}
 
 lc_die() {
 	echo "error: $*" >&2

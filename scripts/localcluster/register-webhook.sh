@@ -12,9 +12,11 @@
 # outside kube-system and the webhook namespace reaches the webhook (the e2e tests
 # use it to check the webhook's own skipping logic).
 #
-# WEBHOOK_SCOPE=all (default) sends every namespace but the excluded ones; opt-in only the
-# namespaces labelled custom-kube-scheduler-webhook.io/enabled=true, as the chart's
-# `scope: opt-in` does.
+# WEBHOOK_SCOPE=opt-in (default) sends only the namespaces labelled
+# custom-kube-scheduler-webhook.io/enabled=true or custom-kube-scheduler-webhook=enabled,
+# with the chart's entries (one per label, and with full filters the validating
+# not-enabled entry that warns about annotated workloads elsewhere); all sends every
+# namespace but the excluded ones, as the chart's `scope: all` does.
 #
 # The API server picks up a new configuration through a watch, so this polls with a
 # canary (a server-side dry-run pod create) until the response shows the webhook's patch.
@@ -36,7 +38,11 @@ fi
 FILTERS=${WEBHOOK_FILTERS:-full}
 TIMEOUT_SECONDS=${WEBHOOK_TIMEOUT_SECONDS:-5}
 CA_BUNDLE=$(base64 -w0 <"$PKI/ca.crt")
-URL=https://127.0.0.1:$WEBHOOK_PORT
+# The webhook answers reviews only at /<token>/mutate and /<token>/validate, the token
+# kept in its Secret (webhook.sh starts it; it fills the Secret in before it is ready).
+# Without a token yet, the plain paths: the webhook writes its token in once it starts.
+token=$(lc_kubectl -n "$WEBHOOK_NAMESPACE" get secret "$ADMISSION_TOKEN_SECRET" -o jsonpath='{.data.token}' 2>/dev/null | base64 -d || true)
+URL=https://127.0.0.1:$WEBHOOK_PORT${token:+/$token}
 
 # Namespaces the API server never sends: kube-system, the webhook's own namespace
 # and, with full filters, the blocklist the webhook is configured with.
@@ -50,13 +56,26 @@ if [[ $FILTERS == full ]]; then
 elif [[ $FILTERS != minimal ]]; then
 	lc_die "WEBHOOK_FILTERS must be full or minimal (got '$FILTERS')"
 fi
-SCOPE=${WEBHOOK_SCOPE:-all}
-scope_labels=""
+SCOPE=${WEBHOOK_SCOPE:-opt-in}
+# Each scope entry: a webhook name prefix and the scope's namespaceSelector terms (as the
+# chart's cksw.scopes: a namespaceSelector ANDs its terms, so either label takes two
+# entries with disjoint selectors).
+on_terms='        - {key: custom-kube-scheduler-webhook.io/enabled, operator: In, values: ["true"]}'
+orig_terms='        - {key: custom-kube-scheduler-webhook, operator: In, values: [enabled]}
+        - {key: custom-kube-scheduler-webhook.io/enabled, operator: NotIn, values: ["true"]}'
+off_terms='        - {key: custom-kube-scheduler-webhook.io/enabled, operator: NotIn, values: ["true"]}
+        - {key: custom-kube-scheduler-webhook, operator: NotIn, values: [enabled]}'
 case $SCOPE in
-all) ;;
-opt-in) scope_labels='      matchLabels: {custom-kube-scheduler-webhook.io/enabled: "true"}' ;;
-*) lc_die "WEBHOOK_SCOPE must be all or opt-in (got '$SCOPE')" ;;
+all) scopes=("") ;;
+opt-in) scopes=("" "original-label.") ;;
+*) lc_die "WEBHOOK_SCOPE must be opt-in or all (got '$SCOPE')" ;;
 esac
+scope_terms() { # PREFIX
+	case $SCOPE/$1 in
+	opt-in/) echo "$on_terms" ;;
+	opt-in/original-label.) echo "$orig_terms" ;;
+	esac
+}
 excluded_json=$(printf '%s\n' "${excluded[@]}" | jq -R . | jq -sc .)
 
 # The call filters are read from the chart, so they exist once: the pod webhook's
@@ -66,42 +85,58 @@ chart_object_selector() {
 	echo "    objectSelector:"
 	awk '/^objectSelector:/ {on = 1; next} on && /^  / {print "    " $0; next} on {exit}' "$CHART_DIR/values.yaml"
 }
-chart_match_conditions() { # N: 1 the pod webhook's, 2 the workload webhook's
+chart_match_conditions() { # N: 1 the pod webhook's, 2 the workload webhook's, 3 the not-enabled one's, 4 the policy webhook's
 	awk -v n="$1" '/^    matchConditions:$/ {k++} k == n && /^ *\{\{-? *end/ {exit} k == n' "$CHART_DIR/templates/webhooks.yaml"
 }
 pod_filters=""
 workload_filters=""
+policy_filters=""
 if [[ $FILTERS == full ]]; then
 	pod_filters="$(chart_object_selector)
 $(chart_match_conditions 1)"
 	workload_filters=$(chart_match_conditions 2)
+	policy_filters=$(chart_match_conditions 4)
 	[[ $pod_filters == *"- name: may-have-strategy"* && $workload_filters == *"- name: has-strategy"* ]] ||
 		lc_die "could not read the call filters from $CHART_DIR"
 fi
 
+POD_RULES='      - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"], scope: Namespaced}'
+WORKLOAD_RULES='      - {apiGroups: ["apps"], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["deployments", "statefulsets", "replicasets"], scope: Namespaced}'
+# entry NAME PATH RULES TERMS FILTERS [reinvocation]: one webhook entry.
+entry() {
+	cat <<EOF
+  - name: $1
+    admissionReviewVersions: ["v1"]
+    clientConfig: {url: "$URL$2", caBundle: "$CA_BUNDLE"}
+    rules:
+$3
+    failurePolicy: Ignore
+    matchPolicy: Equivalent
+    sideEffects: NoneOnDryRun
+    timeoutSeconds: $TIMEOUT_SECONDS
+EOF
+	if [[ ${6:-} == reinvocation ]]; then echo "    reinvocationPolicy: Never"; fi
+	echo "    namespaceSelector:"
+	echo "      matchExpressions:"
+	echo "        - {key: kubernetes.io/metadata.name, operator: NotIn, values: $excluded_json}"
+	if [[ -n $4 ]]; then echo "$4"; fi
+	if [[ -n $5 ]]; then echo "$5"; fi
+}
+
 MANIFEST=$LOCALCLUSTER_DIR/webhook-registration.yaml
-cat >"$MANIFEST" <<EOF
+{
+	cat <<EOF
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
 metadata:
   name: $NAME
   labels: {app.kubernetes.io/name: $NAME, app.kubernetes.io/managed-by: localcluster}
 webhooks:
-  - name: pods.custom-kube-scheduler-webhook.io
-    admissionReviewVersions: ["v1"]
-    clientConfig: {url: "$URL/mutate", caBundle: "$CA_BUNDLE"}
-    rules:
-      - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"], scope: Namespaced}
-    failurePolicy: Ignore
-    matchPolicy: Equivalent
-    sideEffects: NoneOnDryRun
-    timeoutSeconds: $TIMEOUT_SECONDS
-    reinvocationPolicy: Never
-    namespaceSelector:
-$scope_labels
-      matchExpressions:
-        - {key: kubernetes.io/metadata.name, operator: NotIn, values: $excluded_json}
-$pod_filters
+EOF
+	for prefix in "${scopes[@]}"; do
+		entry "${prefix}pods.custom-kube-scheduler-webhook.io" /mutate "$POD_RULES" "$(scope_terms "$prefix")" "$pod_filters" reinvocation
+	done
+	cat <<EOF
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
@@ -109,25 +144,37 @@ metadata:
   name: $NAME
   labels: {app.kubernetes.io/name: $NAME, app.kubernetes.io/managed-by: localcluster}
 webhooks:
-  - name: workloads.custom-kube-scheduler-webhook.io
+EOF
+	for prefix in "${scopes[@]}"; do
+		entry "${prefix}workloads.custom-kube-scheduler-webhook.io" /validate "$WORKLOAD_RULES" "$(scope_terms "$prefix")" "$workload_filters"
+	done
+	# As the chart: annotated workloads of namespaces that are not enabled get a warning.
+	if [[ $SCOPE == opt-in && -n $workload_filters ]]; then
+		entry not-enabled.workloads.custom-kube-scheduler-webhook.io /validate/not-enabled "$WORKLOAD_RULES" "$off_terms" "$workload_filters"
+	fi
+	# As the chart: policies and namespace defaults, in every namespace but the webhook's
+	# own and kube-system, whatever the scope.
+	cat <<EOF
+  - name: policies.custom-kube-scheduler-webhook.io
     admissionReviewVersions: ["v1"]
     clientConfig: {url: "$URL/validate", caBundle: "$CA_BUNDLE"}
     rules:
-      - {apiGroups: ["apps"], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["deployments", "statefulsets", "replicasets"], scope: Namespaced}
+      - {apiGroups: ["custom-kube-scheduler-webhook.io"], apiVersions: ["v1alpha1"], operations: ["CREATE", "UPDATE"], resources: ["placementpolicies", "clusterplacementpolicies"], scope: "*"}
+      - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["namespaces"], scope: Cluster}
     failurePolicy: Ignore
     matchPolicy: Equivalent
     sideEffects: NoneOnDryRun
     timeoutSeconds: $TIMEOUT_SECONDS
     namespaceSelector:
-$scope_labels
       matchExpressions:
-        - {key: kubernetes.io/metadata.name, operator: NotIn, values: $excluded_json}
-$workload_filters
+        - {key: kubernetes.io/metadata.name, operator: NotIn, values: ["$WEBHOOK_NAMESPACE", "kube-system"]}
+$policy_filters
 EOF
+} >"$MANIFEST"
 # Server-side apply with one field manager: switching filter sets drops the fields
 # the other set had, without a window where no configuration exists.
 lc_kubectl apply --server-side --force-conflicts --field-manager=localcluster -f "$MANIFEST" >/dev/null
-lc_log "webhook registered: $URL/mutate and /validate (filters: $FILTERS, scope: $SCOPE, excluded namespaces: ${excluded[*]})"
+lc_log "webhook registered: https://127.0.0.1:$WEBHOOK_PORT${token:+/<token>}/mutate and /validate (filters: $FILTERS, scope: $SCOPE, excluded namespaces: ${excluded[*]})"
 
 # Canary: a server-side dry-run create of a pod owned by a ReplicaSet that carries a
 # one-term strategy and has 0 replicas (a bare pod has no workload to count seats in,
@@ -139,7 +186,7 @@ apiVersion: v1
 kind: Namespace
 metadata:
   name: $CANARY_NS
-  # Sent in either scope (WEBHOOK_SCOPE=opt-in sends only labelled namespaces).
+  # Sent in either scope (WEBHOOK_SCOPE=opt-in, the default, sends only labelled namespaces).
   labels: {custom-kube-scheduler-webhook.io/enabled: "true"}
 ---
 apiVersion: apps/v1
@@ -173,6 +220,6 @@ spec:
 EOF
 }
 if ! LC_WAIT_SECONDS=${WEBHOOK_CANARY_SECONDS:-60} lc_wait canary; then
-	lc_die "the canary pod was not mutated: is the webhook serving on $URL? (see $LOGS/webhook.log)"
+	lc_die "the canary pod was not mutated: is the webhook serving on https://127.0.0.1:$WEBHOOK_PORT? (see $LOGS/webhook.log)"
 fi
 lc_log "canary pod mutated: the API server calls the webhook"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Give the local webhook process the permissions the Helm chart gives it, and nothing more:
-# apply the chart's own ServiceAccount, ClusterRoles, Role and bindings (helm template,
+# apply the chart's own ServiceAccount, ClusterRoles, Role and bindings (and its policy CRDs) (helm template,
 # rendered for the webhook namespace with values matching the local cluster: certificate
 # files instead of self-managed ones, everything else the chart's defaults), mint a token
 # for that ServiceAccount with the TokenRequest API, and write a kubeconfig with it to
@@ -28,17 +28,20 @@ lc_kubectl create namespace "$WEBHOOK_NAMESPACE" --dry-run=client -o yaml |
 # The local webhook reads its serving certificate from files (cert-manager mode renders
 # no Secret or webhook-configuration rights, which file mode does not use either).
 helm_template "$RELEASE" "$WEBHOOK_NAMESPACE" --set certMode=cert-manager >"$rbac.all"
-# Only the identity and its rights: the Deployment, Service, webhook configurations and
+# Only the identity, its rights and the policy CRDs (the webhook looks for their API when
+# it starts): the Deployment, Service, webhook configurations and
 # cert-manager objects of the chart are the local scripts' business.
 awk '
 	function flush() { if (doc != "" && keep) printf "---\n%s", doc; doc = ""; keep = 0 }
 	/^---/ { flush(); next }
 	{ doc = doc $0 "\n" }
-	/^kind: (ServiceAccount|ClusterRole|ClusterRoleBinding|Role|RoleBinding)$/ { keep = 1 }
+	/^kind: (ServiceAccount|ClusterRole|ClusterRoleBinding|Role|RoleBinding|CustomResourceDefinition)$/ { keep = 1 }
 	END { flush() }' "$rbac.all" >"$rbac"
 rm -f "$rbac.all"
 grep -q '^kind: ServiceAccount$' "$rbac" || lc_die "the chart rendered no ServiceAccount"
 lc_kubectl apply --server-side --force-conflicts --field-manager=localcluster -f "$rbac" >/dev/null
+lc_kubectl wait --for condition=established --timeout=60s \
+	crd/placementpolicies.custom-kube-scheduler-webhook.io crd/clusterplacementpolicies.custom-kube-scheduler-webhook.io >/dev/null
 
 # A long-lived bound token (TokenRequest), enough for a demo left running for days.
 token=$(lc_kubectl -n "$WEBHOOK_NAMESPACE" create token "$SA" --duration="${WEBHOOK_TOKEN_DURATION:-168h}")

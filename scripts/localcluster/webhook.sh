@@ -9,7 +9,9 @@
 # WEBHOOK_PORT (default 9443 + port offset; HTTPS), WEBHOOK_METRICS_PORT and
 # WEBHOOK_HEALTH_PORT (default 8080 and 8081 + port offset; plain HTTP), WEBHOOK_KUBECONFIG (default the chart's
 # ServiceAccount from webhook-rbac.sh: the webhook runs with the chart's RBAC, as
-# deployed), SHUTDOWN_DRAIN (default 2s). Logs go to logs/webhook.log.
+# deployed), SHUTDOWN_DRAIN (default 2s). Reviews are answered only at the path that
+# carries the admission token kept in the Secret $ADMISSION_TOKEN_SECRET (lib.sh), which
+# register-webhook.sh reads. Logs go to logs/webhook.log.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -27,6 +29,12 @@ start)
 			bash "$LC_SCRIPTS/webhook-rbac.sh"
 		fi
 	fi
+	# The admission token's Secret, as the chart creates it (empty: the webhook fills
+	# it in; it may only get and update it, by name).
+	lc_kubectl create namespace "$WEBHOOK_NAMESPACE" --dry-run=client -o yaml |
+		lc_kubectl apply --server-side --field-manager=localcluster -f - >/dev/null
+	lc_kubectl -n "$WEBHOOK_NAMESPACE" create secret generic "$ADMISSION_TOKEN_SECRET" --dry-run=client -o yaml |
+		lc_kubectl apply --server-side --field-manager=localcluster -f - >/dev/null
 	if lc_pid_alive webhook; then
 		lc_log "webhook already running (pid $(<"$PIDS/webhook.pid"))"
 		exit 0
@@ -38,7 +46,7 @@ start)
 		METRICS_ADDRESS="127.0.0.1:$WEBHOOK_METRICS_PORT" HEALTH_ADDRESS="127.0.0.1:$WEBHOOK_HEALTH_PORT" \
 		TLS_CERT_FILE="$PKI/webhook.crt" TLS_KEY_FILE="$PKI/webhook.key" \
 		KUBECONFIG="$WEBHOOK_KUBECONFIG" POD_NAMESPACE="$WEBHOOK_NAMESPACE" \
-		SHUTDOWN_DRAIN="${SHUTDOWN_DRAIN:-2s}" \
+		SHUTDOWN_DRAIN="${SHUTDOWN_DRAIN:-2s}" ADMISSION_TOKEN_SECRET="$ADMISSION_TOKEN_SECRET" \
 		"$WEBHOOK_BIN" serve
 	# env execs the binary, so the recorded PID is the webhook's own.
 	basename "$WEBHOOK_BIN" >"$PIDS/webhook.cmd"

@@ -46,6 +46,11 @@ app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
 {{- end }}
 
 {{/* Secret with the serving certificate (all modes). */}}
+{{/* The Secret holding the admission token (filled and rotated by the webhook). */}}
+{{- define "cksw.admissionTokenSecretName" -}}
+{{- printf "%s-admission-token" (include "cksw.fullname" .) }}
+{{- end }}
+
 {{- define "cksw.certSecretName" -}}
 {{- if eq .Values.certMode "secret-provided" }}
 {{- required "certs.existingSecret is required when certMode=secret-provided" .Values.certs.existingSecret }}
@@ -64,7 +69,11 @@ app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
 
 {{- define "cksw.image" -}}
 {{- $_ := required "image.repository is required: push the image with ./build_and_push.sh, then --set image.repository=<the repository it printed> (or install the chart it pushes with --chart)" .Values.image.repository }}
-{{- if .Values.image.digest }}
+{{- /* A digest pins the image: repo@digest, or repo:tag@digest when a tag is set too
+(the runtime pulls by digest; the tag is there for people reading the spec). */}}
+{{- if and .Values.image.digest .Values.image.tag }}
+{{- printf "%s:%s@%s" .Values.image.repository .Values.image.tag .Values.image.digest }}
+{{- else if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
@@ -73,6 +82,9 @@ app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
 
 {{/* Fail early on values that would render a broken install. */}}
 {{- define "cksw.validate" -}}
+{{- if not (has .Values.scope (list "opt-in" "all")) }}
+{{- fail (printf "scope must be opt-in or all, not %q" .Values.scope) }}
+{{- end }}
 {{- if not (has .Values.certMode (list "self" "cert-manager" "secret-provided")) }}
 {{- fail (printf "certMode must be self, cert-manager or secret-provided, not %q" .Values.certMode) }}
 {{- end }}
@@ -110,18 +122,32 @@ app.kubernetes.io/managed-by: {{ .Values.managedBy | default .Release.Service }}
 {{- end }}
 
 {{/*
-namespaceSelector shared by both webhooks: never the release namespace, kube-system or
-the blocklist (the API server then does not call at all), ANDed with the user's selector;
-with scope opt-in, only namespaces labelled custom-kube-scheduler-webhook.io/enabled=true.
+Scope of the webhook entries, one item per entry: (list <name prefix> <scope matchExpressions>).
+A namespaceSelector ANDs its terms, so "either opt-in label" takes two entries with
+disjoint selectors: custom-kube-scheduler-webhook.io/enabled=true, and the original
+project's custom-kube-scheduler-webhook=enabled where the first label is not "true". A
+namespace carrying both is sent once. With scope all, one entry without a scope term.
+*/}}
+{{- define "cksw.scopes" -}}
+{{- if eq .Values.scope "opt-in" }}
+- ["", [{key: custom-kube-scheduler-webhook.io/enabled, operator: In, values: ["true"]}]]
+- ["original-label.", [{key: custom-kube-scheduler-webhook, operator: In, values: [enabled]}, {key: custom-kube-scheduler-webhook.io/enabled, operator: NotIn, values: ["true"]}]]
+{{- else }}
+- ["", []]
+{{- end }}
+{{- end }}
+
+{{/*
+namespaceSelector of a webhook entry, (list $ <scope matchExpressions>): never the
+release namespace, kube-system, karpenterNamespace or the blocklist (the API server then
+does not call at all), ANDed with the scope's terms and the user's selector.
 */}}
 {{- define "cksw.namespaceSelector" -}}
-{{- $excluded := concat (list .Release.Namespace "kube-system") (compact (list .Values.karpenterNamespace)) .Values.blocklistedNamespaces | uniq }}
-{{- $user := .Values.namespaceSelector | default dict }}
-{{- $labels := deepCopy ($user.matchLabels | default dict) }}
-{{- if eq .Values.scope "opt-in" }}
-{{- $_ := set $labels "custom-kube-scheduler-webhook.io/enabled" "true" }}
-{{- end }}
-{{- with $labels }}
+{{- $ := index . 0 }}
+{{- $scope := index . 1 }}
+{{- $excluded := concat (list $.Release.Namespace "kube-system") (compact (list $.Values.karpenterNamespace)) $.Values.blocklistedNamespaces | uniq }}
+{{- $user := $.Values.namespaceSelector | default dict }}
+{{- with $user.matchLabels }}
 matchLabels:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -130,16 +156,24 @@ matchExpressions:
     operator: NotIn
     values:
       {{- toYaml $excluded | nindent 6 }}
+  {{- with $scope }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
   {{- with $user.matchExpressions }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end }}
 
-{{/* Annotation that tells cert-manager's cainjector where the CA comes from. */}}
+{{/* Annotations of both webhook configurations: webhookAnnotations, and in cert-manager
+mode the one that tells cainjector where the CA comes from. */}}
 {{- define "cksw.webhookAnnotations" -}}
+{{- $a := deepCopy (.Values.webhookAnnotations | default dict) }}
 {{- if eq .Values.certMode "cert-manager" }}
+{{- $_ := set $a "cert-manager.io/inject-ca-from" (printf "%s/%s" .Release.Namespace (include "cksw.fullname" .)) }}
+{{- end }}
+{{- with $a }}
 annotations:
-  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "cksw.fullname" .) }}
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 
@@ -156,4 +190,9 @@ clientConfig:
   {{- if eq $.Values.certMode "secret-provided" }}
   caBundle: {{ $.Values.certs.caBundle }}
   {{- end }}
+{{- end }}
+
+{{/* The alert rules: files/alerts.yaml rendered with the values. */}}
+{{- define "cksw.alertRules" -}}
+{{- tpl (.Files.Get "files/alerts.yaml") . | trim }}
 {{- end }}

@@ -1,10 +1,9 @@
-package converge
+package unavailability
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -310,14 +309,4 @@ func encodeRecord(rec *Record, lease *coordinationv1.Lease) error {
 	lease.Annotations[strategy.AnnotationUnavailableTerms] = string(raw)
 	lease.Annotations[strategy.AnnotationWorkload] = rec.Workload
 	return nil
-}
-
-// SortedTerms returns the record's 0-based terms in order, for reports.
-func (r *Record) SortedTerms() []int {
-	out := make([]int, 0, len(r.Terms))
-	for t := range r.Terms {
-		out = append(out, t)
-	}
-	sort.Ints(out)
-	return out
 }

@@ -1,0 +1,191 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Group and Version of the policy API.
+const (
+	Group   = "custom-kube-scheduler-webhook.io"
+	Version = "v1alpha1"
+)
+
+// Resource names (plural, lower case) of the policy kinds, as RBAC and the dynamic
+// client name them.
+const (
+	ResourcePlacementPolicies        = "placementpolicies"
+	ResourceClusterPlacementPolicies = "clusterplacementpolicies"
+)
+
+// Kind names.
+const (
+	KindPlacementPolicy        = "PlacementPolicy"
+	KindClusterPlacementPolicy = "ClusterPlacementPolicy"
+)
+
+// GroupVersion is the API's group and version.
+var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
+
+// Resources of the policy kinds.
+var (
+	PlacementPolicies        = GroupVersion.WithResource(ResourcePlacementPolicies)
+	ClusterPlacementPolicies = GroupVersion.WithResource(ResourceClusterPlacementPolicies)
+)
+
+// AddToScheme registers the policy kinds with a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &PlacementPolicy{}, &PlacementPolicyList{}, &ClusterPlacementPolicy{}, &ClusterPlacementPolicyList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
+
+// WorkloadKind names a kind of workload a policy may select.
+// +kubebuilder:validation:Enum=Deployment;StatefulSet;ReplicaSet;Rollout
+type WorkloadKind string
+
+// The workload kinds a policy may select. A ReplicaSet owned by a Deployment (or a
+// Rollout) is that Deployment's: "ReplicaSet" selects only bare ReplicaSets.
+const (
+	KindDeployment  WorkloadKind = "Deployment"
+	KindStatefulSet WorkloadKind = "StatefulSet"
+	KindReplicaSet  WorkloadKind = "ReplicaSet"
+	KindRollout     WorkloadKind = "Rollout"
+)
+
+// PlacementPolicySpec is what a policy applies, and to which workloads.
+type PlacementPolicySpec struct {
+	// Strategy is the strategy, in the CustomPodScheduleStrategy annotation's grammar,
+	// e.g. "karpenter.sh/capacity-type=on-demand,base=2:karpenter.sh/capacity-type=spot".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=8192
+	Strategy string `json:"strategy"`
+	// Selector selects workloads by their own labels (the Deployment's, StatefulSet's,
+	// bare ReplicaSet's or Rollout's metadata.labels, not the pod template's). Empty or
+	// absent selects every workload.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	// Kinds limits the policy to these workload kinds; empty: all of them.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=4
+	Kinds []WorkloadKind `json:"kinds,omitempty"`
+	// Priority orders policies of the same scope that match one workload: higher wins.
+	// Between equal priorities the name wins in alphabetical order, and both report a
+	// conflict.
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+}
+
+// ClusterPlacementPolicySpec is a PlacementPolicySpec that also selects namespaces.
+type ClusterPlacementPolicySpec struct {
+	PlacementPolicySpec `json:",inline"`
+	// NamespaceSelector selects the namespaces whose workloads the policy may govern, by
+	// the namespaces' labels. Empty or absent selects every namespace (the webhook's
+	// blocklist and scope still apply).
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
+// Condition types a policy reports.
+const (
+	// ConditionAccepted is True when the strategy parses; False with reason Invalid and
+	// the parser's message when it does not.
+	ConditionAccepted = "Accepted"
+	// ConditionConflicting is True when another policy of the same scope and priority
+	// matches a workload this one matches; the message names it and who won.
+	ConditionConflicting = "Conflicting"
+)
+
+// MaxNotExact bounds the workloads a status lists as not exact.
+const MaxNotExact = 10
+
+// PolicyStatus is what a policy governs and how it stands.
+type PolicyStatus struct {
+	// ObservedGeneration is the metadata.generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Accepted, Conflicting.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Workloads counts the workloads whose strategy comes from this policy.
+	// +optional
+	Workloads int32 `json:"workloads"`
+	// Exact counts those whose pods stand exactly on their target.
+	// +optional
+	Exact int32 `json:"exact"`
+	// NotExact lists the first workloads that are not exact, and why.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	NotExact []WorkloadState `json:"notExact,omitempty"`
+}
+
+// WorkloadState names a workload and why it is not exact.
+type WorkloadState struct {
+	// Kind of the workload (Deployment, StatefulSet, ReplicaSet, Rollout).
+	Kind string `json:"kind"`
+	// Namespace of the workload.
+	Namespace string `json:"namespace"`
+	// Name of the workload.
+	Name string `json:"name"`
+	// Reason says why it is not exact (pods pending, on the wrong term, unplaced).
+	Reason string `json:"reason"`
+}
+
+// PlacementPolicy applies a strategy to the workloads of its namespace that its
+// selector matches, unless they carry a strategy annotation of their own.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=ppol,categories=custom-kube-scheduler-webhook
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy`
+// +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
+// +kubebuilder:printcolumn:name="Workloads",type=integer,JSONPath=`.status.workloads`
+// +kubebuilder:printcolumn:name="Exact",type=integer,JSONPath=`.status.exact`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type PlacementPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec PlacementPolicySpec `json:"spec"`
+	// +optional
+	Status PolicyStatus `json:"status,omitempty"`
+}
+
+// PlacementPolicyList is a list of PlacementPolicy.
+// +kubebuilder:object:root=true
+type PlacementPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PlacementPolicy `json:"items"`
+}
+
+// ClusterPlacementPolicy applies a strategy to the workloads, in the namespaces its
+// namespaceSelector matches, that its selector matches. A PlacementPolicy that matches
+// a workload wins over every ClusterPlacementPolicy.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=cppol,categories=custom-kube-scheduler-webhook
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy`
+// +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
+// +kubebuilder:printcolumn:name="Workloads",type=integer,JSONPath=`.status.workloads`
+// +kubebuilder:printcolumn:name="Exact",type=integer,JSONPath=`.status.exact`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterPlacementPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ClusterPlacementPolicySpec `json:"spec"`
+	// +optional
+	Status PolicyStatus `json:"status,omitempty"`
+}
+
+// ClusterPlacementPolicyList is a list of ClusterPlacementPolicy.
+// +kubebuilder:object:root=true
+type ClusterPlacementPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterPlacementPolicy `json:"items"`
+}

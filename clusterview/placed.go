@@ -1,0 +1,133 @@
+package clusterview
+
+import (
+	"time"
+	"unique"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// PlacedPod is what the pod cache holds of a placed pod, as a value: it shares no
+// storage with the cache or with another pod, so a reader may keep it as long as it
+// likes. (A *corev1.Pod view whose maps are reused for the next pod let kept copies
+// read another pod's readiness and annotations.)
+type PlacedPod struct {
+	Name, Namespace string
+	UID             types.UID
+	// Seat, Term and FallbackFrom are the pod's seat annotations, 1-based; 0 where the
+	// annotation is missing or unreadable.
+	Seat, Term, FallbackFrom int
+	NodeName                 string
+	Phase                    corev1.PodPhase
+	Created                  time.Time
+	Terminating              bool // a deletion timestamp is set
+	Ready                    bool // condition Ready is True
+	// Unschedulable is the reason of a PodScheduled False condition ("": none), which
+	// holds since UnschedulableSince (zero when the API server gave no time).
+	Unschedulable      string
+	UnschedulableSince time.Time
+	// nodeSelector in encodeSelector's form: a string, immutable, so the value can
+	// be kept without copying a map.
+	nodeSelector unique.Handle[string]
+}
+
+// Placed reports whether the pod carries a seat.
+func (p PlacedPod) Placed() bool { return p.Seat > 0 }
+
+// HoldsSeat reports whether the pod occupies its seat: terminating, failed and
+// succeeded pods do not (strategy.HoldsSeat).
+func (p PlacedPod) HoldsSeat() bool {
+	return !p.Terminating && p.Phase != corev1.PodFailed && p.Phase != corev1.PodSucceeded
+}
+
+// IsReady reports whether the pod is Running, not terminating, and Ready.
+func (p PlacedPod) IsReady() bool {
+	return p.Phase == corev1.PodRunning && !p.Terminating && p.Ready
+}
+
+// UnschedulableFor returns since when the pod, Pending without a node, has been found
+// unschedulable by the scheduler (its creation when the condition has no time).
+func (p PlacedPod) UnschedulableFor() (time.Time, bool) {
+	if p.Phase != corev1.PodPending || p.NodeName != "" || p.Terminating || p.Unschedulable != corev1.PodReasonUnschedulable {
+		return time.Time{}, false
+	}
+	if p.UnschedulableSince.IsZero() {
+		return p.Created, true
+	}
+	return p.UnschedulableSince, true
+}
+
+// TermIn is the 0-based term of s the pod is on (strategy.TermOf), -1 when none.
+func (p PlacedPod) TermIn(s *strategy.Strategy) int {
+	return strategy.TermOfPlaced(s, p.Term, p.NodeSelectorLabel)
+}
+
+// NodeSelectorLabel returns the value of key in the pod's nodeSelector.
+func (p PlacedPod) NodeSelectorLabel(key string) (string, bool) {
+	var (
+		got   string
+		found bool
+	)
+	eachSelectorLabel(value(p.nodeSelector), func(k, v string) bool {
+		if k == key {
+			got, found = v, true
+		}
+		return !found
+	})
+	return got, found
+}
+
+// NodeSelector returns the pod's nodeSelector in a map of its own (nil when empty).
+func (p PlacedPod) NodeSelector() map[string]string {
+	if p.nodeSelector == (unique.Handle[string]{}) {
+		return nil
+	}
+	m := map[string]string{}
+	decodeSelector(p.nodeSelector.Value(), m)
+	return m
+}
+
+// PlacedPodOf is the PlacedPod of a pod read from the API server (for pods the cache
+// does not hold: those admitted without a seat).
+func PlacedPodOf(pod *corev1.Pod) PlacedPod {
+	p, _ := trimPod(pod)
+	return p.(*cachedPod).placed()
+}
+
+// placed is p as a PlacedPod.
+func (p *cachedPod) placed() PlacedPod {
+	out := PlacedPod{
+		Name: p.name, Namespace: value(p.namespace), UID: p.uid,
+		Seat: positive(p.seat), Term: positive(value(p.term)), FallbackFrom: positive(value(p.fallbackFrom)),
+		NodeName: value(p.nodeName), Phase: corev1.PodPhase(value(p.phase)),
+		Terminating: p.deletion != nil, Ready: p.ready,
+		Unschedulable: value(p.unschedulable), nodeSelector: p.nodeSelector,
+	}
+	if p.created != 0 {
+		out.Created = time.Unix(p.created, 0)
+	}
+	if p.unschedulableSince != 0 {
+		out.UnschedulableSince = time.Unix(p.unschedulableSince, 0)
+	}
+	return out
+}
+
+// positive is the number an annotation holds, 0 unless it is a positive integer. It
+// parses by hand: strconv's error for the many empty annotations is an allocation per
+// pod and pass.
+func positive(s string) int {
+	if s == "" || len(s) > 9 {
+		return 0
+	}
+	n := 0
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}

@@ -1,0 +1,214 @@
+package converge
+
+// Act: the one place a pass changes anything: it writes the plan's unavailability
+// records, says its notes, evicts within the budget and the PodDisruptionBudgets, and
+// updates what the loop remembers.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
+)
+
+// act carries out p, planned from snap, and returns the pass's result.
+func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
+	res, uid := p.res, snap.rev.uid
+	log := l.cfg.Log.WithFields(logrus.Fields{"workload": snap.w.Describe(), "revision": snap.rev.name})
+	active := maps.Clone(snap.active)
+	if active == nil {
+		active = map[int]unavailability.TermState{}
+	}
+	for _, st := range p.strikes {
+		state, err := l.strike(ctx, snap, p, st, log)
+		if err != nil {
+			log.WithError(err).Warn("cannot record an unavailable term")
+			res.failed = true
+			continue
+		}
+		active[st.term] = state
+	}
+	res.unavailable = map[string]int{}
+	for t, st := range active {
+		res.unavailable[snap.s.Terms[t].LabelString()]++
+		if res.until.IsZero() || st.Until.Before(res.until) {
+			res.until = st.Until
+		}
+	}
+	for _, n := range p.notes {
+		l.say(snap.w, n, log)
+	}
+	if l.mem.sayStuck(uid, p.stuck != "") {
+		l.event(snap.w, corev1.EventTypeWarning, ReasonNoFallback, p.stuck)
+		log.Warn(p.stuck)
+	}
+	blocked := p.blocked
+	switch {
+	case len(p.strikes) > 0:
+		// Every replica's informer gets a pass to see the new record before the evicted
+		// pods' replacements are admitted, or they would strand again.
+		res.pending = len(p.moves)
+		return res
+	case len(p.moves) == 0:
+	case snap.optOut:
+		res.pending = len(p.moves)
+	default:
+		var why string
+		res.pending, why = l.evictWithinBudget(ctx, snap, p, log)
+		if why != "" {
+			blocked = fmt.Sprintf("%d pods wait to move: %s", res.pending, why)
+		}
+	}
+	if blocked == "" {
+		l.mem.unblocked(uid)
+	} else if key := blockedKey(blocked); l.mem.sayBlocked(uid, key) {
+		l.event(snap.w, corev1.EventTypeNormal, ReasonConvergeBlocked, blocked)
+		log.Info(blocked)
+	}
+	return res
+}
+
+// blockedKey is what makes a "moves wait" message new: its reason, not its count.
+func blockedKey(msg string) string {
+	if i := strings.Index(msg, ":"); i > 0 {
+		return msg[i:]
+	}
+	return msg
+}
+
+// strike records st's term unavailable (with Karpenter's nominations among its pending
+// pods, when it says) and says where its seats go now.
+func (l *Loop) strike(ctx context.Context, snap *snapshot, p *passPlan, st strike, log logrus.FieldLogger) (unavailability.TermState, error) {
+	reason := st.reason
+	if l.cfg.Signals != nil {
+		if n, err := l.cfg.Signals.Nominated(ctx, snap.rev.namespace, st.pending); err == nil {
+			reason += fmt.Sprintf("; Karpenter nominated %d of the %d pending pods", n, len(st.pending))
+		}
+	}
+	state, err := l.cfg.Records.Strike(ctx, snap.rev.uid, snap.w.Describe(), st.term, reason, l.cfg.Cooldown)
+	if err != nil {
+		return state, err
+	}
+	labels := snap.s.Terms[st.term].LabelString()
+	l.cfg.Metrics.marks.WithLabelValues(labels).Inc()
+	msg := fmt.Sprintf("term %d (%s) unavailable for %s: %s; %s", st.term+1, labels,
+		state.Until.Sub(snap.now).Round(time.Second), reason, fallbackSummary(p.placement))
+	l.event(snap.w, corev1.EventTypeWarning, ReasonTermUnavailable, msg)
+	log.WithFields(logrus.Fields{"term": st.term + 1, "until": state.Until, "strikes": state.Strikes}).Warn(msg)
+	return state, nil
+}
+
+// say says n unless its key was said.
+func (l *Loop) say(w *clusterview.Workload, n note, log logrus.FieldLogger) {
+	if !l.mem.sayOnce(n.key) {
+		return
+	}
+	if n.metric != "" {
+		l.cfg.Metrics.launchWaits.WithLabelValues(n.metric).Inc()
+	}
+	if n.reason != "" {
+		l.event(w, corev1.EventTypeNormal, n.reason, n.msg)
+	}
+	log.WithFields(n.fields).Info(n.msg)
+}
+
+// evictWithinBudget evicts p's moves in order: a pod with a node only while the
+// revision's unavailable pods (not Ready, or already evicted) stay within the budget
+// after it. It returns how many moves are left for a later pass and, when some wait,
+// why ("" when only failed evictions are left: they block nothing).
+func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPlan, log logrus.FieldLogger) (int, string) {
+	unavailable, left := p.unavailable, 0
+	var blockedBy string
+	for _, m := range p.evict {
+		why := ""
+		switch {
+		case m.room > 0 && unavailable+m.room > p.budget:
+			why = fmt.Sprintf("%d of %d pods unavailable, budget %d", unavailable, snap.rev.replicas, p.budget)
+			if snap.rev.rolling {
+				why = "a rollout is in progress"
+			}
+		case l.leading != nil && !l.leading():
+			// No longer sure to be the only one moving pods: leave the rest to the leader.
+			why = "this replica is no longer sure to lead the convergence loop"
+			l.cfg.Metrics.evictions.WithLabelValues(m.reason, "fenced").Inc()
+		default:
+			var evicted bool
+			evicted, why = l.move(ctx, snap, m, log.WithFields(logrus.Fields{"unavailable": unavailable + m.cost, "budget": p.budget}))
+			if evicted {
+				unavailable += m.cost
+				continue
+			}
+		}
+		if why != "" {
+			left++
+			if why != evictionFailed {
+				blockedBy = why
+			}
+		}
+	}
+	return left, blockedBy
+}
+
+// evictionFailed is move's answer for an eviction that failed for a reason of its own
+// (logged): the move is left for later, but blocks nothing.
+const evictionFailed = "eviction failed"
+
+// move evicts m's pod and says so. It returns whether the pod was evicted and, when it
+// was not and the move is left for later, why ("" for a pod already gone).
+func (l *Loop) move(ctx context.Context, snap *snapshot, m move, log logrus.FieldLogger) (bool, string) {
+	err := l.evict(ctx, m.pod)
+	switch {
+	case err == nil:
+		var back *revisionTerm
+		if m.reason == MoveReturn && m.pod.FallbackFrom > 0 {
+			back = &revisionTerm{snap.rev.uid, m.pod.FallbackFrom - 1}
+		}
+		l.mem.noteEviction(m.pod.UID, back, time.Now())
+		l.cfg.Metrics.evictions.WithLabelValues(m.reason, "evicted").Inc()
+		msg := fmt.Sprintf("evicted pod %s (%s): %s", m.pod.Name, m.reason, m.why)
+		l.event(snap.w, corev1.EventTypeNormal, ReasonConverge, msg)
+		log.WithFields(logrus.Fields{"pod": m.pod.Name, "reason": m.reason}).Info(msg)
+		return true, ""
+	case apierrors.IsTooManyRequests(err):
+		// A PodDisruptionBudget says not now.
+		l.cfg.Metrics.evictions.WithLabelValues(m.reason, "refused").Inc()
+		return false, "a PodDisruptionBudget refuses the eviction: " + err.Error()
+	case apierrors.IsNotFound(err):
+		return false, ""
+	default:
+		log.WithError(err).WithField("pod", m.pod.Name).Warn("eviction failed")
+		return false, evictionFailed
+	}
+}
+
+// evict evicts p through the Eviction API, only the pod with p's UID.
+func (l *Loop) evict(ctx context.Context, p clusterview.PlacedPod) error {
+	uid := p.UID
+	err := l.cfg.Client.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	})
+	if err != nil && !apierrors.IsTooManyRequests(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("evict pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return err
+}
+
+// event records an Event on the workload users see.
+func (l *Loop) event(w *clusterview.Workload, typ, reason, msg string) {
+	if l.cfg.Recorder == nil {
+		return
+	}
+	ref := w.Ref
+	l.cfg.Recorder.Event(&ref, typ, reason, msg)
+}

@@ -1,0 +1,174 @@
+package converge
+
+// Memory: what the loop remembers between passes of one term of leadership. Every
+// write to it is in this file; a new leader starts afresh from the API server.
+
+import (
+	"maps"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// memory is the loop's remembered state. Its maps are keyed by revision UID or by
+// typed keys that name their revision, so a revision is forgotten without parsing keys.
+type memory struct {
+	evicted  map[types.UID]time.Time // pods evicted, until the cache shows them gone
+	offSince map[types.UID]time.Time // revision not at its placement since
+	suspect  map[types.UID]int       // passes a revision had fewer placed pods than replicas
+	listed   map[types.UID]time.Time // last live listing of a revision's pods that found none unplaced
+	said     map[noteKey]bool        // notes said once (note.go)
+	stuck    map[types.UID]bool      // "no term to fall back on" said
+	blocked  map[types.UID]string    // why moves wait, as last said
+	// returning: the last canary evicted to return to a term.
+	returning map[revisionTerm]time.Time
+	results   map[types.UID]result // each passed revision's last result, summed in sums
+	sums      passSums
+}
+
+// revisionTerm names one term of one revision.
+type revisionTerm struct {
+	revision types.UID
+	term     int
+}
+
+func newMemory() memory {
+	return memory{
+		evicted: map[types.UID]time.Time{}, offSince: map[types.UID]time.Time{}, suspect: map[types.UID]int{},
+		listed: map[types.UID]time.Time{}, said: map[noteKey]bool{}, stuck: map[types.UID]bool{},
+		blocked: map[types.UID]string{}, returning: map[revisionTerm]time.Time{},
+		results: map[types.UID]result{}, sums: newPassSums(),
+	}
+}
+
+// wasEvicted reports whether the loop evicted the pod and the cache still shows it.
+func (m *memory) wasEvicted(uid types.UID) bool {
+	_, ok := m.evicted[uid]
+	return ok
+}
+
+// shouldList counts a pass in which the revision had fewer placed pods than replicas
+// (short) and says whether to list its pods for unplaced ones now: when the count stays
+// short twice in a row (a burst being admitted is short once), and at most every 10 s
+// while listings find none (pods that cannot be created, a quota).
+func (m *memory) shouldList(uid types.UID, short bool, now time.Time) bool {
+	if !short {
+		delete(m.suspect, uid)
+		delete(m.listed, uid)
+		return false
+	}
+	m.suspect[uid]++
+	last, listed := m.listed[uid]
+	return m.suspect[uid] >= 2 && (!listed || now.Sub(last) >= 10*time.Second)
+}
+
+// listedNone notes a listing that found no unplaced pod.
+func (m *memory) listedNone(uid types.UID, now time.Time) { m.listed[uid] = now }
+
+// short reports whether the revision had fewer placed pods than replicas last pass.
+func (m *memory) short(uid types.UID) bool { return m.suspect[uid] > 0 }
+
+// noteEviction remembers an evicted pod, and a canary sent back to its term.
+func (m *memory) noteEviction(pod types.UID, back *revisionTerm, now time.Time) {
+	m.evicted[pod] = now
+	if back != nil {
+		m.returning[*back] = now
+	}
+}
+
+// sayOnce reports whether key was not said yet, and marks it said.
+func (m *memory) sayOnce(key noteKey) bool {
+	if m.said[key] {
+		return false
+	}
+	m.said[key] = true
+	return true
+}
+
+// sayStuck reports whether "no term to fall back on" is to be said for the revision:
+// once while it stays stuck.
+func (m *memory) sayStuck(uid types.UID, stuck bool) bool {
+	if !stuck {
+		delete(m.stuck, uid)
+		return false
+	}
+	if m.stuck[uid] {
+		return false
+	}
+	m.stuck[uid] = true
+	return true
+}
+
+// sayBlocked reports whether why moves of the revision wait (key) differs from what
+// was said last, and remembers it.
+func (m *memory) sayBlocked(uid types.UID, key string) bool {
+	if m.blocked[uid] == key {
+		return false
+	}
+	m.blocked[uid] = key
+	return true
+}
+
+// unblocked forgets why moves waited: nothing does now.
+func (m *memory) unblocked(uid types.UID) { delete(m.blocked, uid) }
+
+// noteResult keeps res as the revision's last result, in the sums and in how long it
+// has been off its placement.
+func (m *memory) noteResult(uid types.UID, res result, now time.Time) {
+	if old, ok := m.results[uid]; ok {
+		m.sums.add(old, -1)
+	}
+	m.results[uid] = res
+	m.sums.add(res, 1)
+	if !res.off {
+		delete(m.offSince, uid)
+	} else if _, ok := m.offSince[uid]; !ok {
+		m.offSince[uid] = now
+	}
+}
+
+// forget drops everything remembered of a revision; it reports whether the revision had
+// a result in the sums (the gauges need publishing again).
+func (m *memory) forget(uid types.UID) bool {
+	old, had := m.results[uid]
+	if had {
+		m.sums.add(old, -1)
+		delete(m.results, uid)
+	}
+	delete(m.offSince, uid)
+	delete(m.suspect, uid)
+	delete(m.listed, uid)
+	delete(m.stuck, uid)
+	delete(m.blocked, uid)
+	maps.DeleteFunc(m.said, func(k noteKey, _ bool) bool { return k.revision == uid })
+	maps.DeleteFunc(m.returning, func(k revisionTerm, _ time.Time) bool { return k.revision == uid })
+	return had
+}
+
+// expireEvictions forgets evictions the cache has had a minute to show.
+func (m *memory) expireEvictions(now time.Time) {
+	maps.DeleteFunc(m.evicted, func(_ types.UID, at time.Time) bool { return now.Sub(at) > time.Minute })
+}
+
+// passSums is the sum of the revisions' last results, kept as they change.
+type passSums struct {
+	fallbackPods, pending       int
+	target, placed, unavailable map[string]int // by term label string
+}
+
+func newPassSums() passSums {
+	return passSums{target: map[string]int{}, placed: map[string]int{}, unavailable: map[string]int{}}
+}
+
+// add adds sign times r.
+func (s *passSums) add(r result, sign int) {
+	s.fallbackPods += sign * r.fallbackPods
+	s.pending += sign * r.pending
+	for _, m := range []struct{ sum, r map[string]int }{{s.target, r.target}, {s.placed, r.placed}, {s.unavailable, r.unavailable}} {
+		for term, n := range m.r {
+			if m.sum[term] += sign * n; m.sum[term] == 0 {
+				delete(m.sum, term)
+			}
+		}
+	}
+}

@@ -1,0 +1,45 @@
+package converge
+
+import (
+	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Event reasons the loop records on workloads.
+const (
+	ReasonTermUnavailable = "TermUnavailable"
+	ReasonNoFallback      = "NoFallbackTerm"
+	ReasonConverge        = "Converge"
+	ReasonConvergeBlocked = "ConvergeBlocked"
+	ReasonTermBack        = "TermAvailable"
+)
+
+// noteKind is what a note is about.
+type noteKind uint8
+
+const (
+	noteTermBack  noteKind = iota + 1 // a term is tried again after its cool-down
+	noteCanary                        // one pod goes back to a term first
+	noteLaunching                     // pods wait, yet their term is not unavailable: Karpenter launches for it
+)
+
+// noteKey names a note said once: its revision, term and kind, and what makes it new
+// (the end of the cool-down a term returns from, the NodeClaims in flight).
+type noteKey struct {
+	revision  types.UID
+	term      int
+	kind      noteKind
+	until     int64 // Unix nanoseconds
+	launching int
+}
+
+// note is a line plan wants said once per key: an Event on the workload (and a log
+// line), or a log line alone when it has no reason.
+type note struct {
+	key    noteKey
+	reason string // the Event's reason; "": a log line only
+	msg    string
+	// metric: the term's labels, for the launch-waits counter (launching notes).
+	metric string
+	fields logrus.Fields
+}

@@ -1,0 +1,286 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// Workload is what a policy selects on: the workload users see (a Deployment, a
+// StatefulSet, a bare ReplicaSet, a Rollout), not its ReplicaSets or pods.
+type Workload struct {
+	Namespace string
+	// Kind is Deployment, StatefulSet, ReplicaSet or Rollout.
+	Kind string
+	// Labels are the workload's own metadata.labels.
+	Labels map[string]string
+}
+
+// Compiled is a policy ready to match: its selectors parsed and its link built once, when
+// the policy is listed or changes, so a lookup only reads.
+type Compiled struct {
+	// Link names the policy for messages ("PlacementPolicy shop/web-split") and carries
+	// its strategy under the annotation key, as a workload would.
+	Link strategy.AnnotatedObject
+	// Namespace is "" for a ClusterPlacementPolicy.
+	Namespace, Name string
+	Priority        int32
+	// Generation is the policy's metadata.generation (for its status).
+	Generation int64
+	kinds      kindSet
+	selector   labels.Selector // nil: matches nothing (SelectorErr says why)
+	namespaces labels.Selector // cluster policies; nil: every namespace
+	// SelectorErr is why a selector does not parse; such a policy matches nothing.
+	SelectorErr error
+}
+
+// kindSet is a set of workload kinds as bits; 0 selects every kind.
+type kindSet uint8
+
+func kindBit(kind string) kindSet {
+	switch kind {
+	case string(v1alpha1.KindDeployment):
+		return 1
+	case string(v1alpha1.KindStatefulSet):
+		return 2
+	case string(v1alpha1.KindReplicaSet):
+		return 4
+	case string(v1alpha1.KindRollout):
+		return 8
+	}
+	return 0
+}
+
+// Cluster reports whether c is a ClusterPlacementPolicy.
+func (c *Compiled) Cluster() bool { return c.Namespace == "" }
+
+// matches reports whether c governs w, given the labels of w's namespace.
+func (c *Compiled) matches(w Workload, nsLabels map[string]string) bool {
+	if c.selector == nil {
+		return false
+	}
+	if c.kinds != 0 && c.kinds&kindBit(w.Kind) == 0 {
+		return false
+	}
+	if c.namespaces != nil && !c.namespaces.Matches(labels.Set(nsLabels)) {
+		return false
+	}
+	return c.selector.Matches(labels.Set(w.Labels))
+}
+
+// compile builds a Compiled from a policy's metadata and spec.
+func compile(kind string, meta metav1.ObjectMeta, spec v1alpha1.PlacementPolicySpec, nsSelector *metav1.LabelSelector) *Compiled {
+	c := &Compiled{Namespace: meta.Namespace, Name: meta.Name, Priority: spec.Priority, Generation: meta.Generation}
+	name := kind + " " + meta.Name
+	if meta.Namespace != "" {
+		name = kind + " " + meta.Namespace + "/" + meta.Name
+	}
+	c.Link = strategy.AnnotatedObject{Name: name, Annotations: map[string]string{strategy.AnnotationStrategy: spec.Strategy}}
+	for _, k := range spec.Kinds {
+		bit := kindBit(string(k))
+		if bit == 0 {
+			c.SelectorErr = fmt.Errorf("spec.kinds: %q is not Deployment, StatefulSet, ReplicaSet or Rollout", k)
+			return c
+		}
+		c.kinds |= bit
+	}
+	sel, err := selectorOf(spec.Selector)
+	if err != nil {
+		c.SelectorErr = fmt.Errorf("spec.selector: %w", err)
+		return c
+	}
+	if nsSelector != nil {
+		ns, err := metav1.LabelSelectorAsSelector(nsSelector)
+		if err != nil {
+			c.SelectorErr = fmt.Errorf("spec.namespaceSelector: %w", err)
+			return c
+		}
+		c.namespaces = ns
+	}
+	c.selector = sel
+	return c
+}
+
+// selectorOf is a workload selector; absent or empty selects everything.
+func selectorOf(s *metav1.LabelSelector) (labels.Selector, error) {
+	if s == nil {
+		return labels.Everything(), nil
+	}
+	return metav1.LabelSelectorAsSelector(s)
+}
+
+// CompileNamespaced compiles a PlacementPolicy.
+func CompileNamespaced(p *v1alpha1.PlacementPolicy) *Compiled {
+	return compile(v1alpha1.KindPlacementPolicy, p.ObjectMeta, p.Spec, nil)
+}
+
+// CompileCluster compiles a ClusterPlacementPolicy.
+func CompileCluster(p *v1alpha1.ClusterPlacementPolicy) *Compiled {
+	meta := p.ObjectMeta
+	meta.Namespace = "" // cluster scoped, whatever the object says
+	return compile(v1alpha1.KindClusterPlacementPolicy, meta, p.Spec.PlacementPolicySpec, p.Spec.NamespaceSelector)
+}
+
+// Namespace is what a lookup needs of a namespace: its labels (cluster policies'
+// namespaceSelector) and its default strategy, as a link.
+type Namespace struct {
+	Labels map[string]string
+	// Link is set (Link.Name != "") when the namespace carries a strategy annotation.
+	Link strategy.AnnotatedObject
+}
+
+// NamespaceOf keeps what a lookup needs of ns. Only the strategy annotations go into its
+// link: UseCustomKubeScheduler on a namespace is not a switch (a workload opts out).
+func NamespaceOf(ns *corev1.Namespace) *Namespace {
+	out := &Namespace{Labels: ns.Labels}
+	for _, k := range []string{strategy.AnnotationStrategy, strategy.AnnotationStrategyAlias} {
+		if v, ok := ns.Annotations[k]; ok {
+			if out.Link.Annotations == nil {
+				out.Link = strategy.AnnotatedObject{Name: "Namespace " + ns.Name, Annotations: map[string]string{}}
+			}
+			out.Link.Annotations[k] = v
+		}
+	}
+	return out
+}
+
+// policies is an immutable set of compiled policies: namespaced ones by namespace and
+// cluster ones, each list in precedence order (higher priority first, then name).
+type policies struct {
+	namespaced map[string][]*Compiled
+	cluster    []*Compiled
+}
+
+func byPrecedence(a, b *Compiled) int {
+	if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Name, b.Name)
+}
+
+func newPolicies(all []*Compiled) *policies {
+	p := &policies{namespaced: map[string][]*Compiled{}}
+	for _, c := range all {
+		if c.Cluster() {
+			p.cluster = append(p.cluster, c)
+		} else {
+			p.namespaced[c.Namespace] = append(p.namespaced[c.Namespace], c)
+		}
+	}
+	slices.SortFunc(p.cluster, byPrecedence)
+	for _, list := range p.namespaced {
+		slices.SortFunc(list, byPrecedence)
+	}
+	return p
+}
+
+// winner returns the policy that governs w (nil: none).
+func (p *policies) winner(w Workload, ns *Namespace) *Compiled {
+	var nsLabels map[string]string
+	if ns != nil {
+		nsLabels = ns.Labels
+	}
+	for _, c := range p.namespaced[w.Namespace] {
+		if c.matches(w, nil) {
+			return c
+		}
+	}
+	for _, c := range p.cluster {
+		if c.matches(w, nsLabels) {
+			return c
+		}
+	}
+	return nil
+}
+
+// Match is the whole answer for a workload: the governing policy, the policies of the
+// same scope and priority it won against by name (a conflict its status reports), and
+// the namespace default.
+type Match struct {
+	Policy *Compiled
+	// Conflicts are the other matching policies of Policy's scope and priority.
+	Conflicts []*Compiled
+	Namespace *Namespace
+}
+
+func (p *policies) match(w Workload, ns *Namespace) Match {
+	m := Match{Namespace: ns}
+	var nsLabels map[string]string
+	if ns != nil {
+		nsLabels = ns.Labels
+	}
+	for _, list := range [][]*Compiled{p.namespaced[w.Namespace], p.cluster} {
+		for _, c := range list {
+			if !c.matches(w, nsLabels) {
+				continue
+			}
+			if m.Policy == nil {
+				m.Policy = c
+			} else if c.Priority == m.Policy.Priority {
+				m.Conflicts = append(m.Conflicts, c)
+			}
+		}
+		if m.Policy != nil {
+			break
+		}
+	}
+	return m
+}
+
+// appendLinks appends the links after w's own chain: its policy, then its namespace's
+// default.
+func appendLinks(dst []strategy.AnnotatedObject, p *policies, w Workload, ns *Namespace) []strategy.AnnotatedObject {
+	if c := p.winner(w, ns); c != nil {
+		dst = append(dst, c.Link)
+	}
+	if ns != nil && ns.Link.Name != "" {
+		dst = append(dst, ns.Link)
+	}
+	return dst
+}
+
+// Index answers lookups over a fixed set of policies and namespaces.
+type Index struct {
+	p          *policies
+	namespaces map[string]*Namespace
+}
+
+// NewIndex builds an Index over listed policies and namespaces.
+func NewIndex(namespaced []v1alpha1.PlacementPolicy, cluster []v1alpha1.ClusterPlacementPolicy, namespaces []corev1.Namespace) *Index {
+	var all []*Compiled
+	for i := range namespaced {
+		all = append(all, CompileNamespaced(&namespaced[i]))
+	}
+	for i := range cluster {
+		all = append(all, CompileCluster(&cluster[i]))
+	}
+	idx := &Index{p: newPolicies(all), namespaces: make(map[string]*Namespace, len(namespaces))}
+	for i := range namespaces {
+		idx.namespaces[namespaces[i].Name] = NamespaceOf(&namespaces[i])
+	}
+	return idx
+}
+
+// AppendLinks appends to dst the links that follow w's own annotations: the policy that
+// governs it, then its namespace's default. A nil Index appends nothing.
+func (x *Index) AppendLinks(dst []strategy.AnnotatedObject, w Workload) []strategy.AnnotatedObject {
+	if x == nil {
+		return dst
+	}
+	return appendLinks(dst, x.p, w, x.namespaces[w.Namespace])
+}
+
+// Match tells which policy governs w and which it won against.
+func (x *Index) Match(w Workload) Match {
+	if x == nil {
+		return Match{}
+	}
+	return x.p.match(w, x.namespaces[w.Namespace])
+}

@@ -1,0 +1,210 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// Governable is a workload as the status writer counts it.
+type Governable struct {
+	Workload
+	Name string
+	// Own is set when the workload decides for itself: a strategy annotation on it or
+	// its pod template, or UseCustomKubeScheduler "false". No policy governs it.
+	Own bool
+	// Exact tells whether the workload's live pods stand exactly on s's target, and if
+	// not why (nil: not known, not counted either way).
+	Exact func(s *strategy.Strategy) (exact bool, why string)
+}
+
+// Status is what a policy's status says.
+type Status struct {
+	Generation int64
+	Workloads  int32
+	// Exact counts the governed workloads that are exact; NotExact lists the first
+	// MaxNotExact that are not.
+	Exact    int32
+	NotExact []v1alpha1.WorkloadState
+	// Invalid is the parser's or the selector's message; "" when the policy is accepted.
+	Invalid string
+	// Conflicts names, per workload both match, the policies of the same scope and
+	// priority this one won or lost against.
+	Conflicts []string
+}
+
+// Statuses computes every policy's status over workloads.
+func Statuses(p *policies, workloads []Governable, namespace func(string) *Namespace) map[*Compiled]*Status {
+	out := map[*Compiled]*Status{}
+	get := func(c *Compiled) *Status {
+		s := out[c]
+		if s == nil {
+			s = &Status{Generation: c.Generation}
+			if c.SelectorErr != nil {
+				s.Invalid = c.SelectorErr.Error()
+			} else if _, err := strategy.Parse(c.Link.Annotations[strategy.AnnotationStrategy]); err != nil {
+				s.Invalid = "spec.strategy: " + err.Error()
+			}
+			out[c] = s
+		}
+		return s
+	}
+	for _, c := range p.cluster {
+		get(c)
+	}
+	for _, list := range p.namespaced {
+		for _, c := range list {
+			get(c)
+		}
+	}
+	for _, w := range workloads {
+		if w.Own {
+			continue
+		}
+		m := p.match(w.Workload, namespace(w.Namespace))
+		if m.Policy == nil {
+			continue
+		}
+		st := get(m.Policy)
+		st.Workloads++
+		if w.Exact != nil && st.Invalid == "" {
+			if s, err := parsed(m.Policy); err == nil {
+				if ok, why := w.Exact(s); ok {
+					st.Exact++
+				} else if len(st.NotExact) < v1alpha1.MaxNotExact {
+					st.NotExact = append(st.NotExact, v1alpha1.WorkloadState{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, Reason: why})
+				}
+			}
+		}
+		ref := w.Kind + " " + w.Namespace + "/" + w.Name
+		for _, other := range m.Conflicts {
+			get(m.Policy).Conflicts = append(get(m.Policy).Conflicts, fmt.Sprintf("%s: also matched by %s (same priority; this one wins by name)", ref, other.Link.Name))
+			get(other).Conflicts = append(get(other).Conflicts, fmt.Sprintf("%s: %s wins (same priority, first by name)", ref, m.Policy.Link.Name))
+		}
+	}
+	return out
+}
+
+// parsed is the policy's strategy, parsed.
+func parsed(c *Compiled) (*strategy.Strategy, error) {
+	return strategy.Parse(c.Link.Annotations[strategy.AnnotationStrategy])
+}
+
+// maxConflictMessages bounds the conflicts a condition message lists.
+const maxConflictMessages = 3
+
+// conditions turns a Status into the policy's conditions; transition times are kept
+// from prev when a condition's status did not change.
+func (s *Status) conditions(prev []metav1.Condition, now metav1.Time) []metav1.Condition {
+	accepted := metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: "Valid", Message: "the strategy parses", ObservedGeneration: s.Generation}
+	if s.Invalid != "" {
+		accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, "Invalid", s.Invalid
+	}
+	conflicting := metav1.Condition{Type: v1alpha1.ConditionConflicting, Status: metav1.ConditionFalse, Reason: "NoConflict", Message: "no other policy of the same scope and priority matches its workloads", ObservedGeneration: s.Generation}
+	if len(s.Conflicts) > 0 {
+		shown := s.Conflicts[:min(len(s.Conflicts), maxConflictMessages)]
+		msg := strings.Join(shown, "; ")
+		if len(s.Conflicts) > len(shown) {
+			msg += fmt.Sprintf("; and %d more", len(s.Conflicts)-len(shown))
+		}
+		conflicting.Status, conflicting.Reason, conflicting.Message = metav1.ConditionTrue, "SamePriority", msg
+	}
+	out := []metav1.Condition{accepted, conflicting}
+	for i := range out {
+		out[i].LastTransitionTime = now
+		for _, p := range prev {
+			if p.Type == out[i].Type && p.Status == out[i].Status {
+				out[i].LastTransitionTime = p.LastTransitionTime
+			}
+		}
+	}
+	return out
+}
+
+// StatusWriter writes each policy's status (observedGeneration, Accepted, Conflicting,
+// workloads) from the caches. Run it on the elected replica only: it writes at most
+// once per Every, and only the policies whose status changed.
+type StatusWriter struct {
+	Cache *Cache
+	Dyn   dynamic.Interface
+	// Workloads lists the workloads (from the webhook's caches).
+	Workloads func() []Governable
+	// Every is the least time between two rounds of writes (default 30s).
+	Every time.Duration
+	Log   logrus.FieldLogger
+}
+
+type policyKey struct{ namespace, name string }
+
+// Run writes statuses until ctx ends.
+func (w *StatusWriter) Run(ctx context.Context) {
+	every := w.Every
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	written := map[policyKey]string{}
+	prevConditions := map[policyKey][]metav1.Condition{}
+	for {
+		w.round(ctx, written, prevConditions)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// round writes the statuses that changed since the last round.
+func (w *StatusWriter) round(ctx context.Context, written map[policyKey]string, prevConditions map[policyKey][]metav1.Condition) {
+	if w.Cache == nil || w.Cache.namespaced == nil {
+		return
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), w.Cache.namespaced.HasSynced, w.Cache.cluster.HasSynced, w.Cache.namespaces.HasSynced) {
+		return
+	}
+	now := metav1.Now()
+	statuses := Statuses(w.Cache.view.Load(), w.Workloads(), w.Cache.namespace)
+	keys := make([]*Compiled, 0, len(statuses))
+	for c := range statuses {
+		keys = append(keys, c)
+	}
+	slices.SortFunc(keys, func(a, b *Compiled) int { return strings.Compare(a.Link.Name, b.Link.Name) })
+	for _, c := range keys {
+		s := statuses[c]
+		key := policyKey{c.Namespace, c.Name}
+		sum := fmt.Sprintf("%d|%d|%d|%v|%s|%s", s.Generation, s.Workloads, s.Exact, s.NotExact, s.Invalid, strings.Join(s.Conflicts, "\n"))
+		if written[key] == sum {
+			continue
+		}
+		conds := s.conditions(prevConditions[key], now)
+		body, err := json.Marshal(map[string]any{"status": map[string]any{
+			"observedGeneration": s.Generation, "workloads": s.Workloads, "conditions": conds,
+			"exact": s.Exact, "notExact": s.NotExact,
+		}})
+		if err != nil {
+			continue
+		}
+		res := w.Dyn.Resource(v1alpha1.ClusterPlacementPolicies)
+		var ri dynamic.ResourceInterface = res
+		if !c.Cluster() {
+			ri = w.Dyn.Resource(v1alpha1.PlacementPolicies).Namespace(c.Namespace)
+		}
+		if _, err := ri.Patch(ctx, c.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
+			w.Log.WithError(err).WithField("policy", c.Link.Name).Warn("cannot write the policy's status")
+			continue
+		}
+		written[key], prevConditions[key] = sum, conds
+	}
+}

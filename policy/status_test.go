@@ -1,0 +1,56 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// TestStatuses: workloads with their own strategy are not counted; two policies of one
+// priority matching a workload both report the conflict, naming the winner; an invalid
+// strategy is reported with the parser's message.
+func TestStatuses(t *testing.T) {
+	idx := NewIndex([]v1alpha1.PlacementPolicy{
+		pp("shop", "aa", "a=1", 0, nil),
+		pp("shop", "zz", "z=1", 0, map[string]string{"app": "web"}),
+		pp("shop", "bad", "nolabel", -1, map[string]string{"app": "api"}),
+	}, nil, nil)
+	ws := []Governable{
+		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}, Name: "web",
+			Exact: func(*strategy.Strategy) (bool, string) { return true, "" }},
+		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "db"}}, Name: "db",
+			Exact: func(*strategy.Strategy) (bool, string) { return false, "term 1 holds 0 pods, its target is 2" }},
+		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}, Name: "own", Own: true},
+	}
+	got := map[string]*Status{}
+	for c, s := range Statuses(idx.p, ws, func(string) *Namespace { return nil }) {
+		got[c.Name] = s
+	}
+	if s := got["aa"]; s.Workloads != 2 || len(s.Conflicts) != 1 || !strings.Contains(s.Conflicts[0], "Deployment shop/web: also matched by PlacementPolicy shop/zz") {
+		t.Errorf("aa: %+v", s)
+	}
+	if s := got["aa"]; s.Exact != 1 || len(s.NotExact) != 1 || s.NotExact[0].Name != "db" || s.NotExact[0].Reason == "" {
+		t.Errorf("aa: exact %d, not exact %+v", s.Exact, s.NotExact)
+	}
+	if s := got["zz"]; s.Workloads != 0 || len(s.Conflicts) != 1 || !strings.Contains(s.Conflicts[0], "PlacementPolicy shop/aa wins") {
+		t.Errorf("zz: %+v", s)
+	}
+	if s := got["bad"]; s.Workloads != 0 || !strings.Contains(s.Invalid, `term 1 ("nolabel")`) {
+		t.Errorf("bad: %+v", s)
+	}
+	now := metav1.NewTime(time.Unix(1000, 0))
+	conds := got["bad"].conditions(nil, now)
+	if conds[0].Type != v1alpha1.ConditionAccepted || conds[0].Status != metav1.ConditionFalse || conds[0].Reason != "Invalid" {
+		t.Errorf("conditions of an invalid policy: %+v", conds)
+	}
+	later := metav1.NewTime(time.Unix(2000, 0))
+	again := got["aa"].conditions(got["aa"].conditions(nil, now), later)
+	if again[1].Status != metav1.ConditionTrue || !again[1].LastTransitionTime.Equal(&now) {
+		t.Errorf("an unchanged condition keeps its transition time: %+v", again[1])
+	}
+}
