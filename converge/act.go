@@ -38,9 +38,9 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 		}
 		active[st.term] = state
 	}
-	res.unavailable = map[string]int{}
+	res.unavailable = map[termSource]int{}
 	for t, st := range active {
-		res.unavailable[snap.s.Terms[t].LabelString()]++
+		res.unavailable[termSource{snap.s.Terms[t].LabelString(), snap.origin}]++
 		if res.until.IsZero() || st.Until.Before(res.until) {
 			res.until = st.Until
 		}

@@ -301,10 +301,10 @@ func statefulSetRolling(s *appsv1.StatefulSet) bool {
 type result struct {
 	fallbackPods, pending int
 	off                   bool
-	// target and placed count, by term label string, the pods the revision should
-	// have on each term and the live placed pods it has there; unavailable counts its
-	// unavailable terms.
-	target, placed, unavailable map[string]int
+	// target and placed count, by term and where the strategy came from, the pods the
+	// revision should have on each term and the live placed pods it has there;
+	// unavailable counts its unavailable terms.
+	target, placed, unavailable map[termSource]int
 	// unsettled: something may change with time alone (pods wait for a node, moves are
 	// left, fewer placed pods than replicas), so the revision is passed again after
 	// Interval. failed: the pass was cut short or an API call failed; it is retried

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // memory is the loop's remembered state. Its maps are keyed by revision UID or by
@@ -153,18 +155,25 @@ func (m *memory) expireEvictions(now time.Time) {
 // passSums is the sum of the revisions' last results, kept as they change.
 type passSums struct {
 	fallbackPods, pending       int
-	target, placed, unavailable map[string]int // by term label string
+	target, placed, unavailable map[termSource]int
+}
+
+// termSource keys the sums: a term's label string and where the revision's strategy
+// came from (the gauges' labels).
+type termSource struct {
+	term   string
+	source strategy.Origin
 }
 
 func newPassSums() passSums {
-	return passSums{target: map[string]int{}, placed: map[string]int{}, unavailable: map[string]int{}}
+	return passSums{target: map[termSource]int{}, placed: map[termSource]int{}, unavailable: map[termSource]int{}}
 }
 
 // add adds sign times r.
 func (s *passSums) add(r result, sign int) {
 	s.fallbackPods += sign * r.fallbackPods
 	s.pending += sign * r.pending
-	for _, m := range []struct{ sum, r map[string]int }{{s.target, r.target}, {s.placed, r.placed}, {s.unavailable, r.unavailable}} {
+	for _, m := range []struct{ sum, r map[termSource]int }{{s.target, r.target}, {s.placed, r.placed}, {s.unavailable, r.unavailable}} {
 		for term, n := range m.r {
 			if m.sum[term] += sign * n; m.sum[term] == 0 {
 				delete(m.sum, term)

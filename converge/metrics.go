@@ -68,12 +68,12 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 		}),
 		termTarget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "term_target_pods",
-			Help: "Pods the workload revisions with a strategy should have on each term now (their targets, an unavailable term's seats on its fallback), summed by the term's node labels; set by the replica running the loop, after each pass.",
-		}, []string{"term"}),
+			Help: "Pods the workload revisions with a strategy should have on each term now (their targets, an unavailable term's seats on its fallback), summed by the term's node labels and where the strategy came from (source: annotation, PlacementPolicy, ClusterPlacementPolicy, Namespace); set by the replica running the loop, after each pass.",
+		}, []string{"term", "source"}),
 		termPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "term_pods",
-			Help: "Live placed pods of the workload revisions with a strategy on each term, summed by the term's node labels; set by the replica running the loop, after each pass.",
-		}, []string{"term"}),
+			Help: "Live placed pods of the workload revisions with a strategy on each term, summed by the term's node labels and where the strategy came from (source); set by the replica running the loop, after each pass.",
+		}, []string{"term", "source"}),
 	}
 	// The eviction and pass series exist from the start, at 0, for rates and alerts.
 	for _, outcome := range []string{"settled", "unsettled", "retried"} {

@@ -21,10 +21,10 @@ func TestTermTargetAndPods(t *testing.T) {
 		name      string
 		got, want float64
 	}{
-		{"term_target_pods on-demand", testutil.ToFloat64(m.termTarget.WithLabelValues(od)), 1},
-		{"term_target_pods spot", testutil.ToFloat64(m.termTarget.WithLabelValues(spot)), 4},
-		{"term_pods on-demand", testutil.ToFloat64(m.termPods.WithLabelValues(od)), 5},
-		{"term_pods spot", testutil.ToFloat64(m.termPods.WithLabelValues(spot)), 0},
+		{"term_target_pods on-demand", testutil.ToFloat64(m.termTarget.WithLabelValues(od, "annotation")), 1},
+		{"term_target_pods spot", testutil.ToFloat64(m.termTarget.WithLabelValues(spot, "annotation")), 4},
+		{"term_pods on-demand", testutil.ToFloat64(m.termPods.WithLabelValues(od, "annotation")), 5},
+		{"term_pods spot", testutil.ToFloat64(m.termPods.WithLabelValues(spot, "annotation")), 0},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)

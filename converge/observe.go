@@ -24,6 +24,8 @@ type snapshot struct {
 	rev revision
 	w   *clusterview.Workload
 	s   *strategy.Strategy
+	// origin is where the strategy came from (the term gauges' source label).
+	origin strategy.Origin
 	// optOut: the workload's converge annotation is "false" (detect and say, move nothing).
 	optOut bool
 	now    time.Time
@@ -60,7 +62,7 @@ func (l *Loop) observe(ctx context.Context, rev revision, now time.Time) (*snaps
 	if !src.Active() || src.Err != nil {
 		return nil, false
 	}
-	snap := &snapshot{rev: rev, w: w, s: src.Strategy, now: now, signals: map[int]capacitySignal{}}
+	snap := &snapshot{rev: rev, w: w, s: src.Strategy, origin: src.Origin, now: now, signals: map[int]capacitySignal{}}
 	for _, o := range w.Chain {
 		if v, ok := o.Annotations[strategy.AnnotationConverge]; ok && strings.EqualFold(strings.TrimSpace(v), "false") {
 			snap.optOut = true

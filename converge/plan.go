@@ -170,10 +170,11 @@ func pendingOn(snap *snapshot, term int) map[types.UID]bool {
 // left to fall back on.
 func (p *passPlan) place(snap *snapshot) {
 	s := snap.s
-	p.res.target, p.res.placed = map[string]int{}, map[string]int{}
+	p.res.target, p.res.placed = map[termSource]int{}, map[termSource]int{}
 	for t, c := range p.placement.Counts(len(s.Terms)) {
-		p.res.target[s.Terms[t].LabelString()] += c
-		p.res.placed[s.Terms[t].LabelString()] += snap.survey.placedOn[t]
+		k := termSource{s.Terms[t].LabelString(), snap.origin}
+		p.res.target[k] += c
+		p.res.placed[k] += snap.survey.placedOn[t]
 	}
 	if p.placement.Stuck {
 		p.stuck = "no term with a weight or a base is available: pods stay where they are until one is back (" + unavailableList(snap) + ")"

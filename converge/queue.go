@@ -190,18 +190,22 @@ func (l *Loop) publish(now time.Time) {
 	m.termTarget.Reset()
 	m.termPods.Reset()
 	m.unavailable.Reset()
-	for term, n := range s.target {
-		m.termTarget.WithLabelValues(term).Set(float64(n))
+	for k, n := range s.target {
+		m.termTarget.WithLabelValues(k.term, string(k.source)).Set(float64(n))
 	}
-	for term, n := range s.placed {
-		m.termPods.WithLabelValues(term).Set(float64(n))
+	for k, n := range s.placed {
+		m.termPods.WithLabelValues(k.term, string(k.source)).Set(float64(n))
 	}
-	for term := range s.target {
-		if _, ok := s.placed[term]; !ok {
-			m.termPods.WithLabelValues(term).Set(0)
+	for k := range s.target {
+		if _, ok := s.placed[k]; !ok {
+			m.termPods.WithLabelValues(k.term, string(k.source)).Set(0)
 		}
 	}
-	for term, n := range s.unavailable {
+	unavailable := map[string]int{}
+	for k, n := range s.unavailable {
+		unavailable[k.term] += n
+	}
+	for term, n := range unavailable {
 		m.unavailable.WithLabelValues(term).Set(float64(n))
 	}
 }

@@ -217,7 +217,7 @@ func compilePolicy(obj any) (any, error) {
 	c, err := Decode(u)
 	if err != nil {
 		c = &Compiled{Namespace: u.GetNamespace(), Name: u.GetName(), SelectorErr: err,
-			Link: strategy.AnnotatedObject{Name: u.GetKind() + " " + u.GetName()}}
+			Link: strategy.AnnotatedObject{Name: u.GetKind() + " " + u.GetName(), Origin: strategy.Origin(u.GetKind())}}
 	}
 	return &cachedPolicy{meta: identity(u), compiled: c}, nil
 }

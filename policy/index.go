@@ -82,7 +82,7 @@ func compile(kind string, meta metav1.ObjectMeta, spec v1alpha1.PlacementPolicyS
 	if meta.Namespace != "" {
 		name = kind + " " + meta.Namespace + "/" + meta.Name
 	}
-	c.Link = strategy.AnnotatedObject{Name: name, Annotations: map[string]string{strategy.AnnotationStrategy: spec.Strategy}}
+	c.Link = strategy.AnnotatedObject{Name: name, Annotations: map[string]string{strategy.AnnotationStrategy: spec.Strategy}, Origin: strategy.Origin(kind)}
 	for _, k := range spec.Kinds {
 		bit := kindBit(string(k))
 		if bit == 0 {
@@ -143,7 +143,7 @@ func NamespaceOf(ns *corev1.Namespace) *Namespace {
 	for _, k := range []string{strategy.AnnotationStrategy, strategy.AnnotationStrategyAlias} {
 		if v, ok := ns.Annotations[k]; ok {
 			if out.Link.Annotations == nil {
-				out.Link = strategy.AnnotatedObject{Name: "Namespace " + ns.Name, Annotations: map[string]string{}}
+				out.Link = strategy.AnnotatedObject{Name: "Namespace " + ns.Name, Annotations: map[string]string{}, Origin: strategy.OriginNamespace}
 			}
 			out.Link.Annotations[k] = v
 		}

@@ -133,6 +133,8 @@ type Source struct {
 	Key string
 	// Object names the object that carried it, e.g. "pod" or "Deployment shop/web".
 	Object string
+	// Origin is the kind of link that carried it, for metrics (Object is unbounded).
+	Origin Origin
 	// Disabled is set when an object in the chain says UseCustomKubeScheduler: "false".
 	Disabled bool
 	// Warnings collects oddities worth telling the user (an unreadable opt-in value,
@@ -143,11 +145,37 @@ type Source struct {
 // Active reports whether a strategy was found and is not switched off.
 func (s Source) Active() bool { return s.Present && !s.Disabled }
 
-// AnnotatedObject is one link of an ownership chain: a name for messages and its
-// annotations.
+// AnnotatedObject is one link of an ownership chain: a name for messages, its
+// annotations and, for links that are not the pod's or its workloads' own, its Origin.
 type AnnotatedObject struct {
 	Name        string
 	Annotations map[string]string
+	// Origin is empty for the pod, its template and its workloads (OriginAnnotation).
+	Origin Origin
+}
+
+// Origin is the kind of link a strategy came from: a small fixed set, so that metrics
+// can carry it as a label.
+type Origin string
+
+// The origins of a strategy, in the order a chain is walked.
+const (
+	// OriginAnnotation: the pod's, its template's or one of its workloads' annotation.
+	OriginAnnotation Origin = "annotation"
+	// OriginPlacementPolicy: a PlacementPolicy of the workload's namespace.
+	OriginPlacementPolicy Origin = "PlacementPolicy"
+	// OriginClusterPlacementPolicy: a ClusterPlacementPolicy.
+	OriginClusterPlacementPolicy Origin = "ClusterPlacementPolicy"
+	// OriginNamespace: the namespace's default strategy annotation.
+	OriginNamespace Origin = "Namespace"
+)
+
+// origin is o, with the empty value read as OriginAnnotation.
+func (o Origin) origin() Origin {
+	if o == "" {
+		return OriginAnnotation
+	}
+	return o
 }
 
 // Find walks objects in order (the pod first, then its workload) and returns the first
@@ -172,12 +200,12 @@ func Find(chain ...AnnotatedObject) Source {
 		alias, hasAlias := obj.Annotations[AnnotationStrategyAlias]
 		switch {
 		case hasCanonical:
-			src.Present, src.Raw, src.Key, src.Object = true, canonical, AnnotationStrategy, obj.Name
+			src.Present, src.Raw, src.Key, src.Object, src.Origin = true, canonical, AnnotationStrategy, obj.Name, obj.Origin.origin()
 			if hasAlias && strings.TrimSpace(alias) != strings.TrimSpace(canonical) {
 				src.Warnings = append(src.Warnings, fmt.Sprintf("%s: %s and %s differ; using %s", obj.Name, AnnotationStrategy, AnnotationStrategyAlias, AnnotationStrategy))
 			}
 		case hasAlias:
-			src.Present, src.Raw, src.Key, src.Object = true, alias, AnnotationStrategyAlias, obj.Name
+			src.Present, src.Raw, src.Key, src.Object, src.Origin = true, alias, AnnotationStrategyAlias, obj.Name, obj.Origin.origin()
 		}
 	}
 	return src

@@ -171,6 +171,13 @@ func TestFind(t *testing.T) {
 	if src = Find(pod(nil), deploy(nil)); src.Present || src.Active() {
 		t.Errorf("no strategy: %+v", src)
 	}
+	if src = Find(pod(nil), deploy(map[string]string{AnnotationStrategy: "a=1"})); src.Origin != OriginAnnotation {
+		t.Errorf("a workload's annotation: origin %q, want %q", src.Origin, OriginAnnotation)
+	}
+	ns := AnnotatedObject{Name: "Namespace ns", Annotations: map[string]string{AnnotationStrategy: "c=1"}, Origin: OriginNamespace}
+	if src = Find(pod(nil), deploy(nil), ns); src.Origin != OriginNamespace || src.Raw != "c=1" {
+		t.Errorf("the namespace default: %+v", src)
+	}
 }
 
 // FuzzParse: Parse never panics, and what it accepts is within bounds and round-trips.

@@ -53,8 +53,8 @@ func NewMetrics() *Metrics {
 		}, []string{"webhook"}),
 		placements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "placements_total",
-			Help: "Pods placed, by the node labels of the term they were placed on.",
-		}, []string{"term"}),
+			Help: "Pods placed, by the node labels of the term they were placed on and where the strategy came from (annotation, PlacementPolicy, ClusterPlacementPolicy, Namespace).",
+		}, []string{"term", "source"}),
 		unserved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "unserved_terms_total",
 			Help: "Placements onto a term that no NodePool, node group or Ready node serves.",

@@ -86,6 +86,7 @@ type podAdmission struct {
 	pod      *corev1.Pod
 	owner    *metav1.OwnerReference
 	w        *clusterview.Workload // nil until resolved
+	origin   strategy.Origin       // where the strategy came from, once found
 	warnings []string
 	events   [][2]string // reason, message (Warning Events on the workload)
 }
@@ -219,7 +220,7 @@ func (m *PodMutator) resolve(ctx context.Context, a *podAdmission) (string, *adm
 // then its workload's) and parses it.
 func (m *PodMutator) strategyOf(a *podAdmission) (*strategy.Strategy, string, *admissionv1.AdmissionResponse) {
 	src := m.strategies.Resolve(append([]strategy.AnnotatedObject{{Name: "pod", Annotations: a.pod.Annotations}}, a.w.Chain...)...)
-	a.warnings = src.Warnings
+	a.warnings, a.origin = src.Warnings, src.Origin
 	if !src.Active() {
 		return nil, OutcomeSkipped, allow(a.warnings...)
 	}
@@ -273,7 +274,7 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 	}
 	term := s.Terms[d.Term]
 	if !isDryRun(req) {
-		m.Metrics.placements.WithLabelValues(term.LabelString()).Inc()
+		m.Metrics.placements.WithLabelValues(term.LabelString(), string(a.origin)).Inc()
 	}
 	if debugEnabled(m.Log) {
 		m.log(a).WithFields(logrus.Fields{"seat": seat, "term": d.Term + 1, "labels": term.LabelString(), "dryRun": isDryRun(req)}).Debug("pod placed")

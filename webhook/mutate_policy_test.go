@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -38,6 +39,10 @@ func TestPolicyPlacesUnannotatedWorkload(t *testing.T) {
 				pod := applyPatch(t, req, resp)
 				if pod.Spec.NodeSelector["b"] != "2" { // seat 1 of a=1:b=2 is term 2's
 					t.Fatalf("not placed by the policy: nodeSelector %v, warnings %q", pod.Spec.NodeSelector, resp.Warnings)
+				}
+				// The placement is counted under the strategy's source.
+				if n := testutil.ToFloat64(m.Metrics.placements.WithLabelValues("b=2", "PlacementPolicy")); n != 1 {
+					t.Fatalf("placements_total{term=b=2,source=PlacementPolicy} = %v, want 1", n)
 				}
 				return
 			}
