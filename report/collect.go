@@ -31,6 +31,10 @@ type Options struct {
 	WebhookNamespace string
 	// Keep filters workloads by kind and name; nil keeps all.
 	Keep func(kind, name string) bool
+	// SkipServing leaves out what serves each term: it needs a NodePool and node
+	// watch for the call, which a caller that only counts pods and prices them (the
+	// cost metrics of serve, every few minutes) need not pay.
+	SkipServing bool
 }
 
 // Collect lists the workloads, pods, nodes, unavailability records and capacity from the
@@ -53,11 +57,13 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	var policyGaps []string
 	st.Policies, policyGaps = ReadPolicies(ctx, client, dyn, o.Namespace)
 	unseen = append(unseen, policyGaps...)
-	serving, err := readServing(ctx, client, dyn, nodesSeen, st)
-	if err != nil {
-		return Report{}, err
+	if !o.SkipServing {
+		serving, err := readServing(ctx, client, dyn, nodesSeen, st)
+		if err != nil {
+			return Report{}, err
+		}
+		unseen = append(unseen, serving...)
 	}
-	unseen = append(unseen, serving...)
 	r := Build(st, o.Keep)
 	scope, err := ReadScope(ctx, client)
 	if err != nil {

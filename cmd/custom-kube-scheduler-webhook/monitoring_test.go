@@ -73,6 +73,7 @@ func serveExports(t *testing.T) map[string]bool {
 		Certificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("none") },
 		Ready:       func() error { return nil },
 		NodeGroups:  func() nodegroups.Status { return nodegroups.Status{} },
+		Cost:        newCostMetrics(webhook.MetricsNamespace),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,7 @@ func serveExports(t *testing.T) map[string]bool {
 	describe(metrics, func(name string) { names[name] = true })
 	for _, must := range []string{"custom_kube_scheduler_webhook_build_info", "custom_kube_scheduler_webhook_placements_total",
 		"custom_kube_scheduler_webhook_admission_duration_seconds_bucket", "rest_client_request_duration_seconds_bucket",
-		"custom_kube_scheduler_webhook_terms_unavailable", "go_goroutines"} {
+		"custom_kube_scheduler_webhook_terms_unavailable", "custom_kube_scheduler_webhook_cost_saving_usd_per_hour", "go_goroutines"} {
 		if !names[must] {
 			t.Fatalf("serve's registry as built here lacks %s: the test no longer builds it as serve does", must)
 		}
