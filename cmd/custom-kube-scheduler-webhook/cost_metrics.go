@@ -45,7 +45,10 @@ type costMetrics struct {
 
 // newCostMetrics describes the cost series under namespace (webhook.MetricsNamespace).
 func newCostMetrics(namespace string) *costMetrics {
-	term := []string{"namespace", "workload", "term"}
+	// Not "namespace": Prometheus gives a target's series the namespace of the pod it
+	// scrapes (the webhook's), renaming ours exported_namespace, and the dashboard and
+	// alerts select the webhook's namespace by that label.
+	term := []string{"workload_namespace", "workload", "term"}
 	name := func(n string) string { return prometheus.BuildFQName(namespace, "cost", n) }
 	return &costMetrics{
 		pods: prometheus.NewDesc(name("pods"),

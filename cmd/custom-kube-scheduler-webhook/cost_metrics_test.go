@@ -88,7 +88,7 @@ func testRefresher(st *report.State, prices func(context.Context) (pricing.Sourc
 func wantCost(t1, t2 [3]string) string {
 	const p = "custom_kube_scheduler_webhook_cost_"
 	f := func(name, term, v string) string {
-		return p + name + `{namespace="demo",term="` + term + `",workload="Deployment/web"} ` + v + "\n"
+		return p + name + `{term="` + term + `",workload="Deployment/web",workload_namespace="demo"} ` + v + "\n"
 	}
 	var b strings.Builder
 	for _, m := range []struct {
@@ -99,8 +99,8 @@ func wantCost(t1, t2 [3]string) string {
 		b.WriteString(f(m.name, "1", t1[m.i]) + f(m.name, "2", t2[m.i]))
 	}
 	b.WriteString("# HELP " + p + "pods x\n# TYPE " + p + "pods gauge\n")
-	b.WriteString(p + `pods{capacity_type="on-demand",namespace="demo",term="1",workload="Deployment/web"} 1` + "\n")
-	b.WriteString(p + `pods{capacity_type="spot",namespace="demo",term="2",workload="Deployment/web"} 3` + "\n")
+	b.WriteString(p + `pods{capacity_type="on-demand",term="1",workload="Deployment/web",workload_namespace="demo"} 1` + "\n")
+	b.WriteString(p + `pods{capacity_type="spot",term="2",workload="Deployment/web",workload_namespace="demo"} 3` + "\n")
 	b.WriteString("# HELP " + p + "unpriced_nodes x\n# TYPE " + p + "unpriced_nodes gauge\n")
 	b.WriteString(f("unpriced_nodes", "1", "0") + f("unpriced_nodes", "2", "1"))
 	b.WriteString("# HELP " + p + "refresh_timestamp_seconds x\n# TYPE " + p + "refresh_timestamp_seconds gauge\n" + p + "refresh_timestamp_seconds 1.7e+09\n")

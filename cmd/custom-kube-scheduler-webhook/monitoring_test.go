@@ -153,7 +153,8 @@ func TestDashboardCoversEachConcern(t *testing.T) {
 		"against target": p + "term_target_pods",
 		"fallback":       p + "terms_unavailable", "evictions": p + "converge_evictions_total",
 		"ledger": p + "seat_claims_total", "convergence": p + "convergence_lag_seconds",
-		"Kubernetes API": "rest_client_request_duration_seconds_bucket",
+		"Kubernetes API":       "rest_client_request_duration_seconds_bucket",
+		"savings vs on-demand": p + "cost_saving_usd_per_hour",
 	} {
 		if !used[metric] {
 			t.Errorf("no panel of %s shows %s (%s)", dashboardFile, concern, metric)
