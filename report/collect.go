@@ -35,6 +35,10 @@ type Options struct {
 	// watch for the call, which a caller that only counts pods and prices them (the
 	// cost metrics of serve, every few minutes) need not pay.
 	SkipServing bool
+	// PodSelector narrows the pods listed (a label selector; empty: all). The cost
+	// metrics list only placed pods (strategy.LabelManaged): pods without a seat are
+	// on no term and cost no term anything.
+	PodSelector string
 }
 
 // Collect lists the workloads, pods, nodes, unavailability records and capacity from the
@@ -43,7 +47,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	if o.Keep == nil {
 		o.Keep = func(string, string) bool { return true }
 	}
-	st, err := listWorkloads(ctx, client, o.Namespace)
+	st, err := listWorkloads(ctx, client, o.Namespace, o.PodSelector)
 	if err != nil {
 		return Report{}, err
 	}
@@ -91,8 +95,9 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	return r, nil
 }
 
-// listWorkloads lists the namespace's (all namespaces': "") workloads and pods.
-func listWorkloads(ctx context.Context, client kubernetes.Interface, ns string) (*State, error) {
+// listWorkloads lists the namespace's (all namespaces': "") workloads and the pods
+// podSelector selects.
+func listWorkloads(ctx context.Context, client kubernetes.Interface, ns, podSelector string) (*State, error) {
 	st := &State{Nodes: map[string]*corev1.Node{}}
 	apps := client.AppsV1()
 	deployments, err := apps.Deployments(ns).List(ctx, metav1.ListOptions{})
@@ -107,7 +112,7 @@ func listWorkloads(ctx context.Context, client kubernetes.Interface, ns string) 
 	if err != nil {
 		return nil, fmt.Errorf("list ReplicaSets: %w", err)
 	}
-	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: podSelector})
 	if err != nil {
 		return nil, fmt.Errorf("list Pods: %w", err)
 	}

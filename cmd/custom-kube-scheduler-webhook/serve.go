@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -42,6 +43,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
@@ -456,7 +458,8 @@ func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, costs *costMe
 	if err != nil {
 		return nil, fmt.Errorf("create the cost metrics' dynamic client: %w", err)
 	}
-	opts := report.Options{Namespace: metav1.NamespaceAll, WebhookNamespace: cfg.Namespace, SkipServing: true}
+	opts := report.Options{Namespace: metav1.NamespaceAll, WebhookNamespace: cfg.Namespace, SkipServing: true,
+		PodSelector: labels.Set{strategy.LabelManaged: "true"}.String()}
 	return &costRefresher{
 		collect:  func(ctx context.Context) (report.Report, error) { return report.Collect(ctx, client, dyn, opts) },
 		prices:   costPriceSource(cfg.CostPrices),
