@@ -150,6 +150,15 @@ func costRows(r report.Report, skip func(namespace string) bool) (rows []costRow
 	return rows, unpriced
 }
 
+// pricedPods counts the pods of rows whose nodes had a price.
+func pricedPods(rows []costRow) int {
+	n := 0
+	for _, r := range rows {
+		n += r.cost.PricedPods
+	}
+	return n
+}
+
 // costRefresher prices the workloads' terms every interval (COST_METRICS=on).
 type costRefresher struct {
 	// collect reads the workloads, their pods and the nodes (report.Collect in serve).
@@ -176,6 +185,11 @@ func (c *costRefresher) refresh(ctx context.Context) error {
 	}
 	report.AddCost(ctx, &r, prices)
 	rows, unpriced := costRows(r, c.skip)
+	if len(unpriced) > 0 && pricedPods(rows) == 0 {
+		// Nothing priced at all is the price source failing (AWS unreachable, no
+		// credentials), not a cluster that costs nothing: keep the last good values.
+		return fmt.Errorf("no node could be priced (%d left out), first: %s", len(unpriced), unpriced[0])
+	}
 	c.metrics.set(rows, c.now())
 	if len(unpriced) > 0 {
 		// One line per refresh: a hundred nodes of an unknown type are one problem.

@@ -175,6 +175,16 @@ func TestCostMetricsFromAWS(t *testing.T) {
 	if after := fake.Calls("GetProducts") + fake.Calls("DescribeSpotPriceHistory"); after-calls > 2 {
 		t.Errorf("second refresh made %d calls, want only the unknown type's", after-calls)
 	}
+	// AWS failing: nothing can be priced (the cache is gone too), which is an error, not
+	// a cluster that costs nothing: the last good values stay.
+	if err := os.RemoveAll(filepath.Join(os.TempDir(), component)); err != nil {
+		t.Fatal(err)
+	}
+	fake.SetFailing(true)
+	if err := r.refresh(context.Background()); err == nil || !strings.Contains(err.Error(), "no node could be priced") {
+		t.Fatalf("refresh with AWS failing: %v", err)
+	}
+	compareCost(t, r.metrics, wantCost([3]string{"0.0535", "0.0535", "0"}, [3]string{"0.041", "0.107", "0.066"}))
 }
 
 // The price file of COST_PRICES_FILE, read at startup, prices the same series offline.
