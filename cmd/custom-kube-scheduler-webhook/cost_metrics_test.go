@@ -2,134 +2,16 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/sirupsen/logrus"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/awsfake"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
-
-// costFixture is a Deployment demo/web of 4 replicas split 1 on-demand, 3 spot: seat 1
-// on an on-demand m5.large, seats 2 and 3 on a spot m5.large in eu-west-1a, seat 4 on a
-// spot node of a type no source knows. Each pod requests half a node's CPU.
-func costFixture() *report.State {
-	node := func(name, capacity, instanceType string) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			"karpenter.sh/capacity-type": capacity, corev1.LabelInstanceTypeStable: instanceType,
-			corev1.LabelTopologyRegion: "eu-west-1", corev1.LabelTopologyZone: "eu-west-1a",
-		}}}
-		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi")}
-		return n
-	}
-	owner := func(kind, name string, uid types.UID) []metav1.OwnerReference {
-		return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: ptr.To(true)}}
-	}
-	pod := func(seat int, capacity, nodeName string) corev1.Pod {
-		return corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-" + strconv.Itoa(seat), Namespace: "demo", OwnerReferences: owner("ReplicaSet", "web-1", "rs"),
-				Annotations: map[string]string{strategy.AnnotationSeat: strconv.Itoa(seat)}},
-			Spec: corev1.PodSpec{NodeName: nodeName, NodeSelector: map[string]string{"capacity": capacity},
-				Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning},
-		}
-	}
-	return &report.State{
-		Deployments: []appsv1.Deployment{{
-			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo", UID: "dep",
-				Annotations: map[string]string{strategy.AnnotationStrategy: "capacity=on-demand,base=1:capacity=spot"}},
-			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](4)},
-		}},
-		ReplicaSets: []appsv1.ReplicaSet{{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "demo", UID: "rs",
-			Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}, OwnerReferences: owner("Deployment", "web", "dep")}}},
-		Pods: []corev1.Pod{pod(1, "on-demand", "od-1"), pod(2, "spot", "spot-1"), pod(3, "spot", "spot-1"), pod(4, "spot", "mystery")},
-		Nodes: map[string]*corev1.Node{
-			"od-1": node("od-1", "on-demand", "m5.large"), "spot-1": node("spot-1", "spot", "m5.large"), "mystery": node("mystery", "spot", "x9.huge"),
-		},
-	}
-}
-
-// testRefresher refreshes from st (as report.Collect would list it) with prices.
-func testRefresher(st *report.State, prices func(context.Context) (pricing.Source, error)) *costRefresher {
-	quiet := logrus.New()
-	quiet.SetOutput(io.Discard)
-	return &costRefresher{
-		collect: func(context.Context) (report.Report, error) {
-			return report.Build(st, func(string, string) bool { return true }), nil
-		},
-		prices:   prices,
-		metrics:  newCostMetrics(webhook.MetricsNamespace),
-		interval: time.Minute,
-		log:      quiet,
-		now:      func() time.Time { return time.Unix(1_700_000_000, 0) },
-	}
-}
-
-// wantCost is the exposition of the fixture's cost series for one term-1 and term-2
-// price pair: usd, on-demand, saving.
-func wantCost(t1, t2 [3]string) string {
-	const p = "custom_kube_scheduler_webhook_cost_"
-	f := func(name, term, v string) string {
-		return p + name + `{term="` + term + `",workload="Deployment/web",workload_namespace="demo"} ` + v + "\n"
-	}
-	var b strings.Builder
-	for _, m := range []struct {
-		name string
-		i    int
-	}{{"usd_per_hour", 0}, {"on_demand_usd_per_hour", 1}, {"saving_usd_per_hour", 2}} {
-		b.WriteString("# HELP " + p + m.name + " x\n# TYPE " + p + m.name + " gauge\n")
-		b.WriteString(f(m.name, "1", t1[m.i]) + f(m.name, "2", t2[m.i]))
-	}
-	b.WriteString("# HELP " + p + "pods x\n# TYPE " + p + "pods gauge\n")
-	b.WriteString(p + `pods{capacity_type="on-demand",term="1",workload="Deployment/web",workload_namespace="demo"} 1` + "\n")
-	b.WriteString(p + `pods{capacity_type="spot",term="2",workload="Deployment/web",workload_namespace="demo"} 3` + "\n")
-	b.WriteString("# HELP " + p + "unpriced_nodes x\n# TYPE " + p + "unpriced_nodes gauge\n")
-	b.WriteString(f("unpriced_nodes", "1", "0") + f("unpriced_nodes", "2", "1"))
-	b.WriteString("# HELP " + p + "refresh_timestamp_seconds x\n# TYPE " + p + "refresh_timestamp_seconds gauge\n" + p + "refresh_timestamp_seconds 1.7e+09\n")
-	return b.String()
-}
-
-// compareCost checks the cost series against want, help texts aside.
-func compareCost(t *testing.T, m *costMetrics, want string) {
-	t.Helper()
-	names := []string{"usd_per_hour", "on_demand_usd_per_hour", "saving_usd_per_hour", "pods", "unpriced_nodes", "refresh_timestamp_seconds"}
-	var full []string
-	for _, n := range names {
-		full = append(full, "custom_kube_scheduler_webhook_cost_"+n)
-	}
-	// testutil compares HELP lines too: take the real ones.
-	for _, d := range []struct{ name, help string }{
-		{"usd_per_hour", "Hourly cost in USD of a workload's term: each node's price times the share of it the term's pods request."},
-		{"on_demand_usd_per_hour", "What the term's pods would cost per hour on the same instance types bought on-demand."},
-		{"saving_usd_per_hour", "on_demand_usd_per_hour minus usd_per_hour: the hourly saving against all on-demand."},
-		{"pods", "Pods of a workload's term on nodes, by the nodes' capacity type (on-demand, spot, unknown); COST_METRICS=on."},
-		{"unpriced_nodes", "Nodes of the term's pods that had no price (left out of the cost); the log says why."},
-		{"refresh_timestamp_seconds", "Unix time of the last successful cost refresh."},
-	} {
-		want = strings.Replace(want, "# HELP custom_kube_scheduler_webhook_cost_"+d.name+" x\n", "# HELP custom_kube_scheduler_webhook_cost_"+d.name+" "+d.help+"\n", 1)
-	}
-	if err := testutil.CollectAndCompare(m, strings.NewReader(want), full...); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // awsTestEnv points the AWS SDK's default chain at test credentials and at endpoint:
 // serve's own price source (costPriceSource) then asks the local fake through the real
@@ -147,9 +29,11 @@ func awsTestEnv(t *testing.T, endpoint string) {
 	}
 }
 
-// The cost series, priced from a local AWS Price List and spot history endpoint through
-// the SDK with the disk cache, as serve prices them.
-func TestCostMetricsFromAWS(t *testing.T) {
+// serve's price source without a price file asks AWS through the SDK's default chain,
+// behind a disk cache in the temporary directory: a source made for the next refresh
+// answers known keys from the cache. (report's tests price the cost series through the
+// same source.)
+func TestCostPriceSourceAWS(t *testing.T) {
 	fake := awsfake.New(awsfake.Prices{
 		OnDemand: map[string]map[string]float64{"eu-west-1": {"m5.large": 0.107}},
 		Spot:     map[string]map[string]float64{"eu-west-1a": {"m5.large": 0.041}},
@@ -157,37 +41,37 @@ func TestCostMetricsFromAWS(t *testing.T) {
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	awsTestEnv(t, srv.URL)
-	r := testRefresher(costFixture(), costPriceSource(nil))
-	if err := r.refresh(context.Background()); err != nil {
-		t.Fatal(err)
+	prices := costPriceSource(nil)
+	ctx := context.Background()
+	keys := map[pricing.Key]float64{
+		{InstanceType: "m5.large", CapacityType: "on-demand", Region: "eu-west-1"}:                0.107,
+		{InstanceType: "m5.large", CapacityType: "spot", Region: "eu-west-1", Zone: "eu-west-1a"}: 0.041,
 	}
-	// Term 1: half an on-demand m5.large. Term 2: a whole spot m5.large (two pods), and a
-	// node of an unknown type, unpriced.
-	compareCost(t, r.metrics, wantCost([3]string{"0.0535", "0.0535", "0"}, [3]string{"0.041", "0.107", "0.066"}))
-	if fake.Calls("GetProducts") == 0 || fake.Calls("DescribeSpotPriceHistory") == 0 {
-		t.Fatal("the prices did not come from the AWS endpoint")
+	for refresh := range 2 {
+		src, err := prices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, want := range keys {
+			if got, err := src.Price(ctx, k); err != nil || got != want {
+				t.Fatalf("refresh %d, %s: %v, %v; want %v", refresh, k, got, err, want)
+			}
+		}
+		if refresh == 0 {
+			if fake.Calls("GetProducts") == 0 || fake.Calls("DescribeSpotPriceHistory") == 0 {
+				t.Fatal("the prices did not come from the AWS endpoint")
+			}
+			if _, err := os.Stat(filepath.Join(os.TempDir(), component, "prices.json")); err != nil {
+				t.Fatalf("no disk cache: %v", err)
+			}
+		}
 	}
-	// The next refresh answers from the disk cache: no more calls for known types.
-	calls := fake.Calls("GetProducts") + fake.Calls("DescribeSpotPriceHistory")
-	if err := r.refresh(context.Background()); err != nil {
-		t.Fatal(err)
+	if calls := fake.Calls("GetProducts") + fake.Calls("DescribeSpotPriceHistory"); calls > 2 {
+		t.Errorf("%d calls to AWS, want the first refresh's 2 only (then the cache)", calls)
 	}
-	if after := fake.Calls("GetProducts") + fake.Calls("DescribeSpotPriceHistory"); after-calls > 2 {
-		t.Errorf("second refresh made %d calls, want only the unknown type's", after-calls)
-	}
-	// AWS failing: nothing can be priced (the cache is gone too), which is an error, not
-	// a cluster that costs nothing: the last good values stay.
-	if err := os.RemoveAll(filepath.Join(os.TempDir(), component)); err != nil {
-		t.Fatal(err)
-	}
-	fake.SetFailing(true)
-	if err := r.refresh(context.Background()); err == nil || !strings.Contains(err.Error(), "no node could be priced") {
-		t.Fatalf("refresh with AWS failing: %v", err)
-	}
-	compareCost(t, r.metrics, wantCost([3]string{"0.0535", "0.0535", "0"}, [3]string{"0.041", "0.107", "0.066"}))
 }
 
-// The price file of COST_PRICES_FILE, read at startup, prices the same series offline.
+// The price file of COST_PRICES_FILE, read at startup, is the source of every refresh.
 func TestCostMetricsFromPriceFile(t *testing.T) {
 	for _, s := range serveSettings {
 		t.Setenv(s.env, "")
@@ -203,66 +87,14 @@ func TestCostMetricsFromPriceFile(t *testing.T) {
 	if !cfg.CostMetrics || cfg.CostPrices == nil || cfg.CostInterval != 10*time.Minute {
 		t.Fatalf("config: on %v, prices %v, interval %s", cfg.CostMetrics, cfg.CostPrices, cfg.CostInterval)
 	}
-	r := testRefresher(costFixture(), costPriceSource(cfg.CostPrices))
-	if err := r.refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	compareCost(t, r.metrics, wantCost([3]string{"0.05", "0.05", "0"}, [3]string{"0.03", "0.1", "0.07"}))
-}
-
-// A workload that goes (deleted, or its namespace skipped) loses its series at the next
-// refresh; a replica that stops refreshing (no longer elected) exports none.
-func TestCostMetricsSeriesGoWithTheWorkload(t *testing.T) {
-	table, err := pricing.ParseTable(strings.NewReader("m5.large on-demand * 0.1\nm5.large spot * 0.03\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := costFixture()
-	r := testRefresher(st, costPriceSource(table))
 	ctx := context.Background()
-	if err := r.refresh(ctx); err != nil {
-		t.Fatal(err)
+	src, err := costPriceSource(cfg.CostPrices)(ctx)
+	if err != nil || src != pricing.Source(cfg.CostPrices) {
+		t.Fatalf("price source %v, %v: want the price file's table", src, err)
 	}
-	const usd = "custom_kube_scheduler_webhook_cost_usd_per_hour"
-	if n := testutil.CollectAndCount(r.metrics, usd); n != 2 {
-		t.Fatalf("%d %s series, want 2", n, usd)
-	}
-	r.skip = func(ns string) bool { return ns == "demo" }
-	if err := r.refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := testutil.CollectAndCount(r.metrics, usd); n != 0 {
-		t.Fatalf("skipped namespace: %d %s series, want 0", n, usd)
-	}
-	r.skip = nil
-	st.Deployments = nil
-	if err := r.refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{usd, "custom_kube_scheduler_webhook_cost_pods", "custom_kube_scheduler_webhook_cost_saving_usd_per_hour"} {
-		if n := testutil.CollectAndCount(r.metrics, name); n != 0 {
-			t.Errorf("deleted workload: %d %s series, want 0", n, name)
-		}
-	}
-	r.metrics.clear()
-	if n := testutil.CollectAndCount(r.metrics); n != 0 {
-		t.Errorf("after clear: %d series, want 0", n)
-	}
-}
-
-// A failed refresh keeps the last values and counts the failure.
-func TestCostMetricsFailedRefreshIsCounted(t *testing.T) {
-	r := testRefresher(costFixture(), func(context.Context) (pricing.Source, error) { return nil, io.ErrUnexpectedEOF })
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		for testutil.CollectAndCount(r.metrics, "custom_kube_scheduler_webhook_cost_refresh_failures_total") == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
-		cancel()
-	}()
-	r.run(ctx)
-	if n := testutil.CollectAndCount(r.metrics, "custom_kube_scheduler_webhook_cost_usd_per_hour"); n != 0 {
-		t.Fatalf("%d cost series after a failed refresh, want 0", n)
+	k := pricing.Key{InstanceType: "m5.large", CapacityType: "spot", Region: "eu-west-1", Zone: "eu-west-1a"}
+	if got, err := src.Price(ctx, k); err != nil || got != 0.03 {
+		t.Fatalf("%s: %v, %v; want 0.03", k, got, err)
 	}
 }
 

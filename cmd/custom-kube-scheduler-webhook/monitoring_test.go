@@ -17,6 +17,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/promcheck"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
@@ -73,7 +74,7 @@ func serveExports(t *testing.T) map[string]bool {
 		Certificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("none") },
 		Ready:       func() error { return nil },
 		NodeGroups:  func() nodegroups.Status { return nodegroups.Status{} },
-		Cost:        newCostMetrics(webhook.MetricsNamespace),
+		Cost:        report.NewCostMetrics(webhook.MetricsNamespace),
 	})
 	if err != nil {
 		t.Fatal(err)

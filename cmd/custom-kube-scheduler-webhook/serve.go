@@ -152,7 +152,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 	r.newHandlers(recorder)
-	costs := newCostMetrics(webhook.MetricsNamespace)
+	costs := report.NewCostMetrics(webhook.MetricsNamespace)
 	sources := metricSources{REST: r.restMetrics, Ledger: r.seats, Certificate: r.certs.GetCertificate, Ready: r.handlers.Ready, Cost: costs}
 	if r.groups != nil {
 		sources.NodeGroups = r.groups.Status
@@ -261,7 +261,7 @@ type metricSources struct {
 	// NodeGroups is nil without EKS_CLUSTER_NAME: no node-group metrics then.
 	NodeGroups func() nodegroups.Status
 	// Cost holds the realized-cost series (empty unless COST_METRICS=on refreshes it).
-	Cost *costMetrics
+	Cost *report.CostMetrics
 }
 
 // registerMetrics registers on reg (webhook.NewMetrics' registry) every metric serve
@@ -366,13 +366,13 @@ func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool
 // leader Lease, once the caches have synced, and the cost refresher (nil: off) beside
 // it; with CONVERGE=off there is no election and every replica refreshes the costs.
 func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, policies *policy.Cache, records *unavailability.Records,
-	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger, costs *costRefresher,
+	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger, costs *report.CostRefresher,
 ) error {
 	entry := log.WithField("component", "converge")
 	if !cfg.Converge {
 		entry.Info("convergence loop switched off (CONVERGE=off)")
 		if costs != nil {
-			go costs.run(ctx)
+			go costs.Run(ctx)
 		}
 		return nil
 	}
@@ -428,7 +428,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 			defer cancel()
 			go status.Run(statusCtx)
 			if costs != nil {
-				go costs.run(statusCtx)
+				go costs.Run(statusCtx)
 			}
 			loop.Run(ctx, leading)
 		}
@@ -443,7 +443,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 // lists through a client of its own, at a low rate and with its own user agent, so
 // its lists every few minutes neither slow admission's client nor hide among its
 // requests.
-func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, costs *costMetrics, log *logrus.Logger) (*costRefresher, error) {
+func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, costs *report.CostMetrics, log *logrus.Logger) (*report.CostRefresher, error) {
 	if !cfg.CostMetrics {
 		return nil, nil
 	}
@@ -460,14 +460,14 @@ func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, costs *costMe
 	}
 	opts := report.Options{Namespace: metav1.NamespaceAll, WebhookNamespace: cfg.Namespace, SkipServing: true,
 		PodSelector: labels.Set{strategy.LabelManaged: "true"}.String()}
-	return &costRefresher{
-		collect:  func(ctx context.Context) (report.Report, error) { return report.Collect(ctx, client, dyn, opts) },
-		prices:   costPriceSource(cfg.CostPrices),
-		skip:     clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip,
-		metrics:  costs,
-		interval: cfg.CostInterval,
-		log:      log.WithField("component", "cost"),
-		now:      time.Now,
+	return &report.CostRefresher{
+		Collect:  func(ctx context.Context) (report.Report, error) { return report.Collect(ctx, client, dyn, opts) },
+		Prices:   costPriceSource(cfg.CostPrices),
+		Skip:     clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip,
+		Metrics:  costs,
+		Interval: cfg.CostInterval,
+		Log:      log.WithField("component", "cost"),
+		Now:      time.Now,
 	}, nil
 }
 
