@@ -84,7 +84,8 @@ func TestPorts(t *testing.T) {
 // liveOnly are the metrics a live scrape of the suite's webhook may lack: every label
 // of theirs is a term, so they have a series only once a term was placed on, found
 // unserved or unavailable, or (term_pods, term_target_pods) once the convergence loop
-// ran a pass with a workload; the node-group ones exist only with EKS_CLUSTER_NAME. The unit
+// ran a pass with a workload; the node-group ones exist only with EKS_CLUSTER_NAME, the
+// cost ones only with COST_METRICS=on (off in the suite: it needs prices). The unit
 // test (cmd/custom-kube-scheduler-webhook, TestMonitoringUsesOnlyExportedMetrics)
 // finds them in serve's registry.
 var liveOnly = map[string]bool{
@@ -98,6 +99,11 @@ var liveOnly = map[string]bool{
 	"custom_kube_scheduler_webhook_nodegroups":                                       true,
 	"custom_kube_scheduler_webhook_nodegroup_refresh_failing":                        true,
 	"custom_kube_scheduler_webhook_nodegroup_refresh_last_success_timestamp_seconds": true,
+	"custom_kube_scheduler_webhook_cost_pods":                                        true,
+	"custom_kube_scheduler_webhook_cost_usd_per_hour":                                true,
+	"custom_kube_scheduler_webhook_cost_on_demand_usd_per_hour":                      true,
+	"custom_kube_scheduler_webhook_cost_saving_usd_per_hour":                         true,
+	"custom_kube_scheduler_webhook_cost_unpriced_nodes":                              true,
 }
 
 // monitoringQueries reads the chart's alert rules and, when present, its dashboard.

@@ -50,24 +50,15 @@ type offering struct{ instanceType, capacityType string }
 // never fails: what cannot be priced is named in Unpriced.
 func Project(ctx context.Context, in Input, c Capacity, r *Result, prices pricing.Source) {
 	memo := pricing.NewMemo(prices)
-	totals := &Totals{}
+	projections := make([]*Projection, len(r.Terms))
 	for i := range r.Terms {
 		t := &r.Terms[i]
 		offers, unpriced := termOfferings(c, t)
 		p := price(ctx, memo, offers, c.Nodes, in.Requests, t.TargetMax)
 		p.Unpriced = append(unpriced, p.Unpriced...)
-		t.Cost = p
-		totals.CheapestUSDPerHour += p.CheapestUSDPerHour
-		totals.MedianUSDPerHour += p.MedianUSDPerHour
-		totals.OnDemandMedianUSDPerHour += p.OnDemandMedianUSDPerHour
+		t.Cost, projections[i] = p, p
 	}
-	totals.SavingUSDPerHour = round4(totals.OnDemandMedianUSDPerHour - totals.MedianUSDPerHour)
-	if totals.OnDemandMedianUSDPerHour > 0 {
-		totals.SavingPercent = math.Round(1000*totals.SavingUSDPerHour/totals.OnDemandMedianUSDPerHour) / 10
-	}
-	totals.CheapestUSDPerHour, totals.MedianUSDPerHour = round4(totals.CheapestUSDPerHour), round4(totals.MedianUSDPerHour)
-	totals.OnDemandMedianUSDPerHour = round4(totals.OnDemandMedianUSDPerHour)
-	r.Cost = totals
+	r.Cost = totalize(projections)
 }
 
 // termOfferings lists what the term's capacity may launch.
@@ -166,3 +157,6 @@ func allocatableOf(nodes []corev1.Node, instanceType string) corev1.ResourceList
 }
 
 func round4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+
+// roundPercent is a fraction as a percentage to one decimal.
+func roundPercent(f float64) float64 { return math.Round(1000*f) / 10 }

@@ -31,6 +31,14 @@ type Options struct {
 	WebhookNamespace string
 	// Keep filters workloads by kind and name; nil keeps all.
 	Keep func(kind, name string) bool
+	// SkipServing leaves out what serves each term: it needs a NodePool and node
+	// watch for the call, which a caller that only counts pods and prices them (the
+	// cost metrics of serve, every few minutes) need not pay.
+	SkipServing bool
+	// PodSelector narrows the pods listed (a label selector; empty: all). The cost
+	// metrics list only placed pods (strategy.LabelManaged): pods without a seat are
+	// on no term and cost no term anything.
+	PodSelector string
 }
 
 // Collect lists the workloads, pods, nodes, unavailability records and capacity from the
@@ -39,7 +47,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	if o.Keep == nil {
 		o.Keep = func(string, string) bool { return true }
 	}
-	st, err := listWorkloads(ctx, client, o.Namespace)
+	st, err := listWorkloads(ctx, client, o.Namespace, o.PodSelector)
 	if err != nil {
 		return Report{}, err
 	}
@@ -53,11 +61,13 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	var policyGaps []string
 	st.Policies, policyGaps = ReadPolicies(ctx, client, dyn, o.Namespace)
 	unseen = append(unseen, policyGaps...)
-	serving, err := readServing(ctx, client, dyn, nodesSeen, st)
-	if err != nil {
-		return Report{}, err
+	if !o.SkipServing {
+		serving, err := readServing(ctx, client, dyn, nodesSeen, st)
+		if err != nil {
+			return Report{}, err
+		}
+		unseen = append(unseen, serving...)
 	}
-	unseen = append(unseen, serving...)
 	r := Build(st, o.Keep)
 	scope, err := ReadScope(ctx, client)
 	if err != nil {
@@ -85,8 +95,9 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	return r, nil
 }
 
-// listWorkloads lists the namespace's (all namespaces': "") workloads and pods.
-func listWorkloads(ctx context.Context, client kubernetes.Interface, ns string) (*State, error) {
+// listWorkloads lists the namespace's (all namespaces': "") workloads and the pods
+// podSelector selects.
+func listWorkloads(ctx context.Context, client kubernetes.Interface, ns, podSelector string) (*State, error) {
 	st := &State{Nodes: map[string]*corev1.Node{}}
 	apps := client.AppsV1()
 	deployments, err := apps.Deployments(ns).List(ctx, metav1.ListOptions{})
@@ -101,7 +112,7 @@ func listWorkloads(ctx context.Context, client kubernetes.Interface, ns string) 
 	if err != nil {
 		return nil, fmt.Errorf("list ReplicaSets: %w", err)
 	}
-	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: podSelector})
 	if err != nil {
 		return nil, fmt.Errorf("list Pods: %w", err)
 	}

@@ -1,7 +1,3 @@
-// Package report compares each workload that carries a strategy with its target: per
-// term the pods placed, running and pending, their nodes, what serves the term, and
-// whether the spread is exact (the verdict of the `spread` command, the soak and the
-// end-to-end tests).
 package report
 
 import (

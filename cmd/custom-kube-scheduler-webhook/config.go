@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
@@ -60,6 +61,9 @@ var serveSettings = []setting{
 	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
 	{"profiling", "PROFILING", "off", "on: serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on the metrics port (METRICS_ADDRESS), for diagnosing memory or CPU use; off in normal operation"},
 	{"owner-deployment", "OWNER_DEPLOYMENT", "", "Deployment in the webhook's namespace that owns the Leases this process creates (seat and unavailability records, the leader Lease), so they are deleted with it; empty: no owner (the chart sets its own Deployment)"},
+	{"cost-metrics", "COST_METRICS", "off", "on: export each workload term's realized cost (pods by capacity type, USD per hour, the saving against all on-demand), refreshed by the elected replica (every replica with CONVERGE=off); prices from AWS (needs pricing:GetProducts and ec2:DescribeSpotPriceHistory, which the chart does not grant) or COST_PRICES_FILE"},
+	{"cost-metrics-interval", "COST_METRICS_INTERVAL", "5m", "with cost-metrics on: how often the workloads are listed and priced"},
+	{"cost-prices-file", "COST_PRICES_FILE", "", "with cost-metrics on: price file used instead of AWS (lines: instance-type capacity-type zone|region|* usd-per-hour), read at startup"},
 	{"admission-deadline", "ADMISSION_DEADLINE", "4s", "time a pod admission may take; past it the pod is admitted unplaced with a warning (keep it below the webhook's timeoutSeconds, 5 in the chart)"},
 }
 
@@ -101,6 +105,11 @@ type serveConfig struct {
 	Profiling         bool
 	// OwnerDeployment owns the Leases serve creates (empty: none).
 	OwnerDeployment string
+	// CostMetrics turns the realized-cost metrics on, refreshed every CostInterval.
+	CostMetrics  bool
+	CostInterval time.Duration
+	// CostPrices is the price file read at startup (nil: AWS).
+	CostPrices *pricing.Table
 }
 
 // loadServeConfig reads the settings through a fresh Viper instance (no global state).
@@ -131,7 +140,7 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		OwnerDeployment:  strings.TrimSpace(v.GetString("owner-deployment")),
 	}
 	c.AdmissionTokenSecret = strings.TrimSpace(v.GetString("admission-token-secret"))
-	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence} {
+	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence, c.parseCost} {
 		if err := parse(v); err != nil {
 			return nil, err
 		}
@@ -240,6 +249,29 @@ func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 	c.MaxUnavailable = intstr.Parse(strings.TrimSpace(v.GetString("converge-max-unavailable")))
 	if _, err := converge.Budget(c.MaxUnavailable, 10); err != nil {
 		return err
+	}
+	return nil
+}
+
+// parseCost reads the cost metrics' settings; a price file is read now, so a bad one
+// stops the start with the line at fault rather than failing every refresh.
+func (c *serveConfig) parseCost(v *viper.Viper) error {
+	var err error
+	if c.CostMetrics, err = onOff(v, "cost-metrics", "COST_METRICS"); err != nil {
+		return err
+	}
+	if c.CostInterval, err = positiveDuration(v, "cost-metrics-interval", "COST_METRICS_INTERVAL"); err != nil {
+		return err
+	}
+	file := strings.TrimSpace(v.GetString("cost-prices-file"))
+	switch {
+	case file == "":
+	case !c.CostMetrics:
+		return fmt.Errorf("COST_PRICES_FILE %q needs COST_METRICS=on", file)
+	default:
+		if c.CostPrices, err = pricing.LoadFile(file); err != nil {
+			return fmt.Errorf("COST_PRICES_FILE: %w", err)
+		}
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/promcheck"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
@@ -73,6 +74,7 @@ func serveExports(t *testing.T) map[string]bool {
 		Certificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("none") },
 		Ready:       func() error { return nil },
 		NodeGroups:  func() nodegroups.Status { return nodegroups.Status{} },
+		Cost:        report.NewCostMetrics(webhook.MetricsNamespace),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +90,7 @@ func serveExports(t *testing.T) map[string]bool {
 	describe(metrics, func(name string) { names[name] = true })
 	for _, must := range []string{"custom_kube_scheduler_webhook_build_info", "custom_kube_scheduler_webhook_placements_total",
 		"custom_kube_scheduler_webhook_admission_duration_seconds_bucket", "rest_client_request_duration_seconds_bucket",
-		"custom_kube_scheduler_webhook_terms_unavailable", "go_goroutines"} {
+		"custom_kube_scheduler_webhook_terms_unavailable", "custom_kube_scheduler_webhook_cost_saving_usd_per_hour", "go_goroutines"} {
 		if !names[must] {
 			t.Fatalf("serve's registry as built here lacks %s: the test no longer builds it as serve does", must)
 		}
@@ -152,7 +154,8 @@ func TestDashboardCoversEachConcern(t *testing.T) {
 		"against target": p + "term_target_pods",
 		"fallback":       p + "terms_unavailable", "evictions": p + "converge_evictions_total",
 		"ledger": p + "seat_claims_total", "convergence": p + "convergence_lag_seconds",
-		"Kubernetes API": "rest_client_request_duration_seconds_bucket",
+		"Kubernetes API":       "rest_client_request_duration_seconds_bucket",
+		"savings vs on-demand": p + "cost_saving_usd_per_hour",
 	} {
 		if !used[metric] {
 			t.Errorf("no panel of %s shows %s (%s)", dashboardFile, concern, metric)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -18,12 +20,33 @@ type planTerm struct {
 	Base   int               `json:"base"`
 	Weight int               `json:"weight"`
 	Count  int               `json:"count"`
+	// Cost is set by plan --cost without --cluster.
+	Cost *plan.Projection `json:"cost,omitempty"`
 }
 
 type planDoc struct {
 	Strategy string     `json:"strategy"`
 	Replicas int        `json:"replicas"`
 	Terms    []planTerm `json:"terms"`
+	// Cost adds the terms' costs up (plan --cost without --cluster); CostBasis says how
+	// a pod is charged for its node.
+	Cost      *plan.Totals `json:"cost,omitempty"`
+	CostBasis string       `json:"costBasis,omitempty"`
+}
+
+// offlineCost is the projection of plan --cost without --cluster.
+type offlineCost struct {
+	terms       []*plan.Projection
+	totals      *plan.Totals
+	podsPerNode int
+}
+
+// basis says how the projection charges a pod for its node.
+func (c *offlineCost) basis() string {
+	if c.podsPerNode == 1 {
+		return "each pod a whole node: an upper bound; --pods-per-node N charges 1/N"
+	}
+	return fmt.Sprintf("each pod 1/%d of a node (--pods-per-node)", c.podsPerNode)
 }
 
 // maxPlanReplicas bounds --replicas and --max-replicas: the plan walks every seat.
@@ -37,12 +60,16 @@ type planOptions struct {
 	webhookNamespace            string
 	eksCluster                  string
 	cost                        costFlags
+	// instanceType and podsPerNode size the offline cost projection (--cost without
+	// --cluster), which sees no NodePool nor node.
+	instanceType string
+	podsPerNode  int
 }
 
 func newPlanCommand() *cobra.Command {
 	var o planOptions
 	cmd := &cobra.Command{
-		Use:   "plan (--strategy S | -f deploy.yaml) [--replicas N] [--cluster [--max-replicas M] [--cost]] [-o table|json|yaml]",
+		Use:   "plan (--strategy S | -f deploy.yaml) [--replicas N] [--cost [--prices FILE]] [--cluster [--max-replicas M]] [-o table|json|yaml]",
 		Short: "Print how many of N replicas each term of a strategy holds; with --cluster, whether the cluster has room for them",
 		Long: `Print how many of N replicas each term of a strategy holds.
 
@@ -51,10 +78,21 @@ node groups) and say per term which of them serve it, the tolerations its pods g
 how many more pods of the template's requests their limits leave room for, whether
 the convergence loop marks the term unavailable, and the first replica count at which
 the term runs short. Exit status 0 when every term fits from --replicas to
---max-replicas, 3 when one does not, 2 for invalid input.`,
+--max-replicas, 3 when one does not, 2 for invalid input.
+
+With --cost, add what each term costs per hour and the saving against all on-demand.
+With --cluster the serving NodePools and node groups name the instance types and live
+nodes size each pod's share. Without --cluster (offline, e.g. in CI with --prices
+FILE) each term is priced on the instance type its node.kubernetes.io/instance-type
+label selects (or --instance-type), as the capacity type its karpenter.sh/capacity-type
+or eks.amazonaws.com/capacityType label selects, each pod charged a whole node (or
+1/--pods-per-node of one); a term whose instance or capacity type cannot be told is
+listed as not priced, with the reason.`,
 		Example: `  custom-kube-scheduler-webhook plan --replicas 10 \
     --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'
   custom-kube-scheduler-webhook plan --cluster -f deploy.yaml --max-replicas 40
+  custom-kube-scheduler-webhook plan --replicas 10 --cost --prices prices.txt --instance-type m5.large --pods-per-node 4 \
+    --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'
   custom-kube-scheduler-webhook plan --cluster --replicas 40 --requests cpu=500m,memory=512Mi --cost \
     --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'`,
 		Args: cobra.NoArgs,
@@ -67,7 +105,11 @@ the term runs short. Exit status 0 when every term fits from --replicas to
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+doubt)
 			}
 			if !o.cluster {
-				return writePlan(cmd.OutOrStdout(), in.Strategy, in.Replicas, format)
+				cost, err := o.offlineCost(cmd.Context(), in)
+				if err != nil {
+					return err
+				}
+				return writePlan(cmd.OutOrStdout(), in.Strategy, in.Replicas, format, cost)
 			}
 			return o.runCluster(cmd, in, w, format)
 		},
@@ -82,16 +124,40 @@ the term runs short. Exit status 0 when every term fits from --replicas to
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.StringVar(&o.webhookNamespace, "webhook-namespace", "custom-kube-scheduler-webhook", "the webhook's namespace, where its records of unavailable terms are")
 	f.StringVar(&o.eksCluster, "eks-cluster-name", os.Getenv("EKS_CLUSTER_NAME"), "EKS cluster whose managed node groups to read (default: $EKS_CLUSTER_NAME; empty: none)")
+	f.StringVar(&o.instanceType, "instance-type", "", "with --cost and without --cluster: the instance type of terms that select no node.kubernetes.io/instance-type")
+	f.IntVar(&o.podsPerNode, "pods-per-node", 1, "with --cost and without --cluster: how many pods share a node (each is charged 1/N of its price; default: a whole node)")
 	o.kube.register(f)
 	o.cost.register(f)
 	return cmd
 }
 
-func writePlan(w io.Writer, s *strategy.Strategy, replicas int, output string) error {
+// offlineCost prices the plan without a cluster (nil without --cost): the terms'
+// labels name the instance and capacity types, the price file or AWS prices them.
+func (o *planOptions) offlineCost(ctx context.Context, in plan.Input) (*offlineCost, error) {
+	if !o.cost.enabled {
+		return nil, nil
+	}
+	prices, err := o.cost.source(ctx)
+	if err != nil {
+		return nil, err
+	}
+	opts := plan.OfflineOptions{InstanceType: o.instanceType, Region: o.cost.region, PodsPerNode: o.podsPerNode}
+	terms, totals := plan.ProjectOffline(ctx, in.Strategy, in.Replicas, opts, prices)
+	return &offlineCost{terms: terms, totals: totals, podsPerNode: o.podsPerNode}, nil
+}
+
+// writePlan writes the plan, and with cost (not nil) its offline cost projection.
+func writePlan(w io.Writer, s *strategy.Strategy, replicas int, output string, cost *offlineCost) error {
 	doc := planDoc{Strategy: s.String(), Replicas: replicas}
 	for i, count := range s.Target(replicas) {
 		t := s.Terms[i]
 		doc.Terms = append(doc.Terms, planTerm{Term: i + 1, Labels: t.LabelMap(), Base: t.Base, Weight: t.Weight, Count: count})
+		if cost != nil {
+			doc.Terms[i].Cost = cost.terms[i]
+		}
+	}
+	if cost != nil {
+		doc.Cost, doc.CostBasis = cost.totals, cost.basis()
 	}
 	if output == "json" || output == "yaml" {
 		return writeStructured(w, doc, output)
@@ -104,7 +170,14 @@ func writePlan(w io.Writer, s *strategy.Strategy, replicas int, output string) e
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
-	return nil
+	if cost == nil {
+		return nil
+	}
+	r := plan.Result{MaxReplicas: replicas, Cost: cost.totals}
+	for _, t := range doc.Terms {
+		r.Terms = append(r.Terms, plan.Term{Term: t.Term, Cost: t.Cost})
+	}
+	return writePlanCost(w, r, cost.basis())
 }
 
 // manifestWorkload is the live workload a -f manifest names, if any.

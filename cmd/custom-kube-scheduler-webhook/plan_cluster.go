@@ -34,8 +34,15 @@ func (o *planOptions) input(cmd *cobra.Command) (plan.Input, manifestWorkload, s
 		return in, w, "", usageError("give --strategy or -f, not both")
 	case o.file == "" && !flags.Changed("strategy"):
 		return in, w, "", usageError("--strategy or -f is required")
-	case !o.cluster && (flags.Changed("max-replicas") || o.cost.enabled || o.requests != ""):
-		return in, w, "", usageError("--max-replicas, --requests and --cost need --cluster")
+	case !o.cluster && (flags.Changed("max-replicas") || o.requests != ""):
+		return in, w, "", usageError("--max-replicas and --requests need --cluster")
+	case o.cluster && (flags.Changed("instance-type") || flags.Changed("pods-per-node")):
+		// The cluster's NodePools name the instance types and its nodes size the pods.
+		return in, w, "", usageError("--instance-type and --pods-per-node are for --cost without --cluster")
+	case !o.cost.enabled && (flags.Changed("instance-type") || flags.Changed("pods-per-node")):
+		return in, w, "", usageError("--instance-type and --pods-per-node need --cost")
+	case o.podsPerNode < 1:
+		return in, w, "", usageError("--pods-per-node must be at least 1, got %d", o.podsPerNode)
 	}
 	if err := o.cost.validate(); err != nil {
 		return in, w, "", err

@@ -42,7 +42,11 @@ func TestPlanClusterBadInputExitsTwo(t *testing.T) {
 		"replicas too big": {[]string{"plan", "--strategy", s, "--replicas", "2000000"}, "--replicas must be at most"},
 		"bad requests":     {[]string{"plan", "--cluster", "--strategy", s, "--requests", "cpu"}, "want name=quantity"},
 		"bad quantity":     {[]string{"plan", "--cluster", "--strategy", s, "--requests", "cpu=lots"}, "not a non-negative quantity"},
-		"cost not cluster": {[]string{"plan", "--strategy", s, "--cost"}, "need --cluster"},
+		"requests offline": {[]string{"plan", "--strategy", s, "--requests", "cpu=1"}, "need --cluster"},
+		"type in cluster":  {[]string{"plan", "--cluster", "--strategy", s, "--cost", "--instance-type", "m5.large"}, "without --cluster"},
+		"type no cost":     {[]string{"plan", "--strategy", s, "--instance-type", "m5.large"}, "need --cost"},
+		"no pods per node": {[]string{"plan", "--strategy", s, "--cost", "--pods-per-node", "0"}, "at least 1"},
+		"bad offline file": {[]string{"plan", "--strategy", s, "--cost", "--prices", prices}, "line 1: price"},
 		"prices not cost":  {[]string{"plan", "--cluster", "--strategy", s, "--prices", prices}, "--prices needs --cost"},
 		"bad price ttl":    {[]string{"plan", "--cluster", "--strategy", s, "--cost", "--price-ttl", "-1s"}, "--price-ttl"},
 		"bad price file":   {[]string{"spread", "--cost", "--prices", prices, "--kubeconfig", manifest}, "line 1: price"},
@@ -173,5 +177,43 @@ func TestPlanWarnsNotEnabled(t *testing.T) {
 	b.Reset()
 	if err := warnNotEnabled(context.Background(), &b, kc, "on", plan.Options{}); err != nil || b.Len() != 0 {
 		t.Errorf("enabled namespace: want no warning, got %q (%v)", b.String(), err)
+	}
+}
+
+// plan --cost --prices FILE without --cluster prices each term on the instance type and
+// capacity type its labels (or --instance-type) name, offline; a term whose capacity
+// type cannot be told is listed as not priced, with the reason.
+func TestPlanOfflineCost(t *testing.T) {
+	prices := filepath.Join(t.TempDir(), "prices")
+	if err := os.WriteFile(prices, []byte("m5.large on-demand * 0.1\nm5.large spot * 0.04\nc5.large on-demand * 0.09\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const s = "karpenter.sh/capacity-type=on-demand,base=2:karpenter.sh/capacity-type=spot,weight=1:node.kubernetes.io/instance-type=c5.large,weight=1"
+	out, err := run("plan", "--replicas", "6", "--strategy", s, "--cost", "--prices", prices, "--instance-type", "m5.large", "--pods-per-node", "2")
+	if err != nil {
+		t.Fatalf("plan --cost offline: %v\n%s", err, out)
+	}
+	for _, want := range []string{"cost at 6 replicas (each pod 1/2 of a node (--pods-per-node)):", "m5.large spot", "term 3 not priced: no capacity type"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan --cost offline lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run("plan", "--replicas", "6", "--strategy", s, "--cost", "--prices", prices, "--instance-type", "m5.large", "--pods-per-node", "2", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc planDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	// 6 replicas: 2 on-demand + 2 spot + 2 unpriced; each pod half a node.
+	if len(doc.Terms) != 3 || doc.Terms[0].Cost.MedianUSDPerHour != 0.1 || doc.Terms[1].Cost.MedianUSDPerHour != 0.04 ||
+		doc.Terms[1].Cost.OnDemandMedianUSDPerHour != 0.1 || doc.Cost == nil || doc.Cost.SavingUSDPerHour != 0.06 || doc.Cost.SavingPercent != 30 {
+		t.Fatalf("plan -o json cost:\n%s", out)
+	}
+	// Without --instance-type, terms selecting no instance type are unpriced too.
+	out, err = run("plan", "--replicas", "2", "--strategy", "karpenter.sh/capacity-type=spot", "--cost", "--prices", prices)
+	if err != nil || !strings.Contains(out, "no instance type") || !strings.Contains(out, "--instance-type") {
+		t.Fatalf("no instance type: %v\n%s", err, out)
 	}
 }

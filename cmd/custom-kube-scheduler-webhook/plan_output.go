@@ -52,7 +52,7 @@ func writeClusterPlan(w io.Writer, r plan.Result, output string) error {
 		verdict = "plan does NOT fit"
 	}
 	fmt.Fprintln(w, verdict)
-	if err := writePlanCost(w, r); err != nil {
+	if err := writePlanCost(w, r, "each pod its share of a node"); err != nil {
 		return err
 	}
 	return writeUnseen(w, r.Unseen)
@@ -115,12 +115,13 @@ func tolerationString(ts []corev1.Toleration) string {
 	return strings.Join(parts, ", ")
 }
 
-// writePlanCost writes the cost projection of plan --cluster --cost.
-func writePlanCost(w io.Writer, r plan.Result) error {
+// writePlanCost writes the cost projection of plan --cost; basis says how a pod is
+// charged for its node.
+func writePlanCost(w io.Writer, r plan.Result, basis string) error {
 	if r.Cost == nil {
 		return nil
 	}
-	fmt.Fprintf(w, "\ncost at %d replicas (each pod its share of a node):\n", r.MaxReplicas)
+	fmt.Fprintf(w, "\ncost at %d replicas (%s):\n", r.MaxReplicas, basis)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TERM\tPODS\tCHEAPEST/H\tMEDIAN/H\tON-DEMAND MEDIAN/H\tOFFERINGS")
 	var unpriced []string

@@ -21,6 +21,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -40,6 +42,8 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
@@ -148,7 +152,8 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 	r.newHandlers(recorder)
-	sources := metricSources{REST: r.restMetrics, Ledger: r.seats, Certificate: r.certs.GetCertificate, Ready: r.handlers.Ready}
+	costs := report.NewCostMetrics(webhook.MetricsNamespace)
+	sources := metricSources{REST: r.restMetrics, Ledger: r.seats, Certificate: r.certs.GetCertificate, Ready: r.handlers.Ready, Cost: costs}
 	if r.groups != nil {
 		sources.NodeGroups = r.groups.Status
 	}
@@ -156,7 +161,11 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log); err != nil {
+	refresher, err := newServeCostRefresher(cfg, r.restCfg, costs, log)
+	if err != nil {
+		return err
+	}
+	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log, refresher); err != nil {
 		return err
 	}
 	return r.run(ctx, stop, start)
@@ -251,6 +260,8 @@ type metricSources struct {
 	Ready       func() error
 	// NodeGroups is nil without EKS_CLUSTER_NAME: no node-group metrics then.
 	NodeGroups func() nodegroups.Status
+	// Cost holds the realized-cost series (empty unless COST_METRICS=on refreshes it).
+	Cost *report.CostMetrics
 }
 
 // registerMetrics registers on reg (webhook.NewMetrics' registry) every metric serve
@@ -275,6 +286,11 @@ func registerMetrics(reg prometheus.Registerer, src metricSources) (*converge.Me
 	if src.NodeGroups != nil {
 		if err := nodegroups.RegisterMetrics(reg, webhook.MetricsNamespace, src.NodeGroups); err != nil {
 			return nil, err
+		}
+	}
+	if src.Cost != nil {
+		if err := reg.Register(src.Cost); err != nil {
+			return nil, fmt.Errorf("register cost metrics: %w", err)
 		}
 	}
 	m, err := converge.NewMetrics(reg, webhook.MetricsNamespace)
@@ -347,13 +363,17 @@ func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool
 }
 
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
-// leader Lease, once the caches have synced.
+// leader Lease, once the caches have synced, and the cost refresher (nil: off) beside
+// it; with CONVERGE=off there is no election and every replica refreshes the costs.
 func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, policies *policy.Cache, records *unavailability.Records,
-	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger,
+	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger, costs *report.CostRefresher,
 ) error {
 	entry := log.WithField("component", "converge")
 	if !cfg.Converge {
 		entry.Info("convergence loop switched off (CONVERGE=off)")
+		if costs != nil {
+			go costs.Run(ctx)
+		}
 		return nil
 	}
 	// What Karpenter is launching: a term whose pods wait is not called unavailable
@@ -407,6 +427,9 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			go status.Run(statusCtx)
+			if costs != nil {
+				go costs.Run(statusCtx)
+			}
 			loop.Run(ctx, leading)
 		}
 		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, owner, entry, run); err != nil {
@@ -414,6 +437,38 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		}
 	}()
 	return nil
+}
+
+// newServeCostRefresher is the cost refresher of COST_METRICS=on (nil when off). It
+// lists through a client of its own, at a low rate and with its own user agent, so
+// its lists every few minutes neither slow admission's client nor hide among its
+// requests.
+func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, costs *report.CostMetrics, log *logrus.Logger) (*report.CostRefresher, error) {
+	if !cfg.CostMetrics {
+		return nil, nil
+	}
+	costCfg := rest.CopyConfig(restCfg)
+	costCfg.QPS, costCfg.Burst = 5, 10
+	costCfg.UserAgent = restCfg.UserAgent + "/cost"
+	client, err := kubernetes.NewForConfig(costCfg)
+	if err != nil {
+		return nil, fmt.Errorf("create the cost metrics' client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(costCfg)
+	if err != nil {
+		return nil, fmt.Errorf("create the cost metrics' dynamic client: %w", err)
+	}
+	opts := report.Options{Namespace: metav1.NamespaceAll, WebhookNamespace: cfg.Namespace, SkipServing: true,
+		PodSelector: labels.Set{strategy.LabelManaged: "true"}.String()}
+	return &report.CostRefresher{
+		Collect:  func(ctx context.Context) (report.Report, error) { return report.Collect(ctx, client, dyn, opts) },
+		Prices:   costPriceSource(cfg.CostPrices),
+		Skip:     clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip,
+		Metrics:  costs,
+		Interval: cfg.CostInterval,
+		Log:      log.WithField("component", "cost"),
+		Now:      time.Now,
+	}, nil
 }
 
 // startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,

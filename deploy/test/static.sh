@@ -154,6 +154,7 @@ refused "a percentage over 100" "percent" --set prometheusRule.alerts.peerClaims
 refused "a for: that is not a duration" "for" --set prometheusRule.alerts.termInFallback.for=soon
 refused "an unknown scope" "scope" --set scope=everywhere
 refused "an aggregation label that is not a label name" "aggregateBy" --set 'prometheusRule.aggregateBy={cluster-name}'
+refused "a cost refresh interval that is not a duration" "interval" --set costMetrics.interval=often
 
 echo "-- the Grafana dashboard"
 dashboard=$CHART_DIR/files/dashboard.json
@@ -226,6 +227,13 @@ check "revisionHistoryLimit and strategy from the values" matches "$cdep" 'revis
 check "envFrom on the webhook container" matches "$cdep" 'envFrom: +- configMapRef: +name: cksw-settings'
 check "sidecar after the webhook container" matches "$cdep" 'containers: +- name: webhook .*- image: example/proxy:1 +name: proxy +volumes:'
 check "dnsPolicy and dnsConfig" matches "$cdep" 'dnsPolicy: Default +dnsConfig: +options: +- name: ndots +value: "2"'
+check "cost metrics off by default" matches "$(tr -d '\n' <<<"$dep")" 'name: COST_METRICS +value: "off"'
+check "no price file by default" test "$(grep -c 'COST_PRICES_FILE' <<<"$dep")" -eq 0
+check "helm template with cost metrics from a price-file ConfigMap" render cost \
+	--set costMetrics.enabled=true --set costMetrics.interval=10m --set costMetrics.pricesConfigMap=cksw-prices
+costdep=$(tr -d '\n' <<<"$(docs Deployment <"$tmp/cost.yaml")")
+check "cost metrics on, at the interval" matches "$costdep" 'name: COST_METRICS +value: "on" +- name: COST_METRICS_INTERVAL +value: "10m"'
+check "the price file mounted from the ConfigMap" matches "$costdep" 'name: COST_PRICES_FILE +value: /etc/webhook/prices/prices .*name: prices +mountPath: /etc/webhook/prices +readOnly: true .*name: prices +configMap: +name: cksw-prices +items: +- key: prices +path: prices'
 cmw=$(docs MutatingWebhookConfiguration <"$tmp/conventions.yaml")
 cvw=$(docs ValidatingWebhookConfiguration <"$tmp/conventions.yaml")
 check "webhookAnnotations on both configurations" test "$(grep -c '^    team: platform$' <<<"$cmw$cvw")" -eq 2

@@ -1,0 +1,18 @@
+// Package report compares each workload that carries a strategy with its target: per
+// term the pods placed, running and pending, their nodes, what serves the term, and
+// whether the spread is exact (the verdict of the `spread` command, the soak and the
+// end-to-end tests). It owns that report and what it costs:
+//
+//   - Build makes the report from listed objects (State); Collect lists them from the
+//     API server, with the policies (ReadPolicies) and the webhook's scope (ReadScope);
+//   - AddCost prices each term's share of its nodes through a pricing.Source
+//     (`spread --cost`);
+//   - CostMetrics and CostRefresher export that realized cost per workload and term as
+//     Prometheus series, refreshed every interval (serve's COST_METRICS); cmd only
+//     wires them (settings, the price source, the registry, the elected replica).
+//
+// It may import strategy, policy and api/v1alpha1 (the strategy a workload resolves
+// to), karpenter and karpenter/nodegroups (what serves a term), unavailability (the
+// loop's records), pricing, client-go, k8s.io/api and the Prometheus client; never
+// webhook, ledger or converge.
+package report
