@@ -134,21 +134,6 @@ func compareCost(t *testing.T, m *CostMetrics, want string) {
 	}
 }
 
-// awsTestEnv points the AWS SDK's default chain at test credentials and at endpoint: a
-// pricing.NewAWS then asks the local fake through the real aws-sdk-go-v2 clients.
-func awsTestEnv(t *testing.T, endpoint string) {
-	t.Helper()
-	dir := t.TempDir()
-	for k, v := range map[string]string{
-		"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "", "AWS_REGION": "eu-west-1",
-		"AWS_PROFILE": "", "AWS_CONFIG_FILE": filepath.Join(dir, "config"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(dir, "credentials"),
-		"AWS_EC2_METADATA_DISABLED": "true", "AWS_ENDPOINT_URL": "", "AWS_ENDPOINT_URL_PRICING": endpoint, "AWS_ENDPOINT_URL_EC2": endpoint,
-		"AWS_MAX_ATTEMPTS": "1", "TMPDIR": dir,
-	} {
-		t.Setenv(k, v)
-	}
-}
-
 // awsPrices prices as serve does without a price file (cmd's costPriceSource, tested
 // there): a fresh pricing.AWS per refresh behind a disk cache at cachePath.
 func awsPrices(cachePath string) func(context.Context) (pricing.Source, error) {
@@ -170,7 +155,7 @@ func TestCostMetricsFromAWS(t *testing.T) {
 	})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	awsTestEnv(t, srv.URL)
+	awsfake.SetTestEnv(t, srv.URL)
 	cachePath := filepath.Join(os.TempDir(), "cost", "prices.json")
 	r := testRefresher(costFixture(), awsPrices(cachePath))
 	if err := r.Refresh(context.Background()); err != nil {

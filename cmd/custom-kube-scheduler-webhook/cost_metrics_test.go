@@ -13,22 +13,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 )
 
-// awsTestEnv points the AWS SDK's default chain at test credentials and at endpoint:
-// serve's own price source (costPriceSource) then asks the local fake through the real
-// aws-sdk-go-v2 clients.
-func awsTestEnv(t *testing.T, endpoint string) {
-	t.Helper()
-	dir := t.TempDir()
-	for k, v := range map[string]string{
-		"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "", "AWS_REGION": "eu-west-1",
-		"AWS_PROFILE": "", "AWS_CONFIG_FILE": filepath.Join(dir, "config"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(dir, "credentials"),
-		"AWS_EC2_METADATA_DISABLED": "true", "AWS_ENDPOINT_URL": "", "AWS_ENDPOINT_URL_PRICING": endpoint, "AWS_ENDPOINT_URL_EC2": endpoint,
-		"AWS_MAX_ATTEMPTS": "1", "TMPDIR": dir,
-	} {
-		t.Setenv(k, v)
-	}
-}
-
 // serve's price source without a price file asks AWS through the SDK's default chain,
 // behind a disk cache in the temporary directory: a source made for the next refresh
 // answers known keys from the cache. (report's tests price the cost series through the
@@ -40,7 +24,7 @@ func TestCostPriceSourceAWS(t *testing.T) {
 	})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	awsTestEnv(t, srv.URL)
+	awsfake.SetTestEnv(t, srv.URL)
 	prices := costPriceSource(nil)
 	ctx := context.Background()
 	keys := map[pricing.Key]float64{
