@@ -104,3 +104,16 @@ func (c *DiskCache) save(entries map[string]cachedPrice) error {
 	}
 	return nil
 }
+
+// FreshAWS returns a price source maker for readers that price again and again (serve's
+// cost metrics): each call builds a new AWS source, since one that failed stays down,
+// behind a DiskCache at path, so that prices read once are not asked again for DefaultTTL.
+func FreshAWS(path string) func(ctx context.Context) (Source, error) {
+	return func(ctx context.Context) (Source, error) {
+		aws, err := NewAWS(ctx, AWSOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return NewDiskCache(aws, path, DefaultTTL), nil
+	}
+}

@@ -3,7 +3,6 @@ package report
 import (
 	"context"
 	"io"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -134,30 +133,15 @@ func compareCost(t *testing.T, m *CostMetrics, want string) {
 	}
 }
 
-// awsPrices prices as serve does without a price file (cmd's costPriceSource, tested
-// there): a fresh pricing.AWS per refresh behind a disk cache at cachePath.
-func awsPrices(cachePath string) func(context.Context) (pricing.Source, error) {
-	return func(ctx context.Context) (pricing.Source, error) {
-		aws, err := pricing.NewAWS(ctx, pricing.AWSOptions{})
-		if err != nil {
-			return nil, err
-		}
-		return pricing.NewDiskCache(aws, cachePath, pricing.DefaultTTL), nil
-	}
-}
-
 // The cost series, priced from a local AWS Price List and spot history endpoint through
 // the SDK with the disk cache, as serve prices them.
 func TestCostMetricsFromAWS(t *testing.T) {
-	fake := awsfake.New(awsfake.Prices{
+	fake := awsfake.StartForTest(t, awsfake.Prices{
 		OnDemand: map[string]map[string]float64{"eu-west-1": {"m5.large": 0.107}},
 		Spot:     map[string]map[string]float64{"eu-west-1a": {"m5.large": 0.041}},
 	})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	awsfake.SetTestEnv(t, srv.URL)
 	cachePath := filepath.Join(os.TempDir(), "cost", "prices.json")
-	r := testRefresher(costFixture(), awsPrices(cachePath))
+	r := testRefresher(costFixture(), pricing.FreshAWS(cachePath))
 	if err := r.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,5 @@ func costPriceSource(table *pricing.Table) func(ctx context.Context) (pricing.So
 	if table != nil {
 		return func(context.Context) (pricing.Source, error) { return table, nil }
 	}
-	cachePath := filepath.Join(os.TempDir(), component, "prices.json")
-	return func(ctx context.Context) (pricing.Source, error) {
-		aws, err := pricing.NewAWS(ctx, pricing.AWSOptions{})
-		if err != nil {
-			return nil, err
-		}
-		return pricing.NewDiskCache(aws, cachePath, pricing.DefaultTTL), nil
-	}
+	return pricing.FreshAWS(filepath.Join(os.TempDir(), component, "prices.json"))
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,13 +17,10 @@ import (
 // answers known keys from the cache. (report's tests price the cost series through the
 // same source.)
 func TestCostPriceSourceAWS(t *testing.T) {
-	fake := awsfake.New(awsfake.Prices{
+	fake := awsfake.StartForTest(t, awsfake.Prices{
 		OnDemand: map[string]map[string]float64{"eu-west-1": {"m5.large": 0.107}},
 		Spot:     map[string]map[string]float64{"eu-west-1a": {"m5.large": 0.041}},
 	})
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	awsfake.SetTestEnv(t, srv.URL)
 	prices := costPriceSource(nil)
 	ctx := context.Background()
 	keys := map[pricing.Key]float64{

@@ -1,9 +1,21 @@
 package awsfake
 
 import (
+	"net/http/httptest"
 	"path/filepath"
 	"testing"
 )
+
+// StartForTest serves p on a loopback test server, stopped when the test ends, and
+// points the AWS SDK's default chain at it (SetTestEnv).
+func StartForTest(t testing.TB, p Prices) *Server {
+	t.Helper()
+	fake := New(p)
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	SetTestEnv(t, srv.URL)
+	return fake
+}
 
 // SetTestEnv points the AWS SDK's default chain at test credentials, region eu-west-1
 // and endpoint for the Price List API and EC2, with no shared config, no instance
