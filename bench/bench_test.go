@@ -12,7 +12,8 @@
 // BENCH_SIZES (default 200,1000), BENCH_LOAD_REQUESTS (per load level, default
 // 2000), BENCH_MEMORY_PODS (default 5000), BENCH_SERVE_ENV (extra settings of
 // serve, space-separated KEY=VALUE; default none: the chart's settings),
-// BENCH_OUT (also write the tables to this file), BENCH_SKIP (comma-separated
+// BENCH_POLICIES (placement policies to create first, a tenth of them in the bench's
+// namespace; default none), BENCH_OUT (also write the tables to this file), BENCH_SKIP (comma-separated
 // phases to skip: burst, load, memory), BENCH_PROFILE_DIR (serve with PROFILING=on
 // and save there each replica's CPU profiles of the bursts with the webhook, CPU
 // profiles of serve and of the floor during the load phase's concurrency-100 runs,
@@ -88,6 +89,9 @@ func TestBench(t *testing.T) {
 	}
 	host, _ := os.Hostname()
 	b.printf("## Benchmark (`make bench`), %s, %d CPUs (%s)\n\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), host)
+	if n := envInt("BENCH_POLICIES", 0); n > 0 {
+		b.printf("Policies in the cluster: %d (%d PlacementPolicies in the bench's namespace, the rest ClusterPlacementPolicies; none selects the bench's workloads).\n\n", n, n/10)
+	}
 	b.printf("serve settings: %s; 2 replicas behind a round-robin proxy unless noted. "+
 		"Each burst and the load phase start once the machine's processes use under %.2f cores (at most 1 and 3 minutes' wait): "+
 		"a burst leaves work behind (Karpenter removing its nodes) that would otherwise be measured with the next one.\n\n", strings.Join(serveEnv(), " "), quietCPU)
@@ -145,6 +149,12 @@ func setup(ctx context.Context, t *testing.T) (*bench, error) {
 		_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	if n := envInt("BENCH_POLICIES", 0); n > 0 {
+		// Before serve starts: its policy caches sync with them.
+		if err := createPolicies(ctx, c, n); err != nil {
+			return nil, err
 		}
 	}
 	b := &bench{c: c, repo: repo}

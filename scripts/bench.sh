@@ -6,7 +6,7 @@
 # Env: BENCH_PORT_OFFSET (default 600), BENCH_CLUSTER_DIR (default
 # <repo>/.localcluster/bench), BENCH_OUT (default <repo>/bin/bench.md), BENCH_TIMEOUT
 # (default 60m), BENCH_WEBHOOK_BIN, and the benchmark's own settings: BENCH_RUNS,
-# BENCH_SIZES, BENCH_LOAD_REQUESTS, BENCH_MEMORY_PODS, BENCH_SERVE_ENV, BENCH_SKIP,
+# BENCH_SIZES, BENCH_LOAD_REQUESTS, BENCH_MEMORY_PODS, BENCH_SERVE_ENV, BENCH_SKIP, BENCH_POLICIES,
 # BENCH_PROFILE_DIR
 # (see bench/bench_test.go).
 set -euo pipefail
