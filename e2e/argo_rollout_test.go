@@ -17,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -185,4 +187,60 @@ func settledReplicaSet(ctx context.Context, t *testing.T, ns, rollout string, re
 		t.Fatalf("ReplicaSet %s/%s did not settle at %d pods: %v; last state: %s", ns, name, replicas, err, state)
 	}
 	return pods
+}
+
+// TestRolloutAnnotationChangeConverges: the convergence loop follows a Rollout: a
+// changed annotation on the Rollout moves its ReplicaSet's pods to the new target, with
+// Converge Events on the Rollout; and the policy status counts an un-annotated
+// Rollout it governs (workloads 1, exact 1).
+func TestRolloutAnnotationChangeConverges(t *testing.T) {
+	ctx := context.Background()
+	dyn := dynamicClient(t)
+	ns := policyNamespace(ctx, t, "e2e-argo-rollouts-converge", nil, "")
+	startConverger(ctx, t, "converge-rollout", 16)
+	const replicas = 8
+	ro := createRollout(ctx, t, dyn, ns, "canary", nil, map[string]string{strategy.AnnotationStrategy: seedStrategy}, replicas)
+	createRolloutReplicaSet(ctx, t, ro, replicas)
+	if err := createPolicy(ctx, t, dyn, ns, "rollouts", map[string]any{"strategy": capacityStrategy, "kinds": []any{"Rollout"},
+		"selector": map[string]any{"matchLabels": map[string]any{"team": "web"}}}); err != nil {
+		t.Fatalf("creating the PlacementPolicy for Rollouts: %v", err)
+	}
+	plain := createRollout(ctx, t, dyn, ns, "plain", map[string]string{"team": "web"}, nil, 4)
+	createRolloutReplicaSet(ctx, t, plain, 4)
+	assertExactSpread(ctx, t, seedStrategy, settledReplicaSet(ctx, t, ns, "canary", replicas))
+	assertExactSpread(ctx, t, capacityStrategy, settledReplicaSet(ctx, t, ns, "plain", 4))
+
+	patch := []byte(`{"metadata":{"annotations":{"` + strategy.AnnotationStrategy + `":"` + capacityStrategy + `"}}}`)
+	if _, err := dyn.Resource(rollouts).Namespace(ns).Patch(ctx, "canary", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("changing the Rollout's annotation: %v", err)
+	}
+	took := waitExact(ctx, t, ns, "canary", capacityStrategy, replicas, 4*time.Minute)
+	t.Logf("MEASURED Rollout annotation changed -> exact on %s: %s", capacityStrategy, took.Round(time.Second))
+	got := assertExactSpread(ctx, t, capacityStrategy, settledReplicaSet(ctx, t, ns, "canary", replicas))
+	t.Logf("Rollout %s/canary after the change: per-term %v", ns, got)
+
+	list, err := env.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Rollout,involvedObject.name=canary,reason=Converge"})
+	if err != nil {
+		t.Fatalf("listing events: %v", err)
+	}
+	if len(list.Items) == 0 {
+		t.Errorf("no Converge Event on Rollout %s/canary", ns)
+	} else {
+		t.Logf("%d Converge Events on the Rollout, e.g. %q", len(list.Items), list.Items[0].Message)
+	}
+
+	var counts string
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(v1alpha1.PlacementPolicies).Namespace(ns).Get(ctx, "rollouts", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		workloads, _, _ := unstructured.NestedInt64(u.Object, "status", "workloads")
+		exact, _, _ := unstructured.NestedInt64(u.Object, "status", "exact")
+		counts = fmt.Sprintf("workloads %d, exact %d", workloads, exact)
+		return workloads == 1 && exact == 1, nil
+	}); err != nil {
+		t.Errorf("PlacementPolicy rollouts status: %s, want workloads 1, exact 1 (Rollout plain)", counts)
+	}
+	t.Logf("PlacementPolicy %s/rollouts status: %s", ns, counts)
 }
