@@ -446,15 +446,14 @@ func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 // seat by them), the template's strategy annotations, and whether a StatefulSet rolls
 // (its update strategy's type and its status's generation and revisions) are read.
 func trimWorkload(obj any) (any, error) {
-	meta := trimMeta
 	switch o := obj.(type) {
 	case *appsv1.ReplicaSet:
-		return &appsv1.ReplicaSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas, Selector: o.Spec.Selector, Template: templateAnnotations(o.Spec.Template)}}, nil
+		return &appsv1.ReplicaSet{ObjectMeta: trimMeta(o.ObjectMeta), Spec: appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas, Selector: o.Spec.Selector, Template: templateAnnotations(o.Spec.Template)}}, nil
 	case *appsv1.Deployment:
-		return &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.DeploymentSpec{Replicas: o.Spec.Replicas, Template: templateAnnotations(o.Spec.Template)}}, nil
+		return &appsv1.Deployment{ObjectMeta: trimMeta(o.ObjectMeta), Spec: appsv1.DeploymentSpec{Replicas: o.Spec.Replicas, Template: templateAnnotations(o.Spec.Template)}}, nil
 	case *appsv1.StatefulSet:
 		// The update strategy and the revisions in status say whether it is rolling.
-		return &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta),
+		return &appsv1.StatefulSet{ObjectMeta: trimMeta(o.ObjectMeta),
 			Spec: appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas, Selector: o.Spec.Selector, Ordinals: o.Spec.Ordinals,
 				UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: o.Spec.UpdateStrategy.Type}, Template: templateAnnotations(o.Spec.Template)},
 			Status: appsv1.StatefulSetStatus{ObservedGeneration: o.Status.ObservedGeneration, CurrentRevision: o.Status.CurrentRevision, UpdateRevision: o.Status.UpdateRevision},

@@ -120,8 +120,8 @@ func (r *ListerResolver) ResolveRevision(ctx context.Context, ns, kind, name str
 		if r.Rollouts != nil && IsRollout(ctrl) {
 			return r.rolloutWorkload(ctx, w, rsObj, ns, ctrl)
 		}
-		if d := ctrl; d != nil && d.Kind == "Deployment" {
-			dep, err := r.deployment(ctx, ns, d.Name)
+		if ctrl != nil && ctrl.Kind == "Deployment" {
+			dep, err := r.deployment(ctx, ns, ctrl.Name)
 			if err != nil {
 				return nil, err
 			}

@@ -185,10 +185,9 @@ type revision struct {
 	templateAnnotations map[string]string
 	// selector selects its pods (those admitted without a seat are listed by it).
 	selector *metav1.LabelSelector
-	// rolling is set while older ReplicaSets of the Deployment (or other ReplicaSets of
-	// the Rollout) still have replicas, or
-	// the StatefulSet controller rolls to a new revision: the rollout is moving pods
-	// itself, so the loop's budget is 0.
+	// rolling is set while older ReplicaSets of the Deployment (other ReplicaSets of the
+	// Rollout) still have replicas, or the StatefulSet controller rolls to a new
+	// revision: the rollout is moving pods itself, so the loop's budget is 0.
 	rolling bool
 }
 
