@@ -199,7 +199,7 @@ func TestRolloutAnnotationChangeConverges(t *testing.T) {
 	ns := policyNamespace(ctx, t, "e2e-argo-rollouts-converge", nil, "")
 	startConverger(ctx, t, "converge-rollout", 16)
 	const replicas = 8
-	ro := createRollout(ctx, t, dyn, ns, "canary", nil, map[string]string{strategy.AnnotationStrategy: seedStrategy}, replicas)
+	ro := createRollout(ctx, t, dyn, ns, "canary", nil, map[string]string{strategy.AnnotationStrategy: capacityStrategy}, replicas)
 	createRolloutReplicaSet(ctx, t, ro, replicas)
 	if err := createPolicy(ctx, t, dyn, ns, "rollouts", map[string]any{"strategy": capacityStrategy, "kinds": []any{"Rollout"},
 		"selector": map[string]any{"matchLabels": map[string]any{"team": "web"}}}); err != nil {
@@ -207,16 +207,18 @@ func TestRolloutAnnotationChangeConverges(t *testing.T) {
 	}
 	plain := createRollout(ctx, t, dyn, ns, "plain", map[string]string{"team": "web"}, nil, 4)
 	createRolloutReplicaSet(ctx, t, plain, 4)
-	assertExactSpread(ctx, t, seedStrategy, settledReplicaSet(ctx, t, ns, "canary", replicas))
+	assertExactSpread(ctx, t, capacityStrategy, settledReplicaSet(ctx, t, ns, "canary", replicas))
 	assertExactSpread(ctx, t, capacityStrategy, settledReplicaSet(ctx, t, ns, "plain", 4))
 
-	patch := []byte(`{"metadata":{"annotations":{"` + strategy.AnnotationStrategy + `":"` + capacityStrategy + `"}}}`)
+	// As TestAnnotationChangeConverges: the same terms, another split.
+	const next = "karpenter.sh/capacity-type=on-demand,base=1,weight=1:karpenter.sh/capacity-type=spot,weight=1"
+	patch := []byte(`{"metadata":{"annotations":{"` + strategy.AnnotationStrategy + `":"` + next + `"}}}`)
 	if _, err := dyn.Resource(rollouts).Namespace(ns).Patch(ctx, "canary", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("changing the Rollout's annotation: %v", err)
 	}
-	took := waitExact(ctx, t, ns, "canary", capacityStrategy, replicas, 4*time.Minute)
-	t.Logf("MEASURED Rollout annotation changed -> exact on %s: %s", capacityStrategy, took.Round(time.Second))
-	got := assertExactSpread(ctx, t, capacityStrategy, settledReplicaSet(ctx, t, ns, "canary", replicas))
+	took := waitExact(ctx, t, ns, "canary", next, replicas, 4*time.Minute)
+	t.Logf("MEASURED Rollout annotation changed -> exact on %s: %s", next, took.Round(time.Second))
+	got := assertExactSpread(ctx, t, next, settledReplicaSet(ctx, t, ns, "canary", replicas))
 	t.Logf("Rollout %s/canary after the change: per-term %v", ns, got)
 
 	list, err := env.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Rollout,involvedObject.name=canary,reason=Converge"})
