@@ -189,7 +189,11 @@ lc_log "Karpenter CRDs, KWOKNodeClass and NodePools applied"
 ROLLOUTS_MOD=$(lc_module_dir "github.com/argoproj/argo-rollouts@$ARGO_ROLLOUTS_VERSION") ||
 	lc_die "cannot locate github.com/argoproj/argo-rollouts@$ARGO_ROLLOUTS_VERSION"
 lc_kubectl apply --server-side -f "$ROLLOUTS_MOD/manifests/crds/rollout-crd.yaml" >/dev/null
-lc_kubectl wait --for=condition=Established crd/rollouts.argoproj.io --timeout=60s >/dev/null
+# Polled: kubectl wait fails at once on a CRD whose status has no conditions yet.
+rollouts_established() {
+	[[ $(lc_kubectl get crd rollouts.argoproj.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}') == True ]]
+}
+lc_wait rollouts_established || lc_die "the Rollout CRD is not Established"
 lc_log "Argo Rollouts $ARGO_ROLLOUTS_VERSION Rollout CRD applied (no controller)"
 lc_start karpenter env KUBECONFIG="$K" DISABLE_LEADER_ELECTION=true \
 	METRICS_PORT="$KARPENTER_METRICS_PORT" HEALTH_PROBE_PORT="$KARPENTER_HEALTH_PORT" \
