@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -36,11 +37,16 @@ type Caches struct {
 	pods      informers.SharedInformerFactory
 	podIndex  cache.Indexer
 	Resolver  *ListerResolver
+	resync    time.Duration
+	// rollouts watches Argo Rollouts' metadata (nil until WatchRollouts: not served).
+	rollouts        metadatainformer.SharedInformerFactory
+	rolloutInformer cache.SharedIndexInformer
 }
 
 // NewCaches builds the informers; call Start, then WaitForSync.
 func NewCaches(client kubernetes.Interface, resync time.Duration) (*Caches, error) {
 	c := &Caches{
+		resync:    resync,
 		workloads: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trimWorkload)),
 	}
 	c.pods = informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trimPod))
@@ -69,6 +75,9 @@ func NewCaches(client kubernetes.Interface, resync time.Duration) (*Caches, erro
 func (c *Caches) Start(ctx context.Context) {
 	c.workloads.Start(ctx.Done())
 	c.pods.Start(ctx.Done())
+	if c.rollouts != nil {
+		c.rollouts.Start(ctx.Done())
+	}
 }
 
 // WaitForSync blocks until every informer has synced or ctx ends.
@@ -80,12 +89,19 @@ func (c *Caches) WaitForSync(ctx context.Context) error {
 			}
 		}
 	}
+	if c.rollouts != nil {
+		for gvr, ok := range c.rollouts.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("cache of %v did not sync", gvr)
+			}
+		}
+	}
 	return nil
 }
 
 // Unsynced names the informers that have not listed their objects yet ("pods",
-// "replicasets", "deployments", "statefulsets"), for a readiness answer that says
-// what it waits for.
+// "replicasets", "deployments", "statefulsets", "rollouts" when watched), for a
+// readiness answer that says what it waits for.
 func (c *Caches) Unsynced() []string {
 	apps := c.workloads.Apps().V1()
 	var out []string
@@ -97,6 +113,7 @@ func (c *Caches) Unsynced() []string {
 		{"replicasets", apps.ReplicaSets().Informer().HasSynced},
 		{"deployments", apps.Deployments().Informer().HasSynced},
 		{"statefulsets", apps.StatefulSets().Informer().HasSynced},
+		{"rollouts", c.rolloutSynced},
 	} {
 		if !inf.synced() {
 			out = append(out, inf.name)
@@ -407,33 +424,36 @@ func templateAnnotations(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: kept}}
 }
 
+// trimMeta drops managed fields and the last-applied copy from m: neither is read, and
+// both can be larger than all the rest.
+func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	m.ManagedFields = nil
+	if _, ok := m.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
+		a := make(map[string]string, len(m.Annotations))
+		for k, v := range m.Annotations {
+			if k != corev1.LastAppliedConfigAnnotation {
+				a[k] = v
+			}
+		}
+		m.Annotations = a
+	}
+	return m
+}
+
 // trimWorkload drops pod templates, managed fields and the last-applied copy from
 // ReplicaSets, Deployments and StatefulSets: only metadata (annotations, owners),
 // replica counts, selectors (the convergence loop lists the pods admitted without a
 // seat by them), the template's strategy annotations, and whether a StatefulSet rolls
 // (its update strategy's type and its status's generation and revisions) are read.
 func trimWorkload(obj any) (any, error) {
-	meta := func(m metav1.ObjectMeta) metav1.ObjectMeta {
-		m.ManagedFields = nil
-		if _, ok := m.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
-			a := make(map[string]string, len(m.Annotations))
-			for k, v := range m.Annotations {
-				if k != corev1.LastAppliedConfigAnnotation {
-					a[k] = v
-				}
-			}
-			m.Annotations = a
-		}
-		return m
-	}
 	switch o := obj.(type) {
 	case *appsv1.ReplicaSet:
-		return &appsv1.ReplicaSet{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas, Selector: o.Spec.Selector, Template: templateAnnotations(o.Spec.Template)}}, nil
+		return &appsv1.ReplicaSet{ObjectMeta: trimMeta(o.ObjectMeta), Spec: appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas, Selector: o.Spec.Selector, Template: templateAnnotations(o.Spec.Template)}}, nil
 	case *appsv1.Deployment:
-		return &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta), Spec: appsv1.DeploymentSpec{Replicas: o.Spec.Replicas, Template: templateAnnotations(o.Spec.Template)}}, nil
+		return &appsv1.Deployment{ObjectMeta: trimMeta(o.ObjectMeta), Spec: appsv1.DeploymentSpec{Replicas: o.Spec.Replicas, Template: templateAnnotations(o.Spec.Template)}}, nil
 	case *appsv1.StatefulSet:
 		// The update strategy and the revisions in status say whether it is rolling.
-		return &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta),
+		return &appsv1.StatefulSet{ObjectMeta: trimMeta(o.ObjectMeta),
 			Spec: appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas, Selector: o.Spec.Selector, Ordinals: o.Spec.Ordinals,
 				UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: o.Spec.UpdateStrategy.Type}, Template: templateAnnotations(o.Spec.Template)},
 			Status: appsv1.StatefulSetStatus{ObservedGeneration: o.Status.ObservedGeneration, CurrentRevision: o.Status.CurrentRevision, UpdateRevision: o.Status.UpdateRevision},

@@ -1,8 +1,10 @@
 // Package clusterview is the cluster as admission and the convergence loop both read
 // it: informer caches of placed pods and of the workloads that own them, trimmed to the
 // fields placement reads; the owner walk from a pod's controller reference to its
-// workload (Workload, ListerResolver); the revision a placed pod counts in (Revision,
-// PlacedSeat); and which namespaces are left alone (NamespaceFilter).
+// workload (Workload, ListerResolver), through a ReplicaSet to its Deployment or Argo
+// Rollout (metadata only, when the API server serves Rollouts: WatchRollouts); the
+// revision a placed pod counts in (Revision, PlacedSeat); and which namespaces are left
+// alone (NamespaceFilter).
 //
 // It also tells the convergence loop which revisions changed (OnRevisionChange), so the
 // loop's work follows the changes, not the cluster's size.

@@ -12,7 +12,7 @@ import (
 
 // Indexes of the workload informers: by an object's own UID (a revision is looked up
 // by the UID its pods and records name) and, for ReplicaSets, by their controller's
-// UID (the revisions of one Deployment).
+// UID (the revisions of one Deployment or Rollout).
 const (
 	uidIndex        = "uid"
 	controllerIndex = "controller-uid"
@@ -67,7 +67,8 @@ func byUID[T any](idx cache.Indexer, uid types.UID) (T, bool) {
 	return o, ok
 }
 
-// ReplicaSetsOf returns the cached ReplicaSets a Deployment (by UID) controls.
+// ReplicaSetsOf returns the cached ReplicaSets a Deployment or Rollout (by UID)
+// controls.
 func (c *Caches) ReplicaSetsOf(deployment types.UID) []*appsv1.ReplicaSet {
 	objs, err := c.workloads.Apps().V1().ReplicaSets().Informer().GetIndexer().ByIndex(controllerIndex, string(deployment))
 	if err != nil {
@@ -84,17 +85,22 @@ func (c *Caches) ReplicaSetsOf(deployment types.UID) []*appsv1.ReplicaSet {
 
 // OnRevisionChange calls changed with the UID of each revision (a ReplicaSet or a
 // StatefulSet) whose cached state changed: one of its placed pods, itself, or, for a
-// Deployment's ReplicaSets, the Deployment or a sibling ReplicaSet (a rollout moves
-// replicas between them; the Deployment holds the strategy). A revision's UID may be
+// Deployment's or Rollout's ReplicaSets, the Deployment or Rollout or a sibling
+// ReplicaSet (a rollout moves replicas between them; the owner holds the strategy). A revision's UID may be
 // one that is gone. The handlers take no resyncs (period 0): those change nothing.
 //
 // changed runs on the informers' goroutines: it must be quick (queue the UID). The
 // returned function reports whether changed has been called for every object of the
 // informers' initial lists.
 func (c *Caches) OnRevisionChange(changed func(uid types.UID)) (cache.InformerSynced, error) {
-	deploymentChanged := func(uid types.UID) {
+	ownerChanged := func(uid types.UID) {
 		for _, rs := range c.ReplicaSetsOf(uid) {
 			changed(rs.UID)
+		}
+	}
+	ownerObjectChanged := func(obj any) {
+		if o, ok := unwrap(obj).(metav1.Object); ok {
+			ownerChanged(o.GetUID())
 		}
 	}
 	podChanged := func(obj any) {
@@ -108,26 +114,27 @@ func (c *Caches) OnRevisionChange(changed func(uid types.UID)) (cache.InformerSy
 			return
 		}
 		changed(o.GetUID())
-		if ref := metav1.GetControllerOfNoCopy(o); ref != nil && ref.Kind == "Deployment" {
-			deploymentChanged(ref.UID)
+		if ref := metav1.GetControllerOfNoCopy(o); ref != nil && (ref.Kind == "Deployment" || IsRollout(ref)) {
+			ownerChanged(ref.UID)
 		}
 	}
 	apps := c.workloads.Apps().V1()
-	var synced []cache.InformerSynced
-	for _, h := range []struct {
+	type watched struct {
 		name     string
 		informer cache.SharedIndexInformer
 		changed  func(obj any)
-	}{
+	}
+	handlers := []watched{
 		{"pods", c.pods.Core().V1().Pods().Informer(), podChanged},
 		{"ReplicaSets", apps.ReplicaSets().Informer(), revisionChanged},
 		{"StatefulSets", apps.StatefulSets().Informer(), revisionChanged},
-		{"Deployments", apps.Deployments().Informer(), func(obj any) {
-			if o, ok := unwrap(obj).(metav1.Object); ok {
-				deploymentChanged(o.GetUID())
-			}
-		}},
-	} {
+		{"Deployments", apps.Deployments().Informer(), ownerObjectChanged},
+	}
+	if c.rolloutInformer != nil {
+		handlers = append(handlers, watched{"Rollouts", c.rolloutInformer, ownerObjectChanged})
+	}
+	var synced []cache.InformerSynced
+	for _, h := range handlers {
 		reg, err := h.informer.AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
 			AddFunc:    h.changed,
 			UpdateFunc: func(_, obj any) { h.changed(obj) },

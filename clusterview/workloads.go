@@ -22,16 +22,17 @@ import (
 // Workload is what a pod's seat is counted in: the object users annotate, and the
 // revision whose pods share one seat sequence.
 type Workload struct {
-	// Ref names the object users see (the Deployment, StatefulSet or bare ReplicaSet);
-	// Events go to it.
+	// Ref names the object users see (the Deployment, Argo Rollout, StatefulSet or bare
+	// ReplicaSet); Events go to it.
 	Ref corev1.ObjectReference
-	// Revision is the counting unit: the ReplicaSet UID (one Deployment revision) or the
-	// StatefulSet UID.
+	// Revision is the counting unit: the ReplicaSet UID (one Deployment or Rollout
+	// revision) or the StatefulSet UID.
 	Revision types.UID
 	// Chain lists the workload objects after the pod, nearest first in lookup order:
-	// a Deployment before its ReplicaSet, whose annotations are copies of it; then the
-	// policy that governs the workload and its namespace's default (ListerResolver's
-	// Policies), so that walking it finds a strategy by the one precedence rule.
+	// a Deployment or Rollout before its ReplicaSet (a Deployment's annotations are
+	// copied to it); then the policy that governs the workload and its namespace's
+	// default (ListerResolver's Policies), so that walking it finds a strategy by the
+	// one precedence rule.
 	Chain []strategy.AnnotatedObject
 	// StatefulSet is set for StatefulSet pods, whose seat is their ordinal + 1.
 	StatefulSet *appsv1.StatefulSet
@@ -72,6 +73,9 @@ type ListerResolver struct {
 	LiveSlots chan struct{}
 	// Policies appends a workload's policy and namespace-default links (nil: none).
 	Policies PolicyLinks
+	// Rollouts reads Argo Rollouts (nil: not served; a ReplicaSet a Rollout controls
+	// then counts as a bare ReplicaSet, as before Rollouts were supported).
+	Rollouts *RolloutReader
 }
 
 // PolicyLinks tells the strategy links that follow a workload's own annotations
@@ -112,8 +116,12 @@ func (r *ListerResolver) ResolveRevision(ctx context.Context, ns, kind, name str
 			w.Replicas = int(*rs.Spec.Replicas)
 		}
 		rsObj := strategy.AnnotatedObject{Name: "ReplicaSet " + ns + "/" + rs.Name, Annotations: rs.Annotations}
-		if d := metav1.GetControllerOf(rs); d != nil && d.Kind == "Deployment" {
-			dep, err := r.deployment(ctx, ns, d.Name)
+		ctrl := metav1.GetControllerOf(rs)
+		if r.Rollouts != nil && IsRollout(ctrl) {
+			return r.rolloutWorkload(ctx, w, rsObj, ns, ctrl)
+		}
+		if ctrl != nil && ctrl.Kind == "Deployment" {
+			dep, err := r.deployment(ctx, ns, ctrl.Name)
 			if err != nil {
 				return nil, err
 			}
@@ -137,7 +145,7 @@ func (r *ListerResolver) ResolveRevision(ctx context.Context, ns, kind, name str
 		w.Chain = r.chain(ns, "StatefulSet", sts.Labels, strategy.AnnotatedObject{Name: w.Describe(), Annotations: sts.Annotations})
 		return w, nil
 	default:
-		return nil, fmt.Errorf("pods owned by a %s are not placed (Deployment, ReplicaSet and StatefulSet are)", kind)
+		return nil, fmt.Errorf("pods owned by a %s are not placed (Deployment, Rollout, ReplicaSet and StatefulSet are)", kind)
 	}
 }
 

@@ -185,9 +185,9 @@ type revision struct {
 	templateAnnotations map[string]string
 	// selector selects its pods (those admitted without a seat are listed by it).
 	selector *metav1.LabelSelector
-	// rolling is set while older ReplicaSets of the Deployment still have replicas, or
-	// the StatefulSet controller rolls to a new revision: the rollout is moving pods
-	// itself, so the loop's budget is 0.
+	// rolling is set while older ReplicaSets of the Deployment (other ReplicaSets of the
+	// Rollout) still have replicas, or the StatefulSet controller rolls to a new
+	// revision: the rollout is moving pods itself, so the loop's budget is 0.
 	rolling bool
 }
 
@@ -204,8 +204,8 @@ func (l *Loop) Pass(ctx context.Context) {
 }
 
 // revisions lists the current revisions with replicas: a Deployment's newest
-// ReplicaSet (older ones are being scaled away by the rollout), bare ReplicaSets and
-// StatefulSets.
+// ReplicaSet (older ones are being scaled away by the rollout), a Rollout's
+// ReplicaSets, bare ReplicaSets and StatefulSets.
 func (l *Loop) revisions() []revision {
 	r := l.cfg.Caches.Resolver
 	var out []revision
@@ -258,21 +258,34 @@ func (l *Loop) replicaSetRevision(rs *appsv1.ReplicaSet) (revision, bool) {
 		return revision{}, false
 	}
 	rolling := false
-	if owner := metav1.GetControllerOfNoCopy(rs); owner != nil && owner.Kind == "Deployment" {
+	switch owner := metav1.GetControllerOfNoCopy(rs); {
+	case owner != nil && owner.Kind == "Deployment":
 		d, err := l.cfg.Caches.Resolver.Deployments.Deployments(rs.Namespace).Get(owner.Name)
 		if err != nil || d.UID != owner.UID || d.Annotations[revisionAnnotation] != rs.Annotations[revisionAnnotation] {
 			return revision{}, false
 		}
-		active := 0
-		for _, sibling := range l.cfg.Caches.ReplicaSetsOf(owner.UID) {
-			if sibling.Namespace == rs.Namespace && sibling.Spec.Replicas != nil && *sibling.Spec.Replicas > 0 {
-				active++
-			}
-		}
-		rolling = active > 1
+		rolling = l.activeSiblings(rs.Namespace, owner.UID) > 1
+	case l.cfg.Caches.Resolver.Rollouts != nil && clusterview.IsRollout(owner):
+		// Every ReplicaSet of a Rollout with replicas is a revision of its own (a
+		// canary's stable and canary sets both run for as long as its steps last); while
+		// more than one has replicas the Rollout controller is moving pods, as a
+		// Deployment's rollout does.
+		rolling = l.activeSiblings(rs.Namespace, owner.UID) > 1
 	}
 	return revision{uid: rs.UID, namespace: rs.Namespace, name: rs.Name, kind: "ReplicaSet",
 		replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations, selector: rs.Spec.Selector, rolling: rolling}, true
+}
+
+// activeSiblings counts the ReplicaSets of namespace ns that the Deployment or Rollout
+// owner controls and that have replicas.
+func (l *Loop) activeSiblings(ns string, owner types.UID) int {
+	active := 0
+	for _, sibling := range l.cfg.Caches.ReplicaSetsOf(owner) {
+		if sibling.Namespace == ns && sibling.Spec.Replicas != nil && *sibling.Spec.Replicas > 0 {
+			active++
+		}
+	}
+	return active
 }
 
 func (l *Loop) statefulSetRevision(s *appsv1.StatefulSet) (revision, bool) {

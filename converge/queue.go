@@ -5,8 +5,8 @@ package converge
 // cluster's size.
 //
 // What queues a revision (Interval later, so a burst of changes makes one pass):
-//   - its placed pods, itself, its Deployment or a sibling ReplicaSet (clusterview's
-//     OnRevisionChange);
+//   - its placed pods, itself, its Deployment or Argo Rollout or a sibling ReplicaSet
+//     (clusterview's OnRevisionChange);
 //   - its unavailability record (unavailability.Records.OnChange);
 //   - a policy or namespace default that may govern it (PoliciesChanged);
 //   - time, while it is not settled: pods waiting for a node (FALLBACK_AFTER runs, and

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -65,22 +67,51 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		}
 	}
 	if o.Name == "" {
-		c.Unseen = append(c.Unseen, "the convergence loop's unavailability records (kept per workload revision: give -f with a live Deployment or StatefulSet to read its record)")
+		c.Unseen = append(c.Unseen, "the convergence loop's unavailability records (kept per workload revision: give -f with a live Deployment, StatefulSet or Rollout to read its record)")
 		return c, nil, nil
 	}
-	placed, err := live(ctx, client, s, o, &c)
+	placed, err := live(ctx, client, dyn, s, o, &c)
 	if err != nil {
 		c.Unseen = append(c.Unseen, fmt.Sprintf("the live %s %s/%s (%s): nothing counted as placed", o.Kind, o.Namespace, o.Name, short(err)))
 	}
 	return c, placed, nil
 }
 
+// liveRollout reads Argo Rollout o.Name (metadata and selector) and its ReplicaSets
+// into st, and returns its selector.
+func liveRollout(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, o Options, st *report.State) (*metav1.LabelSelector, error) {
+	u, err := dyn.Resource(report.RolloutResource).Namespace(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	raw, found, err := unstructured.NestedMap(u.Object, "spec", "selector")
+	if err != nil || !found {
+		return nil, fmt.Errorf("Rollout %s/%s has no spec.selector (%v)", o.Namespace, o.Name, err)
+	}
+	selector := &metav1.LabelSelector{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, selector); err != nil {
+		return nil, fmt.Errorf("Rollout %s/%s: spec.selector: %w", o.Namespace, o.Name, err)
+	}
+	st.Rollouts = []metav1.ObjectMeta{{Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID(), Labels: u.GetLabels(), Annotations: u.GetAnnotations()}}
+	rs, err := client.AppsV1().ReplicaSets(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(selector)})
+	if err != nil {
+		return nil, err
+	}
+	st.ReplicaSets = rs.Items
+	return selector, nil
+}
+
 // live reads the live workload's pods per term and its unavailability record.
-func live(ctx context.Context, client kubernetes.Interface, s *strategy.Strategy, o Options, c *Capacity) ([]int, error) {
+func live(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, s *strategy.Strategy, o Options, c *Capacity) ([]int, error) {
 	st := &report.State{Nodes: map[string]*corev1.Node{}}
 	apps := client.AppsV1()
 	var selector *metav1.LabelSelector
 	switch o.Kind {
+	case "Rollout":
+		var err error
+		if selector, err = liveRollout(ctx, client, dyn, o, st); err != nil {
+			return nil, err
+		}
 	case "Deployment":
 		d, err := apps.Deployments(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
 		if err != nil {
@@ -99,7 +130,7 @@ func live(ctx context.Context, client kubernetes.Interface, s *strategy.Strategy
 		}
 		st.StatefulSets, selector = []appsv1.StatefulSet{*ss}, ss.Spec.Selector
 	default:
-		return nil, fmt.Errorf("kind %q: want Deployment or StatefulSet", o.Kind)
+		return nil, fmt.Errorf("kind %q: want Deployment, StatefulSet or Rollout", o.Kind)
 	}
 	pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(selector)})
 	if err != nil {

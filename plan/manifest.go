@@ -43,8 +43,8 @@ type PolicyLinks interface {
 	AppendLinks(dst []strategy.AnnotatedObject, w policy.Workload) []strategy.AnnotatedObject
 }
 
-// ReadManifest finds the one Deployment or StatefulSet that carries a strategy in a
-// YAML or JSON manifest (several documents may be separated by ---).
+// ReadManifest finds the one Deployment, StatefulSet or Argo Rollout that carries a
+// strategy in a YAML or JSON manifest (several documents may be separated by ---).
 func ReadManifest(data []byte) (Workload, error) { return ReadManifestWith(data, nil, "") }
 
 // ReadManifestWith is ReadManifest for a cluster: a workload without a strategy of its
@@ -75,15 +75,26 @@ func ReadManifestWith(data []byte, links PolicyLinks, defaultNamespace string) (
 	}
 	switch len(found) {
 	case 0:
-		return Workload{}, fmt.Errorf("no Deployment or StatefulSet with an active %s annotation (kinds seen: %s)", strategy.AnnotationStrategy, strings.Join(kinds, ", "))
+		return Workload{}, fmt.Errorf("no Deployment, StatefulSet or Rollout with an active %s annotation (kinds seen: %s)", strategy.AnnotationStrategy, strings.Join(kinds, ", "))
 	case 1:
 		return found[0], nil
 	}
 	return Workload{}, errors.New("several workloads carry a strategy: give a manifest with one")
 }
 
-// workloadOf reads a Deployment or StatefulSet document; false for other kinds and for
-// workloads without an active strategy.
+// rolloutDoc is what a plan reads of an Argo Rollout: its spec has a Deployment's
+// replicas and pod template (a Rollout with a workloadRef has no template here).
+type rolloutDoc struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Replicas *int32                 `json:"replicas"`
+		Template corev1.PodTemplateSpec `json:"template"`
+	} `json:"spec"`
+}
+
+// workloadOf reads a Deployment, StatefulSet or Argo Rollout document; false for other
+// kinds and for workloads without an active strategy.
 func workloadOf(kind string, doc []byte, links PolicyLinks, defaultNamespace string) (Workload, bool, error) {
 	var meta metav1.ObjectMeta
 	var tmpl corev1.PodTemplateSpec
@@ -101,6 +112,15 @@ func workloadOf(kind string, doc []byte, links PolicyLinks, defaultNamespace str
 			return Workload{}, false, err
 		}
 		meta, tmpl, replicas = s.ObjectMeta, s.Spec.Template, s.Spec.Replicas
+	case "Rollout":
+		var r rolloutDoc
+		if err := yaml.Unmarshal(doc, &r); err != nil {
+			return Workload{}, false, err
+		}
+		if !strings.HasPrefix(r.APIVersion, "argoproj.io/") {
+			return Workload{}, false, nil // some other project's Rollout
+		}
+		meta, tmpl, replicas = r.ObjectMeta, r.Spec.Template, r.Spec.Replicas
 	default:
 		return Workload{}, false, nil
 	}

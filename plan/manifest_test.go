@@ -46,7 +46,7 @@ func TestReadManifest(t *testing.T) {
 
 func TestReadManifestErrors(t *testing.T) {
 	cases := map[string]string{
-		"kind: Service\nmetadata: {name: x}\n":  "no Deployment or StatefulSet",
+		"kind: Service\nmetadata: {name: x}\n":  "no Deployment, StatefulSet or Rollout",
 		"kind: Deployment\nspec: [":             "document 1",
 		"kind: Deployment\nspec: {replicas: x}": "document 1 (Deployment)",
 	}

@@ -51,12 +51,14 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	if err != nil {
 		return Report{}, err
 	}
+	rolloutsUnseen := readRollouts(ctx, client, dyn, o.Namespace, st)
 	// Nodes, NodePools and the webhook's records are cluster-wide or elsewhere: a user who
 	// may read only their namespace still gets the report, told what it lacks.
 	unseen, nodesSeen, err := listNodes(ctx, client, st)
 	if err != nil {
 		return Report{}, err
 	}
+	unseen = append(unseen, rolloutsUnseen...)
 	unseen = append(unseen, readRecords(ctx, client, o.WebhookNamespace, st)...)
 	var policyGaps []string
 	st.Policies, policyGaps = ReadPolicies(ctx, client, dyn, o.Namespace)

@@ -107,8 +107,11 @@ type State struct {
 	Deployments  []appsv1.Deployment
 	StatefulSets []appsv1.StatefulSet
 	ReplicaSets  []appsv1.ReplicaSet
-	Pods         []corev1.Pod
-	Nodes        map[string]*corev1.Node
+	// Rollouts holds the metadata of Argo Rollouts (nil when not served): their
+	// ReplicaSets are reported under them, as the webhook places them.
+	Rollouts []metav1.ObjectMeta
+	Pods     []corev1.Pod
+	Nodes    map[string]*corev1.Node
 	// ServedBy names the capacity serving a term's labels; nil leaves it out.
 	ServedBy func(labels map[string]string) []string
 	// Unavailable returns the terms of a revision (ReplicaSet or StatefulSet UID)
@@ -130,11 +133,21 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 		}
 	}
 	rsByDeployment := map[types.UID][]*appsv1.ReplicaSet{}
+	rsByRollout := map[types.UID][]*appsv1.ReplicaSet{}
+	rollouts := map[types.UID]bool{}
+	for i := range st.Rollouts {
+		rollouts[st.Rollouts[i].UID] = true
+	}
 	var report Report
 	for i := range st.ReplicaSets {
 		rs := &st.ReplicaSets[i]
-		if ref := metav1.GetControllerOf(rs); ref != nil && ref.Kind == "Deployment" {
+		ref := metav1.GetControllerOf(rs)
+		if ref != nil && ref.Kind == "Deployment" {
 			rsByDeployment[ref.UID] = append(rsByDeployment[ref.UID], rs)
+			continue
+		}
+		if isRollout(ref) && rollouts[ref.UID] {
+			rsByRollout[ref.UID] = append(rsByRollout[ref.UID], rs)
 			continue
 		}
 		if keep("ReplicaSet", rs.Name) {
@@ -146,18 +159,25 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 		if !keep("Deployment", d.Name) {
 			continue
 		}
-		current, others := currentRevision(rsByDeployment[d.UID])
+		current, others := currentRevision(rsByDeployment[d.UID], deploymentRevisionAnnotation)
 		var pods []*corev1.Pod
 		revision := ""
 		var uid types.UID
 		if current != nil {
 			pods, revision, uid = podsByOwner[current.UID], current.Name, current.UID
 		}
-		older := 0
-		for _, rs := range others {
-			older += len(podsByOwner[rs.UID])
+		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, uid, pods, podsOf(podsByOwner, others))
+	}
+	for i := range st.Rollouts {
+		ro := &st.Rollouts[i]
+		current, others := currentRevision(rsByRollout[ro.UID], rolloutRevisionAnnotation)
+		if current == nil || !keep("Rollout", ro.Name) {
+			continue
 		}
-		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, uid, pods, older)
+		// The newest ReplicaSet is counted, for its own replicas (each of a Rollout's
+		// ReplicaSets is a seat sequence of its own); the others' pods are a total.
+		rsLink := strategy.AnnotatedObject{Name: "ReplicaSet " + current.Namespace + "/" + current.Name, Annotations: current.Annotations}
+		report.add(st, "Rollout", *ro, current.Spec.Template.Annotations, current.Spec.Replicas, current.Name, current.UID, podsByOwner[current.UID], podsOf(podsByOwner, others), rsLink)
 	}
 	for i := range st.StatefulSets {
 		s := &st.StatefulSets[i]
@@ -172,10 +192,24 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 	return report
 }
 
-// currentRevision picks a Deployment's newest ReplicaSet by its revision annotation.
-func currentRevision(sets []*appsv1.ReplicaSet) (*appsv1.ReplicaSet, []*appsv1.ReplicaSet) {
+// deploymentRevisionAnnotation is the Deployment controller's revision on its
+// ReplicaSets.
+const deploymentRevisionAnnotation = "deployment.kubernetes.io/revision"
+
+// podsOf counts the pods of the ReplicaSets sets.
+func podsOf(podsByOwner map[types.UID][]*corev1.Pod, sets []*appsv1.ReplicaSet) int {
+	n := 0
+	for _, rs := range sets {
+		n += len(podsByOwner[rs.UID])
+	}
+	return n
+}
+
+// currentRevision picks the newest of a Deployment's or Rollout's ReplicaSets by the
+// revision annotation key.
+func currentRevision(sets []*appsv1.ReplicaSet, key string) (*appsv1.ReplicaSet, []*appsv1.ReplicaSet) {
 	revision := func(rs *appsv1.ReplicaSet) int {
-		n, _ := strconv.Atoi(rs.Annotations["deployment.kubernetes.io/revision"])
+		n, _ := strconv.Atoi(rs.Annotations[key])
 		return n
 	}
 	sort.Slice(sets, func(i, j int) bool { return revision(sets[i]) > revision(sets[j]) })
@@ -185,12 +219,15 @@ func currentRevision(sets []*appsv1.ReplicaSet) (*appsv1.ReplicaSet, []*appsv1.R
 	return sets[0], sets[1:]
 }
 
-func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods []*corev1.Pod, older int) {
+// add reports one workload; more are links after its own annotations and before its
+// policies (a Rollout's ReplicaSet), as the webhook's chain has them.
+func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods []*corev1.Pod, older int, more ...strategy.AnnotatedObject) {
 	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
-	chain := st.Policies.AppendLinks([]strategy.AnnotatedObject{
+	own := append([]strategy.AnnotatedObject{
 		{Name: "the pod template of " + name, Annotations: template},
 		{Name: name, Annotations: meta.Annotations},
-	}, policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels})
+	}, more...)
+	chain := st.Policies.AppendLinks(own, policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels})
 	src := strategy.Resolve(chain...)
 	if !src.Active() {
 		return

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -46,6 +47,8 @@ func quietLog() logrus.FieldLogger {
 // ReplicaSet, and a StatefulSet "db" with the same annotations.
 type cluster struct {
 	objects []runtime.Object
+	// rollouts, when not nil, are watched as Argo Rollouts (metadata only).
+	rollouts []runtime.Object
 }
 
 // newCluster annotates the workloads with the strategy strat (even an empty one).
@@ -76,6 +79,12 @@ func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *led
 	caches, err := clusterview.NewCaches(client, 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.rollouts != nil {
+		scheme := runtime.NewScheme()
+		metav1.AddMetaToScheme(scheme)
+		meta := metadatafake.NewSimpleMetadataClient(scheme, c.rollouts...)
+		caches.WatchRollouts(meta, meta)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

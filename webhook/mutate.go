@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -207,7 +208,10 @@ func (m *PodMutator) resolve(ctx context.Context, a *podAdmission) (string, *adm
 	w, err := m.Resolver.Resolve(ctx, a.req.Namespace, a.owner)
 	if err != nil {
 		m.log(a).WithError(err).Warn("cannot resolve the pod's workload; admitting it unchanged")
-		if a.podStrategy().Active() || ctx.Err() != nil {
+		// An unreadable owner (a ReplicaSet's Rollout) hides whether a strategy applies:
+		// say so, as a pod's own strategy that cannot be followed is said.
+		var owner *clusterview.OwnerError
+		if a.podStrategy().Active() || ctx.Err() != nil || errors.As(err, &owner) {
 			return pastDeadline(ctx, OutcomeError), allow(fmt.Sprintf("pod not placed: %v", err))
 		}
 		return OutcomeError, allow()

@@ -49,7 +49,7 @@ func commandFor(argv0 string) *cobra.Command {
 		return newRootCommand()
 	}
 	cmd := newSpreadCommand()
-	cmd.Use = "kubectl spread [deployment/NAME | statefulset/NAME | replicaset/NAME | NAME]"
+	cmd.Use = "kubectl spread [deployment/NAME | statefulset/NAME | replicaset/NAME | rollout/NAME | NAME]"
 	cmd.Example = strings.ReplaceAll(cmd.Example, "custom-kube-scheduler-webhook spread", "kubectl spread")
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })

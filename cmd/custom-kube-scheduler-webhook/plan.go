@@ -116,7 +116,7 @@ listed as not priced, with the reason.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.raw, "strategy", "", "the CustomPodScheduleStrategy value")
-	f.StringVarP(&o.file, "filename", "f", "", "a Deployment or StatefulSet manifest: its strategy, replicas and pod requests")
+	f.StringVarP(&o.file, "filename", "f", "", "a Deployment, StatefulSet or Argo Rollout manifest: its strategy, replicas and pod requests")
 	f.IntVar(&o.replicas, "replicas", 1, "number of replicas (with -f: the manifest's)")
 	f.IntVar(&o.maxReplicas, "max-replicas", 0, "with --cluster: the top of the replica range, e.g. an HPA's maxReplicas (default: --replicas)")
 	f.BoolVar(&o.cluster, "cluster", false, "check the plan against the live cluster's NodePools and node groups")

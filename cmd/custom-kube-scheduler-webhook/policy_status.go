@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -13,12 +14,14 @@ import (
 )
 
 // governable lists the workloads a policy may govern from the webhook's caches:
-// Deployments, StatefulSets and bare ReplicaSets, each marked Own when it decides its
-// strategy itself (an annotation on it or its pod template, or the opt-out).
+// Deployments, Argo Rollouts (when watched), StatefulSets and bare ReplicaSets, each
+// marked Own when it decides its strategy itself (an annotation on it or its pod
+// template, or the opt-out).
 func governable(caches *clusterview.Caches, skip func(namespace string) bool) func() []policy.Governable {
 	return func() []policy.Governable {
 		var out []policy.Governable
-		add := func(kind string, meta metav1.ObjectMeta, template map[string]string, revision func() (types.UID, int, bool)) {
+		// revision returns the revision whose pods are counted, or why there is none.
+		add := func(kind string, meta metav1.ObjectMeta, template map[string]string, revision func() (types.UID, int, string)) {
 			if skip(meta.Namespace) {
 				return
 			}
@@ -26,9 +29,9 @@ func governable(caches *clusterview.Caches, skip func(namespace string) bool) fu
 			g := policy.Governable{Workload: policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}, Name: meta.Name, Own: src.Present || src.Disabled}
 			if !g.Own {
 				g.Exact = func(s *strategy.Strategy) (bool, string) {
-					uid, replicas, ok := revision()
-					if !ok {
-						return false, "no current revision yet"
+					uid, replicas, why := revision()
+					if why != "" {
+						return false, why
 					}
 					return exactNow(caches, clusterview.Revision{Namespace: meta.Namespace, UID: uid}, replicas, s)
 				}
@@ -38,31 +41,66 @@ func governable(caches *clusterview.Caches, skip func(namespace string) bool) fu
 		r := caches.Resolver
 		if deployments, err := r.Deployments.List(labels.Everything()); err == nil {
 			for _, d := range deployments {
-				add("Deployment", d.ObjectMeta, d.Spec.Template.Annotations, func() (types.UID, int, bool) {
+				add("Deployment", d.ObjectMeta, d.Spec.Template.Annotations, func() (types.UID, int, string) {
 					for _, rs := range caches.ReplicaSetsOf(d.UID) {
 						if rs.Namespace == d.Namespace && rs.Annotations[deploymentRevision] == d.Annotations[deploymentRevision] {
-							return rs.UID, replicasOf(d.Spec.Replicas), true
+							return rs.UID, replicasOf(d.Spec.Replicas), ""
 						}
 					}
-					return "", 0, false
+					return "", 0, noRevision
 				})
 			}
 		}
 		if sets, err := r.StatefulSets.List(labels.Everything()); err == nil {
 			for _, s := range sets {
-				add("StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, func() (types.UID, int, bool) { return s.UID, replicasOf(s.Spec.Replicas), true })
+				add("StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, func() (types.UID, int, string) { return s.UID, replicasOf(s.Spec.Replicas), "" })
 			}
+		}
+		for _, ro := range caches.Rollouts() {
+			current, why := rolloutRevision(caches.ReplicaSetsOf(ro.UID), ro.Namespace)
+			var template map[string]string
+			if current != nil {
+				template = current.Spec.Template.Annotations
+			}
+			add("Rollout", ro.ObjectMeta, template, func() (types.UID, int, string) {
+				if current == nil {
+					return "", 0, why
+				}
+				return current.UID, replicasOf(current.Spec.Replicas), ""
+			})
 		}
 		if sets, err := r.ReplicaSets.List(labels.Everything()); err == nil {
 			for _, rs := range sets {
 				if metav1.GetControllerOfNoCopy(rs) == nil {
-					add("ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, func() (types.UID, int, bool) { return rs.UID, replicasOf(rs.Spec.Replicas), true })
+					add("ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, func() (types.UID, int, string) { return rs.UID, replicasOf(rs.Spec.Replicas), "" })
 				}
 			}
 		}
 		return out
 	}
 }
+
+// rolloutRevision is the one ReplicaSet of namespace ns among a Rollout's sets that has
+// replicas: the revision its exact count is read from. None while a canary or a
+// blue-green preview runs two (why says so) or before the first has replicas.
+func rolloutRevision(sets []*appsv1.ReplicaSet, ns string) (current *appsv1.ReplicaSet, why string) {
+	for _, rs := range sets {
+		if rs.Namespace != ns || rs.Spec.Replicas == nil || *rs.Spec.Replicas == 0 {
+			continue
+		}
+		if current != nil {
+			return nil, "the Rollout is moving pods between its ReplicaSets"
+		}
+		current = rs
+	}
+	if current == nil {
+		return nil, noRevision
+	}
+	return current, ""
+}
+
+// noRevision is why a workload is not exact before its first revision has pods.
+const noRevision = "no current revision yet"
 
 // deploymentRevision is the Deployment controller's revision annotation: a Deployment's
 // current ReplicaSet carries the Deployment's value.

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -198,12 +199,40 @@ func (r *replica) startCaches(ctx context.Context) error {
 	r.caches.Resolver.Client = liveClient
 	r.caches.Resolver.CacheGrace = cacheGrace
 	r.caches.Resolver.LiveSlots = make(chan struct{}, r.cfg.LiveLookups)
+	if err := r.watchRollouts(liveCfg); err != nil {
+		return err
+	}
 	if r.policies, err = newPolicyCache(r.restCfg, r.client, r.entry); err != nil {
 		return err
 	}
 	r.caches.Resolver.Policies = r.policies
 	r.caches.Start(ctx)
 	r.policies.Start(ctx)
+	return nil
+}
+
+// watchRollouts has the caches follow a ReplicaSet's Argo Rollout when the API server
+// serves Rollouts; they are looked for once, at start, as the policy CRDs are. Without
+// them a ReplicaSet a Rollout controls counts as a bare ReplicaSet. Live lookups use
+// liveCfg, as the other workloads' do.
+func (r *replica) watchRollouts(liveCfg *rest.Config) error {
+	served, err := clusterview.RolloutsServed(r.client.Discovery())
+	if err != nil {
+		return err
+	}
+	if !served {
+		r.entry.Infof("%s is not served (Argo Rollouts not installed?): ReplicaSets of Rollouts count as bare ReplicaSets", clusterview.RolloutResource.GroupResource())
+		return nil
+	}
+	watch, err := metadata.NewForConfig(r.restCfg)
+	if err != nil {
+		return fmt.Errorf("create metadata client for Rollouts: %w", err)
+	}
+	live, err := metadata.NewForConfig(liveCfg)
+	if err != nil {
+		return fmt.Errorf("create live metadata client for Rollouts: %w", err)
+	}
+	r.caches.WatchRollouts(watch, live)
 	return nil
 }
 

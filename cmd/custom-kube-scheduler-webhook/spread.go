@@ -30,7 +30,7 @@ type spreadOptions struct {
 func newSpreadCommand() *cobra.Command {
 	var o spreadOptions
 	cmd := &cobra.Command{
-		Use:   "spread [deployment/NAME | statefulset/NAME | replicaset/NAME | NAME]",
+		Use:   "spread [deployment/NAME | statefulset/NAME | replicaset/NAME | rollout/NAME | NAME]",
 		Short: "Show, per term, the target and the actual pods of workloads that carry a strategy",
 		Long: `Show how each workload that carries a CustomPodScheduleStrategy is spread: per
 term the target for the current replica count, the pods placed there (Running,
@@ -127,8 +127,10 @@ func parseWorkloadArg(arg string) (kind, name string, err error) {
 		return "StatefulSet", n, nil
 	case "replicaset", "replicasets", "rs":
 		return "ReplicaSet", n, nil
+	case "rollout", "rollouts", "ro":
+		return "Rollout", n, nil
 	}
-	return "", "", fmt.Errorf("unknown workload kind %q: want deployment, statefulset or replicaset", k)
+	return "", "", fmt.Errorf("unknown workload kind %q: want deployment, statefulset, replicaset or rollout", k)
 }
 
 func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name string) bool) (report.Report, error) {

@@ -161,6 +161,12 @@ for res in deployments.apps replicasets.apps statefulsets.apps; do
 	denied update "$res" --all-namespaces
 	denied delete "$res" --all-namespaces
 done
+# Argo Rollouts' metadata, where the cluster serves the CRD (can-i resolves the name
+# through discovery; without the CRD it would ask about the wrong group).
+if kubectl get crd rollouts.argoproj.io >/dev/null 2>&1; then
+	for verb in get list watch; do allowed "$verb" rollouts.argoproj.io --all-namespaces; done
+	denied update rollouts.argoproj.io --all-namespaces
+fi
 allowed create events --namespace default
 allowed patch events --namespace default
 secret=secret/$full-certs

@@ -333,6 +333,7 @@ check_not "no delete verb cluster-wide" contains "$cr" '"delete"'
 check_not "never bound to cluster-admin" contains "$d" "name: cluster-admin"
 check "pods/nodes list+watch" matches "$(tr -d '\n' <<<"$cr")" 'resources: \["pods", "nodes"\] +verbs: \["list", "watch"\]'
 check "nodepools list+watch" matches "$(tr -d '\n' <<<"$cr")" 'apiGroups: \["karpenter.sh"\] +resources: \["nodepools"\] +verbs: \["list", "watch"\]'
+check "Argo Rollouts get+list+watch" matches "$(tr -d '\n' <<<"$cr")" 'apiGroups: \["argoproj.io"\] +resources: \["rollouts"\] +verbs: \["get", "list", "watch"\]'
 check_not "no LEDGER (one ledger remains)" contains "$dep" "LEDGER"
 check "leases in its own namespace (Role, not ClusterRole)" matches "$(tr -d '\n' <<<"$role")" 'resources: \["leases"\] +verbs: \["get", "list", "watch", "create", "update", "delete"\]'
 check_not "no ClusterRole rule on leases" contains "$cr" '"leases"'

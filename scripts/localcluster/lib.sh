@@ -11,6 +11,9 @@ REPO_ROOT=$(cd "$LC_SCRIPTS/../.." && pwd)
 KUBE_VERSION=${KUBE_VERSION:-v1.33.13}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KARPENTER_VERSION=${KARPENTER_VERSION:-v1.14.1}
+# Argo Rollouts: only its Rollout CRD is installed (up.sh, from the module cache), no
+# controller: the e2e tests make the ReplicaSets a Rollout controller would.
+ARGO_ROLLOUTS_VERSION=${ARGO_ROLLOUTS_VERSION:-v1.8.3}
 
 # Binaries live outside the repo; cluster state lives in the (gitignored) repo dir.
 LOCALCLUSTER_CACHE=${LOCALCLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/custom-kube-scheduler-webhook}

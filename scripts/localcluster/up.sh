@@ -3,7 +3,8 @@
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 #   kwok (fake kubelets: nodes Ready, pods Running),
 #   Karpenter with its kwok cloud provider (creates spot/on-demand nodes),
-#   Karpenter CRDs, KWOKNodeClass "default" and the sample NodePools (nodepools.yaml).
+#   Karpenter CRDs, KWOKNodeClass "default" and the sample NodePools (nodepools.yaml),
+#   Argo Rollouts' Rollout CRD (no controller).
 # Every daemon runs in the background with its PID recorded in $LOCALCLUSTER_DIR/pids;
 # down.sh stops them by those PIDs. Idempotent: a healthy running cluster is reused.
 #
@@ -183,6 +184,17 @@ lc_kubectl apply --server-side -f "$KARP_MOD/kwok/charts/crds/" -f "$KARP_MOD/kw
 lc_kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 lc_kubectl apply --server-side -f "$LC_SCRIPTS/nodepools.yaml" >/dev/null
 lc_log "Karpenter CRDs, KWOKNodeClass and NodePools applied"
+# Argo Rollouts' Rollout CRD, from its Go module (no controller): the webhook follows a
+# ReplicaSet's Rollout when the API serves it, which it looks for when it starts.
+ROLLOUTS_MOD=$(lc_module_dir "github.com/argoproj/argo-rollouts@$ARGO_ROLLOUTS_VERSION") ||
+	lc_die "cannot locate github.com/argoproj/argo-rollouts@$ARGO_ROLLOUTS_VERSION"
+lc_kubectl apply --server-side -f "$ROLLOUTS_MOD/manifests/crds/rollout-crd.yaml" >/dev/null
+# Polled: kubectl wait fails at once on a CRD whose status has no conditions yet.
+rollouts_established() {
+	[[ $(lc_kubectl get crd rollouts.argoproj.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}') == True ]]
+}
+lc_wait rollouts_established || lc_die "the Rollout CRD is not Established"
+lc_log "Argo Rollouts $ARGO_ROLLOUTS_VERSION Rollout CRD applied (no controller)"
 lc_start karpenter env KUBECONFIG="$K" DISABLE_LEADER_ELECTION=true \
 	METRICS_PORT="$KARPENTER_METRICS_PORT" HEALTH_PROBE_PORT="$KARPENTER_HEALTH_PORT" \
 	BATCH_MAX_DURATION=2s BATCH_IDLE_DURATION=500ms LOG_LEVEL=info "$KARPENTER_BIN"

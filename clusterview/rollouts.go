@@ -1,0 +1,141 @@
+package clusterview
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/metadata/metadatalister"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// RolloutResource is Argo Rollouts' Rollout. A ReplicaSet a Rollout controls counts its
+// seats as a Deployment's ReplicaSet does (one sequence per ReplicaSet), and takes its
+// strategy from the Rollout's annotations, or from a policy for kind Rollout.
+var RolloutResource = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "rollouts"}
+
+// kindRollout is the Rollout's kind, in owner references and policies' spec.kinds.
+const kindRollout = "Rollout"
+
+// IsRollout reports whether ref names an Argo Rollout (argoproj.io, any version).
+func IsRollout(ref *metav1.OwnerReference) bool {
+	return ref != nil && ref.Kind == kindRollout && strings.HasPrefix(ref.APIVersion, RolloutResource.Group+"/")
+}
+
+// RolloutsServed reports whether the API server serves RolloutResource: false, not an
+// error, when its group/version is unknown (Argo Rollouts not installed).
+func RolloutsServed(disc discovery.DiscoveryInterface) (bool, error) {
+	gv := RolloutResource.GroupVersion().String()
+	list, err := disc.ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discovering %s: %w", gv, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == RolloutResource.Resource {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// RolloutReader reads Rollouts' metadata (labels and annotations are all placement
+// reads of them): from a metadata-only informer, and from the API server when the
+// informer has not seen one yet.
+type RolloutReader struct {
+	Lister metadatalister.Lister
+	// Live gets what the cache has not seen; like ListerResolver.Client, a client of its
+	// own.
+	Live metadata.Interface
+}
+
+// OwnerError says that a ReplicaSet's controller (a Rollout) cannot be read: its
+// workload, and so its strategy, is unknown. Admission says so in a warning even when
+// the pod carries no strategy of its own, as one may well apply to it.
+type OwnerError struct {
+	// ReplicaSet and Owner name the objects, e.g. "ReplicaSet shop/web-1" and
+	// "Rollout shop/web".
+	ReplicaSet, Owner string
+	Err               error
+}
+
+func (e *OwnerError) Error() string {
+	return fmt.Sprintf("%s is controlled by %s, which cannot be read, so its strategy is unknown: %v", e.ReplicaSet, e.Owner, e.Err)
+}
+
+func (e *OwnerError) Unwrap() error { return e.Err }
+
+// WatchRollouts adds a metadata-only informer of Rollouts to the caches (watch lists and
+// watches, live gets what the cache has not seen yet) and has the resolver follow a
+// ReplicaSet's Rollout. Call it before Start, and only when RolloutsServed: without it
+// a ReplicaSet a Rollout controls counts as a bare ReplicaSet.
+func (c *Caches) WatchRollouts(watch, live metadata.Interface) {
+	c.rollouts = metadatainformer.NewSharedInformerFactoryWithOptions(watch, c.resync, metadatainformer.WithTransform(trimRollout))
+	inf := c.rollouts.ForResource(RolloutResource)
+	c.rolloutInformer = inf.Informer()
+	c.Resolver.Rollouts = &RolloutReader{Lister: metadatalister.New(c.rolloutInformer.GetIndexer(), RolloutResource), Live: live}
+}
+
+// trimRollout keeps a Rollout's metadata without managed fields and the last-applied
+// copy (a Rollout's spec holds a whole pod template).
+func trimRollout(obj any) (any, error) {
+	if o, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return &metav1.PartialObjectMetadata{TypeMeta: o.TypeMeta, ObjectMeta: trimMeta(o.ObjectMeta)}, nil
+	}
+	return obj, nil
+}
+
+// rollout reads Rollout ns/name through the cache, then live.
+func (r *ListerResolver) rollout(ctx context.Context, ns, name string) (*metav1.PartialObjectMetadata, error) {
+	live := func(ctx context.Context, name string, opts metav1.GetOptions) (*metav1.PartialObjectMetadata, error) {
+		return r.Rollouts.Live.Resource(RolloutResource).Namespace(ns).Get(ctx, name, opts)
+	}
+	return cachedOrLive(ctx, r, kindRollout, ns, name, r.Rollouts.Lister.Namespace(ns).Get, live)
+}
+
+// rolloutWorkload is the workload of ReplicaSet rs that Rollout ref controls: the
+// Rollout is what users see, its annotations come before the ReplicaSet's, and
+// policies select it by kind Rollout and its own labels.
+func (r *ListerResolver) rolloutWorkload(ctx context.Context, w *Workload, rsObj strategy.AnnotatedObject, ns string, ref *metav1.OwnerReference) (*Workload, error) {
+	ro, err := r.rollout(ctx, ns, ref.Name)
+	if err == nil && ro.UID != ref.UID {
+		err = fmt.Errorf("Rollout %s/%s has UID %s, the ReplicaSet names %s", ns, ref.Name, ro.UID, ref.UID)
+	}
+	if err != nil {
+		return nil, &OwnerError{ReplicaSet: rsObj.Name, Owner: kindRollout + " " + ns + "/" + ref.Name, Err: err}
+	}
+	w.Ref = corev1.ObjectReference{APIVersion: RolloutResource.GroupVersion().String(), Kind: kindRollout,
+		Namespace: ro.Namespace, Name: ro.Name, UID: ro.UID}
+	w.Chain = r.chain(ns, kindRollout, ro.Labels, strategy.AnnotatedObject{Name: w.Describe(), Annotations: ro.Annotations}, rsObj)
+	return w, nil
+}
+
+// Rollouts returns the cached Rollouts (metadata only); none when they are not watched.
+func (c *Caches) Rollouts() []*metav1.PartialObjectMetadata {
+	if c.rolloutInformer == nil {
+		return nil
+	}
+	objs := c.rolloutInformer.GetStore().List()
+	out := make([]*metav1.PartialObjectMetadata, 0, len(objs))
+	for _, o := range objs {
+		if ro, ok := o.(*metav1.PartialObjectMetadata); ok {
+			out = append(out, ro)
+		}
+	}
+	return out
+}
+
+// rolloutSynced is the Rollout informer's HasSynced; always true when not watched.
+func (c *Caches) rolloutSynced() bool {
+	return c.rolloutInformer == nil || c.rolloutInformer.HasSynced()
+}
