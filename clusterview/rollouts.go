@@ -3,32 +3,28 @@ package clusterview
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/metadata/metadatalister"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// RolloutResource is Argo Rollouts' Rollout. A ReplicaSet a Rollout controls counts its
-// seats as a Deployment's ReplicaSet does (one sequence per ReplicaSet), and takes its
-// strategy from the Rollout's annotations, or from a policy for kind Rollout.
-var RolloutResource = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "rollouts"}
+// RolloutResource is policy.RolloutResource: a ReplicaSet a Rollout controls counts its
+// seats as a Deployment's ReplicaSet does (one sequence per ReplicaSet).
+var RolloutResource = policy.RolloutResource
 
 // kindRollout is the Rollout's kind, in owner references and policies' spec.kinds.
 const kindRollout = "Rollout"
 
-// IsRollout reports whether ref names an Argo Rollout (argoproj.io, any version).
-func IsRollout(ref *metav1.OwnerReference) bool {
-	return ref != nil && ref.Kind == kindRollout && strings.HasPrefix(ref.APIVersion, RolloutResource.Group+"/")
-}
+// IsRollout reports whether ref names an Argo Rollout (policy.IsRollout).
+func IsRollout(ref *metav1.OwnerReference) bool { return policy.IsRollout(ref) }
 
 // RolloutsServed reports whether the API server serves RolloutResource: false, not an
 // error, when its group/version is unknown (Argo Rollouts not installed).

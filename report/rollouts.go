@@ -3,26 +3,23 @@ package report
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 )
 
-// RolloutResource is Argo Rollouts' Rollout, as the webhook follows it
-// (clusterview.RolloutResource; report does not import clusterview).
-var RolloutResource = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "rollouts"}
+// RolloutResource is Argo Rollouts' Rollout, as the webhook follows it.
+var RolloutResource = policy.RolloutResource
 
 // rolloutRevisionAnnotation is Argo Rollouts' revision on a Rollout's ReplicaSets.
 const rolloutRevisionAnnotation = "rollout.argoproj.io/revision"
 
 // isRollout reports whether ref names an Argo Rollout.
-func isRollout(ref *metav1.OwnerReference) bool {
-	return ref != nil && ref.Kind == "Rollout" && strings.HasPrefix(ref.APIVersion, RolloutResource.Group+"/")
-}
+func isRollout(ref *metav1.OwnerReference) bool { return policy.IsRollout(ref) }
 
 // readRollouts reads the metadata of the namespace's (every namespace's: "") Rollouts
 // into st when the API server serves them, as the webhook does; unseen says when they
