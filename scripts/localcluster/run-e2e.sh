@@ -22,6 +22,9 @@ dump_logs() {
 		tail -n 30 "$f"
 	done
 }
+# The suite's output, kept to name its failed tests last: after the component logs, where
+# the tail of a CI log shows them.
+e2e_out=$(mktemp)
 teardown() {
 	local rc=$?
 	trap - EXIT INT TERM
@@ -29,6 +32,13 @@ teardown() {
 		dump_logs >&2 || true
 	fi
 	bash "$here/down.sh" || true
+	if ((rc != 0)) && grep -qE '^[[:space:]]*--- FAIL|^panic:' "$e2e_out"; then
+		echo "===== failed e2e tests" >&2
+		# A timeout's panic is followed by the tests it interrupted.
+		grep -E '^[[:space:]]*--- FAIL' "$e2e_out" >&2 || true
+		grep -E -A2 '^panic:' "$e2e_out" >&2 || true
+	fi
+	rm -f "$e2e_out"
 	# The default e2e dir is nested in .localcluster: drop the parent too once empty.
 	[[ -n ${E2E_CLUSTER_DIR:-} ]] || rmdir "$repo/.localcluster" 2>/dev/null || true
 	exit "$rc"
@@ -43,7 +53,7 @@ args=(-tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-45m}")
 [[ -n ${E2E_RUN:-} ]] && args+=(-run "$E2E_RUN")
 cd "$repo"
 e2e_rc=0
-go test "${args[@]}" ./e2e/ || e2e_rc=$?
+go test "${args[@]}" ./e2e/ 2>&1 | tee "$e2e_out" || e2e_rc=$?
 # Every request the webhook made during the suite, held against the chart's RBAC; also
 # after a failed suite (a missing permission is often why it failed).
 bash "$here/check-webhook-rbac.sh"
