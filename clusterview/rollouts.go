@@ -5,9 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/metadata/metadatalister"
@@ -25,25 +23,6 @@ const kindRollout = "Rollout"
 
 // IsRollout reports whether ref names an Argo Rollout (policy.IsRollout).
 func IsRollout(ref *metav1.OwnerReference) bool { return policy.IsRollout(ref) }
-
-// RolloutsServed reports whether the API server serves RolloutResource: false, not an
-// error, when its group/version is unknown (Argo Rollouts not installed).
-func RolloutsServed(disc discovery.DiscoveryInterface) (bool, error) {
-	gv := RolloutResource.GroupVersion().String()
-	list, err := disc.ServerResourcesForGroupVersion(gv)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("discovering %s: %w", gv, err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == RolloutResource.Resource {
-			return true, nil
-		}
-	}
-	return false, nil
-}
 
 // RolloutReader reads Rollouts' metadata (labels and annotations are all placement
 // reads of them): from a metadata-only informer, and from the API server when the
@@ -73,7 +52,7 @@ func (e *OwnerError) Unwrap() error { return e.Err }
 
 // WatchRollouts adds a metadata-only informer of Rollouts to the caches (watch lists and
 // watches, live gets what the cache has not seen yet) and has the resolver follow a
-// ReplicaSet's Rollout. Call it before Start, and only when RolloutsServed: without it
+// ReplicaSet's Rollout. Call it before Start, and only when policy.RolloutsServed: without it
 // a ReplicaSet a Rollout controls counts as a bare ReplicaSet.
 func (c *Caches) WatchRollouts(watch, live metadata.Interface) {
 	c.rollouts = metadatainformer.NewSharedInformerFactoryWithOptions(watch, c.resync, metadatainformer.WithTransform(trimRollout))

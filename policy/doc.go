@@ -6,7 +6,8 @@
 // loop, spread, plan) resolves a strategy one way and names where it came from.
 //
 // It also names the one workload kind a policy may select outside apps/v1, Argo Rollouts'
-// Rollout (RolloutResource, IsRollout), for every reader that follows a ReplicaSet to it.
+// Rollout (RolloutResource, IsRollout, RolloutsServed), for every reader that follows a
+// ReplicaSet to it.
 //
 // Index is an immutable view over listed objects (the CLI's one-shot reads); Cache keeps
 // one current from informers (the webhook). A lookup allocates nothing.

@@ -1,10 +1,14 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 )
@@ -18,4 +22,23 @@ var RolloutResource = schema.GroupVersionResource{Group: "argoproj.io", Version:
 // IsRollout reports whether ref names an Argo Rollout (argoproj.io, any version).
 func IsRollout(ref *metav1.OwnerReference) bool {
 	return ref != nil && ref.Kind == string(v1alpha1.KindRollout) && strings.HasPrefix(ref.APIVersion, RolloutResource.Group+"/")
+}
+
+// RolloutsServed reports whether the API server serves RolloutResource: false, not an
+// error, when its group/version is unknown (Argo Rollouts not installed).
+func RolloutsServed(disc discovery.DiscoveryInterface) (bool, error) {
+	gv := RolloutResource.GroupVersion().String()
+	list, err := disc.ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discovering %s: %w", gv, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == RolloutResource.Resource {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -25,9 +25,7 @@ func isRollout(ref *metav1.OwnerReference) bool { return policy.IsRollout(ref) }
 // into st when the API server serves them, as the webhook does; unseen says when they
 // could not be read (their ReplicaSets are then shown as bare ones).
 func readRollouts(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, ns string, st *State) (unseen []string) {
-	gv := RolloutResource.GroupVersion().String()
-	list, err := client.Discovery().ServerResourcesForGroupVersion(gv)
-	if err != nil || !servesRollouts(list) {
+	if served, err := policy.RolloutsServed(client.Discovery()); err != nil || !served {
 		return nil // not served (or discovery fails): what the webhook does without them
 	}
 	l, err := dyn.Resource(RolloutResource).Namespace(ns).List(ctx, metav1.ListOptions{})
@@ -43,13 +41,4 @@ func readRollouts(ctx context.Context, client kubernetes.Interface, dyn dynamic.
 			Labels: u.GetLabels(), Annotations: u.GetAnnotations()})
 	}
 	return nil
-}
-
-func servesRollouts(list *metav1.APIResourceList) bool {
-	for _, r := range list.APIResources {
-		if r.Name == RolloutResource.Resource {
-			return true
-		}
-	}
-	return false
 }

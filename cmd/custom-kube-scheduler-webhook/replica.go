@@ -216,7 +216,7 @@ func (r *replica) startCaches(ctx context.Context) error {
 // them a ReplicaSet a Rollout controls counts as a bare ReplicaSet. Live lookups use
 // liveCfg, as the other workloads' do.
 func (r *replica) watchRollouts(liveCfg *rest.Config) error {
-	served, err := clusterview.RolloutsServed(r.client.Discovery())
+	served, err := policy.RolloutsServed(r.client.Discovery())
 	if err != nil {
 		return err
 	}
