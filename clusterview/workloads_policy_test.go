@@ -2,6 +2,7 @@ package clusterview
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,11 +28,21 @@ func TestChainEndsWithPolicyLinks(t *testing.T) {
 	resolver := syncedCaches(t, objects...).Resolver
 	ctx := context.Background()
 	rsRef := controllerRef("ReplicaSet", "web-5c4ff85997", testRSUID)
-	without := testing.AllocsPerRun(50, func() { _, _ = resolver.Resolve(ctx, testNS, &rsRef) })
+	// The fewest of a few measurements: AllocsPerRun counts every goroutine's
+	// allocations, and the informers' goroutines run beside it (under -race, a
+	// difference of one showed up).
+	allocs := func() float64 {
+		least := math.Inf(1)
+		for range 5 {
+			least = min(least, testing.AllocsPerRun(50, func() { _, _ = resolver.Resolve(ctx, testNS, &rsRef) }))
+		}
+		return least
+	}
+	without := allocs()
 
 	pol := v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "elsewhere", Name: "p"}, Spec: v1alpha1.PlacementPolicySpec{Strategy: "a=1"}}
 	resolver.Policies = policy.NewIndex([]v1alpha1.PlacementPolicy{pol}, nil, []corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: testNS}}})
-	if with := testing.AllocsPerRun(50, func() { _, _ = resolver.Resolve(ctx, testNS, &rsRef) }); with != without {
+	if with := allocs(); with != without {
 		t.Errorf("resolving with policies elsewhere: %v allocations, without policies %v", with, without)
 	}
 
