@@ -348,6 +348,30 @@ func TestSeatAboveReplicaCount(t *testing.T) {
 	}
 }
 
+// A seat held by two pods (the ledger handed it out again after an owner replica's
+// crash) while a seat up to the replica count is free: the second holder moves, the
+// Ready one stays, though every term has its count.
+func TestSeatHeldTwiceMoves(t *testing.T) {
+	twice := pod(2, 2, "spot", false, 0)
+	twice.Name, twice.UID = "web-2-again", "pod-2-again"
+	w := newWorld(t, 3, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), pod(2, 2, "spot", true, 0), twice})
+	w.loop.Pass(context.Background())
+	if got := w.evictions(); len(got) != 1 || got[0] != "web-2-again" {
+		t.Fatalf("evicted %v, want web-2-again (seat 2 held twice while seat 3 is free; web-2 is Ready)", got)
+	}
+}
+
+// A seat held twice while no seat is free (the replica count counts both) moves nothing.
+func TestSeatHeldTwiceWithNoFreeSeatStays(t *testing.T) {
+	twice := pod(2, 2, "spot", true, 0)
+	twice.Name, twice.UID = "web-2-again", "pod-2-again"
+	w := newWorld(t, 2, []*corev1.Pod{pod(1, 1, "on-demand", true, 0), pod(2, 2, "spot", true, 0), twice})
+	w.loop.Pass(context.Background())
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v with no seat free (the ReplicaSet controller removes the extra pod)", got)
+	}
+}
+
 // Pods admitted without a seat (the webhook was down) are found by the replica count
 // and moved, once the shortfall has been seen on two passes.
 func TestUnplacedPodsMove(t *testing.T) {

@@ -79,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 	for _, outcome := range []string{"settled", "unsettled", "retried"} {
 		m.passes.WithLabelValues(outcome)
 	}
-	for _, reason := range []string{MoveStranded, MoveReturn, MoveDrift, MoveUnplaced, MoveSeatAbove} {
+	for _, reason := range []string{MoveStranded, MoveReturn, MoveDrift, MoveUnplaced, MoveSeatAbove, MoveSeatTwice} {
 		for _, result := range []string{"evicted", "refused", "fenced"} {
 			m.evictions.WithLabelValues(reason, result)
 		}

@@ -5,6 +5,8 @@ package converge
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +27,7 @@ const (
 	MoveDrift     = "drift"
 	MoveUnplaced  = "unplaced"
 	MoveSeatAbove = "seat-above-replicas"
+	MoveSeatTwice = "seat-held-twice"
 )
 
 // returnGrace is how long a canary's eviction counts as on its way before its
@@ -189,8 +192,9 @@ type movePlanner struct {
 	unavailable     map[int]bool
 	live, ready     int
 	heldSeats       []int
-	above           map[int]clusterview.PlacedPod // pods of seats above the replica count
-	landed, landing map[int]bool                  // terms a returning pod landed on, or is on its way to
+	above           map[int]clusterview.PlacedPod   // pods of seats above the replica count
+	bySeat          map[int][]clusterview.PlacedPod // pods of each seat up to it
+	landed, landing map[int]bool                    // terms a returning pod landed on, or is on its way to
 	heldForFallback int
 }
 
@@ -271,20 +275,25 @@ func (mp *movePlanner) termBack(term int) {
 		msg: fmt.Sprintf("term %d (%s) is tried again after its cool-down: moving its seats back from the fallback, a few pods at a time", term+1, termLabels(mp.snap.s, term))})
 }
 
-// moveSeatsAbove moves the pods of the highest seats above the replica count, one per
-// seat free below it, once the revision has all its pods.
+// moveSeatsAbove moves, one per seat free up to the replica count and once the revision
+// has all its pods, the pods of the highest seats above the replica count, then the
+// second pods of seats held twice (after an owner replica's crash the ledger can hand a
+// seat out again, SPEC's convergence): each replacement takes a free seat.
 func (mp *movePlanner) moveSeatsAbove() {
 	n := mp.snap.rev.replicas
 	if mp.live < n {
 		return
 	}
-	held := make([]bool, n+1) // n is at most live: no bigger than the pods that exist
+	holders := make([]uint8, n+1) // n is at most live: no bigger than the pods that exist
+	twice := map[int]bool{}
 	for _, seat := range mp.heldSeats {
-		held[seat] = true
+		if holders[seat]++; holders[seat] > 1 {
+			twice[seat] = true
+		}
 	}
 	var free []int
 	for seat := 1; seat <= n; seat++ {
-		if !held[seat] {
+		if holders[seat] == 0 {
 			free = append(free, seat)
 		}
 	}
@@ -297,6 +306,56 @@ func (mp *movePlanner) moveSeatsAbove() {
 		mp.plan.moves = append(mp.plan.moves, move{pod: mp.above[seats[i]], seat: seats[i], reason: MoveSeatAbove,
 			why: fmt.Sprintf("seat %d is above the replica count %d while seat %d is free", seats[i], n, free[i])})
 	}
+	free = free[min(len(seats), len(free)):]
+	if len(free) == 0 || len(twice) == 0 {
+		return
+	}
+	for _, pod := range mp.secondHolders(twice) {
+		if len(free) == 0 {
+			return
+		}
+		mp.plan.moves = append(mp.plan.moves, move{pod: pod, seat: pod.Seat, reason: MoveSeatTwice,
+			why: fmt.Sprintf("seat %d is held by another pod too while seat %d is free", pod.Seat, free[0])})
+		free = free[1:]
+	}
+}
+
+// secondHolders returns, for each of the seats twice (held by more than one pod), all
+// its holders but the one that stays (Ready first, then the oldest), skipping pods that
+// move for another reason; in seat order. Rare: the common pass pays nothing for it.
+func (mp *movePlanner) secondHolders(twice map[int]bool) []clusterview.PlacedPod {
+	moving := map[types.UID]bool{}
+	for _, m := range mp.plan.moves {
+		moving[m.pod.UID] = true
+	}
+	bySeat := map[int][]clusterview.PlacedPod{}
+	for _, pod := range mp.snap.pods {
+		if twice[pod.Seat] && pod.HoldsSeat() {
+			bySeat[pod.Seat] = append(bySeat[pod.Seat], pod)
+		}
+	}
+	var out []clusterview.PlacedPod
+	for _, seat := range slices.Sorted(maps.Keys(bySeat)) {
+		pods := bySeat[seat]
+		slices.SortFunc(pods, func(a, b clusterview.PlacedPod) int {
+			switch {
+			case a.Ready != b.Ready:
+				if a.Ready {
+					return -1
+				}
+				return 1
+			case !a.Created.Equal(b.Created):
+				return a.Created.Compare(b.Created)
+			}
+			return strings.Compare(a.Name, b.Name)
+		})
+		for _, pod := range pods[1:] {
+			if !moving[pod.UID] {
+				out = append(out, pod)
+			}
+		}
+	}
+	return out
 }
 
 // noteReturn marks pod's term landed (a Ready pod created since the term's cool-down
