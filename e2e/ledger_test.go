@@ -6,12 +6,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -48,21 +50,33 @@ func replicasBehindBalancer(ctx context.Context, t *testing.T, n int) ([]*harnes
 	return procs, lb
 }
 
-// Three webhook replicas behind round-robin take a 500-pod burst; the one owning the
+// Two webhook replicas behind round-robin take a 500-pod burst; the one owning the
 // ReplicaSet's seats (the holder of its seat record) is SIGKILLed in the middle of it
-// and started again at once, as the kubelet restarts a crashed container. Its in-flight
-// admissions are retried on the others (same admission UID); the others, finding its
-// address refused and then answered by a new process, take the revision over. The
+// and started again at once, as the kubelet restarts a crashed container (and marks the
+// pod NotReady until the new process is ready). Its in-flight admissions are retried on
+// the other (same admission UID), which, finding its address
+// refused or answered by a new process, takes the revision over half an ownership
+// duration later. Measured (logged, not asserted: under load a claim can outwait the
+// admission deadline, and the pod is admitted unplaced for the loop to replace): the
+// API server's admission latency over the burst and the pods admitted unplaced. The
 // result is exact.
-func TestThreeReplicasBurst500OneKilled(t *testing.T) {
+func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 	ctx := context.Background()
-	procs, lb := replicasBehindBalancer(ctx, t, 3)
+	procs, lb := replicasBehindBalancer(ctx, t, 2)
+	// As a Service: only Ready replicas get calls, so the restarted process gets none
+	// before it is ready (before that it would answer 404: its admission token unread).
+	lb.watchReadiness(t, 100*time.Millisecond)
 	ns := newNamespace(ctx, t, "e2e-ledger-kill")
+	unplaced := countUnplacedCreations(ctx, t, ns)
+	before, err := harness.APIServerMetrics(ctx, env.client)
+	if err != nil {
+		t.Fatal(err)
+	}
 	d := deployment(ns, "burst", capacityStrategy, 500, true)
 	createDeployment(ctx, t, d)
 	// Kill the owner once about a third of the burst went through.
 	start := lb.total()
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		return lb.total()-start >= 150, nil
 	})
 	if err != nil {
@@ -72,10 +86,28 @@ func TestThreeReplicasBurst500OneKilled(t *testing.T) {
 	if err := owner.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	lb.MarkNotReady(owner.Port)
 	t.Logf("the seat owner (port %d) SIGKILLed after %d admissions; per replica %v", owner.Port, lb.total()-start, lb.served())
 	if err := owner.Start(ctx); err != nil {
 		t.Fatalf("restarting the killed replica: %v", err)
 	}
+	// The burst's admissions: every pod exists (placed or not) before the loop starts.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) >= 500, nil
+	})
+	if err != nil {
+		t.Fatalf("the burst's 500 pods do not exist: %v", err)
+	}
+	after, err := harness.APIServerMetrics(ctx, env.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := harness.Labels{"name": "pods.custom-kube-scheduler-webhook.io"}
+	h := after.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel).
+		Sub(before.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel))
+	t.Logf("MEASURED owner killed mid-burst: %.0f admissions at the API server, p50 %s, p99 %s, %d pods admitted unplaced, %d balancer retries",
+		h.Count(), h.FormatQuantile(0.5), h.FormatQuantile(0.99), unplaced(), lb.Failed())
 	// The killed owner's reservations in flight are held as phantoms until their pods
 	// could have appeared, so pods admitted meanwhile take seats above them, and its
 	// admissions cut short admit pods unplaced: the ledger alone cannot be exact after a
@@ -101,6 +133,45 @@ func TestThreeReplicasBurst500OneKilled(t *testing.T) {
 	t.Logf("revisions taken, summed over the running replicas: %v", taken)
 	if taken["owner_gone"]+taken["lapsed"] < 1 {
 		t.Errorf("no running replica counts a takeover of the killed owner's revision: %v", taken)
+	}
+}
+
+// countUnplacedCreations watches the pods of ns from now on until the test ends and
+// returns a function giving how many were created without a seat: admitted unplaced.
+func countUnplacedCreations(ctx context.Context, t *testing.T, ns string) func() int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	w, err := env.client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		cancel()
+		t.Fatalf("watching the pods of %s: %v", ns, err)
+	}
+	var mu sync.Mutex
+	count := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type != watch.Added {
+				continue
+			}
+			if _, seated := p.Annotations[strategy.AnnotationSeat]; !seated {
+				mu.Lock()
+				count++
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		w.Stop()
+		cancel()
+		<-done
+	})
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return count
 	}
 }
 

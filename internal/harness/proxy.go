@@ -178,6 +178,17 @@ func probeReady(ctx context.Context, hc *http.Client, url string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
+// MarkNotReady takes the backend on port out of the ready ones at once, as the kubelet
+// marks a pod NotReady when its container dies; WatchReadiness puts it back once its
+// /readyz answers 200 (a restarted process, once it is ready).
+func (p *Proxy) MarkNotReady(port int) {
+	for i, b := range p.backends {
+		if b == port {
+			p.ready[i].Store(false)
+		}
+	}
+}
+
 // Served returns how many requests each backend answered, in backend order.
 func (p *Proxy) Served() []int64 {
 	out := make([]int64, len(p.counts))
