@@ -334,16 +334,8 @@ func (s *scale) run(ctx context.Context) error {
 	host, _ := os.Hostname()
 	figs := make([]replicaFigures, len(s.replicas))
 
-	// The live heap with no pod, the baseline of the bytes per cached pod.
-	waitQuiet(ctx, time.Minute)
-	for i, r := range s.replicas {
-		m, err := s.forcedMemory(ctx, r)
-		if err != nil {
-			return err
-		}
-		s.emptyLive = append(s.emptyLive, m.live)
-		s.logf("%s empty: live heap %s, heap in use %s, RSS %s", r.Name, mib(m.live), mib(m.inuse), mib(m.rss))
-		_ = i
+	if err := s.emptyMemory(ctx); err != nil {
+		return err
 	}
 
 	// 6 (small): capacity loss on the empty cluster, before scaling up.
@@ -379,49 +371,14 @@ func (s *scale) run(ctx context.Context) error {
 	waited, rate := waitQuiet(ctx, 3*time.Minute)
 	s.logf("quiet (%.2f cores) after %s", rate, waited.Round(time.Second))
 	mark = snap(fmt.Sprintf("creating the %d pods, until all Running and the machine quiet", n), mark)
-	for i, r := range s.replicas {
-		m, err := s.forcedMemory(ctx, r)
-		if err != nil {
-			return err
-		}
-		figs[i].live, figs[i].inuse, figs[i].rss = m.live, m.inuse, m.rss
-		figs[i].perPod = (m.live - s.emptyLive[i]) / float64(running)
-		s.logf("%s full: live heap %s, heap in use %s, RSS %s, %.0f B per cached pod", r.Name, mib(m.live), mib(m.inuse), mib(m.rss), figs[i].perPod)
-	}
-	for i, r := range s.replicas {
-		figs[i].role = s.role(ctx, r)
+	if err := s.fullMemory(ctx, figs, running); err != nil {
+		return err
 	}
 
 	// 3 and 4: CPU and API requests at steady state over 60 s.
-	waitQuiet(ctx, time.Minute)
-	const steady = 60 * time.Second
-	cpuBefore := make([]float64, len(s.replicas))
-	for i, r := range s.replicas {
-		cpuBefore[i] = procCPUSeconds(r.PID())
-	}
-	machineBefore := cpuSeconds()
-	from := time.Now()
-	time.Sleep(steady)
-	to := time.Now()
-	machine := cpuSince(machineBefore)
-	for i, r := range s.replicas {
-		figs[i].cpu = (procCPUSeconds(r.PID()) - cpuBefore[i]) / steady.Seconds()
-	}
-	time.Sleep(2 * time.Second) // the audit log's last entries of the window
-	counts, other, err := s.auditCounts(from, to)
+	machine, err := s.steadyState(ctx, figs)
 	if err != nil {
 		return err
-	}
-	for i := range s.replicas {
-		total := 0
-		for _, v := range counts[i] {
-			total += v
-		}
-		figs[i].reqs = float64(total) / to.Sub(from).Seconds()
-		figs[i].reqsBy = counts[i]
-	}
-	if other > 0 {
-		s.note("%d requests of the webhook's identity in the steady window carried neither replica's token id", other)
 	}
 
 	// 5: admission latency while Deployments scale up and down.
@@ -433,25 +390,8 @@ func (s *scale) run(ctx context.Context) error {
 	snap("steady state and the churn", mark)
 
 	// 2: restart each replica in turn (SIGTERM, start again) at full size.
-	for i, r := range s.replicas {
-		waitQuiet(ctx, time.Minute)
-		if _, err := r.Terminate(30 * time.Second); err != nil {
-			s.note("%s: %v", r.Name, err)
-		}
-		start := time.Now()
-		readyAt := s.watchReady(ctx, r)
-		if err := r.Start(ctx); err != nil {
-			figs[i].restartErr = err.Error()
-			s.note("%s did not become ready after the restart: %v", r.Name, err)
-			if err := r.Start(ctx); err != nil {
-				return err
-			}
-			continue
-		}
-		figs[i].ready = readyAt().Sub(start)
-		time.Sleep(20 * time.Second)
-		figs[i].hwm = procStatusBytes(r.PID(), "VmHWM")
-		s.logf("%s restarted: ready after %s, peak RSS %s", r.Name, figs[i].ready.Round(10*time.Millisecond), mib(figs[i].hwm))
+	if err := s.restartEach(ctx, figs); err != nil {
+		return err
 	}
 
 	// 6 (full): capacity loss at full size.
@@ -496,8 +436,8 @@ func (s *scale) run(ctx context.Context) error {
 		"the whole machine used %.2f cores then (API server %.2f, etcd %.2f, Karpenter %.2f, kwok %.2f). "+
 		"API requests: the API server's audit log entries of the chart's ServiceAccount in the same 60 s, told apart by each replica's token id "+
 		"(the convergence loop's requests, by its own user agent, are marked \"converge:\" in the table below; leader election is the webhook client's).\n\n",
-		running, sumValues(machine)/steady.Seconds(), machine["API server"]/steady.Seconds(), machine["etcd"]/steady.Seconds(),
-		machine["Karpenter"]/steady.Seconds(), machine["kwok"]/steady.Seconds())
+		running, sumValues(machine)/steadyWindow.Seconds(), machine["API server"]/steadyWindow.Seconds(), machine["etcd"]/steadyWindow.Seconds(),
+		machine["Karpenter"]/steadyWindow.Seconds(), machine["kwok"]/steadyWindow.Seconds())
 	s.printf("API requests at steady state by verb and resource (60 s):\n\n| replica | requests |\n|---|---|\n")
 	for i, r := range s.replicas {
 		s.printf("| %s | %s |\n", r.Name, formatCounts(figs[i].reqsBy))
@@ -531,6 +471,103 @@ func (s *scale) run(ctx context.Context) error {
 			s.printf("- %s\n", nt)
 		}
 		s.printf("\n")
+	}
+	return nil
+}
+
+// emptyMemory records each replica's live heap with no pod, the baseline of the bytes
+// per cached pod.
+func (s *scale) emptyMemory(ctx context.Context) error {
+	waitQuiet(ctx, time.Minute)
+	for _, r := range s.replicas {
+		m, err := s.forcedMemory(ctx, r)
+		if err != nil {
+			return err
+		}
+		s.emptyLive = append(s.emptyLive, m.live)
+		s.logf("%s empty: live heap %s, heap in use %s, RSS %s", r.Name, mib(m.live), mib(m.inuse), mib(m.rss))
+	}
+	return nil
+}
+
+// fullMemory fills each replica's memory with running pods placed, and its role.
+func (s *scale) fullMemory(ctx context.Context, figs []replicaFigures, running int) error {
+	for i, r := range s.replicas {
+		m, err := s.forcedMemory(ctx, r)
+		if err != nil {
+			return err
+		}
+		figs[i].live, figs[i].inuse, figs[i].rss = m.live, m.inuse, m.rss
+		figs[i].perPod = (m.live - s.emptyLive[i]) / float64(running)
+		s.logf("%s full: live heap %s, heap in use %s, RSS %s, %.0f B per cached pod", r.Name, mib(m.live), mib(m.inuse), mib(m.rss), figs[i].perPod)
+	}
+	for i, r := range s.replicas {
+		figs[i].role = s.role(ctx, r)
+	}
+	return nil
+}
+
+// steadyState fills each replica's CPU and API requests per second over 60 s with
+// nothing changing, once the machine is quiet; it returns the whole machine's CPU
+// seconds by process in that window.
+func (s *scale) steadyState(ctx context.Context, figs []replicaFigures) (map[string]float64, error) {
+	waitQuiet(ctx, time.Minute)
+	cpuBefore := make([]float64, len(s.replicas))
+	for i, r := range s.replicas {
+		cpuBefore[i] = procCPUSeconds(r.PID())
+	}
+	machineBefore := cpuSeconds()
+	from := time.Now()
+	time.Sleep(steadyWindow)
+	to := time.Now()
+	machine := cpuSince(machineBefore)
+	for i, r := range s.replicas {
+		figs[i].cpu = (procCPUSeconds(r.PID()) - cpuBefore[i]) / steadyWindow.Seconds()
+	}
+	time.Sleep(2 * time.Second) // the audit log's last entries of the window
+	counts, other, err := s.auditCounts(from, to)
+	if err != nil {
+		return nil, err
+	}
+	for i := range s.replicas {
+		total := 0
+		for _, v := range counts[i] {
+			total += v
+		}
+		figs[i].reqs = float64(total) / to.Sub(from).Seconds()
+		figs[i].reqsBy = counts[i]
+	}
+	if other > 0 {
+		s.note("%d requests of the webhook's identity in the steady window carried neither replica's token id", other)
+	}
+	return machine, nil
+}
+
+// steadyWindow is how long steadyState measures.
+const steadyWindow = 60 * time.Second
+
+// restartEach restarts each replica in turn (SIGTERM, start again) once the machine is
+// quiet, and fills its time to ready and its peak RSS 20 s after ready.
+func (s *scale) restartEach(ctx context.Context, figs []replicaFigures) error {
+	for i, r := range s.replicas {
+		waitQuiet(ctx, time.Minute)
+		if _, err := r.Terminate(30 * time.Second); err != nil {
+			s.note("%s: %v", r.Name, err)
+		}
+		start := time.Now()
+		readyAt := s.watchReady(ctx, r)
+		if err := r.Start(ctx); err != nil {
+			figs[i].restartErr = err.Error()
+			s.note("%s did not become ready after the restart: %v", r.Name, err)
+			if err := r.Start(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		figs[i].ready = readyAt().Sub(start)
+		time.Sleep(20 * time.Second)
+		figs[i].hwm = procStatusBytes(r.PID(), "VmHWM")
+		s.logf("%s restarted: ready after %s, peak RSS %s", r.Name, figs[i].ready.Round(10*time.Millisecond), mib(figs[i].hwm))
 	}
 	return nil
 }
@@ -711,10 +748,6 @@ func (s *scale) scaleUp(ctx context.Context, n int) (running, deleted int, took 
 	if len(list.Items) > 0 {
 		return 0, 0, 0, fmt.Errorf("%d pods in %s before the run", len(list.Items), scaleNS)
 	}
-	rv := list.ResourceVersion
-	timeout := time.Duration(envInt("SCALE_RUNNING_TIMEOUT", 45)) * time.Minute
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	start := time.Now()
 	var created atomic.Int64
 	var g errgroup.Group
@@ -731,19 +764,46 @@ func (s *scale) scaleUp(ctx context.Context, n int) (running, deleted int, took 
 	}
 	createErr := make(chan error, 1)
 	go func() { createErr <- g.Wait() }()
+	running, deleted = s.awaitRunning(ctx, scaleNS, list.ResourceVersion, n, func() string {
+		return fmt.Sprintf("%d Deployments created", created.Load())
+	})
+	took = time.Since(start)
+	if err := <-createErr; err != nil {
+		return 0, 0, 0, err
+	}
+	return running, deleted, took, nil
+}
+
+// awaitRunning watches the pods of ns from resource version rv until n of them are
+// Running, or SCALE_RUNNING_TIMEOUT (minutes, default 45) has passed (a note says so),
+// logging progress (what, and the counts) every 30 s. It returns the pods Running and
+// those deleted on the way.
+func (s *scale) awaitRunning(ctx context.Context, ns, rv string, n int, what func() string) (running, deleted int) {
+	pods := s.pods.CoreV1().Pods(ns)
+	timeout := time.Duration(envInt("SCALE_RUNNING_TIMEOUT", 45)) * time.Minute
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
 	run := map[string]bool{}
 	exist := map[string]bool{}
 	lastLog := time.Now()
-	for {
+	for wctx.Err() == nil {
 		w, err := pods.Watch(wctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
 		if err != nil {
-			if wctx.Err() != nil {
-				break
+			if wctx.Err() == nil {
+				s.logf("watching pods of %s: %v", ns, err)
+				time.Sleep(time.Second)
 			}
-			return 0, 0, 0, fmt.Errorf("watching pods: %w", err)
+			continue
 		}
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
+				// Most likely the resource version is too old to watch from: count
+				// again from a list.
+				if rv, err = s.countPods(wctx, ns, exist, run); err != nil {
+					s.logf("listing pods of %s: %v", ns, err)
+					time.Sleep(time.Second)
+				}
 				break
 			}
 			p, ok := ev.Object.(*corev1.Pod)
@@ -766,28 +826,35 @@ func (s *scale) scaleUp(ctx context.Context, n int) (running, deleted int, took 
 			}
 			if time.Since(lastLog) > 30*time.Second {
 				lastLog = time.Now()
-				s.logf("scale-up: %d Deployments created, %d pods exist, %d Running after %s", created.Load(), len(exist), len(run), time.Since(start).Round(time.Second))
+				s.logf("%s: %s, %d pods exist, %d Running after %s", ns, what(), len(exist), len(run), time.Since(start).Round(time.Second))
 			}
 			if len(run) >= n {
 				w.Stop()
-				took = time.Since(start)
-				if err := <-createErr; err != nil {
-					return 0, 0, 0, err
-				}
-				return len(run), deleted, took, nil
+				return len(run), deleted
 			}
 		}
 		w.Stop()
-		if wctx.Err() != nil {
-			break
-		}
-	}
-	took = time.Since(start)
-	if err := <-createErr; err != nil {
-		return 0, 0, 0, err
 	}
 	s.note("only %d of %d pods Running after %s (SCALE_RUNNING_TIMEOUT): the run goes on at that size", len(run), n, timeout)
-	return len(run), deleted, took, nil
+	return len(run), deleted
+}
+
+// countPods fills exist and run (emptied first) from a list of the pods of ns, and
+// returns the list's resource version.
+func (s *scale) countPods(ctx context.Context, ns string, exist, run map[string]bool) (string, error) {
+	list, err := s.pods.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	clear(exist)
+	clear(run)
+	for _, p := range list.Items {
+		exist[p.Name] = true
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			run[p.Name] = true
+		}
+	}
+	return list.ResourceVersion, nil
 }
 
 // churnResult is the admission latency while Deployments scale up and down.
