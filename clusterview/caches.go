@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -251,6 +253,17 @@ type podController struct {
 // every event, and readers get PlacedPod values or pod().
 func (p *cachedPod) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: p.name, Namespace: value(p.namespace), UID: p.uid, ResourceVersion: p.resourceVersion}
+}
+
+// GetObjectKind implements runtime.Object: a cached pod is listed as one (pagedPodList).
+func (p *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object. The handles are shared values; only the
+// deletion time is a pointer of its own.
+func (p *cachedPod) DeepCopyObject() runtime.Object {
+	c := *p
+	c.deletion = p.deletion.DeepCopy()
+	return &c
 }
 
 var controllerTrue = true

@@ -17,14 +17,19 @@ import (
 const podPageSize = 500
 
 // newPodInformer is the placed pods' informer: its list is read in pages, each page
-// slimmed before the next is read (pagedPodList), instead of client-go's one list of
-// every full pod. At startup a replica holds a page of full pods and the slim rest, not
-// every full pod of the cluster at once: in a cluster of 20,000 pods that whole list
-// alone took more than the chart's memory limit. The watch is client-go's.
+// trimmed to what the cache keeps before the next is read (pagedPodList), instead of
+// client-go's one list of every full pod. At startup a replica holds a page of full
+// pods and the cached rest, not every full pod of the cluster at once: in a cluster of
+// 20,000 pods that whole list alone took more than the chart's memory limit. The watch
+// is client-go's.
 func newPodInformer(client kubernetes.Interface, selector string, resync time.Duration) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return pagedPodList(ctx, client, selector)
+			list, err := pagedPodList(ctx, client, selector)
+			if err != nil {
+				return nil, err
+			}
+			return list, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.LabelSelector = selector
@@ -38,12 +43,14 @@ func newPodInformer(client kubernetes.Interface, selector string, resync time.Du
 }
 
 // pagedPodList lists the pods selector selects in pages of podPageSize, consistently
-// (every page from one snapshot, whose resource version the list carries), and keeps of
-// each pod only what trimPod reads. A page read from the API server's watch cache (the
-// resource version "0" client-go asks for first) would come whole, every pod at once.
-// client-go's pager hands out items or the whole list, not a page's resource version.
-func pagedPodList(ctx context.Context, client kubernetes.Interface, selector string) (*corev1.PodList, error) {
-	out := &corev1.PodList{}
+// (every page from one snapshot, whose resource version the list carries), and trims
+// each page's pods into cachedPods (trimPod) before the next page is read, so that
+// listing holds what the cache will keep and one page of full pods, never a list of
+// every pod. A page read from the API server's watch cache (the resource version "0"
+// client-go asks for first) would come whole, every pod at once. client-go's pager
+// hands out items or the whole list, not a page's resource version.
+func pagedPodList(ctx context.Context, client kubernetes.Interface, selector string) (*trimmedPodList, error) {
+	out := &trimmedPodList{}
 	opts := metav1.ListOptions{LabelSelector: selector, Limit: podPageSize}
 	for {
 		page, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
@@ -52,7 +59,11 @@ func pagedPodList(ctx context.Context, client kubernetes.Interface, selector str
 		}
 		out.ResourceVersion = page.ResourceVersion
 		for i := range page.Items {
-			out.Items = append(out.Items, slimPod(&page.Items[i]))
+			p, err := trimPod(&page.Items[i])
+			if err != nil {
+				return nil, fmt.Errorf("trim pod %s/%s: %w", page.Items[i].Namespace, page.Items[i].Name, err)
+			}
+			out.Items = append(out.Items, p.(*cachedPod))
 		}
 		if page.Continue == "" {
 			return out, nil
@@ -61,16 +72,22 @@ func pagedPodList(ctx context.Context, client kubernetes.Interface, selector str
 	}
 }
 
-// slimPod is the part of p that trimPod reads; its maps and slices are p's, so the
-// rest of the page (containers, volumes, managed fields) can be collected.
-func slimPod(p *corev1.Pod) corev1.Pod {
-	return corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
-			Annotations: p.Annotations, OwnerReferences: p.OwnerReferences,
-		},
-		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, NodeSelector: p.Spec.NodeSelector},
-		Status: corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions},
+// trimmedPodList is the pod informer's list: cachedPods, which its transform (trimPod)
+// keeps as they are. The reflector reads it as any list (meta.ExtractList, the list's
+// resource version).
+type trimmedPodList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+	Items []runtime.Object
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *trimmedPodList) DeepCopyObject() runtime.Object {
+	out := &trimmedPodList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	out.Items = make([]runtime.Object, len(l.Items))
+	for i, item := range l.Items {
+		out.Items[i] = item.DeepCopyObject()
 	}
+	return out
 }
