@@ -73,7 +73,7 @@ type plainDoor struct {
 	plain *atomic.Bool
 }
 
-func (p plainDoor) Plain() bool { return p.plain.Load() }
+func (p plainDoor) PlainNow(context.Context) bool { return p.plain.Load() }
 
 // While replicas of a release without the door serve beside this one (an upgrade from
 // or a rollback to it), the plain paths the configurations then carry are answered; once

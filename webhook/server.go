@@ -142,12 +142,12 @@ func (h *Handlers) behindDoor(name string, next http.Handler) http.Handler {
 	})
 }
 
-// whilePlain serves next at a plain path only while the door says so (Plain: door-less
-// replicas serve beside this one, and the configurations carry plain paths); otherwise
-// it is 404 like any unknown path.
+// whilePlain serves next at a plain path only while the door says so (PlainNow:
+// door-less replicas serve beside this one, and the configurations carry plain paths);
+// otherwise it is 404 like any unknown path.
 func (h *Handlers) whilePlain(name string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p, ok := h.Door.(interface{ Plain() bool }); !ok || !p.Plain() {
+		if p, ok := h.Door.(interface{ PlainNow(context.Context) bool }); !ok || !p.PlainNow(r.Context()) {
 			h.Metrics.refused.WithLabelValues(name, strconv.Itoa(http.StatusNotFound)).Inc()
 			http.NotFound(w, r)
 			return

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +87,9 @@ type Keeper struct {
 	// plainUntil (Unix nanoseconds) is until when plain paths are answered: while the
 	// configurations carry them, and Propagation after.
 	plainUntil atomic.Int64
+	// checkMu serialises PlainNow's checks, lastCheck rate-limits them.
+	checkMu   sync.Mutex
+	lastCheck time.Time
 }
 
 // New checks cfg and returns a Keeper that accepts nothing until its first Sync.
@@ -127,6 +131,33 @@ func (k *Keeper) Allows(token string) bool {
 // Plain reports whether the plain paths (/mutate, /validate) are answered now, without
 // a token: while replicas without the door serve beside this one (Config.Doorless).
 func (k *Keeper) Plain() bool { return k.cfg.Now().UnixNano() < k.plainUntil.Load() }
+
+// PlainNow is Plain, or, when it is not, whether door-less replicas serve now (one
+// check of Config.Doorless at most every second, a second at most): a plain-path call
+// may come from the API server right after another replica wrote the plain paths,
+// before this one's next Sync saw why.
+func (k *Keeper) PlainNow(ctx context.Context) bool {
+	if k.Plain() {
+		return true
+	}
+	if k.cfg.Doorless == nil {
+		return false
+	}
+	k.checkMu.Lock()
+	defer k.checkMu.Unlock()
+	now := k.cfg.Now()
+	if k.Plain() || now.Sub(k.lastCheck) < time.Second {
+		return k.Plain()
+	}
+	k.lastCheck = now
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if doorless, err := k.cfg.Doorless(ctx); err != nil || !doorless {
+		return false
+	}
+	k.plainUntil.Store(now.Add(k.cfg.Propagation).UnixNano())
+	return true
+}
 
 // Synced reports whether the tokens have been read once: a replica is not ready before.
 func (k *Keeper) Synced() bool { return k.accepted.Load() != nil }

@@ -262,3 +262,27 @@ func TestDoorlessUnknownStillWritesTheToken(t *testing.T) {
 		t.Fatalf("Deployment unreadable: path %s, plain %v; want the token", mp, k.Plain())
 	}
 }
+
+// A plain-path call that comes before this replica's next Sync saw why (another replica
+// wrote the plain paths) is answered once a check finds door-less replicas; checks are
+// at most one a second.
+func TestPlainNowChecksAtOnce(t *testing.T) {
+	m, v := configurations()
+	client := fake.NewClientset(m, v)
+	c := &clock{now: time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)}
+	k := newKeeper(t, client, c, &serving{})
+	checks, doorless := 0, false
+	k.cfg.Doorless = func(context.Context) (bool, error) { checks++; return doorless, nil }
+	ctx := context.Background()
+	if k.PlainNow(ctx) || checks != 1 {
+		t.Fatalf("no door-less replica: PlainNow true or %d checks", checks)
+	}
+	doorless = true
+	if k.PlainNow(ctx) || checks != 1 {
+		t.Fatalf("within a second of the last check: PlainNow true or %d checks, want no new check", checks)
+	}
+	c.add(time.Second)
+	if !k.PlainNow(ctx) || checks != 2 || !k.Plain() {
+		t.Fatalf("door-less replicas serve: PlainNow false or %d checks", checks)
+	}
+}
