@@ -76,8 +76,8 @@ test-e2e: build
 ## and back, no NodePool fits, slow launches, a partly limited term) against each Karpenter
 ## of KARPENTER_RANGE other than go.mod's (test-e2e runs that one), each built from its
 ## module into the cache like go.mod's (~3.5 min cold each) on a cluster of its own
-## (docs/upgrade.md#karpenter-versions). v1.15 needs Go 1.26.9, so the range's newest
-## tested here is go.mod's v1.14.1.
+## (docs/upgrade.md#karpenter-versions). The supported range is v1.12 to v1.14: v1.15
+## needs Go 1.26.9 (the toolchain is 1.26.8), so the newest tested is go.mod's v1.14.1.
 KARPENTER_RANGE ?= v1.12.1
 KARPENTER_E2E_RUN ?= TestTaintedNodePoolGetsTolerations|TestStrandedFallbackAndReturn|TestKarpenterSaysNoNodePoolFits|TestSlowLaunchBurstIsNotUnavailable|TestPartlyLimitedTermKeepsItsRunningPods
 test-karpenter-range: build
@@ -107,10 +107,13 @@ test-ecr:
 	bash scripts/image/ecr-test.sh
 
 ## test-install: the chart installed for real on a local cluster with a real node (a kubelet
-## with containerd, runc and the bridge CNI; needs root and cgroups): the image and chart
-## pushed to a local registry, helm install / upgrade during a burst / a webhook pod deleted
-## mid-burst / helm uninstall, exact placement checked through the chart's Service; then
-## everything stopped by PID (deploy/test/install.sh; INSTALL_PORT_OFFSET, default 200)
+## with containerd, runc and the bridge CNI; needs root and cgroups): this tree's image and
+## chart and the previous release's (0.1.0, built from its commit 347e33c, cached) pushed
+## to a local registry; helm install of 0.1.0 / upgrade to this one mid-burst / a webhook
+## pod deleted mid-burst / helm rollback mid-burst / a last burst / upgrade again / helm
+## uninstall, exact placement checked through the chart's Service and the seat and
+## unavailability records read across versions; then everything stopped by PID
+## (deploy/test/install.sh; INSTALL_PORT_OFFSET, default 200; needs the full history)
 test-install: build
 	WEBHOOK_BIN=$(WEBHOOK_BIN) bash deploy/test/install.sh
 

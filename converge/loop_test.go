@@ -60,36 +60,6 @@ func TestBudget(t *testing.T) {
 	}
 }
 
-func TestKarpenterWord(t *testing.T) {
-	ev := func(component, msg string, at time.Time) corev1.Event {
-		return corev1.Event{Source: corev1.EventSource{Component: component}, Message: msg, LastTimestamp: metav1.NewTime(at)}
-	}
-	now := time.Now()
-	got := karpenterWord([]corev1.Event{
-		ev("default-scheduler", "0/3 nodes are available: exceed limits for nodepool", now),
-		ev("karpenter", "Failed to schedule pod, incompatible requirements, key karpenter.sh/capacity-type; all available instance types exceed limits for nodepool (NodePool=spot)", now),
-	})
-	if want := "Karpenter: all available instance types exceed limits for nodepool (NodePool=spot)"; got != want {
-		t.Errorf("karpenterWord = %q, want %q", got, want)
-	}
-	if got := karpenterWord([]corev1.Event{ev("karpenter", "Pod should schedule on: nodeclaim/x", now)}); got != "" {
-		t.Errorf("a Nominated message is no unlaunchable word: %q", got)
-	}
-	// As Karpenter v1.14 says it for a label no NodePool can set.
-	got = karpenterWord([]corev1.Event{ev("karpenter", `Failed to schedule pod, incompatible requirements, label "nodesize" does not have known values; incompatible requirements, key nodesize, nodesize In [typo] not in nodesize In [spot8vcpu32gb]; `, now)})
-	if want := `Karpenter: no NodePool is compatible (incompatible requirements, label "nodesize" does not have known values)`; got != want {
-		t.Errorf("karpenterWord = %q, want %q", got, want)
-	}
-	// The latest word counts: a pool that could not launch before may have room now.
-	got = karpenterWord([]corev1.Event{
-		ev("karpenter", "Failed to schedule pod, all available instance types exceed limits for nodepool (NodePool=spot)", now.Add(-time.Minute)),
-		ev("karpenter", "Failed to schedule pod, incompatible requirements, key a; something else entirely", now),
-	})
-	if got != "" {
-		t.Errorf("karpenterWord = %q, want nothing from the latest event", got)
-	}
-}
-
 const (
 	ns     = "shop"
 	rsUID  = types.UID("rs-1")
@@ -702,7 +672,7 @@ func TestNoMoveOntoAWaitingFallbackTerm(t *testing.T) {
 	}
 }
 
-// The words karpenterWord looks for are Karpenter's own, not exported by it: find each in
+// The words eventWords looks for are Karpenter's own, not exported by it: find each in
 // the source of the Karpenter version in go.mod, so an upgrade that rewords one fails here.
 func TestKarpenterWordsArePinned(t *testing.T) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/karpenter").Output()
@@ -736,7 +706,7 @@ func TestKarpenterWordsArePinned(t *testing.T) {
 func TestStrikeReportsNominations(t *testing.T) {
 	pods := waitingOnSpot(5, 30*time.Second)
 	w := newWorld(t, 5, pods)
-	w.loop.cfg.Signals = NewKarpenterSignals(w.client)
+	w.loop.cfg.Signals = NewKarpenterSignals(w.client, nil, nil)
 	ctx := context.Background()
 	for i, p := range pods[1:3] {
 		ev := &corev1.Event{

@@ -304,7 +304,7 @@ func (c *Catalog) Serving(term map[string]string) []Source {
 }
 
 // nodePools returns the watched NodePools (typed, shared with the cache: do not
-// modify). Only tests read it, to explain why none serves a term.
+// modify), by name: LaunchView reads them, and tests.
 func (c *Catalog) nodePools() []*karpv1.NodePool {
 	if c.pools == nil {
 		return nil

@@ -135,6 +135,11 @@ func TestCatalogServing(t *testing.T) {
 		}
 	}
 
+	// LaunchView: the pools serving a term, usable or not (broken is not Ready).
+	if v := c.LaunchView(term(capType, "spot")); !v.Watching || len(v.Pools) != 3 || v.Pools[0].Name != "broken" || v.NodeGroups != 0 || v.Nodes != 0 {
+		t.Errorf("LaunchView(spot) = %+v, want broken, sized, spot", v)
+	}
+
 	tols := TolerationsFor(c.Serving(term("nodesize", "spot4vcpu16gb")))
 	wantTols := []corev1.Toleration{
 		{Key: "team", Operator: corev1.TolerationOpEqual, Value: "ml", Effect: corev1.TaintEffectNoSchedule},
@@ -189,6 +194,9 @@ func TestCatalogWithoutNodePoolAPI(t *testing.T) {
 	waitFor(t, "sync without the NodePool API", c.HasSynced)
 	if got := names(c.Serving(term("nodesize", "a"))); !reflect.DeepEqual(got, []string{"Node/n1"}) {
 		t.Fatalf("Serving = %v", got)
+	}
+	if v := c.LaunchView(term("nodesize", "a")); v.Watching {
+		t.Errorf("LaunchView without the NodePool API = %+v, want not watching", v)
 	}
 }
 

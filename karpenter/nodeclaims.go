@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/awslabs/operatorpkg/status"
 	"github.com/sirupsen/logrus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -38,9 +40,12 @@ type Flight struct {
 	Launching int
 	// Registered counts the claims whose node registered.
 	Registered int
-	// Failed describes the claims that failed: Launched=False, or not registered
-	// within RegistrationTimeout.
+	// Failed describes the claims that failed: their launch failed (launchFailed), or
+	// they did not register within RegistrationTimeout.
 	Failed []string
+	// NotLaunched describes the claims whose launch failed, by the NodePool that made
+	// them (label karpenter.sh/nodepool): a structured "cannot launch" (CannotLaunch).
+	NotLaunched map[string][]string
 	// LastProgress is the latest sign of progress among them: a claim created, launched,
 	// registered or initialized (zero when there is none).
 	LastProgress time.Time
@@ -153,6 +158,9 @@ func (n *NodeClaims) Flight(labels map[string]string, now time.Time) Flight {
 		addClaim(&f, nc, now)
 	}
 	sort.Strings(f.Failed)
+	for _, failed := range f.NotLaunched {
+		sort.Strings(failed)
+	}
 	return f
 }
 
@@ -176,11 +184,45 @@ func claimCarries(nc *karpv1.NodeClaim, labels map[string]string) bool {
 	return true
 }
 
+// awaitingReconciliation is the reason of a condition not worked on yet
+// (github.com/awslabs/operatorpkg/status, ConditionSet.SetUnknown), the only Unknown
+// reason of Launched before Karpenter tried to launch.
+const awaitingReconciliation = "AwaitingReconciliation"
+
+// launchFailed reports whether c, a NodeClaim's Launched condition, says its launch
+// failed. Karpenter v1 (v1.0 to v1.15 at least) never sets Launched=False: a failed
+// launch leaves it Unknown with the cloud provider's reason (a CreateError's
+// ConditionReason, else "LaunchFailed") while it retries, until LaunchTimeout (5m)
+// deletes the claim; an insufficient-capacity error deletes the claim at once. False
+// is taken too, should a version ever set it.
+func launchFailed(c status.Condition) bool {
+	switch c.Status {
+	case metav1.ConditionFalse:
+		return true
+	case metav1.ConditionUnknown:
+		return c.Reason != "" && c.Reason != awaitingReconciliation
+	}
+	return false
+}
+
 // addClaim counts one NodeClaim into f.
 func addClaim(f *Flight, nc *karpv1.NodeClaim, now time.Time) {
 	progress := func(t time.Time) {
 		if t.After(f.LastProgress) {
 			f.LastProgress = t
+		}
+	}
+	for _, c := range nc.Status.Conditions {
+		if c.Type == karpv1.ConditionTypeLaunched && launchFailed(c) {
+			// No progress: a claim that fails to launch brings nothing.
+			msg := fmt.Sprintf("nodeclaim/%s not launched (Launched=%s, %s)", nc.Name, c.Status, strings.TrimSpace(c.Reason+": "+truncate(c.Message, 160)))
+			f.Failed = append(f.Failed, msg)
+			if f.NotLaunched == nil {
+				f.NotLaunched = map[string][]string{}
+			}
+			pool := nc.Labels[karpv1.NodePoolLabelKey]
+			f.NotLaunched[pool] = append(f.NotLaunched[pool], msg)
+			return
 		}
 	}
 	progress(nc.CreationTimestamp.Time)
@@ -194,10 +236,6 @@ func addClaim(f *Flight, nc *karpv1.NodeClaim, now time.Time) {
 		if c.Status == metav1.ConditionTrue {
 			progress(c.LastTransitionTime.Time)
 			registered = registered || c.Type == karpv1.ConditionTypeRegistered
-		}
-		if c.Type == karpv1.ConditionTypeLaunched && c.Status == metav1.ConditionFalse {
-			f.Failed = append(f.Failed, fmt.Sprintf("nodeclaim/%s not launched: %s %s", nc.Name, c.Reason, c.Message))
-			return
 		}
 	}
 	switch {

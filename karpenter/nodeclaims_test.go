@@ -61,11 +61,25 @@ func TestFlight(t *testing.T) {
 		claim("up", "spot", 5*time.Minute, now, "Launched=True", "Registered=True", "Initialized=True"),
 		claim("ice", "spot", time.Minute, now, "Launched=False"),
 		claim("lost", "spot", 20*time.Minute, now, "Launched=True"),
+		// As Karpenter v1 leaves a claim whose launch failed: Unknown, with a reason.
+		claim("failing", "spot", 10*time.Second, now, "Launched=Unknown"),
 	} {
 		addClaim(&f, nc, now)
 	}
-	if f.Launching != 2 || f.Registered != 1 || len(f.Failed) != 2 {
-		t.Fatalf("Flight = %+v, want 2 launching (young, launched), 1 registered, 2 failed (ice, lost)", f)
+	if f.Launching != 2 || f.Registered != 1 || len(f.Failed) != 3 {
+		t.Fatalf("Flight = %+v, want 2 launching (young, launched), 1 registered, 3 failed (ice, lost, failing)", f)
+	}
+	if got := f.NotLaunched["pool"]; len(got) != 2 || !strings.Contains(got[0], "nodeclaim/ice not launched (Launched=False, Test") ||
+		!strings.Contains(got[1], "nodeclaim/failing not launched (Launched=Unknown, Test") {
+		t.Errorf("NotLaunched = %q, want ice and failing, by their NodePool", f.NotLaunched)
+	}
+	// A claim not tried yet (Launched Unknown, AwaitingReconciliation) is launching.
+	var fresh Flight
+	nc := claim("fresh", "spot", time.Second, now, "Launched=Unknown")
+	nc.Status.Conditions[0].Reason = awaitingReconciliation
+	addClaim(&fresh, nc, now)
+	if fresh.Launching != 1 || len(fresh.Failed) != 0 {
+		t.Errorf("a claim awaiting reconciliation: %+v, want launching", fresh)
 	}
 	if want := now.Add(-30 * time.Second); !f.LastProgress.Equal(want.Truncate(time.Second)) && !f.LastProgress.Equal(want) {
 		t.Errorf("LastProgress %s, want the youngest claim's creation %s", f.LastProgress, want)

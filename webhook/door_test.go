@@ -62,8 +62,44 @@ func TestForgedReviewsWithoutTheTokenHoldNoSeat(t *testing.T) {
 	if code := forge("/s3cr3ttokenofthisinstall/validate"); code != http.StatusOK {
 		t.Fatalf("validate at the token's path: HTTP %d", code)
 	}
-	if got := testutil.ToFloat64(h.Metrics.refused.WithLabelValues("mutate", "404")); got != 30 {
-		t.Fatalf("admissions_refused_total{status=404} = %v, want the 30 forged reviews at a path with a wrong token", got)
+	if got := testutil.ToFloat64(h.Metrics.refused.WithLabelValues("mutate", "404")); got != 40 {
+		t.Fatalf("admissions_refused_total{status=404} = %v, want the 30 forged reviews at a path with a wrong token and the 10 at /mutate", got)
+	}
+}
+
+// plainDoor is a door whose keeper says door-less replicas serve beside it.
+type plainDoor struct {
+	oneToken
+	plain *atomic.Bool
+}
+
+func (p plainDoor) PlainNow(context.Context) bool { return p.plain.Load() }
+
+// While replicas of a release without the door serve beside this one (an upgrade from
+// or a rollback to it), the plain paths the configurations then carry are answered; once
+// the keeper says so no more, they are 404 again.
+func TestPlainPathsOnlyWhileDoorlessReplicasServe(t *testing.T) {
+	m, _, _ := newCluster(burstStrategy).mutator(t)
+	h := handlersFor(m)
+	var plain atomic.Bool
+	plain.Store(true)
+	h.Door = plainDoor{oneToken: "s3cr3ttokenofthisinstall", plain: &plain}
+	url, _, _, client := startServer(t, h)
+	post := func(path string) int {
+		req := createRequest(t, rsPod())
+		req.UID = types.UID("plain-" + path)
+		return postStatus(t, client, url+path, req)
+	}
+	for _, path := range []string{"/mutate", "/validate", "/s3cr3ttokenofthisinstall/mutate"} {
+		if code := post(path); code != http.StatusOK {
+			t.Errorf("plain mode, %s: HTTP %d, want 200", path, code)
+		}
+	}
+	plain.Store(false)
+	for path, want := range map[string]int{"/mutate": http.StatusNotFound, "/validate": http.StatusNotFound, "/s3cr3ttokenofthisinstall/validate": http.StatusOK} {
+		if code := post(path); code != want {
+			t.Errorf("door closed again, %s: HTTP %d, want %d", path, code, want)
+		}
 	}
 }
 

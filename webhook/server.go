@@ -70,6 +70,13 @@ func (h *Handlers) Mux() http.Handler {
 		notEnabled = h.admission("validate", h.NotEnabled, decodeReview, gate)
 	}
 	if h.Door != nil {
+		// The plain paths only while door-less replicas serve beside this one (an
+		// upgrade from or a rollback to a release without the door).
+		mux.Handle("POST /mutate", h.whilePlain("mutate", mutate))
+		mux.Handle("POST /validate", h.whilePlain("validate", validate))
+		if notEnabled != nil {
+			mux.Handle("POST /validate/not-enabled", h.whilePlain("validate", notEnabled))
+		}
 		mux.Handle("POST /{token}/mutate", h.behindDoor("mutate", mutate))
 		mux.Handle("POST /{token}/validate", h.behindDoor("validate", validate))
 		if notEnabled != nil {
@@ -127,6 +134,20 @@ func (h *Handlers) MetricsMux() http.Handler {
 func (h *Handlers) behindDoor(name string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.Door.Allows(r.PathValue("token")) {
+			h.Metrics.refused.WithLabelValues(name, strconv.Itoa(http.StatusNotFound)).Inc()
+			http.NotFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// whilePlain serves next at a plain path only while the door says so (PlainNow:
+// door-less replicas serve beside this one, and the configurations carry plain paths);
+// otherwise it is 404 like any unknown path.
+func (h *Handlers) whilePlain(name string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := h.Door.(interface{ PlainNow(context.Context) bool }); !ok || !p.PlainNow(r.Context()) {
 			h.Metrics.refused.WithLabelValues(name, strconv.Itoa(http.StatusNotFound)).Inc()
 			http.NotFound(w, r)
 			return

@@ -142,11 +142,16 @@ func (r *replica) startDoor(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	r.door, err = admissiontoken.New(admissiontoken.Config{
+	tokenCfg := admissiontoken.Config{
 		Client: r.client, Namespace: cfg.Namespace, SecretName: cfg.AdmissionTokenSecret,
 		MutatingConfig: cfg.MutatingConfig, ValidatingConfig: cfg.ValidatingConfig,
 		Certificate: r.certs.GetCertificate, Log: r.log.WithField("component", "admissiontoken"),
-	})
+	}
+	if cfg.OwnerDeployment != "" {
+		// Rolling from or to a release without the door: plain paths meanwhile.
+		tokenCfg.Doorless = admissiontoken.DeploymentDoorless(r.client, cfg.Namespace, cfg.OwnerDeployment)
+	}
+	r.door, err = admissiontoken.New(tokenCfg)
 	if err != nil {
 		return err
 	}

@@ -165,7 +165,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log, refresher); err != nil {
+	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.catalog, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log, refresher); err != nil {
 		return err
 	}
 	return r.run(ctx, stop, start)
@@ -365,7 +365,7 @@ func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced, and the cost refresher (nil: off) beside
 // it; with CONVERGE=off there is no election and every replica refreshes the costs.
-func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, policies *policy.Cache, records *unavailability.Records,
+func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, catalog *karpenter.Catalog, policies *policy.Cache, records *unavailability.Records,
 	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger, costs *report.CostRefresher,
 ) error {
 	entry := log.WithField("component", "converge")
@@ -402,7 +402,8 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		Client: loopClient, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
 		Namespaces:    clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
-		Signals:  converge.NewKarpenterSignals(loopClient),
+		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
+		Signals:  converge.NewKarpenterSignals(loopClient, catalog, claims),
 		Launches: claims,
 		Log:      entry,
 	})

@@ -1,27 +1,39 @@
 #!/usr/bin/env bash
 # make test-install: the chart installed for real, as users install it, on a local cluster
 # with a real node (scripts/localcluster, REAL_NODE=1: a kubelet with containerd, runc and
-# the bridge CNI, tainted so that only pods that tolerate it run there):
-#  1. scripts/localcluster/chart-install.sh: the image (host platform) and the chart built
-#     and pushed to a local registry, as make test-image does, and a second tag of the
-#     image for the upgrade; `helm install` from oci://127.0.0.1:PORT/... with the chart's
-#     defaults (its pushed image, self-signed certificates) plus only what puts the pods
-#     on the real node: the toleration of its taint, and its label as nodeSelector (the
-#     kwok nodes take any pod);
-#  2. the webhook pods Ready on the real node through their probes, running the pushed
-#     image; the Service's endpoints are those pods; the caBundle filled in;
-#  3. strategy Deployments (on kwok/Karpenter nodes) are placed exactly, through the real
-#     Service path (the API server calls the pods); the oracle is `spread -o json`
-#     (exact, nothing unplaced, every term at its target) and the seats 1..n held once;
-#  4. `helm upgrade` to the second tag while a 200-pod burst is created: 0 unplaced (the
-#     API server's metrics: exactly one answered admission per pod, none failed, rejected
-#     or failed open, so no pod was created without a seat and none was replaced), the
-#     spread exact, and the webhook pods run the second tag;
+# the bridge CNI, tainted so that only pods that tolerate it run there), upgraded from the
+# previous release and rolled back to it under load:
+#  1. this tree's image (host platform) and chart built and pushed to a local registry, as
+#     make test-image does (scripts/localcluster/chart-install.sh), and the PREVIOUS
+#     release's, built from its pinned commit (prev_commit below) with that commit's own
+#     build_and_push.sh (scripts/localcluster/prev-release.sh; the image cached by commit);
+#  2. `helm install` of the previous release from oci://127.0.0.1:PORT/... with its chart's
+#     defaults (its pushed image, self-signed certificates) plus only what puts the pods on
+#     the real node (the toleration of its taint, its label as nodeSelector) and a long
+#     fallback cool-down; the webhook pods Ready on the real node through their probes, the
+#     Service's endpoints are those pods, the caBundle filled in;
+#  3. strategy Deployments (on kwok/Karpenter nodes) placed exactly through the real
+#     Service path (the API server calls the pods); the oracle is this tree's `spread -o
+#     json` (exact, nothing unplaced, every term at its target) and the seats 1..n held
+#     once; a workload whose first term only a NodePool without room serves gets an
+#     unavailability record from the previous release's convergence loop;
+#  4. `helm upgrade` to this tree's chart (--reset-then-reuse-values, as docs/upgrade.md
+#     says) in the middle of a paced 200-pod burst (pods admitted before, during and after
+#     the rollout): 0 unplaced (the API server's metrics: exactly one answered admission per
+#     pod, none failed, rejected or failed open, and no pod evicted as unplaced), the spread
+#     exact, the webhook pods on this tree's image, and the burst's seat record passed from
+#     a previous-release replica to one of this tree's (which read what the other wrote);
+#     this version reads the previous one's unavailability record (kept, and a scale-up
+#     placed on the fallback) and writes one of its own;
 #  5. a webhook pod deleted in the middle of a paced 200-pod burst (pods created before,
 #     while it drains and after it is gone): the same checks;
-#  6. `helm uninstall` leaves nothing of the release (webhook configurations, Leases,
-#     Secrets, RBAC, PriorityClass);
-#  7. the cluster and the real node are stopped by PID, and checked gone: no process, no
+#  6. `helm rollback` to the previous release in the middle of a paced 200-pod burst: the
+#     same checks the other way round (the seat record passed back, the previous release
+#     reads this one's unavailability record), then a last 200-pod burst on it;
+#  7. `helm upgrade` to this tree's chart again; the first workloads still exact; `helm
+#     uninstall` leaves nothing of the release (webhook configurations, Leases, Secrets,
+#     RBAC, PriorityClass);
+#  8. the cluster and the real node are stopped by PID, and checked gone: no process, no
 #     mount under the state dir, no bridge.
 # Env: INSTALL_CLUSTER_DIR (default <repo>/.localcluster/install), INSTALL_PORT_OFFSET
 # (default 200), WEBHOOK_BIN (the binary whose `spread` is the oracle; default bin/),
@@ -50,9 +62,24 @@ release=cksw
 full=$release-$CHART_NAME
 apps=install-apps
 version=$(<VERSION)-install
-version2=$version-2
+# The previous release: 0.1.0, the end of the previous round of work. Its commit must be
+# in the clone (not a shallow one); prev-release.sh says so when it is not.
+prev_commit=347e33c
+prev_version=0.1.0
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cksw-install-test.XXXXXX")
+# dump_logs: on a failed check, what the API server said about its webhook calls, and the
+# tail of the real node's and the webhook pods' logs.
+dump_logs() {
+	local f
+	echo "===== the API server's failed webhook calls (first 10 of $(grep -c 'failed calling webhook' "$LOGS/kube-apiserver.log" || true))" >&2
+	grep 'failed calling webhook' "$LOGS/kube-apiserver.log" | head -n 10 | cut -c1-600 >&2 || true
+	for f in "$LOGS"/realnode-*.log; do
+		[[ -s $f ]] || continue
+		echo "===== tail of $f" >&2
+		tail -n 20 "$f" >&2
+	done
+}
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
@@ -73,23 +100,59 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 export KUBECONFIG=$KUBECONFIG_FILE
 
+# The previous release's commit first: a shallow clone lacks it, and says so at once.
+bash "$LC_SCRIPTS/prev-release.sh" --check "$prev_commit" "$prev_version"
+
 echo "== the local cluster with a real node"
 bash "$LC_SCRIPTS/build.sh"
 bash "$LC_SCRIPTS/up.sh"
 cluster_up=$(date +%s)
 
-echo "== the image and the chart pushed to a local registry; helm install from it (chart-install.sh)"
-if CHART_RELEASE=$release CHART_NAMESPACE=$ns CHART_VERSION=$version CHART_EXTRA_TAG=$version2 \
+echo "== this tree's image and chart, and the previous release's ($prev_version, $prev_commit), pushed to a local registry"
+if CHART_RELEASE=$release CHART_NAMESPACE=$ns CHART_VERSION=$version CHART_INSTALL=0 \
 	bash "$LC_SCRIPTS/chart-install.sh"; then
-	pass "helm install $release from oci://127.0.0.1:PORT/test/charts/$CHART_NAME --version $version"
+	pass "this tree's image and chart pushed at $version (chart-install.sh)"
 else
-	fail "chart-install.sh (the image and chart pushed, helm install, the pods Ready)"
+	fail "chart-install.sh (the image and the chart built and pushed)"
 	finish
 fi
 REGISTRY=$(<"$LOCALCLUSTER_DIR/registry/address")
 path=$REGISTRY/test
 image=$path/$CHART_NAME
 pushed=$(date +%s)
+if bash "$LC_SCRIPTS/prev-release.sh" "$prev_commit" "$prev_version" "$path"; then
+	pass "the previous release $prev_version built from $prev_commit with its own build_and_push.sh, pushed"
+else
+	fail "the previous release $prev_version (commit $prev_commit) was not built and pushed (why: above)"
+	finish
+fi
+prev_pushed=$(date +%s)
+
+# What puts the webhook pods on the real node, and a fallback cool-down that outlasts the
+# test (the unavailability records below stay active across the upgrade and the rollback).
+# Both versions' charts know these keys.
+cat >"$work/values.yaml" <<VALUES
+tolerations:
+  - {key: $REAL_NODE_TAINT_KEY, operator: Exists, effect: NoSchedule}
+nodeSelector:
+  $REAL_NODE_TAINT_KEY: "true"
+converge:
+  fallbackCooldown: 20m
+VALUES
+
+echo "== helm install of the previous release $prev_version"
+# webhook-rbac.sh applied the policy CRDs; a cluster running $prev_version has none (it
+# brings none), and the upgrade creates them.
+lc_kubectl delete crd placementpolicies.custom-kube-scheduler-webhook.io clusterplacementpolicies.custom-kube-scheduler-webhook.io \
+	--ignore-not-found >/dev/null
+if "$HELM" install "$release" "oci://$path/charts/$CHART_NAME" --version "$prev_version" --plain-http \
+	-n "$ns" --create-namespace -f "$work/values.yaml" >"$work/helm.log" 2>&1; then
+	pass "helm install $release oci://127.0.0.1:PORT/test/charts/$CHART_NAME --version $prev_version"
+else
+	cat "$work/helm.log" >&2
+	fail "helm install of $prev_version"
+	finish
+fi
 
 # webhook_pods prints name, node, image and readiness of the release's live pods.
 webhook_pods() {
@@ -108,8 +171,8 @@ pods_ready() {
 	[[ -n $rows ]] && (($(wc -l <<<"$rows") == want)) &&
 		! awk -F'\t' -v node="$REAL_NODE_NAME" -v img="$1" '$2 != node || ($3 != img && index($3, img "@sha256:") != 1) || $4 != "True"' <<<"$rows" | grep -q .
 }
-if wait_until 240 pods_ready "$image:$version"; then
-	pass "the webhook pods are Ready (probes) on the real node, running $image:$version"
+if wait_until 240 pods_ready "$image:$prev_version"; then
+	pass "the webhook pods are Ready (probes) on the real node, running $image:$prev_version"
 else
 	fail "webhook pods not Ready on $REAL_NODE_NAME: $(webhook_pods | tr '\t\n' ' ;')"
 	finish
@@ -169,7 +232,12 @@ exact() {
 		fail "$name: not $n pods Running: $(lc_kubectl -n "$apps" get pods -l "app=$name" --no-headers | awk '{print $3}' | sort | uniq -c | tr '\n' ' ')"
 		return
 	fi
-	report=$("$WEBHOOK_BIN" spread --kubeconfig "$KUBECONFIG_FILE" -n "$apps" "deployment/$name" -o json)
+	# spread exits non-zero when the workload is not exact: the report says why.
+	report=$("$WEBHOOK_BIN" spread --kubeconfig "$KUBECONFIG_FILE" -n "$apps" "deployment/$name" -o json 2>"$work/spread.err") || true
+	if ! jq -e '.workloads[0]' >/dev/null 2>&1 <<<"$report"; then
+		fail "$name: no spread report: $(cat "$work/spread.err")"
+		return
+	fi
 	problems=$(jq -r --argjson n "$n" '.workloads[0] |
 		(if .exact != true then "not exact" else empty end),
 		(if .unplaced != 0 then "\(.unplaced) unplaced" else empty end),
@@ -244,23 +312,158 @@ admitted_once() {
 }
 pod_count() { lc_kubectl -n "$apps" get pods -l "app=$1" -o name | wc -l; }
 
-echo "== helm upgrade to $image:$version2 during a 200-pod burst"
+# rs_uid NAME: the UID of the Deployment NAME's (only) ReplicaSet: its seat record is
+# seats-<UID>, its unavailability record cksw-unavailable-<UID>.
+rs_uid() { lc_kubectl -n "$apps" get rs -l "app=$1" -o jsonpath='{.items[0].metadata.uid}'; }
+# seat_watch_start / seat_watch_stop: the holders of the seat records, as a watch sees
+# them change (name and holder identity, which starts with the holder's pod name).
+seat_watch_start() {
+	lc_kubectl -n "$ns" get leases -l custom-kube-scheduler-webhook.io/record=seats --watch \
+		-o jsonpath='{.metadata.name}{" "}{.spec.holderIdentity}{"\n"}' >"$work/seats.watch" 2>/dev/null &
+	seat_watch=$!
+}
+seat_watch_stop() {
+	kill "$seat_watch" 2>/dev/null || true
+	wait "$seat_watch" 2>/dev/null || true
+}
+# handed NAME FROM_PODS TO_PODS FROM_VERSION TO_VERSION: the seat record of NAME's burst
+# was held by one of FROM_PODS, then by one of TO_PODS: the second took over the record
+# the first wrote (its reservations and seat mark), across the two versions.
+handed() {
+	local rec holders
+	rec=seats-$(rs_uid "$1")
+	holders=$(awk -v rec="$rec" '$1 == rec && $2 != "" { sub(/_.*/, "", $2); print $2 }' "$work/seats.watch" | uniq | tr '\n' ' ')
+	if awk -v from=" $2 " -v to=" $3 " '{ for (i = 1; i <= NF; i++) { if (index(from, " " $i " ")) old = 1; else if (old && index(to, " " $i " ")) ok = 1 } } END { exit !ok }' <<<"$holders"; then
+		pass "$1: the burst's seat record passed from a $4 replica to a $5 one (holders: $holders)"
+	else
+		fail "$1: the burst's seat record was not held by a $4 replica ($2) and then by a $5 one ($3); holders seen: ${holders:-none}"
+	fi
+}
+# unavailable NAME: the state of the first term in the unavailability record of NAME's
+# revision ("since<TAB>reason"; nothing when there is none).
+unavailable() {
+	lc_kubectl -n "$ns" get lease "cksw-unavailable-$(rs_uid "$1")" -o json 2>/dev/null |
+		jq -r '.metadata.annotations["custom-kube-scheduler-webhook.io/unavailable-terms"] // "{}" | fromjson | .["1"] // empty | "\(.since)\t\(.reason)"'
+}
+has_record() { [[ -n $(unavailable "$1") ]]; }
+# on_fallback NAME N: NAME's N live pods all Running on its second term (on-demand).
+on_fallback() {
+	[[ $(lc_kubectl -n "$apps" get pods -l "app=$1" -o json | jq --argjson n "$2" '[.items[] | select(.metadata.deletionTimestamp == null)] |
+		length == $n and all(.[]; .status.phase == "Running" and .spec.nodeSelector["karpenter.sh/capacity-type"] == "on-demand")') == true ]]
+}
+# strand NAME: a 4-replica Deployment whose first term only a NodePool without room serves:
+# the convergence loop marks that term unavailable (an unavailability record) and its
+# pods go to the second term. Waits until it has settled, so that no admission of it
+# falls into a burst's count.
+strand() {
+	deploy "$1" 4 "nodesize=blocked,weight=1:karpenter.sh/capacity-type=on-demand,weight=1"
+	if wait_until 180 has_record "$1" && wait_until 120 on_fallback "$1" 4; then
+		pass "$1: the first term marked unavailable, the 4 pods on the fallback: $(unavailable "$1" | cut -f2 | cut -c1-160)"
+	else
+		fail "$1: no unavailability record and 4 pods on the fallback: record '$(unavailable "$1")', pods $(lc_kubectl -n "$apps" get pods -l "app=$1" --no-headers | tr '\n' ';')"
+	fi
+}
+# record_read NAME STATE VERSION: NAME's record is still STATE (VERSION, now running, read
+# it as active, so its loop did not mark the term again), and a scale-up to 6 is placed
+# on the fallback by VERSION's admission, which reads the record.
+record_read() {
+	local now
+	now=$(unavailable "$1")
+	if [[ $now == "$2" ]]; then
+		pass "$1: $3 keeps the record the other version wrote"
+	else
+		fail "$1: the record changed under $3: was '$2', now '$now'"
+	fi
+	lc_kubectl -n "$apps" scale deployment "$1" --replicas=6 >/dev/null
+	if wait_until 120 on_fallback "$1" 6; then
+		pass "$1: $3 placed the 2 new pods on the fallback, as the record says"
+	else
+		fail "$1: after a scale-up to 6 under $3, pods $(lc_kubectl -n "$apps" get pods -l "app=$1" -o json |
+			jq -r '[.items[] | "\(.metadata.name):\(.status.phase):\(.spec.nodeSelector["karpenter.sh/capacity-type"] // .spec.nodeSelector.nodesize)"] | join(" ")')"
+	fi
+}
+# rolled IMAGE: every webhook pod runs IMAGE and is Ready, and no other is left, not
+# even draining (a draining replica still holds its seat records and answers claims).
+rolled() {
+	pods_ready "$1" && [[ $(lc_kubectl -n "$ns" get pods -l "app.kubernetes.io/instance=$release" -o json |
+		jq '[.items[] | select(.metadata.deletionTimestamp != null)] | length') == 0 ]]
+}
+# paced NAME STRATEGY IMAGE COMMAND...: a 200-pod burst of the Deployment NAME around
+# COMMAND (a helm upgrade or rollback that rolls the webhook to IMAGE): 40 pods first,
+# then COMMAND, then 10 more pods every 3 s while the webhook rolls, up to 190, and the
+# rest once only replicas running IMAGE are left (rolled). So the burst's pods are
+# admitted by the old replicas, by old and new side by side, and by the new ones alone,
+# which must take over the seat record the old ones wrote.
+paced() {
+	local name=$1 strat=$2 to=$3 r what
+	shift 3
+	what="$(basename "$1") $2"
+	deploy "$name" 0 "$strat"
+	for r in 10 20 30 40; do
+		lc_kubectl -n "$apps" scale deployment "$name" --replicas="$r" >/dev/null
+		sleep 0.5
+	done
+	if "$@" >"$work/helm.log" 2>&1; then
+		pass "$what at $(pod_count "$name") of 200 pods"
+	else
+		cat "$work/helm.log" >&2
+		fail "$what"
+	fi
+	while ((r < 190)) && ! rolled "$to"; do
+		r=$((r + 10))
+		lc_kubectl -n "$apps" scale deployment "$name" --replicas="$r" >/dev/null
+		sleep 3
+	done
+	if wait_until 300 rolled "$to"; then
+		pass "the rollout finished at $r of 200 pods: every webhook pod Ready on the real node, running $to, no other left"
+	else
+		fail "webhook pods after $what: $(webhook_pods | tr '\t\n' ' ;')"
+	fi
+	lc_kubectl -n "$apps" scale deployment "$name" --replicas=200 >/dev/null
+}
+crds_present() { lc_kubectl get crd placementpolicies.custom-kube-scheduler-webhook.io clusterplacementpolicies.custom-kube-scheduler-webhook.io >/dev/null 2>&1; }
+
+echo "== a workload the previous release finds no room for: its unavailability record"
+# A NodePool with no room at all (limits cpu 0): Karpenter launches nothing for its term.
+lc_kubectl apply -f - >/dev/null <<NODEPOOL
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: install-blocked}
+spec:
+  limits: {cpu: "0"}
+  template:
+    metadata:
+      labels: {nodesize: blocked}
+    spec:
+      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [spot]}
+        - {key: node.kubernetes.io/instance-type, operator: In, values: [s-4x-amd64-linux]}
+NODEPOOL
+strand strand-prev
+rec_prev=$(unavailable strand-prev)
+
+burst="karpenter.sh/capacity-type=on-demand,base=5,weight=1:karpenter.sh/capacity-type=spot,weight=3"
+echo "== helm upgrade from $prev_version to this tree's chart ($version) in the middle of a 200-pod burst"
+upgrade_start=$(date +%s)
+from=$(webhook_pods | cut -f1 | tr '\n' ' ')
 before=$(pod_admissions)
-deploy rollout 200 "karpenter.sh/capacity-type=on-demand,base=5,weight=1:karpenter.sh/capacity-type=spot,weight=3"
-if "$HELM" upgrade "$release" "oci://$path/charts/$CHART_NAME" --version "$version" --plain-http \
-	-n "$ns" --reuse-values --set "image.tag=$version2" >"$work/helm.log" 2>&1; then
-	pass "helm upgrade --set image.tag=$version2"
-else
-	cat "$work/helm.log" >&2
-	fail "helm upgrade"
-fi
-if wait_until 300 pods_ready "$image:$version2"; then
-	pass "the rollout finished: every webhook pod Ready on the real node, running $image:$version2"
-else
-	fail "webhook pods after the upgrade: $(webhook_pods | tr '\t\n' ' ;')"
-fi
-exact rollout 200
-admitted_once rollout 200 "$before"
+seat_watch_start
+# --reset-then-reuse-values: the new chart's defaults, with the values given at install
+# (--reuse-values would keep the old chart's defaults too: its image among them).
+paced up "$burst" "$image:$version" "$HELM" upgrade "$release" "oci://$path/charts/$CHART_NAME" --version "$version" \
+	--plain-http -n "$ns" --reset-then-reuse-values
+exact up 200
+admitted_once up 200 "$before"
+seat_watch_stop
+handed up "$from" "$(webhook_pods | cut -f1 | tr '\n' ' ')" "$prev_version" "$version"
+check "the upgrade created the policy CRDs" crds_present
+
+echo "== this version reads the previous one's unavailability record, and writes its own"
+record_read strand-prev "$rec_prev" "$version"
+strand strand-cur
+rec_cur=$(unavailable strand-cur)
+check "strand-cur: this version's record says what decided (the NodePool's limits)" contains "$rec_cur" "Karpenter: NodePool install-blocked limits exhausted (cpu: 0 left)"
 
 echo "== a webhook pod deleted in the middle of a 200-pod burst"
 # (This scenario once failed often: pods admitted unplaced after a webhook pod was deleted.
@@ -292,11 +495,50 @@ if ((FAILURES > 0)); then
 	lc_kubectl -n "$ns" logs -l "app.kubernetes.io/instance=$release" --prefix --tail=-1 2>/dev/null |
 		grep -v '"level":"info"' | tail -n 20 | cut -c1-400 >&2 || true
 fi
-if wait_until 120 pods_ready "$image:$version2"; then
+if wait_until 120 pods_ready "$image:$version"; then
 	pass "the Deployment replaced the deleted pod: every webhook pod Ready on the real node"
 else
 	fail "webhook pods after the delete: $(webhook_pods | tr '\t\n' ' ;')"
 fi
+upgraded=$(date +%s)
+
+echo "== helm rollback to $prev_version in the middle of a 200-pod burst"
+from=$(webhook_pods | cut -f1 | tr '\n' ' ')
+before=$(pod_admissions)
+seat_watch_start
+paced back "$burst" "$image:$prev_version" "$HELM" rollback "$release" 1 -n "$ns"
+exact back 200
+admitted_once back 200 "$before"
+seat_watch_stop
+handed back "$from" "$(webhook_pods | cut -f1 | tr '\n' ' ')" "$version" "$prev_version"
+# Helm removes what the revision rolled back to does not have: $prev_version has no
+# policy CRDs, so they go, and every policy with them (docs/upgrade.md; crds.keep: true
+# keeps them).
+check_not "the rollback removed the policy CRDs ($prev_version has none)" crds_present
+
+echo "== the previous release reads this version's unavailability record"
+record_read strand-cur "$rec_cur" "$prev_version"
+
+echo "== a last 200-pod burst on $prev_version"
+before=$(pod_admissions)
+deploy last 200 "$burst"
+exact last 200
+admitted_once last 200 "$before"
+rolled_back=$(date +%s)
+
+echo "== helm upgrade to this tree's chart again, after the rollback"
+if "$HELM" upgrade "$release" "oci://$path/charts/$CHART_NAME" --version "$version" --plain-http -n "$ns" \
+	--reset-then-reuse-values >"$work/helm.log" 2>&1 && wait_until 300 pods_ready "$image:$version"; then
+	pass "helm upgrade to $version again: every webhook pod Ready on the real node, running $image:$version"
+else
+	cat "$work/helm.log" >&2
+	fail "helm upgrade to $version after the rollback: $(webhook_pods | tr '\t\n' ' ;')"
+fi
+check "the upgrade created the policy CRDs again" crds_present
+# Placed by $prev_version before the upgrade, kept through both rollouts.
+exact mixed 10
+exact split 12
+upgraded_again=$(date +%s)
 
 echo "== helm uninstall leaves nothing of the release"
 lc_kubectl delete namespace "$apps" --wait=false >/dev/null
@@ -308,18 +550,6 @@ else
 fi
 installed=$(date +%s)
 
-# dump_logs: on a failed check, what the API server said about its webhook calls, and the
-# tail of the real node's and the webhook pods' logs.
-dump_logs() {
-	local f
-	echo "===== the API server's failed webhook calls (first 10 of $(grep -c 'failed calling webhook' "$LOGS/kube-apiserver.log" || true))" >&2
-	grep 'failed calling webhook' "$LOGS/kube-apiserver.log" | head -n 10 | cut -c1-600 >&2 || true
-	for f in "$LOGS"/realnode-*.log; do
-		[[ -s $f ]] || continue
-		echo "===== tail of $f" >&2
-		tail -n 20 "$f" >&2
-	done
-}
 if ((FAILURES > 0)); then
 	dump_logs
 fi
@@ -345,5 +575,8 @@ check_not "bridge $REAL_NODE_BRIDGE deleted" ip link show "$REAL_NODE_BRIDGE"
 check "nothing mounted under $REAL_NODE_DIR" test -z "$(findmnt -rn -o TARGET | grep -F "$REAL_NODE_DIR/" || true)"
 check_not "the real node's state removed" test -e "$REAL_NODE_DIR"
 
-echo "cluster $((cluster_up - start))s, image, chart and helm install $((pushed - cluster_up))s, install and checks $((installed - pushed))s, total $(($(date +%s) - start))s"
+echo "cluster $((cluster_up - start))s, this tree's image and chart $((pushed - cluster_up))s, the previous release's $((prev_pushed - pushed))s," \
+	"its install and the first checks $((upgrade_start - prev_pushed))s, the upgrade (burst, records, deleted pod) $((upgraded - upgrade_start))s," \
+	"the rollback and the last burst $((rolled_back - upgraded))s, the upgrade again $((upgraded_again - rolled_back))s," \
+	"uninstall $((installed - upgraded_again))s, total $(($(date +%s) - start))s"
 finish

@@ -12,8 +12,8 @@
 # custom-kube-scheduler-webhook: then the release takes over the ServiceAccount and RBAC
 # webhook-rbac.sh applied, and check-webhook-rbac.sh checks the pods' requests),
 # CHART_VERSION (default: VERSION; the image tag and chart version), CHART_EXTRA_TAG (also
-# push the image under this tag). The registry's address is left in
-# $LOCALCLUSTER_DIR/registry/address.
+# push the image under this tag), CHART_INSTALL=0 (push only, install nothing). The
+# registry's address is left in $LOCALCLUSTER_DIR/registry/address.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/image/lib.sh
@@ -71,6 +71,10 @@ tolerations:
 nodeSelector:
   $REAL_NODE_TAINT_KEY: "true"
 EOF
+if [[ ${CHART_INSTALL:-1} == 0 ]]; then
+	exit 0
+fi
+
 # webhook-rbac.sh applied the chart's policy CRDs too (cluster-wide, owned by no release):
 # hand them to this release, as docs/upgrade.md tells users to, or Helm refuses them. A
 # CRD another release owns is left to it.

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,15 +63,33 @@ type Config struct {
 	// previous token stays accepted (DefaultOverlap: the API server has seen the new
 	// paths by then).
 	Interval, Propagation, Overlap time.Duration
+	// Doorless (optional) reports whether replicas that do not know the door may be
+	// serving behind the configurations: the webhook's Deployment rolls from or to a
+	// release without it (DeploymentDoorless). While it does, the configurations carry
+	// plain paths (/mutate, /validate), which such a replica serves, and Plain is true,
+	// so this replica answers them too; the token goes into the paths once it no longer
+	// does. An upgrade from, or a rollback to, a release without the door then admits no
+	// pod unplaced.
+	Doorless func(ctx context.Context) (bool, error)
 	// Now is the clock (time.Now).
 	Now func() time.Time
 	Log logrus.FieldLogger
 }
 
+// LabelDoor on the webhook's pod template says that its pods serve the door (value
+// "token"): the chart sets it; a release without the door has no such label.
+const LabelDoor = "custom-kube-scheduler-webhook.io/admission-door"
+
 // Keeper holds the tokens this replica accepts.
 type Keeper struct {
 	cfg      Config
 	accepted atomic.Pointer[[]string]
+	// plainUntil (Unix nanoseconds) is until when plain paths are answered: while the
+	// configurations carry them, and Propagation after.
+	plainUntil atomic.Int64
+	// checkMu serialises PlainNow's checks, lastCheck rate-limits them.
+	checkMu   sync.Mutex
+	lastCheck time.Time
 }
 
 // New checks cfg and returns a Keeper that accepts nothing until its first Sync.
@@ -107,6 +126,37 @@ func (k *Keeper) Allows(token string) bool {
 		ok |= subtle.ConstantTimeCompare([]byte(t), []byte(token))
 	}
 	return ok == 1
+}
+
+// Plain reports whether the plain paths (/mutate, /validate) are answered now, without
+// a token: while replicas without the door serve beside this one (Config.Doorless).
+func (k *Keeper) Plain() bool { return k.cfg.Now().UnixNano() < k.plainUntil.Load() }
+
+// PlainNow is Plain, or, when it is not, whether door-less replicas serve now (one
+// check of Config.Doorless at most every second, a second at most): a plain-path call
+// may come from the API server right after another replica wrote the plain paths,
+// before this one's next Sync saw why.
+func (k *Keeper) PlainNow(ctx context.Context) bool {
+	if k.Plain() {
+		return true
+	}
+	if k.cfg.Doorless == nil {
+		return false
+	}
+	k.checkMu.Lock()
+	defer k.checkMu.Unlock()
+	now := k.cfg.Now()
+	if k.Plain() || now.Sub(k.lastCheck) < time.Second {
+		return k.Plain()
+	}
+	k.lastCheck = now
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if doorless, err := k.cfg.Doorless(ctx); err != nil || !doorless {
+		return false
+	}
+	k.plainUntil.Store(now.Add(k.cfg.Propagation).UnixNano())
+	return true
 }
 
 // Synced reports whether the tokens have been read once: a replica is not ready before.
@@ -163,10 +213,58 @@ func (k *Keeper) Sync(ctx context.Context) error {
 		accepted = append(accepted, prev)
 	}
 	k.accepted.Store(&accepted)
+	if k.cfg.Doorless != nil {
+		doorless, err := k.cfg.Doorless(ctx)
+		switch {
+		case err != nil && k.Plain():
+			// Unknown while plain: nothing changes, plain paths stay answered.
+			k.plainUntil.Store(now.Add(k.cfg.Propagation).UnixNano())
+			return fmt.Errorf("admission token: %w", err)
+		case err != nil:
+			// Unknown otherwise: as without door-less replicas (a cluster whose RBAC
+			// hides the Deployment must still get its token).
+			k.cfg.Log.WithError(err).Debug("admission token: cannot tell whether door-less replicas serve")
+		case doorless:
+			k.plainUntil.Store(now.Add(k.cfg.Propagation).UnixNano())
+			return k.inject(ctx, "")
+		}
+	}
 	if now.Before(parseTime(s.Data[KeySwitchAfter])) {
 		return nil
 	}
 	return k.inject(ctx, string(s.Data[KeyToken]))
+}
+
+// DeploymentDoorless is a Config.Doorless for the webhook's Deployment name in
+// namespace: door-less replicas may serve while its pod template lacks LabelDoor (a
+// rollback to a release without the door) or any of its pods that still exist lacks it
+// (an upgrade from one, until its last pod is gone: a terminating pod drains, still
+// answering).
+func DeploymentDoorless(client kubernetes.Interface, namespace, name string) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		d, err := client.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Errorf("reading Deployment %s/%s: %w", namespace, name, err)
+		}
+		if d.Spec.Template.Labels[LabelDoor] == "" {
+			return true, nil
+		}
+		selector, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil {
+			return false, fmt.Errorf("selector of Deployment %s/%s: %w", namespace, name, err)
+		}
+		pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+		if err != nil {
+			return false, fmt.Errorf("listing the pods of Deployment %s/%s: %w", namespace, name, err)
+		}
+		for _, p := range pods.Items {
+			done := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+			if !done && p.Labels[LabelDoor] == "" {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
 }
 
 // next is the Secret's data after filling in or rotating its token, and why; nil when
@@ -227,8 +325,13 @@ func (k *Keeper) leaf() *x509.Certificate {
 	return leaf
 }
 
-// inject writes token into the clientConfig path of every webhook of both configurations.
+// inject writes token into the clientConfig path of every webhook of both
+// configurations; an empty token writes the plain paths.
 func (k *Keeper) inject(ctx context.Context, token string) error {
+	what := "admission token written into"
+	if token == "" {
+		what = "plain path (no admission token: door-less replicas serve) written into"
+	}
 	reg := k.cfg.Client.AdmissionregistrationV1()
 	if name := k.cfg.MutatingConfig; name != "" {
 		c, err := reg.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -245,7 +348,7 @@ func (k *Keeper) inject(ctx context.Context, token string) error {
 				if _, err := reg.MutatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 					return fmt.Errorf("admission token: writing MutatingWebhookConfiguration %s: %w", name, err)
 				}
-				k.cfg.Log.WithField("configuration", name).Info("admission token written into the mutating webhook's path")
+				k.cfg.Log.WithField("configuration", name).Info(what + " the mutating webhook's path")
 			}
 		}
 	}
@@ -264,7 +367,7 @@ func (k *Keeper) inject(ctx context.Context, token string) error {
 				if _, err := reg.ValidatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 					return fmt.Errorf("admission token: writing ValidatingWebhookConfiguration %s: %w", name, err)
 				}
-				k.cfg.Log.WithField("configuration", name).Info("admission token written into the validating webhook's path")
+				k.cfg.Log.WithField("configuration", name).Info(what + " the validating webhook's path")
 			}
 		}
 	}
@@ -272,14 +375,22 @@ func (k *Keeper) inject(ctx context.Context, token string) error {
 }
 
 // setPath makes cc's path /<token>/<endpoint>, endpoint being the path's last segment
-// (def when the path has none); it reports whether it changed anything.
+// (def when the path has none), or with an empty token the plain path a release without
+// the door serves (/mutate, /validate, /validate/not-enabled); it reports whether it
+// changed anything.
 func setPath(cc *admissionregistrationv1.WebhookClientConfig, token, def string) bool {
 	want := func(old string) string {
 		last := path.Base(old)
 		if last == "/" || last == "." || last == "" {
 			last = def
 		}
-		return "/" + token + "/" + last
+		switch {
+		case token != "":
+			return "/" + token + "/" + last
+		case last == "not-enabled":
+			return "/validate/not-enabled"
+		}
+		return "/" + last
 	}
 	switch {
 	case cc.Service != nil:
