@@ -28,6 +28,7 @@ var allowed = map[string][]string{
 	"converge":                          {"strategy", "clusterview", "karpenter", "ownership", "unavailability"},
 	"report":                            {"strategy", "karpenter", "karpenter/nodegroups", "unavailability", "pricing", "policy", "api/v1alpha1"},
 	"pricing":                           nil,
+	"imagearch":                         nil,
 	"plan":                              {"strategy", "karpenter", "karpenter/nodegroups", "unavailability", "report", "pricing", "policy"},
 	"internal/clientmetrics":            nil,
 	"internal/promcheck":                nil,
