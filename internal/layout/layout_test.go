@@ -21,7 +21,7 @@ var allowed = map[string][]string{
 	"karpenter":                         {"karpenter/nodegroups", "strategy"},
 	"clusterview":                       {"strategy", "policy"},
 	"ledger":                            {"strategy", "clusterview", "ownership"},
-	"webhook":                           {"strategy", "clusterview", "ledger", "karpenter", "policy", "api/v1alpha1"},
+	"webhook":                           {"strategy", "clusterview", "ledger", "karpenter", "policy", "api/v1alpha1", "imagearch"},
 	"webhook/selfcert":                  nil,
 	"webhook/admissiontoken":            nil,
 	"unavailability":                    {"strategy", "ownership"},
