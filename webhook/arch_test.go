@@ -202,7 +202,9 @@ func TestDecideKeepsTheSeatOfAPodItsTermCannotRun(t *testing.T) {
 		arch      []string
 	}{2: {"1", true, nil}, 1: {"2", false, []string{"amd64"}}} {
 		d := decide(decisionInput{Pod: pod, Workload: w, Strategy: s, Seat: seat, Admission: "uid",
-			Arch: func(i int, term strategy.Term) archVerdict { return ia.verdict(context.Background(), pod, "demo", i, term, w.Describe()) }})
+			Arch: func(i int, term strategy.Term) archVerdict {
+				return ia.verdict(context.Background(), pod, "demo", i, term, w.Describe())
+			}})
 		if d.Outcome != OutcomePlaced {
 			t.Fatalf("seat %d: outcome %s (%v)", seat, d.Outcome, d.Warnings)
 		}
