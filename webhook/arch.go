@@ -152,3 +152,51 @@ func requiredTerms(pod *corev1.Pod) []corev1.NodeSelectorTerm {
 	}
 	return a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 }
+
+// check reports, at apply time, the terms of s that cannot run the images of a pod
+// template (spec, in namespace): faults for terms that pin an architecture none of the
+// images supports (refused in reject mode), warnings for terms whose capacity offers
+// several architectures and none of theirs. A lookup that fails or runs out of budget
+// reports nothing: admission checks again.
+func (ia *ImageArchitectures) check(ctx context.Context, namespace string, spec *corev1.PodSpec, s *strategy.Strategy, owner string) (faults, warnings []string) {
+	type termArches struct {
+		offered []string
+		pinned  bool
+	}
+	terms := make([]termArches, len(s.Terms))
+	needed := false
+	for i, t := range s.Terms {
+		labels := t.LabelMap()
+		offered, pinned := termArchitectures(labels)
+		if !pinned && ia.Capacity != nil {
+			offered = ia.Capacity.Architectures(labels)
+		}
+		terms[i] = termArches{offered, pinned}
+		needed = needed || pinned || len(offered) > 1
+	}
+	if !needed {
+		return nil, nil
+	}
+	budget := ia.Budget
+	if budget <= 0 {
+		budget = DefaultImageBudget
+	}
+	lctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	supported, err := ia.Images.Architectures(lctx, imagearch.PodRequest(namespace, spec))
+	if err != nil || len(supported) == 0 {
+		return nil, nil
+	}
+	for i, t := range terms {
+		if (!t.pinned && len(t.offered) < 2) || len(imagearch.Intersect(t.offered, supported)) > 0 {
+			continue
+		}
+		msg := cannotRunMessage(i, s.Terms[i], owner, t.offered, supported, t.pinned, "its pods' images")
+		if t.pinned {
+			faults = append(faults, msg)
+		} else {
+			warnings = append(warnings, msg)
+		}
+	}
+	return faults, warnings
+}
