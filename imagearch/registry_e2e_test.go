@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,101 +34,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testcert"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testregistry"
 )
 
 // ecrRegistry is the ECR host name the TLS registry serves as.
 const ecrRegistry = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
-
-// freePort returns a loopback port nothing listens on now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// startProcess runs cmd until the test ends, then stops it (SIGTERM, then kill).
-func startProcess(t testing.TB, cmd *exec.Cmd, log string) {
-	t.Helper()
-	out, err := os.Create(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", cmd.Path, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		out.Close()
-	})
-}
-
-// dockerRegistry starts Debian's docker-registry on a free loopback port, with an
-// htpasswd file and a TLS certificate when given, and returns host:port once it answers.
-func dockerRegistry(t testing.TB, htpasswd, cert, key string) string {
-	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		t.Fatalf("Debian's docker-registry is needed (apt-get install docker-registry): %v", err)
-	}
-	dir := t.TempDir()
-	host := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage:\n  filesystem: {rootdirectory: %s}\nhttp:\n  addr: %s\n  secret: test-secret\n", dir, host)
-	scheme := "http"
-	if cert != "" {
-		cfg += fmt.Sprintf("  tls: {certificate: %s, key: %s}\n", cert, key)
-		scheme = "https"
-	}
-	if htpasswd != "" {
-		cfg += fmt.Sprintf("auth:\n  htpasswd: {realm: registry, path: %s}\n", htpasswd)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", filepath.Join(dir, "config.yml"))
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "REGISTRY_") })
-	startProcess(t, cmd, filepath.Join(dir, "registry.log"))
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // readiness probe only
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := client.Get(scheme + "://" + host + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			return host
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "registry.log"))
-			t.Fatalf("docker-registry on %s did not answer: %v\n%s", host, err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// htpasswdFile writes a bcrypt htpasswd file (docker-registry accepts only bcrypt).
-func htpasswdFile(t testing.TB, user, pass string) string {
-	t.Helper()
-	out, err := exec.Command("htpasswd", "-Bbn", user, pass).Output()
-	if err != nil {
-		t.Fatalf("htpasswd (apt-get install apache2-utils): %v", err)
-	}
-	path := filepath.Join(t.TempDir(), "htpasswd")
-	if err := os.WriteFile(path, out, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // ecrCertificate writes a CA and a serving certificate for the ECR host name and
 // 127.0.0.1; it returns the files and a pool trusting the CA.
@@ -186,7 +95,7 @@ func ecrLocal(t testing.TB, registryURL, caFile, password, keyID, secret string)
 	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-addr-file", addr, "-region", "eu-west-1", "-account", "123456789012",
 		"-access-key-id", keyID, "-secret-access-key-file", write("secret", secret), "-registry", registryURL,
 		"-registry-ca", caFile, "-password-file", write("password", password), "-calls", filepath.Join(dir, "calls.jsonl"))
-	startProcess(t, cmd, filepath.Join(dir, "ecrlocal.log"))
+	testregistry.StartProcess(t, cmd, filepath.Join(dir, "ecrlocal.log"))
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if b, err := os.ReadFile(addr); err == nil && len(b) > 0 {
@@ -204,10 +113,10 @@ func ecrLocal(t testing.TB, registryURL, caFile, password, keyID, secret string)
 // single-arch amd64 image, built offline with random layers.
 func plainRegistry(t testing.TB) (multi, single string) {
 	t.Helper()
-	host := dockerRegistry(t, "", "", "")
+	host := testregistry.Start(t, testregistry.Options{}).Host
 	multi, single = host+"/multi:1", host+"/amd64-only:1"
-	pushIndex(t, multi, multiArchIndex(t, "amd64", "arm64"))
-	pushImage(t, single, platformImage(t, "amd64"))
+	testregistry.PushIndex(t, multi, testregistry.MultiArchIndex(t, "amd64", "arm64"))
+	testregistry.PushImage(t, single, testregistry.PlatformImage(t, "amd64"))
 	return multi, single
 }
 
@@ -228,9 +137,9 @@ func TestE2EDockerRegistryIndexAndSingleImage(t *testing.T) {
 }
 
 func TestE2EHtpasswdRegistryWithImagePullSecrets(t *testing.T) {
-	host := dockerRegistry(t, htpasswdFile(t, "puller", "pull-pass"), "", "")
+	host := testregistry.Start(t, testregistry.Options{Htpasswd: testregistry.Htpasswd(t, "puller", "pull-pass")}).Host
 	img := host + "/private:1"
-	pushImage(t, img, platformImage(t, "arm64"), remote.WithAuth(&authn.Basic{Username: "puller", Password: "pull-pass"}))
+	testregistry.PushImage(t, img, testregistry.PlatformImage(t, "arm64"), remote.WithAuth(&authn.Basic{Username: "puller", Password: "pull-pass"}))
 	kube := fake.NewClientset(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "pull", Namespace: "team"}, Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + host + `":{"username":"puller","password":"pull-pass"}}}`)},
@@ -256,7 +165,7 @@ func ecrSetup(t testing.TB) (endpoint string, transport *http.Transport, image s
 	t.Helper()
 	const password, keyID, secret = "ecr-token-password", "AKIDTEST", "test-secret-key"
 	caFile, certFile, keyFile, pool := ecrCertificate(t)
-	host := dockerRegistry(t, htpasswdFile(t, "AWS", password), certFile, keyFile)
+	host := testregistry.Start(t, testregistry.Options{Htpasswd: testregistry.Htpasswd(t, "AWS", password), Cert: certFile, Key: keyFile}).Host
 	transport = &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -267,7 +176,7 @@ func ecrSetup(t testing.TB) (endpoint string, transport *http.Transport, image s
 		},
 	}
 	image = ecrRegistry + "/team/app:1"
-	pushImage(t, host+"/team/app:1", platformImage(t, "arm64"), remote.WithAuth(&authn.Basic{Username: "AWS", Password: password}), remote.WithTransport(transport))
+	testregistry.PushImage(t, host+"/team/app:1", testregistry.PlatformImage(t, "arm64"), remote.WithAuth(&authn.Basic{Username: "AWS", Password: password}), remote.WithTransport(transport))
 	// The SDK's default chain reads these; nothing else (no file, no instance metadata).
 	t.Setenv("AWS_ACCESS_KEY_ID", keyID)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
@@ -282,7 +191,7 @@ func TestE2EECRTokenFromTheLocalECREndpoint(t *testing.T) {
 	ctx := context.Background()
 	// Without the endpoint's token the registry refuses: an ECR API on a loopback port
 	// nothing listens on (the test never leaves loopback).
-	closed := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	closed := fmt.Sprintf("http://127.0.0.1:%d", testregistry.FreePort(t))
 	if _, err := New(Config{Transport: transport, ECREndpoint: closed}).Architectures(ctx, Request{Images: []string{image}}); err == nil || !strings.Contains(err.Error(), "GetAuthorizationToken") {
 		t.Fatalf("without an ECR API: %v, want GetAuthorizationToken's failure", err)
 	}

@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testregistry"
 )
 
 // testRegistry is go-containerregistry's in-memory registry behind a handler that
@@ -88,9 +90,9 @@ func lookup(t *testing.T, r *Resolver, images ...string) ([]string, error) {
 func TestArchitecturesOfIndexAndSingleImage(t *testing.T) {
 	reg := newTestRegistry(t)
 	multi := reg.host + "/multi:1"
-	pushIndex(t, multi, multiArchIndex(t, "amd64", "arm64"))
+	testregistry.PushIndex(t, multi, testregistry.MultiArchIndex(t, "amd64", "arm64"))
 	single := reg.host + "/single:1"
-	pushImage(t, single, platformImage(t, "amd64"))
+	testregistry.PushImage(t, single, testregistry.PlatformImage(t, "amd64"))
 	r := New(Config{Insecure: []string{reg.host}})
 
 	for _, tc := range []struct {
@@ -124,7 +126,7 @@ func TestPodRequestCountsInitContainersOnce(t *testing.T) {
 func TestCacheKeepsDigestsForEverTagsForTheirTTLAndFailuresBriefly(t *testing.T) {
 	reg := newTestRegistry(t)
 	tag := reg.host + "/app:1"
-	digest := pushImage(t, tag, platformImage(t, "arm64"))
+	digest := testregistry.PushImage(t, tag, testregistry.PlatformImage(t, "arm64"))
 	c := &clock{now: time.Unix(1_000_000, 0)}
 	r := New(Config{Insecure: []string{reg.host}, TagTTL: time.Minute, NegativeTTL: 10 * time.Second, Now: c.Now})
 
@@ -187,7 +189,7 @@ func TestCacheIsBounded(t *testing.T) {
 func TestConcurrentAdmissionsMakeOneLookup(t *testing.T) {
 	reg := newTestRegistry(t)
 	img := reg.host + "/app:1"
-	pushImage(t, img, platformImage(t, "amd64"))
+	testregistry.PushImage(t, img, testregistry.PlatformImage(t, "amd64"))
 	hold := make(chan struct{})
 	reg.setHold(hold)
 	r := New(Config{Insecure: []string{reg.host}})
@@ -223,7 +225,7 @@ func TestConcurrentAdmissionsMakeOneLookup(t *testing.T) {
 func TestCallerStopsWaitingAndTheLookupFillsTheCache(t *testing.T) {
 	reg := newTestRegistry(t)
 	img := reg.host + "/slow:1"
-	pushImage(t, img, platformImage(t, "arm64"))
+	testregistry.PushImage(t, img, testregistry.PlatformImage(t, "arm64"))
 	hold := make(chan struct{})
 	reg.setHold(hold)
 	r := New(Config{Insecure: []string{reg.host}})
@@ -250,7 +252,7 @@ func TestCallerStopsWaitingAndTheLookupFillsTheCache(t *testing.T) {
 func TestPlainHTTPOnlyToInsecureRegistries(t *testing.T) {
 	reg := newTestRegistry(t)
 	img := reg.host + "/app:1"
-	pushImage(t, img, platformImage(t, "amd64"))
+	testregistry.PushImage(t, img, testregistry.PlatformImage(t, "amd64"))
 	_, err := lookup(t, New(Config{}), img)
 	if err == nil || !strings.Contains(err.Error(), "IMAGE_INSECURE_REGISTRIES") {
 		t.Fatalf("a loopback registry not listed as insecure: %v, want plain HTTP refused", err)
@@ -263,7 +265,7 @@ func TestPlainHTTPOnlyToInsecureRegistries(t *testing.T) {
 func TestPullSecretsOfThePodAndItsServiceAccount(t *testing.T) {
 	reg := newTestRegistry(t)
 	img := reg.host + "/private:1"
-	pushImage(t, img, platformImage(t, "arm64"))
+	testregistry.PushImage(t, img, testregistry.PlatformImage(t, "arm64"))
 	reg.setAuth("puller", "s3cret")
 	secret := func(name, host string) *corev1.Secret {
 		return &corev1.Secret{
@@ -304,7 +306,7 @@ func TestPullSecretsOfThePodAndItsServiceAccount(t *testing.T) {
 func TestFailuresAreRememberedPerCredentials(t *testing.T) {
 	reg := newTestRegistry(t)
 	img := reg.host + "/private:1"
-	pushImage(t, img, platformImage(t, "amd64"))
+	testregistry.PushImage(t, img, testregistry.PlatformImage(t, "amd64"))
 	reg.setAuth("u", "p")
 	kube := fake.NewClientset(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "pull", Namespace: "b"}, Type: corev1.SecretTypeDockerConfigJson,

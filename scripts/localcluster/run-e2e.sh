@@ -50,7 +50,7 @@ trap 'exit 130' INT TERM
 bash "$here/build.sh"
 # Debian's docker-registry and htpasswd: the registries of the image architecture tests.
 (
-	# shellcheck source=scripts/localcluster/lib.sh
+	# shellcheck source=lib.sh
 	source "$here/lib.sh"
 	lc_ensure_packages docker-registry:docker-registry htpasswd:apache2-utils
 )
