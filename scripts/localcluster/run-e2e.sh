@@ -49,11 +49,8 @@ trap 'exit 130' INT TERM
 
 bash "$here/build.sh"
 # Debian's docker-registry and htpasswd: the registries of the image architecture tests.
-(
-	# shellcheck source=lib.sh
-	source "$here/lib.sh"
-	lc_ensure_packages docker-registry:docker-registry htpasswd:apache2-utils
-)
+# shellcheck disable=SC2016 # expanded by the inner bash
+bash -c 'source "$1/lib.sh" && lc_ensure_packages docker-registry:docker-registry htpasswd:apache2-utils' _ "$here"
 bash "$here/up.sh"
 
 args=(-tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-45m}")
