@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -185,6 +187,24 @@ func TestImageArchitectures(t *testing.T) {
 	d.APIVersion, d.Kind = "apps/v1", "Deployment"
 	if _, stderr, err := kubectl(ctx, manifest(t, d), "apply", "-f", "-"); err == nil || !strings.Contains(stderr, "cannot run its pods' images: it pins kubernetes.io/arch=arm64, and they support only amd64") {
 		t.Errorf("applying a term pinned to arm64 for an amd64-only image: %v\n%s", err, stderr)
+	}
+
+	// plan --cluster reads the manifest's images and names the term; a multi-arch
+	// image on the same term passes.
+	file := filepath.Join(t.TempDir(), "pinned.yaml")
+	if err := os.WriteFile(file, []byte(manifest(t, d)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := cli(ctx, t, nil, "plan", "--cluster", "-f", file, "--image-insecure-registries", reg.Host)
+	if code != 3 || !strings.Contains(stderr, "term 1 (archtest=mixed,kubernetes.io/arch=arm64) of Deployment e2e-arch/pinned-refused cannot run its pods' images") {
+		t.Errorf("plan --cluster of the pinned term: exit %d\n%s", code, stderr)
+	}
+	d.Spec.Template.Spec.Containers[0].Image = multi
+	if err := os.WriteFile(file, []byte(manifest(t, d)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, _ := cli(ctx, t, nil, "plan", "--cluster", "-f", file, "--image-insecure-registries", reg.Host); strings.Contains(stderr, "cannot run") || strings.Contains(stderr, "not checked") {
+		t.Errorf("plan --cluster of the pinned term with a multi-arch image:\n%s", stderr)
 	}
 
 	// At admission, through a namespace default (a default names no image to check at

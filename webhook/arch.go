@@ -153,12 +153,12 @@ func requiredTerms(pod *corev1.Pod) []corev1.NodeSelectorTerm {
 	return a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 }
 
-// check reports, at apply time, the terms of s that cannot run the images of a pod
-// template (spec, in namespace): faults for terms that pin an architecture none of the
-// images supports (refused in reject mode), warnings for terms whose capacity offers
-// several architectures and none of theirs. A lookup that fails or runs out of budget
-// reports nothing: admission checks again.
-func (ia *ImageArchitectures) check(ctx context.Context, namespace string, spec *corev1.PodSpec, s *strategy.Strategy, owner string) (faults, warnings []string) {
+// Check reports the terms of s that cannot run the images of a pod template (spec, in
+// namespace), for the validating webhook and `plan --cluster`: faults for terms that
+// pin an architecture none of the images supports (refused in reject mode), warnings for
+// terms whose capacity offers several architectures and none of theirs. A lookup that
+// fails or runs out of budget reports its error and nothing else.
+func (ia *ImageArchitectures) Check(ctx context.Context, namespace string, spec *corev1.PodSpec, s *strategy.Strategy, owner string) (faults, warnings []string, err error) {
 	type termArches struct {
 		offered []string
 		pinned  bool
@@ -175,7 +175,7 @@ func (ia *ImageArchitectures) check(ctx context.Context, namespace string, spec 
 		needed = needed || pinned || len(offered) > 1
 	}
 	if !needed {
-		return nil, nil
+		return nil, nil, nil
 	}
 	budget := ia.Budget
 	if budget <= 0 {
@@ -185,7 +185,7 @@ func (ia *ImageArchitectures) check(ctx context.Context, namespace string, spec 
 	defer cancel()
 	supported, err := ia.Images.Architectures(lctx, imagearch.PodRequest(namespace, spec))
 	if err != nil || len(supported) == 0 {
-		return nil, nil
+		return nil, nil, err
 	}
 	for i, t := range terms {
 		if (!t.pinned && len(t.offered) < 2) || len(imagearch.Intersect(t.offered, supported)) > 0 {
@@ -198,5 +198,5 @@ func (ia *ImageArchitectures) check(ctx context.Context, namespace string, spec 
 			warnings = append(warnings, msg)
 		}
 	}
-	return faults, warnings
+	return faults, warnings, nil
 }

@@ -113,7 +113,8 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 		}
 	}
 	if v.Images != nil {
-		faults, doubts := v.Images.check(ctx, req.Namespace, &obj.Spec.Template.Spec, s, name)
+		// A failed lookup says nothing here: admission looks again.
+		faults, doubts, _ := v.Images.Check(ctx, req.Namespace, &obj.Spec.Template.Spec, s, name)
 		warnings = append(warnings, doubts...)
 		if len(faults) > 0 {
 			// Ratchet, as for an invalid strategy: an UPDATE keeping both the strategy
