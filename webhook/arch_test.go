@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,28 +20,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
-
-// patchPod applies a JSON patch to pod and returns the result.
-func patchPod(t *testing.T, pod *corev1.Pod, patch []byte) *corev1.Pod {
-	t.Helper()
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := jsonpatch.DecodePatch(patch)
-	if err != nil {
-		t.Fatalf("decode patch %s: %v", patch, err)
-	}
-	out, err := p.Apply(raw)
-	if err != nil {
-		t.Fatalf("apply patch %s: %v", patch, err)
-	}
-	var got corev1.Pod
-	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatal(err)
-	}
-	return &got
-}
 
 func TestArchitectureRequirementMergesIntoTheAffinity(t *testing.T) {
 	archIn := func(v ...string) corev1.NodeSelectorRequirement {
@@ -85,7 +62,7 @@ func TestArchitectureRequirementMergesIntoTheAffinity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := patchPod(t, pod, patch)
+			got := patched(t, pod, patch)
 			terms := requiredTerms(got)
 			if !equalJSON(t, terms, tc.want) {
 				b, _ := json.Marshal(terms)
@@ -211,7 +188,7 @@ func TestDecideKeepsTheSeatOfAPodItsTermCannotRun(t *testing.T) {
 		if d.Outcome != OutcomePlaced {
 			t.Fatalf("seat %d: outcome %s (%v)", seat, d.Outcome, d.Warnings)
 		}
-		got := patchPod(t, pod, d.Patch)
+		got := patched(t, pod, d.Patch)
 		if got.Annotations[strategy.AnnotationTerm] != want.term {
 			t.Errorf("seat %d: term %s, want %s", seat, got.Annotations[strategy.AnnotationTerm], want.term)
 		}
