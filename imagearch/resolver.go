@@ -147,16 +147,18 @@ func (r *Resolver) Architectures(ctx context.Context, req Request) ([]string, er
 
 // image answers one image.
 func (r *Resolver) image(ctx context.Context, req Request, image string) ([]string, error) {
-	ref, err := r.parse(image)
-	if err != nil {
-		r.metrics.lookups.WithLabelValues(resultInvalid).Inc()
-		return nil, err
-	}
-	key := ref.Name()
+	// Keyed by the reference as the pod spells it: a hit costs no parsing (two
+	// spellings of one image take two entries).
+	key := image
 	now := r.cfg.Now()
 	if e, ok := r.cache.get(key, now); ok {
 		r.metrics.lookups.WithLabelValues(resultCached).Inc()
 		return slices.Clone(e.arches), nil
+	}
+	ref, err := r.parse(image)
+	if err != nil {
+		r.metrics.lookups.WithLabelValues(resultInvalid).Inc()
+		return nil, err
 	}
 	// Failures are remembered per credentials: a pod without the pull secret another
 	// one has must not answer for it.

@@ -1,23 +1,30 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/registry"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testregistry"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -276,5 +283,31 @@ func TestValidationOfTermsThatCannotRunTheImages(t *testing.T) {
 	odd := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog(), Images: &ImageArchitectures{Images: byImage{"s390x:1": {"s390x"}}, Capacity: fakeArchCapacity{"amd64", "arm64"}}}
 	if resp := odd.Admit(ctx, archDeployment(t, admissionv1.Create, "capacity=spot", "s390x:1", "")); !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "offers kubernetes.io/arch amd64, arm64") {
 		t.Errorf("capacity offering none of the image's architectures: %+v", resp)
+	}
+}
+
+// BenchmarkAdmitImageArchitectures is BenchmarkAdmit with the architecture step on
+// and warm: a real imagearch.Resolver whose cache holds the pod's image (read once from
+// go-containerregistry's in-memory registry), on capacity offering amd64 and arm64, so
+// that every admission looks the image up and adds the requirement.
+func BenchmarkAdmitImageArchitectures(b *testing.B) {
+	m, _, _ := newCluster(burstStrategy).mutator(b)
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	b.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	image := host + "/app:1"
+	testregistry.PushImage(b, image, testregistry.PlatformImage(b, "amd64"))
+	m.Images = &ImageArchitectures{Images: imagearch.New(imagearch.Config{Insecure: []string{host}}), Capacity: fakeArchCapacity{"amd64", "arm64"}}
+	pod := rsPod()
+	pod.Spec.Containers[0].Image = image
+	req := createRequest(b, pod)
+	b.ReportAllocs()
+	for b.Loop() {
+		req.UID = uuid.NewUUID()
+		resp := m.Admit(context.Background(), req)
+		if !bytes.Contains(resp.Patch, []byte(corev1.LabelArchStable)) {
+			b.Fatalf("no architecture requirement: %s %v", resp.Patch, resp.Warnings)
+		}
+		m.Ledger.Release(context.Background(), clusterview.Revision{Namespace: testNS, UID: testRSUID}, req.UID)
 	}
 }
