@@ -80,6 +80,18 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// waitUntil polls cond until it holds, failing the test after 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30 s for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func lookup(t *testing.T, r *Resolver, images ...string) ([]string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -205,10 +217,7 @@ func TestConcurrentAdmissionsMakeOneLookup(t *testing.T) {
 		})
 	}
 	// Every caller waits on the one held read; let it go once it has started.
-	deadline := time.Now().Add(30 * time.Second)
-	for reg.manifests.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, "a manifest read", func() bool { return reg.manifests.Load() > 0 })
 	close(hold)
 	wg.Wait()
 	close(errs)
@@ -237,10 +246,7 @@ func TestCallerStopsWaitingAndTheLookupFillsTheCache(t *testing.T) {
 	}
 	close(hold)
 	// The background lookup fills the cache: the next pod is answered without a read.
-	deadline := time.Now().Add(30 * time.Second)
-	for r.CacheEntries() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, "the background lookup's answer", func() bool { return r.CacheEntries() > 0 })
 	if got, err := lookup(t, r, img); err != nil || !slices.Equal(got, []string{"arm64"}) {
 		t.Fatalf("after the background lookup: %v, %v", got, err)
 	}
