@@ -23,7 +23,7 @@ const DefaultImageBudget = time.Second
 // "outcome" label.
 const (
 	ArchRequired  = "required"   // a kubernetes.io/arch requirement was added
-	ArchAll       = "unneeded"   // the images run on every architecture the term offers
+	ArchUnneeded  = "unneeded"   // the images run on every architecture the term offers
 	ArchSkipped   = "skipped"    // nothing to decide: the pod pins the architecture, or the term offers one
 	ArchUnknown   = "unknown"    // the images' architectures could not be read in time; placed without
 	ArchCannotRun = "cannot_run" // the term offers no architecture the images support
@@ -46,7 +46,10 @@ type ArchitectureCapacity interface {
 // architecture, the pod gets a required node affinity on the architectures all its
 // images support; a term offering none of them is reported.
 type ImageArchitectures struct {
-	Images   ImageLookup
+	// Images answers what the pod's images support.
+	Images ImageLookup
+	// Capacity answers what a term's capacity offers (nil: only terms that pin an
+	// architecture are checked).
 	Capacity ArchitectureCapacity
 	// Budget bounds the wait for the images' answer (0: DefaultImageBudget); the lookup
 	// goes on after it, for the next pod.
@@ -94,7 +97,7 @@ func (ia *ImageArchitectures) verdict(ctx context.Context, pod *corev1.Pod, name
 	case len(runnable) == 0:
 		return archVerdict{outcome: ArchCannotRun, cannotRun: cannotRunMessage(i, term, owner, offered, supported, pinned, "the pod's images")}
 	case pinned || len(runnable) == len(offered):
-		return archVerdict{outcome: ArchAll}
+		return archVerdict{outcome: ArchUnneeded}
 	}
 	return archVerdict{outcome: ArchRequired, require: runnable}
 }

@@ -147,14 +147,14 @@ func TestArchitectureVerdict(t *testing.T) {
 		message  string // in the warning or the cannot-run message
 	}{
 		{"both offered, amd64-only image", podWith(nil), plain, both, &fakeImages{arches: []string{"amd64"}}, ArchRequired, []string{"amd64"}, 1, ""},
-		{"both offered, multi-arch image", podWith(nil), plain, both, &fakeImages{arches: []string{"amd64", "arm64", "s390x"}}, ArchAll, nil, 1, ""},
+		{"both offered, multi-arch image", podWith(nil), plain, both, &fakeImages{arches: []string{"amd64", "arm64", "s390x"}}, ArchUnneeded, nil, 1, ""},
 		{"one offered: no lookup", podWith(nil), plain, fakeArchCapacity{"amd64"}, &fakeImages{arches: []string{"arm64"}}, ArchSkipped, nil, 0, ""},
 		{"the pod's nodeSelector pins it: no lookup", podWith(func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"beta.kubernetes.io/arch": "arm64"} }), plain, both, &fakeImages{arches: []string{"amd64"}}, ArchSkipped, nil, 0, ""},
 		{"the pod's affinity pins it in every term: no lookup", podWith(func(p *corev1.Pod) {
 			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
 				{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"arm64"}}}}}}}}
 		}), plain, both, &fakeImages{arches: []string{"amd64"}}, ArchSkipped, nil, 0, ""},
-		{"the term pins an arch the images support", podWith(nil), arm, both, &fakeImages{arches: []string{"amd64", "arm64"}}, ArchAll, nil, 1, ""},
+		{"the term pins an arch the images support", podWith(nil), arm, both, &fakeImages{arches: []string{"amd64", "arm64"}}, ArchUnneeded, nil, 1, ""},
 		{"the term pins an arch the images lack", podWith(nil), arm, nil, &fakeImages{arches: []string{"amd64"}}, ArchCannotRun, nil, 1, "pins kubernetes.io/arch=arm64"},
 		{"the capacity offers none the images support", podWith(nil), plain, both, &fakeImages{arches: []string{"s390x"}}, ArchCannotRun, nil, 1, "offers kubernetes.io/arch amd64, arm64"},
 		{"the registry fails", podWith(nil), plain, both, &fakeImages{err: errors.New("registry down")}, ArchUnknown, nil, 1, "registry down"},

@@ -85,7 +85,7 @@ func NewMetrics() *Metrics {
 	for _, o := range []string{OutcomeAllowed, OutcomeDenied, OutcomeError} {
 		m.admissions.WithLabelValues("validate", o)
 	}
-	for _, o := range []string{ArchRequired, ArchAll, ArchSkipped, ArchUnknown, ArchCannotRun} {
+	for _, o := range []string{ArchRequired, ArchUnneeded, ArchSkipped, ArchUnknown, ArchCannotRun} {
 		m.architectures.WithLabelValues(o)
 	}
 	for _, w := range []string{"mutate", "validate"} {
