@@ -228,15 +228,30 @@ func (c *Catalog) Unsynced() []string {
 // measures it). An answer may lag a change by the moment between the
 // informer's store taking it and its event handler counting it.
 func (c *Catalog) Tolerations(term map[string]string) (tolerations []corev1.Toleration, served bool) {
+	a := c.answer(term)
+	return slices.Clone(a.tolerations), a.served
+}
+
+// Architectures returns the CPU architectures (kubernetes.io/arch values) the capacity
+// serving term can give a pod selecting it, sorted: the union over the NodePools, node
+// groups and Ready nodes Serving finds (see Source.Architectures). Remembered as
+// Tolerations' answers are.
+func (c *Catalog) Architectures(term map[string]string) []string {
+	return slices.Clone(c.answer(term).arches)
+}
+
+// answer is what Tolerations and Architectures answer for term, remembered per term
+// until the capacity changes.
+func (c *Catalog) answer(term map[string]string) tolerationsAnswer {
 	key := SelectorKey(term)
 	gen := c.generation()
 	if a, ok := c.memo.get(key, gen); ok {
-		return slices.Clone(a.tolerations), a.served
+		return a
 	}
 	sources := c.Serving(term)
-	a := tolerationsAnswer{tolerations: TolerationsFor(sources), served: len(sources) > 0}
+	a := tolerationsAnswer{tolerations: TolerationsFor(sources), served: len(sources) > 0, arches: ArchitecturesOf(sources)}
 	c.memo.put(key, gen, a)
-	return slices.Clone(a.tolerations), a.served
+	return a
 }
 
 // generation identifies the state of the capacity Serving reads: it changes whenever
@@ -269,7 +284,7 @@ func (c *Catalog) Serving(term map[string]string) []Source {
 				continue
 			}
 			pools.Insert(np.Name)
-			out = append(out, Source{Kind: KindNodePool, Name: np.Name, Taints: copyTaints(np.Spec.Template.Spec.Taints)})
+			out = append(out, Source{Kind: KindNodePool, Name: np.Name, Taints: copyTaints(np.Spec.Template.Spec.Taints), Architectures: nodePoolArchitectures(np, term)})
 		}
 	}
 	if c.groups != nil {
@@ -278,7 +293,7 @@ func (c *Catalog) Serving(term map[string]string) []Source {
 				continue
 			}
 			groups.Insert(g.Name)
-			out = append(out, Source{Kind: KindNodeGroup, Name: g.Name, Taints: copyTaints(g.Taints)})
+			out = append(out, Source{Kind: KindNodeGroup, Name: g.Name, Taints: copyTaints(g.Taints), Architectures: labelArchitectures(g.Labels, term)})
 		}
 	}
 	for _, obj := range c.nodes.GetStore().List() {
@@ -292,7 +307,7 @@ func (c *Catalog) Serving(term map[string]string) []Source {
 		if c.matcher.Node(n.Labels, term) != nil {
 			continue
 		}
-		out = append(out, Source{Kind: KindNode, Name: n.Name, Taints: copyTaints(n.Spec.Taints)})
+		out = append(out, Source{Kind: KindNode, Name: n.Name, Taints: copyTaints(n.Spec.Taints), Architectures: labelArchitectures(n.Labels, term)})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if ki, kj := kindOrder(out[i].Kind), kindOrder(out[j].Kind); ki != kj {

@@ -140,6 +140,21 @@ func TestCatalogServing(t *testing.T) {
 		t.Errorf("LaunchView(spot) = %+v, want broken, sized, spot", v)
 	}
 
+	// Architectures: the spot pools and n-legacy leave it open (both); nothing serves
+	// the typo; a term pinning arm64 gets arm64.
+	for _, tc := range []struct {
+		term map[string]string
+		want []string
+	}{
+		{term(capType, "spot"), KnownArchitectures},
+		{term("nodesize", "spot4vcpu16gbb"), nil},
+		{term(capType, "spot", corev1.LabelArchStable, "arm64"), []string{"arm64"}},
+	} {
+		if got := c.Architectures(tc.term); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Architectures(%v) = %v, want %v", tc.term, got, tc.want)
+		}
+	}
+
 	tols := TolerationsFor(c.Serving(term("nodesize", "spot4vcpu16gb")))
 	wantTols := []corev1.Toleration{
 		{Key: "team", Operator: corev1.TolerationOpEqual, Value: "ml", Effect: corev1.TaintEffectNoSchedule},

@@ -23,6 +23,7 @@ type memoGeneration struct{ capacity, groups uint64 }
 type tolerationsAnswer struct {
 	tolerations []corev1.Toleration // shared: callers get a copy
 	served      bool
+	arches      []string // shared: callers get a copy
 }
 
 // tolerationsMemo remembers Tolerations' answers computed at one generation. An

@@ -21,6 +21,11 @@ type Source struct {
 	// which Karpenter expects a daemon to remove), the node group's taints, or
 	// the Node's current taints.
 	Taints []corev1.Taint
+	// Architectures are the kubernetes.io/arch values it can give a pod of the term:
+	// what a NodePool's requirements allow of the architectures Karpenter launches
+	// (KnownArchitectures; a NodePool that leaves the label open offers them all, as
+	// Karpenter v1 sets no default), a node group's AMI architecture, a Node's label.
+	Architectures []string
 }
 
 // String returns Kind/Name, e.g. "NodePool/spot".

@@ -30,6 +30,9 @@ type Workload struct {
 	// Requests are one pod's requests as Karpenter counts them: the larger of the
 	// containers' sum and any init container's, plus the pod overhead.
 	Requests corev1.ResourceList
+	// PodSpec is the pod template's spec (its images are checked against the terms'
+	// architectures by `plan --cluster`).
+	PodSpec *corev1.PodSpec
 }
 
 // maxManifest bounds a manifest file.
@@ -149,5 +152,6 @@ func workloadOf(kind string, doc []byte, links PolicyLinks, defaultNamespace str
 	}
 	pod := &corev1.Pod{Spec: tmpl.Spec}
 	w.Requests = resources.Ceiling(pod).Requests
+	w.PodSpec = &tmpl.Spec
 	return w, true, nil
 }

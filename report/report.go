@@ -53,7 +53,8 @@ type WorkloadReport struct {
 	// count while a lower seat is free.
 	PendingRepairs int `json:"pendingRepairs"`
 	// Exact is true when every term holds its expected pods (the target, or while a
-	// term is unavailable the fallback placement) and nothing is unplaced.
+	// term is unavailable the fallback placement), nothing is unplaced, and no pod is
+	// on a term that cannot run its images.
 	Exact bool `json:"exact"`
 	// NotEnabled says, when the API server does not send the workload's namespace to
 	// the webhook (scope opt-in and the namespace not labelled, or excluded), that
@@ -77,13 +78,18 @@ type TermReport struct {
 	UnavailableReason string `json:"unavailableReason,omitempty"`
 	// FallbackPods counts live pods whose seat belongs to this term but that were
 	// placed on another one because this term was unavailable.
-	FallbackPods   int          `json:"fallbackPods"`
-	Placed         int          `json:"placed"`
-	Running        int          `json:"running"`
-	Pending        int          `json:"pending"`
-	PendingReasons []string     `json:"pendingReasons,omitempty"`
-	ServedBy       []string     `json:"servedBy"`
-	Nodes          []NodeReport `json:"nodes"`
+	FallbackPods   int      `json:"fallbackPods"`
+	Placed         int      `json:"placed"`
+	Running        int      `json:"running"`
+	Pending        int      `json:"pending"`
+	PendingReasons []string `json:"pendingReasons,omitempty"`
+	// CannotRun counts the term's pods whose images support none of the architectures
+	// it offers (admission placed them on their seat and said so on the pod); such a
+	// workload is not Exact. CannotRunReason is admission's word on the first of them.
+	CannotRun       int          `json:"cannotRun,omitempty"`
+	CannotRunReason string       `json:"cannotRunReason,omitempty"`
+	ServedBy        []string     `json:"servedBy"`
+	Nodes           []NodeReport `json:"nodes"`
 	// Cost is set by AddCost.
 	Cost *Cost `json:"cost,omitempty"`
 }
@@ -306,6 +312,12 @@ func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placemen
 	}
 	row := &w.Terms[i]
 	row.Placed++
+	if why := pod.Annotations[strategy.AnnotationCannotRun]; why != "" {
+		row.CannotRun++
+		if row.CannotRunReason == "" {
+			row.CannotRunReason = why
+		}
+	}
 	switch pod.Status.Phase {
 	case corev1.PodRunning:
 		row.Running++
@@ -333,7 +345,7 @@ func (w *WorkloadReport) finish(st *State, t *tally) {
 	w.Exact = w.Unplaced == 0
 	for i := range w.Terms {
 		row := &w.Terms[i]
-		w.Exact = w.Exact && row.Placed == row.Expected
+		w.Exact = w.Exact && row.Placed == row.Expected && row.CannotRun == 0
 		for name, count := range t.nodes[i] {
 			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, t.requested[i][name]))
 		}

@@ -86,6 +86,14 @@ func TestBuild(t *testing.T) {
 		t.Errorf("served by: %v", spot.ServedBy)
 	}
 
+	// A pod on a term that cannot run its images: counted on its term, not exact.
+	st.Pods[1].Annotations[strategy.AnnotationCannotRun] = "term 2 cannot run the pod's images"
+	r = Build(st, func(string, string) bool { return true })
+	if w := r.Workloads[0]; w.Exact || w.Terms[1].CannotRun != 1 || w.Terms[1].CannotRunReason != "term 2 cannot run the pod's images" || w.Terms[1].Placed != 3 {
+		t.Fatalf("a pod that cannot run: %+v", w)
+	}
+	delete(st.Pods[1].Annotations, strategy.AnnotationCannotRun)
+
 	// One pod missing from its term: not exact, and said so.
 	st.Pods = st.Pods[1:]
 	r = Build(st, func(string, string) bool { return true })

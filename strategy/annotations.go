@@ -44,6 +44,10 @@ const (
 	// AnnotationReservation records the seat ledger's reservation the pod fulfils (the
 	// admission UID), so that every webhook replica seeing the pod can end it.
 	AnnotationReservation = "custom-kube-scheduler-webhook.io/reservation"
+	// AnnotationCannotRun records, on a pod placed on a term that offers no CPU
+	// architecture its images support, why: the pod keeps its seat, and spread counts
+	// it as not runnable.
+	AnnotationCannotRun = "custom-kube-scheduler-webhook.io/cannot-run"
 	// AnnotationDeletionCost is read by the ReplicaSet controller on scale-down.
 	AnnotationDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
 )

@@ -27,6 +27,8 @@ type decisionInput struct {
 	Capacity Capacity
 	// Admission is the admission UID, recorded on the pod to end its seat reservation.
 	Admission types.UID
+	// Arch decides the architecture requirement of the pod on term i (nil: not asked).
+	Arch func(i int, term strategy.Term) archVerdict
 }
 
 // decision is where a pod goes, or why it is left alone. Deciding has no side effects:
@@ -44,6 +46,8 @@ type decision struct {
 	Events [][2]string
 	// Unserved is set when nothing serves the term (counted in a metric).
 	Unserved bool
+	// Arch is the architecture step's verdict (its outcome is counted in a metric).
+	Arch archVerdict
 }
 
 // decide places a pod on its seat's term (or, while that term is unavailable, on the
@@ -90,6 +94,21 @@ func decide(in decisionInput) decision {
 		strategy.AnnotationSeat: strconv.Itoa(in.Seat),
 		strategy.AnnotationTerm: strconv.Itoa(index + 1),
 	}
+	if in.Arch != nil {
+		// The pod keeps its seat even when the term cannot run its images: moving it
+		// would change the split silently, while it is reported here, at apply time and
+		// by spread (docs/architecture-aware-placement.md).
+		d.Arch = in.Arch(index, term)
+		if d.Arch.warning != "" {
+			d.Warnings = append(d.Warnings, d.Arch.warning)
+		}
+		if msg := d.Arch.cannotRun; msg != "" {
+			msg += "; the pod is placed on its seat and will not start there"
+			d.Warnings = append(d.Warnings, msg)
+			d.Events = append(d.Events, [2]string{ReasonImageArchitecture, msg})
+			annotations[strategy.AnnotationCannotRun] = d.Arch.cannotRun
+		}
+	}
 	if placed.fallback {
 		annotations[strategy.AnnotationFallbackFrom] = strconv.Itoa(placed.from + 1)
 	}
@@ -102,7 +121,7 @@ func decide(in decisionInput) decision {
 		// Whichever webhook replica sees the pod first ends the reservation.
 		annotations[strategy.AnnotationReservation] = string(in.Admission)
 	}
-	patch, err := placementPatch(pod, selector, needed, annotations)
+	patch, err := placementPatch(pod, selector, needed, d.Arch.require, annotations)
 	if err != nil {
 		d.Outcome = OutcomeError
 		d.Warnings = append(d.Warnings, fmt.Sprintf("pod not placed: %v", err))

@@ -6,7 +6,8 @@
 //
 // It reads the cluster through clusterview and claims seats through a SeatLedger (the
 // ledger package's Ledger, wired by cmd; it imports ledger for the peer path only). It
-// may import strategy, and karpenter to merge tolerations; what serves a term it asks
-// through the Capacity interface. Nothing but cmd imports it (internal/layout checks
+// may import strategy, karpenter to merge tolerations, and imagearch for the request
+// type of the image architecture lookup (ImageArchitectures); what serves a term it
+// asks through the Capacity and ArchitectureCapacity interfaces. Nothing but cmd imports it (internal/layout checks
 // the package graph).
 package webhook

@@ -28,6 +28,8 @@ type Metrics struct {
 	placements *prometheus.CounterVec
 	unserved   *prometheus.CounterVec
 	refused    *prometheus.CounterVec
+	// architectures counts the architecture step's outcomes (arch.go).
+	architectures *prometheus.CounterVec
 	// collectors are what NewMetrics registered, for Describe.
 	collectors []prometheus.Collector
 }
@@ -63,8 +65,12 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "admissions_refused_total",
 			Help: "Admission requests refused before they were read, by webhook and HTTP status (404: a path without the admission token, a review not sent by the API server; 413: body over the cap; 429: no room in flight in time).",
 		}, []string{"webhook", "status"}),
+		architectures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "architecture_decisions_total",
+			Help: "Placed pods by what the image architecture step decided: required (a kubernetes.io/arch requirement added), unneeded (the images run on every architecture the term offers), skipped (the pod pins its architecture, or the term offers one), unknown (the images' architectures not known in time: placed without), cannot_run (the term offers no architecture the images support).",
+		}, []string{"outcome"}),
 	}
-	m.collectors = []prometheus.Collector{m.admissions, m.latency, m.placements, m.unserved, m.refused,
+	m.collectors = []prometheus.Collector{m.admissions, m.latency, m.placements, m.unserved, m.refused, m.architectures,
 		// Go's defaults, and go_gc_heap_live_bytes: the heap the last collection marked
 		// live, what the heap comes back to (the GC's goal only bounds it from above).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
@@ -78,6 +84,9 @@ func NewMetrics() *Metrics {
 	}
 	for _, o := range []string{OutcomeAllowed, OutcomeDenied, OutcomeError} {
 		m.admissions.WithLabelValues("validate", o)
+	}
+	for _, o := range []string{ArchRequired, ArchUnneeded, ArchSkipped, ArchUnknown, ArchCannotRun} {
+		m.architectures.WithLabelValues(o)
 	}
 	for _, w := range []string{"mutate", "validate"} {
 		m.latency.WithLabelValues(w)

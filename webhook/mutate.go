@@ -75,6 +75,8 @@ type PodMutator struct {
 	// Availability says which terms are unavailable, so their seats go to the fallback
 	// (optional: without it every term is taken as available).
 	Availability Availability
+	// Images narrows kubernetes.io/arch to what the pod's images run on (nil: off).
+	Images *ImageArchitectures
 
 	strategies strategy.Resolver
 }
@@ -254,11 +256,20 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 	if m.Availability != nil {
 		unavailable = m.Availability.Unavailable(w.Revision)
 	}
-	d := decide(decisionInput{Pod: a.pod, Workload: w, Strategy: s, Seat: seat, Unavailable: unavailable, Capacity: m.Capacity, Admission: req.UID})
+	in := decisionInput{Pod: a.pod, Workload: w, Strategy: s, Seat: seat, Unavailable: unavailable, Capacity: m.Capacity, Admission: req.UID}
+	if m.Images != nil {
+		in.Arch = func(i int, term strategy.Term) archVerdict {
+			return m.Images.verdict(ctx, a.pod, req.Namespace, i, term, w.Describe())
+		}
+	}
+	d := decide(in)
 	a.warnings = append(a.warnings, d.Warnings...)
 	a.events = append(a.events, d.Events...)
 	if d.Unserved && !isDryRun(req) {
 		m.Metrics.unserved.WithLabelValues(s.Terms[d.Term].LabelString()).Inc()
+	}
+	if d.Arch.outcome != "" && !isDryRun(req) {
+		m.Metrics.architectures.WithLabelValues(d.Arch.outcome).Inc()
 	}
 	if d.Outcome != OutcomePlaced {
 		m.release(ctx, req, w)

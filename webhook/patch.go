@@ -3,7 +3,9 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,11 +39,13 @@ func escapePointer(key string) string {
 }
 
 // placementPatch is the JSON patch that places pod: the term's labels added to its
-// nodeSelector, the tolerations it needs, the seat annotations and the managed label.
-func placementPatch(pod *corev1.Pod, selector map[string]string, tolerations []corev1.Toleration, annotations map[string]string) ([]byte, error) {
+// nodeSelector, the tolerations it needs, the architectures its images run on (nil:
+// none required), the seat annotations and the managed label.
+func placementPatch(pod *corev1.Pod, selector map[string]string, tolerations []corev1.Toleration, arches []string, annotations map[string]string) ([]byte, error) {
 	p := &podPatch{pod: pod}
 	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, selector)
 	p.mergeTolerations(tolerations)
+	p.requireArchitectures(arches)
 	p.addToMap("/metadata/annotations", pod.Annotations, annotations)
 	p.addToMap("/metadata/labels", pod.Labels, map[string]string{strategy.LabelManaged: "true"})
 	return p.marshal()
@@ -91,6 +95,51 @@ func (p *podPatch) mergeTolerations(needed []corev1.Toleration) {
 	}
 	for _, t := range add {
 		p.ops = append(p.ops, patchOp{Op: "add", Path: "/spec/tolerations/-", Value: t})
+	}
+}
+
+// requireArchitectures adds the required node affinity kubernetes.io/arch In arches
+// to every term of the pod's required node affinity (terms are ORed, so each must
+// carry it), or a term of its own when the pod has none. Nothing of the pod's is
+// replaced: only absent fields are added, and a term already holding exactly this
+// requirement (a copied pod) is left as it is.
+func (p *podPatch) requireArchitectures(arches []string) {
+	if len(arches) == 0 {
+		return
+	}
+	req := corev1.NodeSelectorRequirement{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: arches}
+	fresh := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{req}}}}
+	const (
+		affinity = "/spec/affinity"
+		node     = affinity + "/nodeAffinity"
+		required = node + "/requiredDuringSchedulingIgnoredDuringExecution"
+		terms    = required + "/nodeSelectorTerms"
+	)
+	a := p.pod.Spec.Affinity
+	switch {
+	case a == nil:
+		p.ops = append(p.ops, patchOp{Op: "add", Path: affinity, Value: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: fresh}}})
+	case a.NodeAffinity == nil:
+		p.ops = append(p.ops, patchOp{Op: "add", Path: node, Value: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: fresh}})
+	case a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil:
+		p.ops = append(p.ops, patchOp{Op: "add", Path: required, Value: fresh})
+	case len(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0:
+		// Absent or empty (which the API server would refuse): nothing to keep.
+		p.ops = append(p.ops, patchOp{Op: "add", Path: terms, Value: fresh.NodeSelectorTerms})
+	default:
+		for i, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			if slices.ContainsFunc(t.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
+				return r.Key == req.Key && r.Operator == req.Operator && slices.Equal(r.Values, req.Values)
+			}) {
+				continue
+			}
+			path := terms + "/" + strconv.Itoa(i) + "/matchExpressions"
+			if t.MatchExpressions == nil {
+				p.ops = append(p.ops, patchOp{Op: "add", Path: path, Value: []corev1.NodeSelectorRequirement{req}})
+				continue
+			}
+			p.ops = append(p.ops, patchOp{Op: "add", Path: path + "/-", Value: req})
+		}
 	}
 }
 

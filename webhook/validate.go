@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
@@ -23,6 +25,9 @@ import (
 // time, so a typo is caught by `kubectl apply` instead of stranding pods later.
 type WorkloadValidator struct {
 	Capacity Capacity // optional: warns about terms nothing serves
+	// Images checks the terms against the architectures of the pod template's images
+	// (nil: not checked).
+	Images *ImageArchitectures
 	// WarnOnly turns rejections into warnings.
 	WarnOnly bool
 	Metrics  *Metrics
@@ -37,13 +42,14 @@ type workloadMeta struct {
 	Spec              struct {
 		Template struct {
 			metav1.ObjectMeta `json:"metadata"`
+			Spec              corev1.PodSpec `json:"spec"`
 		} `json:"template"`
 	} `json:"spec"`
 }
 
 // Admit implements the validating admission of workloads.
-func (v *WorkloadValidator) Admit(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	resp := v.admit(req)
+func (v *WorkloadValidator) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	resp := v.admit(ctx, req)
 	outcome := OutcomeAllowed
 	if !resp.Allowed {
 		outcome = OutcomeDenied
@@ -52,7 +58,7 @@ func (v *WorkloadValidator) Admit(_ context.Context, req *admissionv1.AdmissionR
 	return resp
 }
 
-func (v *WorkloadValidator) admit(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return allow()
 	}
@@ -106,7 +112,32 @@ func (v *WorkloadValidator) admit(req *admissionv1.AdmissionRequest) *admissionv
 			}
 		}
 	}
+	if v.Images != nil {
+		// A failed lookup says nothing here: admission looks again.
+		faults, doubts, _ := v.Images.Check(ctx, req.Namespace, &obj.Spec.Template.Spec, s, name)
+		warnings = append(warnings, doubts...)
+		if len(faults) > 0 {
+			// Ratchet, as for an invalid strategy: an UPDATE keeping both the strategy
+			// and the images is not refused for a fault it did not introduce.
+			resp := v.refuse(req, name, strings.Join(faults, "; "), v.unchangedImages(req, src.Raw, &obj.Spec.Template.Spec))
+			resp.Warnings = append(prefixed(warnings), resp.Warnings...)
+			return resp
+		}
+	}
 	return allow(warnings...)
+}
+
+// unchangedImages reports whether an UPDATE's old object carried the same strategy
+// value and the same images.
+func (v *WorkloadValidator) unchangedImages(req *admissionv1.AdmissionRequest, raw string, spec *corev1.PodSpec) bool {
+	if !v.unchanged(req, raw) {
+		return false
+	}
+	var old workloadMeta
+	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		return false
+	}
+	return slices.Equal(imagearch.PodRequest("", &old.Spec.Template.Spec).Images, imagearch.PodRequest("", spec).Images)
 }
 
 // AdmitNotEnabled answers the calls the API server makes for workloads in namespaces

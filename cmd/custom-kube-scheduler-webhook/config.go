@@ -65,6 +65,12 @@ var serveSettings = []setting{
 	{"cost-metrics-interval", "COST_METRICS_INTERVAL", "5m", "with cost-metrics on: how often the workloads are listed and priced"},
 	{"cost-prices-file", "COST_PRICES_FILE", "", "with cost-metrics on: price file used instead of AWS (lines: instance-type capacity-type zone|region|* usd-per-hour), read at startup"},
 	{"admission-deadline", "ADMISSION_DEADLINE", "4s", "time a pod admission may take; past it the pod is admitted unplaced with a warning (keep it below the webhook's timeoutSeconds, 5 in the chart)"},
+	{"image-architectures", "IMAGE_ARCHITECTURES", "on", "on: a pod whose term leaves kubernetes.io/arch open, on capacity offering more than one architecture, is limited to the architectures all its images support (read from their registries, cached), and a term offering none of them is reported; off: images are never looked up (docs/architecture-aware-placement.md)"},
+	{"image-lookup-budget", "IMAGE_LOOKUP_BUDGET", "1s", "how long an admission waits for its images' architectures (below ADMISSION_DEADLINE); past it the pod is placed without the requirement, with a warning, and the lookup goes on for the next pod"},
+	{"image-tag-ttl", "IMAGE_TAG_TTL", "10m", "how long the architectures of an image named by tag are remembered (by digest: for ever; a failed lookup: 30s)"},
+	{"image-cache-size", "IMAGE_CACHE_SIZE", "4096", "image references whose architectures are remembered; the least recently used goes first"},
+	{"image-pull-secrets", "IMAGE_PULL_SECRETS", "off", "on: registries are read with the pod's and its ServiceAccount's imagePullSecrets (needs get on secrets and serviceaccounts in every namespace: the chart's imageArchitectures.pullSecrets); off: anonymous, or an ECR token from the webhook's own IAM role"},
+	{"image-insecure-registries", "IMAGE_INSECURE_REGISTRIES", "", "comma-separated registries (host:port) read over plain HTTP, e.g. a test registry on loopback; every other registry is read over HTTPS only"},
 }
 
 // serveConfig is the validated configuration of `serve`.
@@ -110,6 +116,18 @@ type serveConfig struct {
 	CostInterval time.Duration
 	// CostPrices is the price file read at startup (nil: AWS).
 	CostPrices *pricing.Table
+	// Images configures the image architecture lookups (Enabled false: off).
+	Images imageSettings
+}
+
+// imageSettings are the IMAGE_* settings.
+type imageSettings struct {
+	Enabled     bool
+	Budget      time.Duration
+	TagTTL      time.Duration
+	CacheSize   int
+	PullSecrets bool
+	Insecure    []string
 }
 
 // loadServeConfig reads the settings through a fresh Viper instance (no global state).
@@ -140,7 +158,7 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		OwnerDeployment:  strings.TrimSpace(v.GetString("owner-deployment")),
 	}
 	c.AdmissionTokenSecret = strings.TrimSpace(v.GetString("admission-token-secret"))
-	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence, c.parseCost} {
+	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence, c.parseCost, c.parseImages} {
 		if err := parse(v); err != nil {
 			return nil, err
 		}
@@ -273,6 +291,39 @@ func (c *serveConfig) parseCost(v *viper.Viper) error {
 			return fmt.Errorf("COST_PRICES_FILE: %w", err)
 		}
 	}
+	return nil
+}
+
+// parseImages reads the image architecture settings; the budget must leave the
+// admission time for the rest of its work.
+func (c *serveConfig) parseImages(v *viper.Viper) error {
+	var err error
+	im := &c.Images
+	if im.Enabled, err = onOff(v, "image-architectures", "IMAGE_ARCHITECTURES"); err != nil {
+		return err
+	}
+	if im.Budget, err = positiveDuration(v, "image-lookup-budget", "IMAGE_LOOKUP_BUDGET"); err != nil {
+		return err
+	}
+	if im.Budget >= c.AdmissionDeadline {
+		return fmt.Errorf("IMAGE_LOOKUP_BUDGET %s: want less than ADMISSION_DEADLINE (%s)", im.Budget, c.AdmissionDeadline)
+	}
+	if im.TagTTL, err = positiveDuration(v, "image-tag-ttl", "IMAGE_TAG_TTL"); err != nil {
+		return err
+	}
+	if im.CacheSize, err = positiveInt(v, "image-cache-size", "IMAGE_CACHE_SIZE"); err != nil {
+		return err
+	}
+	if im.PullSecrets, err = onOff(v, "image-pull-secrets", "IMAGE_PULL_SECRETS"); err != nil {
+		return err
+	}
+	for h := range parseList(v.GetString("image-insecure-registries")) {
+		if strings.Contains(h, "/") {
+			return fmt.Errorf("IMAGE_INSECURE_REGISTRIES %q: want registries as host or host:port, without a scheme or path", h)
+		}
+		im.Insecure = append(im.Insecure, h)
+	}
+	slices.Sort(im.Insecure)
 	return nil
 }
 

@@ -86,6 +86,11 @@ var settingTypes = map[string]settingType{
 	"fallback-cooldown":          durationType,
 	"profiling":                  switchType,
 	"admission-deadline":         durationType,
+	"image-architectures":        switchType,
+	"image-lookup-budget":        durationType,
+	"image-tag-ttl":              durationType,
+	"image-cache-size":           intType,
+	"image-pull-secrets":         switchType,
 }
 
 // settingGroups order serve's help by purpose; a setting in none is listed under Other.
@@ -99,6 +104,8 @@ var settingGroups = []struct {
 	{"Kubernetes and AWS", []string{"kubeconfig", "owner-deployment", "eks-cluster-name", "nodegroup-refresh-interval"}},
 	{"Admission", []string{"validation-mode", "admission-deadline", "max-inflight-admissions", "max-inflight-body-bytes",
 		"admission-queue-wait", "live-lookup-qps", "live-lookup-concurrency"}},
+	{"Image architectures", []string{"image-architectures", "image-lookup-budget", "image-tag-ttl", "image-cache-size",
+		"image-pull-secrets", "image-insecure-registries"}},
 	{"Seat ledger", []string{"reservation-ttl", "peer-address"}},
 	{"Convergence and capacity fallback", []string{"converge", "fallback-after", "fallback-cooldown", "converge-max-unavailable"}},
 }

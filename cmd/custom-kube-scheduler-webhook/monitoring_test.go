@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/promcheck"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
@@ -75,6 +76,7 @@ func serveExports(t *testing.T) map[string]bool {
 		Ready:       func() error { return nil },
 		NodeGroups:  func() nodegroups.Status { return nodegroups.Status{} },
 		Cost:        report.NewCostMetrics(webhook.MetricsNamespace),
+		Images:      imagearch.New(imagearch.Config{MetricsNamespace: webhook.MetricsNamespace}),
 	})
 	if err != nil {
 		t.Fatal(err)

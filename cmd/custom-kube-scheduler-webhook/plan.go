@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	corev1 "k8s.io/api/core/v1"
 	"os"
 	"text/tabwriter"
 
@@ -64,6 +65,8 @@ type planOptions struct {
 	// --cluster), which sees no NodePool nor node.
 	instanceType string
 	podsPerNode  int
+	// insecureRegistries are read over plain HTTP when the images are checked.
+	insecureRegistries []string
 }
 
 func newPlanCommand() *cobra.Command {
@@ -126,6 +129,7 @@ listed as not priced, with the reason.`,
 	f.StringVar(&o.eksCluster, "eks-cluster-name", os.Getenv("EKS_CLUSTER_NAME"), "EKS cluster whose managed node groups to read (default: $EKS_CLUSTER_NAME; empty: none)")
 	f.StringVar(&o.instanceType, "instance-type", "", "with --cost and without --cluster: the instance type of terms that select no node.kubernetes.io/instance-type")
 	f.IntVar(&o.podsPerNode, "pods-per-node", 1, "with --cost and without --cluster: how many pods share a node (each is charged 1/N of its price; default: a whole node)")
+	f.StringSliceVar(&o.insecureRegistries, "image-insecure-registries", nil, "with --cluster and -f: registries (host:port) read over plain HTTP when the pod template's images are checked against terms pinning kubernetes.io/arch")
 	o.kube.register(f)
 	o.cost.register(f)
 	return cmd
@@ -183,4 +187,6 @@ func writePlan(w io.Writer, s *strategy.Strategy, replicas int, output string, c
 // manifestWorkload is the live workload a -f manifest names, if any.
 type manifestWorkload struct {
 	kind, namespace, name string
+	// spec is the pod template's spec (nil: no manifest).
+	spec *corev1.PodSpec
 }

@@ -13,11 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // input reads the flags and the manifest into what is planned.
@@ -66,7 +68,7 @@ func (o *planOptions) input(cmd *cobra.Command) (plan.Input, manifestWorkload, s
 			// Not the manifest's own: say which policy or namespace default it is.
 			fmt.Fprintf(cmd.ErrOrStderr(), "strategy from %s\n", m.Source)
 		}
-		raw, in.Requests, w = m.Strategy, m.Requests, manifestWorkload{kind: m.Kind, namespace: m.Namespace, name: m.Name}
+		raw, in.Requests, w = m.Strategy, m.Requests, manifestWorkload{kind: m.Kind, namespace: m.Namespace, name: m.Name, spec: m.PodSpec}
 		if !flags.Changed("replicas") {
 			o.replicas = m.Replicas
 		}
@@ -167,16 +169,38 @@ func (o *planOptions) runCluster(cmd *cobra.Command, in plan.Input, w manifestWo
 	if err := writeClusterPlan(cmd.OutOrStdout(), r, format); err != nil {
 		return err
 	}
-	if r.Fits {
+	cannotRun := o.checkImages(ctx, cmd.ErrOrStderr(), kc, w, in)
+	if r.Fits && len(cannotRun) == 0 {
 		return nil
 	}
-	var short []string
+	short := cannotRun
 	for _, t := range r.Terms {
 		if !t.Fits {
 			short = append(short, fmt.Sprintf("term %d (%s) runs short at %d replicas: %s", t.Term, labelString(t.Labels), t.ShortAt, t.Short))
 		}
 	}
 	return &exitError{code: exitNotExact, err: errors.New(strings.Join(short, "; "))}
+}
+
+// checkImages looks the manifest's images up (anonymously, with an ECR token from the
+// local AWS configuration, or with the namespace's pull secrets the kubeconfig may read)
+// and returns the terms pinning an architecture none of them supports, after writing
+// each as a warning; a lookup that fails is a warning too.
+func (o *planOptions) checkImages(ctx context.Context, stderr io.Writer, kc kubeClients, w manifestWorkload, in plan.Input) []string {
+	if w.spec == nil {
+		return nil
+	}
+	ns := firstNonEmpty(w.namespace, kc.namespace)
+	resolver := imagearch.New(imagearch.Config{Kube: kc.client, Insecure: o.insecureRegistries})
+	ia := &webhook.ImageArchitectures{Images: resolver, Budget: 30 * time.Second}
+	faults, _, err := ia.Check(ctx, ns, w.spec, in.Strategy, fmt.Sprintf("%s %s/%s", w.kind, ns, w.name))
+	if err != nil {
+		fmt.Fprintf(stderr, "warning: the images' architectures were not checked: %v\n", err)
+	}
+	for _, f := range faults {
+		fmt.Fprintln(stderr, "warning: "+f)
+	}
+	return faults
 }
 
 // warnNotEnabled writes a warning when the API server does not send the planned

@@ -23,6 +23,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
@@ -58,7 +59,8 @@ type replica struct {
 	seats        *ledger.Ledger
 	ledgerSynced func() []string
 	records      *unavailability.Records
-	synced       chan struct{} // closed once every view has synced
+	images       *imagearch.Resolver // nil with IMAGE_ARCHITECTURES=off
+	synced       chan struct{}       // closed once every view has synced
 
 	// Made by newHandlers.
 	handlers              *webhook.Handlers
@@ -129,8 +131,23 @@ func (r *replica) startViews(ctx context.Context) error {
 	r.records = unavailability.NewRecords(r.client, cfg.Namespace)
 	r.records.SetOwner(r.owner)
 	r.records.Start(ctx)
+	r.images = newImageResolver(cfg, r.client)
 	go r.waitForSync(ctx)
 	return nil
+}
+
+// newImageResolver is the image architecture lookup of IMAGE_ARCHITECTURES=on (nil:
+// off). Pull secrets and ServiceAccounts are read through client only with
+// IMAGE_PULL_SECRETS=on (the chart grants the right only then).
+func newImageResolver(cfg *serveConfig, client kubernetes.Interface) *imagearch.Resolver {
+	if !cfg.Images.Enabled {
+		return nil
+	}
+	c := imagearch.Config{TagTTL: cfg.Images.TagTTL, MaxEntries: cfg.Images.CacheSize, Insecure: cfg.Images.Insecure, MetricsNamespace: webhook.MetricsNamespace}
+	if cfg.Images.PullSecrets {
+		c.Kube = client
+	}
+	return imagearch.New(c)
 }
 
 // startDoor keeps the admission token (ADMISSION_TOKEN_SECRET): only callers that know
@@ -300,7 +317,13 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 		Resolver: r.caches.Resolver, Capacity: r.catalog, Ledger: r.seats, Recorder: recorder, Metrics: r.metrics,
 		Namespaces: namespaces, Synced: r.synced, Deadline: cfg.AdmissionDeadline, Log: r.entry, Availability: r.records,
 	}
+	if r.images != nil {
+		mutator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
+	}
 	validator := &webhook.WorkloadValidator{Capacity: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry}
+	if r.images != nil {
+		validator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
+	}
 	r.handlers = &webhook.Handlers{
 		Mutate:     mutator.Admit,
 		Validate:   validator.Admit,

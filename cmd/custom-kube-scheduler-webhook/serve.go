@@ -36,6 +36,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
@@ -153,7 +154,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 	r.newHandlers(recorder)
 	costs := report.NewCostMetrics(webhook.MetricsNamespace)
-	sources := metricSources{REST: r.restMetrics, Ledger: r.seats, Certificate: r.certs.GetCertificate, Ready: r.handlers.Ready, Cost: costs}
+	sources := metricSources{REST: r.restMetrics, Ledger: r.seats, Certificate: r.certs.GetCertificate, Ready: r.handlers.Ready, Cost: costs, Images: r.images}
 	if r.groups != nil {
 		sources.NodeGroups = r.groups.Status
 	}
@@ -262,6 +263,8 @@ type metricSources struct {
 	NodeGroups func() nodegroups.Status
 	// Cost holds the realized-cost series (empty unless COST_METRICS=on refreshes it).
 	Cost *report.CostMetrics
+	// Images is the image architecture lookup (nil with IMAGE_ARCHITECTURES=off).
+	Images *imagearch.Resolver
 }
 
 // registerMetrics registers on reg (webhook.NewMetrics' registry) every metric serve
@@ -291,6 +294,11 @@ func registerMetrics(reg prometheus.Registerer, src metricSources) (*converge.Me
 	if src.Cost != nil {
 		if err := reg.Register(src.Cost); err != nil {
 			return nil, fmt.Errorf("register cost metrics: %w", err)
+		}
+	}
+	if src.Images != nil {
+		if err := src.Images.Register(reg); err != nil {
+			return nil, err
 		}
 	}
 	m, err := converge.NewMetrics(reg, webhook.MetricsNamespace)

@@ -192,6 +192,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 			for _, reason := range t.PendingReasons {
 				fmt.Fprintf(tw, "\t  pending: %s\n", reason)
 			}
+			if t.CannotRun > 0 {
+				fmt.Fprintf(tw, "\t  %d of its pods cannot run here: %s\n", t.CannotRun, t.CannotRunReason)
+			}
 			if t.UnavailableUntil != "" {
 				fmt.Fprintf(tw, "\t  unavailable until %s: %s; expected %d, %d of its pods on fallback\n", t.UnavailableUntil, t.UnavailableReason, t.Expected, t.FallbackPods)
 			} else if t.FallbackPods > 0 {

@@ -329,6 +329,10 @@ cr=$(docs ClusterRole <<<"$d")
 role=$(docs Role <<<"$d")
 check_not "no ClusterRole rule on secrets" contains "$cr" '"secrets"'
 check_not "no wildcard in any rule" matches "$cr$role" '"\*"'
+check "imageArchitectures.pullSecrets: get on secrets and serviceaccounts, nothing more" render pull-secrets --set imageArchitectures.pullSecrets=true
+pcr=$(docs ClusterRole <"$tmp/pull-secrets.yaml")
+check "imageArchitectures.pullSecrets: the rule" matches "$(tr -d '\n' <<<"$pcr")" 'resources: \["secrets", "serviceaccounts"\] +verbs: \["get"\]'
+check "imageArchitectures.pullSecrets: IMAGE_PULL_SECRETS on" matches "$(tr -d '\n' <"$tmp/pull-secrets.yaml")" 'name: IMAGE_PULL_SECRETS +value: "on"'
 check_not "no delete verb cluster-wide" contains "$cr" '"delete"'
 check_not "never bound to cluster-admin" contains "$d" "name: cluster-admin"
 check "pods/nodes list+watch" matches "$(tr -d '\n' <<<"$cr")" 'resources: \["pods", "nodes"\] +verbs: \["list", "watch"\]'

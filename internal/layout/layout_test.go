@@ -21,13 +21,14 @@ var allowed = map[string][]string{
 	"karpenter":                         {"karpenter/nodegroups", "strategy"},
 	"clusterview":                       {"strategy", "policy"},
 	"ledger":                            {"strategy", "clusterview", "ownership"},
-	"webhook":                           {"strategy", "clusterview", "ledger", "karpenter", "policy", "api/v1alpha1"},
+	"webhook":                           {"strategy", "clusterview", "ledger", "karpenter", "policy", "api/v1alpha1", "imagearch"},
 	"webhook/selfcert":                  nil,
 	"webhook/admissiontoken":            nil,
 	"unavailability":                    {"strategy", "ownership"},
 	"converge":                          {"strategy", "clusterview", "karpenter", "ownership", "unavailability"},
 	"report":                            {"strategy", "karpenter", "karpenter/nodegroups", "unavailability", "pricing", "policy", "api/v1alpha1"},
 	"pricing":                           nil,
+	"imagearch":                         nil,
 	"plan":                              {"strategy", "karpenter", "karpenter/nodegroups", "unavailability", "report", "pricing", "policy"},
 	"internal/clientmetrics":            nil,
 	"internal/promcheck":                nil,
@@ -35,7 +36,7 @@ var allowed = map[string][]string{
 }
 
 // testOnly are packages for tests, never imported by product code.
-var testOnly = []string{"internal/testcert", "internal/fakeleases", "internal/awsfake", "internal/harness", "internal/layout", "internal/doccheck"}
+var testOnly = []string{"internal/testcert", "internal/testregistry", "internal/fakeleases", "internal/awsfake", "internal/harness", "internal/layout", "internal/doccheck"}
 
 // TestImportsFollowTheLayout checks the product packages' imports (test files aside)
 // against allowed: no package but cmd imports webhook, clusterview builds on nothing of

@@ -2,6 +2,7 @@
 # Bring up a dedicated local cluster, run every test that needs a real cluster against
 # it (the Go end-to-end tests of e2e/, then the check of every request the webhook made
 # against the chart's RBAC (check-webhook-rbac.sh), the API-server tests of karpenter/, webhook/ and report/,
+# the registry tests of imagearch/ (Debian's docker-registry, scripts/image/ecrlocal),
 # and deploy/test/cluster.sh), and always tear it down, also on failure or interrupt.
 # The e2e cluster has its own state dir and port offset, so it can run beside a
 # demo cluster. On failure the tail of every component log is printed first.
@@ -47,6 +48,9 @@ trap teardown EXIT
 trap 'exit 130' INT TERM
 
 bash "$here/build.sh"
+# Debian's docker-registry and htpasswd: the registries of the image architecture tests.
+# shellcheck disable=SC2016 # expanded by the inner bash
+bash -c 'source "$1/lib.sh" && lc_ensure_packages docker-registry:docker-registry htpasswd:apache2-utils' _ "$here"
 bash "$here/up.sh"
 
 args=(-tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-45m}")
@@ -58,6 +62,7 @@ go test "${args[@]}" ./e2e/ 2>&1 | tee "$e2e_out" || e2e_rc=$?
 # after a failed suite (a missing permission is often why it failed).
 bash "$here/check-webhook-rbac.sh"
 ((e2e_rc == 0)) || exit "$e2e_rc"
-# The packages' own API-server tests (their unit tests already ran in test-unit).
-KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig go test "${args[@]}" -run 'TestE2E|OnAPIServer' ./karpenter/ ./ledger/ ./report/
+# The packages' own API-server tests, and imagearch's registry tests (their unit tests
+# already ran in test-unit).
+KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig go test "${args[@]}" -run 'TestE2E|OnAPIServer' ./karpenter/ ./ledger/ ./report/ ./imagearch/
 KUBECONFIG=$LOCALCLUSTER_DIR/kubeconfig bash deploy/test/cluster.sh

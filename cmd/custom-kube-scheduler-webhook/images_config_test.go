@@ -1,0 +1,49 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServeConfigImages(t *testing.T) {
+	for _, s := range serveSettings {
+		t.Setenv(s.env, "")
+	}
+	cfg, err := loadServeConfig(serveFlags(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := imageSettings{Enabled: true, Budget: time.Second, TagTTL: 10 * time.Minute, CacheSize: 4096}
+	if !cfg.Images.Enabled || cfg.Images.Budget != want.Budget || cfg.Images.TagTTL != want.TagTTL || cfg.Images.CacheSize != want.CacheSize || cfg.Images.PullSecrets || cfg.Images.Insecure != nil {
+		t.Fatalf("defaults: %+v", cfg.Images)
+	}
+	t.Setenv("IMAGE_INSECURE_REGISTRIES", " 127.0.0.1:5000, registry.lab:80 ,")
+	t.Setenv("IMAGE_PULL_SECRETS", "on")
+	if cfg, err = loadServeConfig(serveFlags(t, "--image-architectures=off", "--image-lookup-budget", "250ms")); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Images.Enabled || !cfg.Images.PullSecrets || cfg.Images.Budget != 250*time.Millisecond || !slices.Equal(cfg.Images.Insecure, []string{"127.0.0.1:5000", "registry.lab:80"}) {
+		t.Fatalf("not read: %+v", cfg.Images)
+	}
+}
+
+func TestServeConfigImageErrors(t *testing.T) {
+	for name, c := range map[string]struct{ env, value, want string }{
+		"budget past the deadline": {"IMAGE_LOOKUP_BUDGET", "5s", "less than ADMISSION_DEADLINE"},
+		"budget not a duration":    {"IMAGE_LOOKUP_BUDGET", "soon", "IMAGE_LOOKUP_BUDGET"},
+		"switch":                   {"IMAGE_ARCHITECTURES", "maybe", "IMAGE_ARCHITECTURES"},
+		"cache size":               {"IMAGE_CACHE_SIZE", "0", "IMAGE_CACHE_SIZE"},
+		"tag ttl":                  {"IMAGE_TAG_TTL", "-1m", "IMAGE_TAG_TTL"},
+		"a URL, not a registry":    {"IMAGE_INSECURE_REGISTRIES", "http://127.0.0.1:5000/v2", "without a scheme or path"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(c.env, c.value)
+			_, err := loadServeConfig(serveFlags(t))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%s=%s: %v, want an error saying %q", c.env, c.value, err, c.want)
+			}
+		})
+	}
+}

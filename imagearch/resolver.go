@@ -1,0 +1,307 @@
+package imagearch
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Defaults of Config.
+const (
+	DefaultTagTTL      = 10 * time.Minute
+	DefaultNegativeTTL = 30 * time.Second
+	DefaultMaxEntries  = 4096
+	// DefaultFetchTimeout bounds one registry lookup, however long its callers wait.
+	DefaultFetchTimeout = 10 * time.Second
+	// maxConcurrentFetches bounds the registry lookups in flight at once.
+	maxConcurrentFetches = 16
+)
+
+// Config configures a Resolver.
+type Config struct {
+	// Kube reads image pull secrets and ServiceAccounts; nil reads none (anonymous and
+	// ECR credentials only).
+	Kube kubernetes.Interface
+	// TagTTL is how long a tag's answer is kept (a digest's is kept for ever).
+	TagTTL time.Duration
+	// NegativeTTL is how long a failed lookup is remembered before it is tried again.
+	NegativeTTL time.Duration
+	// MaxEntries bounds the cache; the least recently used answer goes first.
+	MaxEntries int
+	// FetchTimeout bounds one lookup in the background.
+	FetchTimeout time.Duration
+	// Insecure lists registries (host[:port]) reached over plain HTTP. Every other
+	// registry is reached over HTTPS only.
+	Insecure []string
+	// Transport is the HTTP transport to registries (default http.DefaultTransport).
+	Transport http.RoundTripper
+	// ECREndpoint overrides the ECR API endpoint (tests); empty: the SDK's own, which
+	// honours AWS_ENDPOINT_URL_ECR.
+	ECREndpoint string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// MetricsNamespace prefixes the metric names (Register).
+	MetricsNamespace string
+}
+
+// Request is what a lookup needs: the images, and where their credentials are.
+type Request struct {
+	Namespace      string
+	ServiceAccount string
+	PullSecrets    []string
+	Images         []string
+}
+
+// PodRequest is the Request of a pod: the images of its init containers and
+// containers (each once), its imagePullSecrets and ServiceAccount.
+func PodRequest(namespace string, spec *corev1.PodSpec) Request {
+	r := Request{Namespace: namespace, ServiceAccount: spec.ServiceAccountName}
+	for _, s := range spec.ImagePullSecrets {
+		r.PullSecrets = append(r.PullSecrets, s.Name)
+	}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range cs {
+			if c.Image != "" && !slices.Contains(r.Images, c.Image) {
+				r.Images = append(r.Images, c.Image)
+			}
+		}
+	}
+	return r
+}
+
+// Resolver looks up the architectures of images. Safe for concurrent use; create it
+// with New.
+type Resolver struct {
+	cfg      Config
+	insecure map[string]bool
+	remote   http.RoundTripper
+	cache    *cache
+	flights  singleflight.Group
+	slots    chan struct{}
+	ecr      *ecrTokens
+	metrics  *metrics
+}
+
+// New returns a Resolver with cfg's zero values defaulted.
+func New(cfg Config) *Resolver {
+	if cfg.TagTTL <= 0 {
+		cfg.TagTTL = DefaultTagTTL
+	}
+	if cfg.NegativeTTL <= 0 {
+		cfg.NegativeTTL = DefaultNegativeTTL
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = DefaultFetchTimeout
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = http.DefaultTransport
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Resolver{cfg: cfg, insecure: map[string]bool{}, cache: newCache(cfg.MaxEntries),
+		slots: make(chan struct{}, maxConcurrentFetches), ecr: newECRTokens(cfg.ECREndpoint, cfg.Now)}
+	r.metrics = newMetrics(cfg.MetricsNamespace, r.CacheEntries)
+	for _, h := range cfg.Insecure {
+		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
+			r.insecure[h] = true
+		}
+	}
+	r.remote = &httpsOnly{next: cfg.Transport, insecure: r.insecure}
+	return r
+}
+
+// Architectures returns the sorted architectures every image of req supports, from the
+// cache or the registries. It returns when ctx ends (the caller's budget) with ctx's
+// error; the lookups it started go on and fill the cache. A request without images
+// answers nil.
+func (r *Resolver) Architectures(ctx context.Context, req Request) ([]string, error) {
+	var common []string
+	for i, image := range req.Images {
+		arches, err := r.image(ctx, req, image)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", image, err)
+		}
+		if i == 0 {
+			common = arches
+			continue
+		}
+		common = Intersect(common, arches)
+	}
+	return common, nil
+}
+
+// image answers one image.
+func (r *Resolver) image(ctx context.Context, req Request, image string) ([]string, error) {
+	// Keyed by the reference as the pod spells it: a hit costs no parsing (two
+	// spellings of one image take two entries).
+	key := image
+	now := r.cfg.Now()
+	if e, ok := r.cache.get(key, now); ok {
+		r.metrics.lookups.WithLabelValues(resultCached).Inc()
+		return slices.Clone(e.arches), nil
+	}
+	ref, err := r.parse(image)
+	if err != nil {
+		r.metrics.lookups.WithLabelValues(resultInvalid).Inc()
+		return nil, err
+	}
+	// Failures are remembered per credentials: a pod without the pull secret another
+	// one has must not answer for it.
+	failKey := key + "\x00" + req.credentialsKey()
+	if e, ok := r.cache.get(failKey, now); ok {
+		r.metrics.lookups.WithLabelValues(resultCachedFailure).Inc()
+		return nil, e.err
+	}
+	ch := r.flights.DoChan(failKey, func() (any, error) {
+		return r.fetch(ref, req, key, failKey)
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return slices.Clone(res.Val.([]string)), nil
+	case <-ctx.Done():
+		r.metrics.lookups.WithLabelValues(resultGaveUp).Inc()
+		return nil, fmt.Errorf("no answer from the registry in time (%w); looking it up in the background", ctx.Err())
+	}
+}
+
+// credentialsKey identifies where the request's credentials come from.
+func (req Request) credentialsKey() string {
+	return req.Namespace + "/" + req.ServiceAccount + "/" + strings.Join(req.PullSecrets, ",")
+}
+
+// parse reads an image reference; a registry listed as insecure is reached over HTTP.
+func (r *Resolver) parse(image string) (name.Reference, error) {
+	ref, err := name.ParseReference(image)
+	if err != nil {
+		return nil, fmt.Errorf("invalid image reference: %w", err)
+	}
+	if r.insecure[strings.ToLower(ref.Context().RegistryStr())] {
+		return name.ParseReference(image, name.Insecure)
+	}
+	return ref, nil
+}
+
+// fetch looks one reference up in its registry, detached from any caller, and
+// remembers the answer: a digest for ever, a tag for TagTTL, a failure for NegativeTTL.
+func (r *Resolver) fetch(ref name.Reference, req Request, key, failKey string) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.FetchTimeout)
+	defer cancel()
+	start := r.cfg.Now()
+	arches, err := r.read(ctx, ref, req)
+	r.metrics.duration.Observe(r.cfg.Now().Sub(start).Seconds())
+	if err != nil {
+		r.metrics.lookups.WithLabelValues(resultFailed).Inc()
+		r.cache.put(entry{key: failKey, err: err, expires: r.cfg.Now().Add(r.cfg.NegativeTTL)})
+		return nil, err
+	}
+	r.metrics.lookups.WithLabelValues(resultFetched).Inc()
+	e := entry{key: key, arches: arches}
+	if _, pinned := ref.(name.Digest); !pinned {
+		e.expires = r.cfg.Now().Add(r.cfg.TagTTL)
+	}
+	r.cache.put(e)
+	return arches, nil
+}
+
+// read gets the reference's manifest and the architectures it names: an index's
+// linux platforms, or a single image's config.
+func (r *Resolver) read(ctx context.Context, ref name.Reference, req Request) ([]string, error) {
+	select {
+	case r.slots <- struct{}{}:
+		defer func() { <-r.slots }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a free registry connection: %w", ctx.Err())
+	}
+	auth, err := r.authenticator(ctx, ref, req)
+	if err != nil {
+		return nil, err
+	}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth), remote.WithTransport(r.remote),
+		remote.WithUserAgent("custom-kube-scheduler-webhook")}
+	desc, err := remote.Get(ref, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("read the manifest: %w", err)
+	}
+	switch {
+	case desc.MediaType.IsIndex():
+		return ArchitecturesOfIndex(desc.Manifest)
+	case desc.MediaType.IsImage():
+		img, err := desc.Image()
+		if err != nil {
+			return nil, fmt.Errorf("read the image: %w", err)
+		}
+		raw, err := img.RawConfigFile()
+		if err != nil {
+			return nil, fmt.Errorf("read the image config: %w", err)
+		}
+		return ArchitectureOfConfig(raw)
+	}
+	return nil, fmt.Errorf("manifest of media type %q names no platform", desc.MediaType)
+}
+
+// authenticator picks the credentials of ref's registry: the request's pull secrets
+// (with Kube), else an ECR token for an ECR host, else anonymous.
+func (r *Resolver) authenticator(ctx context.Context, ref name.Reference, req Request) (authn.Authenticator, error) {
+	registry := strings.ToLower(ref.Context().RegistryStr())
+	if r.cfg.Kube != nil && (len(req.PullSecrets) > 0 || req.ServiceAccount != "") {
+		creds, err := pullSecrets(ctx, r.cfg.Kube, req)
+		if err != nil {
+			return nil, err
+		}
+		if auth, ok := creds[registry]; ok {
+			return auth, nil
+		}
+	}
+	if region, ok := ECRRegion(registry); ok {
+		return r.ecr.authenticator(ctx, region)
+	}
+	return authn.Anonymous, nil
+}
+
+// CacheEntries is how many answers the cache holds.
+func (r *Resolver) CacheEntries() int { return r.cache.len() }
+
+// httpsOnly refuses plain-HTTP requests to registries not listed as insecure:
+// go-containerregistry falls back to HTTP for loopback and private addresses.
+type httpsOnly struct {
+	next     http.RoundTripper
+	insecure map[string]bool
+}
+
+func (t *httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" && !t.insecure[strings.ToLower(req.URL.Host)] {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, fmt.Errorf("plain HTTP to %s refused: the registry is not in IMAGE_INSECURE_REGISTRIES", req.URL.Host)
+	}
+	return t.next.RoundTrip(req)
+}
+
+// Register registers the lookup metrics on reg.
+func (r *Resolver) Register(reg prometheus.Registerer) error {
+	for _, c := range r.metrics.collectors() {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register image lookup metrics: %w", err)
+		}
+	}
+	return nil
+}
