@@ -70,22 +70,25 @@ func enumType(values ...string) settingType {
 
 // settingTypes are the settings whose flag takes more than any string.
 var settingTypes = map[string]settingType{
-	"log-level":                  logLevelType,
-	"reservation-ttl":            durationType,
-	"validation-mode":            enumType("reject", "warn"),
-	"nodegroup-refresh-interval": durationType,
-	"cert-mode":                  enumType("file", "self"),
-	"shutdown-drain":             durationType,
-	"max-inflight-admissions":    intType,
-	"max-inflight-body-bytes":    quantityType,
-	"admission-queue-wait":       durationType,
-	"live-lookup-qps":            numberType,
-	"live-lookup-concurrency":    intType,
-	"converge":                   switchType,
-	"fallback-after":             durationType,
-	"fallback-cooldown":          durationType,
-	"profiling":                  switchType,
-	"admission-deadline":         durationType,
+	"log-level":                         logLevelType,
+	"reservation-ttl":                   durationType,
+	"validation-mode":                   enumType("reject", "warn"),
+	"nodegroup-refresh-interval":        durationType,
+	"cert-mode":                         enumType("file", "self"),
+	"shutdown-drain":                    durationType,
+	"max-inflight-admissions":           intType,
+	"max-inflight-body-bytes":           quantityType,
+	"admission-queue-wait":              durationType,
+	"live-lookup-qps":                   numberType,
+	"live-lookup-concurrency":           intType,
+	"converge":                          switchType,
+	"fallback-after":                    durationType,
+	"fallback-cooldown":                 durationType,
+	"profiling":                         switchType,
+	"admission-deadline":                durationType,
+	"interruption-window":               durationType,
+	"interruption-risk-min-nodes":       intType,
+	"interruption-move-signalled-nodes": switchType,
 }
 
 // settingGroups order serve's help by purpose; a setting in none is listed under Other.
@@ -101,6 +104,7 @@ var settingGroups = []struct {
 		"admission-queue-wait", "live-lookup-qps", "live-lookup-concurrency"}},
 	{"Seat ledger", []string{"reservation-ttl", "peer-address"}},
 	{"Convergence and capacity fallback", []string{"converge", "fallback-after", "fallback-cooldown", "converge-max-unavailable"}},
+	{"Interruption signals", []string{"interruption-queue", "interruption-window", "interruption-risk-share", "interruption-risk-min-nodes", "interruption-move-signalled-nodes"}},
 }
 
 // typedValue is a flag value of one settingType; it keeps the string as given, which is
