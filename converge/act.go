@@ -38,6 +38,16 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 		}
 		active[st.term] = state
 	}
+	for _, st := range p.extends {
+		state, err := l.markAtRisk(ctx, snap, st)
+		if err != nil {
+			log.WithError(err).Warn("cannot extend a term's mark at risk")
+			res.failed = true
+			continue
+		}
+		active[st.term] = state
+		log.WithFields(logrus.Fields{"term": st.term + 1, "until": state.Until}).Debug("term still at risk: " + st.reason)
+	}
 	res.unavailable = map[termSource]int{}
 	for t, st := range active {
 		res.unavailable[termSource{snap.s.Terms[t].LabelString(), snap.origin}]++
@@ -89,6 +99,9 @@ func blockedKey(msg string) string {
 // strike records st's term unavailable (with Karpenter's nominations among its pending
 // pods, when it says) and says where its seats go now.
 func (l *Loop) strike(ctx context.Context, snap *snapshot, p *passPlan, st strike, log logrus.FieldLogger) (unavailability.TermState, error) {
+	if st.risk != nil {
+		return l.markedAtRisk(ctx, snap, p, st, log)
+	}
 	reason := st.reason
 	if l.cfg.Signals != nil {
 		if n, err := l.cfg.Signals.Nominated(ctx, snap.rev.namespace, st.pending); err == nil {
@@ -106,6 +119,32 @@ func (l *Loop) strike(ctx context.Context, snap *snapshot, p *passPlan, st strik
 	l.event(snap.w, corev1.EventTypeWarning, ReasonTermUnavailable, msg)
 	log.WithFields(logrus.Fields{"term": st.term + 1, "until": state.Until, "strikes": state.Strikes}).Warn(msg)
 	return state, nil
+}
+
+// markedAtRisk records st's term at risk and says so, and where its seats go now.
+func (l *Loop) markedAtRisk(ctx context.Context, snap *snapshot, p *passPlan, st strike, log logrus.FieldLogger) (unavailability.TermState, error) {
+	state, err := l.markAtRisk(ctx, snap, st)
+	if err != nil {
+		return state, err
+	}
+	labels := snap.s.Terms[st.term].LabelString()
+	l.cfg.Metrics.riskMarks.WithLabelValues(labels).Inc()
+	msg := fmt.Sprintf("term %d (%s) at risk until %s (a cool-down after its last signal): %s; %s; the pods on its signalled nodes move within the budget",
+		st.term+1, labels, state.Until.UTC().Format(time.RFC3339), st.risk.Evidence(), fallbackSummary(p.placement))
+	l.event(snap.w, corev1.EventTypeWarning, ReasonTermAtRisk, msg)
+	log.WithFields(logrus.Fields{"term": st.term + 1, "until": state.Until, "strikes": state.Strikes}).Warn(msg)
+	return state, nil
+}
+
+// markAtRisk writes st's mark at risk, with the verdict's evidence, into the record.
+func (l *Loop) markAtRisk(ctx context.Context, snap *snapshot, st strike) (unavailability.TermState, error) {
+	v := st.risk
+	risk := unavailability.Risk{SignalledNodes: len(v.Signalled), Nodes: v.Nodes, Window: v.Window().String(),
+		LastSignal: v.Last, Instances: v.Instances(20), ByKind: map[string]int{}}
+	for k, n := range v.ByKind {
+		risk.ByKind[string(k)] = n
+	}
+	return l.cfg.Records.MarkAtRisk(ctx, snap.rev.uid, snap.w.Describe(), st.term, st.reason, risk, st.until, l.cfg.Cooldown)
 }
 
 // say says n unless its key was said.

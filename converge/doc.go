@@ -15,7 +15,9 @@
 //     launch), the placement around the unavailable terms, and the pods off it
 //     (stranded, drifted, unplaced, seats above the replica count, returns after a
 //     cool-down with one canary first per term) in eviction order with their cost of
-//     the per-workload budget, and the notes to say;
+//     the per-workload budget, and the notes to say. A term EC2's interruption signals
+//     put at risk (Config.Interruptions) is marked unavailable the same way, until a
+//     cool-down after its last signal, and its pods on signalled nodes move;
 //   - act.go: the one place that writes: the unavailability records (package
 //     unavailability, which every replica reads so that admission places the seats on
 //     the fallback), Events with typed keys (note.go), evictions through the Eviction
@@ -23,7 +25,8 @@
 //
 // What the loop remembers between passes is written from memory.go only.
 //
-// It reads the cluster through clusterview and Karpenter's word through karpenter; it
-// may import strategy, ownership, unavailability, client-go and the Prometheus client,
-// never webhook or ledger.
+// It reads the cluster through clusterview, Karpenter's word through karpenter and EC2's
+// interruption signals through interruption's verdicts; it may import strategy,
+// ownership, unavailability, client-go and the Prometheus client, never webhook or
+// ledger.
 package converge

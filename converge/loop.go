@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
@@ -38,6 +39,13 @@ type Signals interface {
 	Unlaunchable(ctx context.Context, labels map[string]string, pending []clusterview.PlacedPod) string
 	// Nominated counts the pods (UIDs, of one namespace) Karpenter nominated for capacity.
 	Nominated(ctx context.Context, namespace string, pods map[types.UID]bool) (int, error)
+}
+
+// Interruptions is EC2's early word on a term's nodes (optional; interruption.Tracker):
+// which of them had an interruption warning, a rebalance recommendation or a state
+// change within the window, and whether that puts the term at risk.
+type Interruptions interface {
+	Assess(term strategy.Term, now time.Time) interruption.Verdict
 }
 
 // Launches says what Karpenter is launching for the capacity a term's labels select
@@ -76,7 +84,14 @@ type Config struct {
 	// from Karpenter is not marked unavailable while NodeClaims for it are launching or
 	// made progress within FALLBACK_AFTER; time alone counts only from then on.
 	Launches Launches
-	Log      logrus.FieldLogger
+	// Interruptions (optional): a term at risk is marked unavailable (its new seats go
+	// to the fallback) until a cool-down after its last signal, and its pods on
+	// signalled nodes move there within the budget.
+	Interruptions Interruptions
+	// MoveSignalledNodes: pods on a signalled node of a term not at risk move too (their
+	// replacement is placed on the same term); off by default.
+	MoveSignalledNodes bool
+	Log                logrus.FieldLogger
 }
 
 // Loop is the convergence loop; run it on the elected replica only.
@@ -335,7 +350,8 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	if !ok {
 		return result{}
 	}
-	p := plan(snap, &l.mem, planConfig{fallbackAfter: l.cfg.FallbackAfter, maxUnavailable: l.cfg.MaxUnavailable})
+	p := plan(snap, &l.mem, planConfig{fallbackAfter: l.cfg.FallbackAfter, maxUnavailable: l.cfg.MaxUnavailable,
+		cooldown: l.cfg.Cooldown, moveSignalled: l.cfg.MoveSignalledNodes})
 	res := l.act(ctx, snap, p)
 	sv := snap.survey
 	res.unsettled = res.off || res.pending > 0 || len(sv.waiting) > 0 || len(sv.stranded) > 0 || l.mem.short(rev.uid)

@@ -9,6 +9,7 @@ import (
 type Metrics struct {
 	unavailable *prometheus.GaugeVec
 	marks       *prometheus.CounterVec
+	riskMarks   *prometheus.CounterVec
 	launchWaits *prometheus.CounterVec
 	fallback    prometheus.Gauge
 	evictions   *prometheus.CounterVec
@@ -34,6 +35,10 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Name: "terms_marked_unavailable_total",
 			Help: "Times a term of a workload revision was found stranded and marked unavailable, by the term's node labels.",
 		}, []string{"term"}),
+		riskMarks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "terms_marked_at_risk_total",
+			Help: "Times a term of a workload revision was marked at risk on EC2's interruption signals (its seats go to the fallback until the signals are quiet for FALLBACK_COOLDOWN), by the term's node labels.",
+		}, []string{"term"}),
 		launchWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "terms_kept_launching_total",
 			Help: "Times a term whose pods waited FALLBACK_AFTER was not marked unavailable because Karpenter was launching NodeClaims for it, by the term's node labels.",
@@ -44,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 		}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "converge_evictions_total",
-			Help: "Pods evicted by the convergence loop, by reason (stranded, return, drift, unplaced, seat-above-replicas) and result (evicted, refused by a PodDisruptionBudget, fenced: this replica was no longer sure to lead).",
+			Help: "Pods evicted by the convergence loop, by reason (stranded, return, drift, unplaced, seat-above-replicas, interruption) and result (evicted, refused by a PodDisruptionBudget, fenced: this replica was no longer sure to lead).",
 		}, []string{"reason", "result"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "converge_pending_repairs",
@@ -79,12 +84,12 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 	for _, outcome := range []string{"settled", "unsettled", "retried"} {
 		m.passes.WithLabelValues(outcome)
 	}
-	for _, reason := range []string{MoveStranded, MoveReturn, MoveDrift, MoveUnplaced, MoveSeatAbove, MoveSeatTwice} {
+	for _, reason := range []string{MoveStranded, MoveReturn, MoveDrift, MoveUnplaced, MoveSeatAbove, MoveSeatTwice, MoveInterruption} {
 		for _, result := range []string{"evicted", "refused", "fenced"} {
 			m.evictions.WithLabelValues(reason, result)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods} {
+	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -12,6 +12,10 @@ const (
 	ReasonConverge        = "Converge"
 	ReasonConvergeBlocked = "ConvergeBlocked"
 	ReasonTermBack        = "TermAvailable"
+	// ReasonTermAtRisk: a term marked at risk on EC2's interruption signals.
+	ReasonTermAtRisk = "TermAtRisk"
+	// ReasonInterruptionSignal: pods of the workload run on a node EC2 signalled.
+	ReasonInterruptionSignal = "InterruptionSignal"
 )
 
 // noteKind is what a note is about.
@@ -21,6 +25,7 @@ const (
 	noteTermBack  noteKind = iota + 1 // a term is tried again after its cool-down
 	noteCanary                        // one pod goes back to a term first
 	noteLaunching                     // pods wait, yet their term is not unavailable: Karpenter launches for it
+	noteSignal                        // pods run on a node EC2 signalled
 )
 
 // noteKey names a note said once: its revision, term and kind, and what makes it new
@@ -29,8 +34,9 @@ type noteKey struct {
 	revision  types.UID
 	term      int
 	kind      noteKind
-	until     int64 // Unix nanoseconds
+	until     int64 // Unix nanoseconds (a signal's time, for noteSignal)
 	launching int
+	node      string // the signalled node (noteSignal)
 }
 
 // note is a line plan wants said once per key: an Event on the workload (and a log

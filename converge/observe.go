@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
@@ -38,6 +39,8 @@ type snapshot struct {
 	survey         survey
 	// signals holds Karpenter's word on the terms whose pods wait for a node.
 	signals map[int]capacitySignal
+	// risk holds EC2's word on the terms that have a signalled node (Config.Interruptions).
+	risk map[int]interruption.Verdict
 	// listFailed: the unplaced pods could not be listed (the pass is retried).
 	listFailed bool
 }
@@ -84,6 +87,7 @@ func (l *Loop) observe(ctx context.Context, rev revision, now time.Time) (*snaps
 	snap.pods = l.pods
 	snap.survey = surveyPods(snap.pods, snap.s, now, l.cfg.FallbackAfter)
 	l.readSignals(ctx, snap)
+	l.readInterruptions(snap)
 	if l.mem.shouldList(rev.uid, snap.survey.placedLive < rev.replicas, now) {
 		snap.unplaced, err = l.unplaced(ctx, rev)
 		if err != nil {
@@ -122,6 +126,24 @@ func (l *Loop) readSignals(ctx context.Context, snap *snapshot) {
 			continue
 		}
 		snap.signals[t] = sig
+	}
+}
+
+// readInterruptions asks, for each term, which of its nodes had an EC2 signal within the
+// window (in memory: the interruption poller keeps them), and keeps the verdicts of the
+// terms that have one.
+func (l *Loop) readInterruptions(snap *snapshot) {
+	ir := l.cfg.Interruptions
+	if ir == nil {
+		return
+	}
+	for t, term := range snap.s.Terms {
+		if v := ir.Assess(term, snap.now); len(v.Signalled) > 0 {
+			if snap.risk == nil {
+				snap.risk = map[int]interruption.Verdict{}
+			}
+			snap.risk[t] = v
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -28,6 +29,10 @@ const (
 	MoveUnplaced  = "unplaced"
 	MoveSeatAbove = "seat-above-replicas"
 	MoveSeatTwice = "seat-held-twice"
+	// MoveInterruption: the pod runs on a node EC2 signalled (interruption warning,
+	// rebalance recommendation, state change) of a term at risk, or of any term with
+	// Config.MoveSignalledNodes.
+	MoveInterruption = "interruption"
 )
 
 // returnGrace is how long a canary's eviction counts as on its way before its
@@ -38,14 +43,22 @@ const returnGrace = 30 * time.Second
 type planConfig struct {
 	fallbackAfter  time.Duration
 	maxUnavailable intstr.IntOrString
+	// cooldown (FALLBACK_COOLDOWN): a term at risk stays marked this long after its
+	// last signal.
+	cooldown time.Duration
+	// moveSignalled: Config.MoveSignalledNodes.
+	moveSignalled bool
 }
 
 // passPlan is what a pass decided for one revision.
 type passPlan struct {
-	// strikes are the terms found without capacity: records to write. A pass that
-	// strikes moves nothing (every replica must see the record before the evicted pods'
-	// replacements are admitted, or they would strand again).
+	// strikes are the terms found without capacity, or at risk: records to write. A
+	// pass that strikes moves nothing (every replica must see the record before the
+	// evicted pods' replacements are admitted, or they would strand again).
 	strikes []strike
+	// extends are marks at risk already in the record that more signals make last
+	// longer: written, but no reason to hold the moves.
+	extends []strike
 	// notes are said once each (Events and log lines with typed keys).
 	notes []note
 	// placement places seats 1..replicas with the unavailable and struck terms left out.
@@ -70,6 +83,9 @@ type strike struct {
 	// pending: the term's pods that wait for a node, among which Karpenter's
 	// nominations are counted for the reason.
 	pending map[types.UID]bool
+	// risk is set for a term at risk on EC2's signals, marked until until.
+	risk  *interruption.Verdict
+	until time.Time
 }
 
 // move is one pod the loop wants elsewhere.
@@ -103,9 +119,11 @@ func plan(snap *snapshot, mem *memory, cfg planConfig) *passPlan {
 			p.notes = append(p.notes, *launching)
 		}
 	}
+	p.markAtRisk(snap, cfg, unavailable)
 	p.placement = snap.s.Place(snap.rev.replicas, func(t int) bool { return unavailable[t] })
 	p.place(snap)
-	mp := movePlanner{snap: snap, mem: mem, plan: p, unavailable: unavailable,
+	p.noteSignals(snap)
+	mp := movePlanner{snap: snap, mem: mem, plan: p, unavailable: unavailable, moveSignalled: cfg.moveSignalled,
 		above: map[int]clusterview.PlacedPod{}, landed: map[int]bool{}, landing: map[int]bool{}}
 	for _, pod := range snap.pods {
 		mp.consider(pod)
@@ -158,6 +176,81 @@ func unavailableBecause(snap *snapshot, t int, cfg planConfig) (string, *note) {
 	return "", nil
 }
 
+// markAtRisk marks the terms EC2's signals put at risk, until a cool-down after their
+// last signal: a new mark for a term not unavailable (a strike: its seats go to the
+// fallback), a longer one for a term already marked when its record would end before
+// that. A longer mark is written with a tenth of the cool-down to spare, so a stream of
+// signals writes each record at most every tenth of the cool-down; the term returns
+// after between one and 1.1 cool-downs of quiet. Signals older than the window, and
+// those of other terms' nodes, are not in the verdict.
+func (p *passPlan) markAtRisk(snap *snapshot, cfg planConfig, unavailable map[int]bool) {
+	for t := range snap.s.Terms {
+		v, ok := snap.risk[t]
+		if !ok || !v.AtRisk {
+			continue
+		}
+		until := v.Last.Add(cfg.cooldown)
+		if !until.After(snap.now) {
+			continue // quiet for the cool-down already
+		}
+		st := strike{term: t, reason: "at risk: " + v.Evidence(), risk: &v, until: until}
+		switch active, on := snap.active[t]; {
+		case on && !until.After(active.Until):
+		case on:
+			st.until = until.Add(cfg.cooldown / 10)
+			p.extends = append(p.extends, st)
+		case unavailable[t]:
+			// Struck in this pass for want of capacity: that record says enough.
+		default:
+			p.strikes = append(p.strikes, st)
+			unavailable[t] = true
+		}
+	}
+}
+
+// noteSignals says once per signal, on the workload, which of its pods run on a node EC2
+// signalled.
+func (p *passPlan) noteSignals(snap *snapshot) {
+	if len(snap.risk) == 0 {
+		return
+	}
+	type onNode struct {
+		term  int
+		node  string
+		count int
+	}
+	byNode := map[string]*onNode{}
+	for _, pod := range snap.pods {
+		t := pod.TermIn(snap.s)
+		if !pod.HoldsSeat() || pod.NodeName == "" || t < 0 {
+			continue
+		}
+		if _, _, _, ok := snap.risk[t].Node(pod.NodeName); !ok {
+			continue
+		}
+		if byNode[pod.NodeName] == nil {
+			byNode[pod.NodeName] = &onNode{term: t, node: pod.NodeName}
+		}
+		byNode[pod.NodeName].count++
+	}
+	nodes := make([]string, 0, len(byNode))
+	for n := range byNode {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	for _, name := range nodes {
+		n := byNode[name]
+		at, kind, instance, _ := snap.risk[n.term].Node(name)
+		p.notes = append(p.notes, note{
+			key:    noteKey{revision: snap.rev.uid, term: n.term, kind: noteSignal, node: name, until: at.UnixNano()},
+			reason: ReasonInterruptionSignal,
+			fields: logrus.Fields{"node": name, "instance": instance, "signal": kind, "term": n.term + 1},
+			msg: fmt.Sprintf("EC2 %s at %s for node %s (instance %s) of term %d (%s): %d of this workload's pods run there",
+				kind, at.UTC().Format(time.RFC3339), name, instance, n.term+1, termLabels(snap.s, n.term), n.count),
+		})
+	}
+}
+
 // pendingOn collects the UIDs of the revision's placed pods on term that wait for a node.
 func pendingOn(snap *snapshot, term int) map[types.UID]bool {
 	out := map[types.UID]bool{}
@@ -196,6 +289,7 @@ type movePlanner struct {
 	bySeat          map[int][]clusterview.PlacedPod // pods of each seat up to it
 	landed, landing map[int]bool                    // terms a returning pod landed on, or is on its way to
 	heldForFallback int
+	moveSignalled   bool // planConfig.moveSignalled
 }
 
 // consider counts one live pod and adds its move, if it needs one: pods off their seat's
@@ -227,7 +321,42 @@ func (mp *movePlanner) consider(pod clusterview.PlacedPod) {
 	mp.heldSeats = append(mp.heldSeats, pod.Seat)
 	if m, ok := mp.moveOff(pod); ok {
 		mp.plan.moves = append(mp.plan.moves, m)
+	} else if m, ok := mp.moveOffSignalledNode(pod); ok {
+		mp.plan.moves = append(mp.plan.moves, m)
 	}
+}
+
+// signalledNode says what EC2 said of the pod's node, if it is a signalled node of the
+// pod's term t ("" otherwise), and when.
+func (mp *movePlanner) signalledNode(pod clusterview.PlacedPod, t int) (string, time.Time) {
+	if pod.NodeName == "" || t < 0 {
+		return "", time.Time{}
+	}
+	at, kind, instance, ok := mp.snap.risk[t].Node(pod.NodeName)
+	if !ok {
+		return "", time.Time{}
+	}
+	return fmt.Sprintf("its node %s (instance %s) had an EC2 %s at %s", pod.NodeName, instance, kind, at.UTC().Format(time.RFC3339)), at
+}
+
+// moveOffSignalledNode returns, with Config.MoveSignalledNodes, the move of a pod on its
+// seat's term whose node EC2 signalled, when the term is not at risk as a whole: only
+// that node's pods move, their replacements placed on the same term. A pod created
+// after the signal (a replacement the scheduler put on the node again) stays.
+func (mp *movePlanner) moveOffSignalledNode(pod clusterview.PlacedPod) (move, bool) {
+	if !mp.moveSignalled {
+		return move{}, false
+	}
+	t := pod.TermIn(mp.snap.s)
+	if t < 0 || mp.unavailable[t] {
+		return move{}, false
+	}
+	why, at := mp.signalledNode(pod, t)
+	if why == "" || !pod.Created.Before(at) {
+		return move{}, false
+	}
+	return move{pod: pod, seat: pod.Seat, reason: MoveInterruption,
+		why: why + "; moving it off the node (INTERRUPTION_MOVE_SIGNALLED_NODES=on), its seat stays on term " + fmt.Sprint(t+1)}, true
 }
 
 // moveOff returns the move of a pod holding a seat up to the replica count whose term
@@ -239,9 +368,11 @@ func (mp *movePlanner) moveOff(pod clusterview.PlacedPod) (move, bool) {
 		return move{}, false
 	}
 	haveGone := have >= 0 && mp.unavailable[have]
-	if haveGone && pod.NodeName != "" {
+	signalled, _ := mp.signalledNode(pod, have)
+	if haveGone && pod.NodeName != "" && signalled == "" {
 		// The term's capacity is short, not gone: this pod has its node, so it stays.
-		// Only the pods that cannot get one move (their replacements fall back).
+		// Only the pods that cannot get one move (their replacements fall back), and
+		// those on a node EC2 signalled: it is about to go.
 		return move{}, false
 	}
 	if haveGone && (mp.snap.survey.waiting[want] != nil || mp.snap.survey.stranded[want] != nil) {
@@ -252,6 +383,9 @@ func (mp *movePlanner) moveOff(pod clusterview.PlacedPod) (move, bool) {
 	}
 	m := move{pod: pod, seat: seat, reason: MoveDrift}
 	switch {
+	case haveGone && pod.NodeName != "":
+		m.reason = MoveInterruption
+		m.why = fmt.Sprintf("%s; term %d (%s) is unavailable; its seat %d goes to term %d (%s)", signalled, have+1, termLabels(s, have), seat, want+1, termLabels(s, want))
 	case haveGone:
 		m.reason = MoveStranded
 		m.why = fmt.Sprintf("term %d (%s) is unavailable; its seat %d goes to term %d (%s)", have+1, termLabels(s, have), seat, want+1, termLabels(s, want))

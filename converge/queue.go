@@ -9,6 +9,7 @@ package converge
 //     (clusterview's OnRevisionChange);
 //   - its unavailability record (unavailability.Records.OnChange);
 //   - a policy or namespace default that may govern it (PoliciesChanged);
+//   - a new EC2 interruption signal (InterruptionSignalled);
 //   - time, while it is not settled: pods waiting for a node (FALLBACK_AFTER runs, and
 //     Karpenter's word on them is read on each pass), moves left, fewer placed pods than
 //     replicas; and the end of an unavailable term's cool-down;
@@ -68,6 +69,11 @@ func (l *Loop) PoliciesChanged(namespace string) {
 		}
 	}
 }
+
+// InterruptionSignalled queues every current revision for a pass Interval from now,
+// while this replica leads: a node had a new EC2 signal, and any revision may have a
+// term at risk or pods on the node. It runs on the interruption poller's goroutine.
+func (l *Loop) InterruptionSignalled() { l.PoliciesChanged("") }
 
 // resyncEvery queues the housekeeping every housekeepingEvery and every current
 // revision at once and then every Resync, until ctx ends.

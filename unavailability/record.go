@@ -44,6 +44,25 @@ type TermState struct {
 	// Strikes counts how often in a row it was found unavailable; the cool-down doubles
 	// with each.
 	Strikes int `json:"strikes"`
+	// Risk is set when the term was marked at risk on EC2's interruption signals rather
+	// than found without capacity: what the mark rests on.
+	Risk *Risk `json:"risk,omitempty"`
+}
+
+// Risk is the evidence of a term marked at risk: EC2's interruption and rebalance
+// signals for its nodes within the window.
+type Risk struct {
+	// SignalledNodes of the term's Nodes had a signal within Window.
+	SignalledNodes int `json:"signalledNodes"`
+	Nodes          int `json:"nodes"`
+	// ByKind counts the signalled nodes per kind (interruption-warning,
+	// rebalance-recommendation, state-change).
+	ByKind map[string]int `json:"byKind,omitempty"`
+	Window string         `json:"window"`
+	// LastSignal is the latest signal: the term returns a cool-down after it.
+	LastSignal time.Time `json:"lastSignal"`
+	// Instances names some of the signalled instances.
+	Instances []string `json:"instances,omitempty"`
 }
 
 // Active reports whether the term is unavailable at now.
@@ -191,6 +210,39 @@ func (r *Records) Strike(ctx context.Context, revision types.UID, workload strin
 			strikes = prev.Strikes + 1
 		}
 		st = TermState{Since: now, Reason: reason, Strikes: strikes, Until: now.Add(cooldownFor(cooldown, strikes))}
+		rec.Terms[term] = st
+	})
+	return st, err
+}
+
+// MarkAtRisk records term (0-based) of revision at risk until until (a cool-down after
+// its last signal), with risk as the evidence; cooldown is FALLBACK_COOLDOWN, which
+// tells a strike in a row. A term already marked at risk and still
+// active keeps its strikes and its Since and gets the later until; otherwise the mark
+// counts as a strike in a row as Strike counts them (the cool-down is not doubled: the
+// signals' quiet time sets it).
+func (r *Records) MarkAtRisk(ctx context.Context, revision types.UID, workload string, term int, reason string, risk Risk, until time.Time, cooldown time.Duration) (TermState, error) {
+	var st TermState
+	err := r.update(ctx, revision, workload, func(rec *Record) {
+		now := r.now()
+		prev, ok := rec.Terms[term]
+		st = TermState{Since: now, Reason: reason, Strikes: 1, Until: until, Risk: &risk}
+		switch {
+		case ok && prev.Active(now) && prev.Risk != nil:
+			st.Since, st.Strikes = prev.Since, prev.Strikes
+			if prev.Until.After(until) {
+				st.Until = prev.Until
+			}
+		case ok && prev.Active(now):
+			// Unavailable already for want of capacity: that mark's reason stays, and
+			// it ends no sooner.
+			st.Since, st.Strikes, st.Reason = prev.Since, prev.Strikes, prev.Reason+"; "+reason
+			if prev.Until.After(until) {
+				st.Until = prev.Until
+			}
+		case ok && now.Sub(prev.Until) < maxCooldown(cooldown):
+			st.Strikes = prev.Strikes + 1
+		}
 		rec.Terms[term] = st
 	})
 	return st, err

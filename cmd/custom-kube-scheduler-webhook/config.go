@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
@@ -64,6 +65,11 @@ var serveSettings = []setting{
 	{"cost-metrics", "COST_METRICS", "off", "on: export each workload term's realized cost (pods by capacity type, USD per hour, the saving against all on-demand), refreshed by the elected replica (every replica with CONVERGE=off); prices from AWS (needs pricing:GetProducts and ec2:DescribeSpotPriceHistory, which the chart does not grant) or COST_PRICES_FILE"},
 	{"cost-metrics-interval", "COST_METRICS_INTERVAL", "5m", "with cost-metrics on: how often the workloads are listed and priced"},
 	{"cost-prices-file", "COST_PRICES_FILE", "", "with cost-metrics on: price file used instead of AWS (lines: instance-type capacity-type zone|region|* usd-per-hour), read at startup"},
+	{"interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue (URL, or name in AWS_REGION) that EventBridge sends EC2 spot interruption warnings, rebalance recommendations and instance state changes to; the elected replica reads it and marks a term at risk (its seats go to the fallback) when signals reach INTERRUPTION_RISK_SHARE of its nodes; needs CONVERGE=on and sqs:ReceiveMessage, sqs:DeleteMessage, sqs:GetQueueUrl; empty: off (docs/interruption-signals.md)"},
+	{"interruption-window", "INTERRUPTION_WINDOW", "10m", "with interruption-queue: how long a signal counts; older ones are never acted on"},
+	{"interruption-risk-share", "INTERRUPTION_RISK_SHARE", "50%", "with interruption-queue: share of a term's nodes with a signal within INTERRUPTION_WINDOW that puts the term at risk (1% to 100%)"},
+	{"interruption-risk-min-nodes", "INTERRUPTION_RISK_MIN_NODES", "2", "with interruption-queue: fewest signalled nodes that put a term at risk, whatever its size"},
+	{"interruption-move-signalled-nodes", "INTERRUPTION_MOVE_SIGNALLED_NODES", "off", "with interruption-queue: on moves the pods of every signalled node within the budget, even when its term is not at risk (their replacements stay on the term); off moves only those of terms at risk"},
 	{"admission-deadline", "ADMISSION_DEADLINE", "4s", "time a pod admission may take; past it the pod is admitted unplaced with a warning (keep it below the webhook's timeoutSeconds, 5 in the chart)"},
 	{"image-architectures", "IMAGE_ARCHITECTURES", "on", "on: a pod whose term leaves kubernetes.io/arch open, on capacity offering more than one architecture, is limited to the architectures all its images support (read from their registries, cached), and a term offering none of them is reported; off: images are never looked up (docs/architecture-aware-placement.md)"},
 	{"image-lookup-budget", "IMAGE_LOOKUP_BUDGET", "1s", "how long an admission waits for its images' architectures (below ADMISSION_DEADLINE); past it the pod is placed without the requirement, with a warning, and the lookup goes on for the next pod"},
@@ -116,6 +122,11 @@ type serveConfig struct {
 	CostInterval time.Duration
 	// CostPrices is the price file read at startup (nil: AWS).
 	CostPrices *pricing.Table
+	// InterruptionQueue is the queue of EC2 signals ("": off); InterruptionRule when a
+	// term is at risk; MoveSignalledNodes the per-node option.
+	InterruptionQueue  string
+	InterruptionRule   interruption.Rule
+	MoveSignalledNodes bool
 	// Images configures the image architecture lookups (Enabled false: off).
 	Images imageSettings
 }
@@ -158,7 +169,7 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		OwnerDeployment:  strings.TrimSpace(v.GetString("owner-deployment")),
 	}
 	c.AdmissionTokenSecret = strings.TrimSpace(v.GetString("admission-token-secret"))
-	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence, c.parseCost, c.parseImages} {
+	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence, c.parseCost, c.parseImages, c.parseInterruption} {
 		if err := parse(v); err != nil {
 			return nil, err
 		}
@@ -325,6 +336,32 @@ func (c *serveConfig) parseImages(v *viper.Viper) error {
 	}
 	slices.Sort(im.Insecure)
 	return nil
+}
+
+// parseInterruption reads the interruption signals' settings (checked even while they
+// are off, so a typo shows before the queue is set).
+func (c *serveConfig) parseInterruption(v *viper.Viper) error {
+	var err error
+	c.InterruptionQueue = strings.TrimSpace(v.GetString("interruption-queue"))
+	if c.InterruptionQueue != "" && !c.Converge {
+		return fmt.Errorf("INTERRUPTION_QUEUE %q needs CONVERGE=on: the convergence loop acts on the signals", c.InterruptionQueue)
+	}
+	if c.InterruptionRule.Window, err = positiveDuration(v, "interruption-window", "INTERRUPTION_WINDOW"); err != nil {
+		return err
+	}
+	share := strings.TrimSpace(v.GetString("interruption-risk-share"))
+	n, err := strconv.Atoi(strings.TrimSuffix(share, "%"))
+	if err != nil || !strings.HasSuffix(share, "%") || n < 1 || n > 100 {
+		return fmt.Errorf("INTERRUPTION_RISK_SHARE %q: want a percentage from 1%% to 100%%", share)
+	}
+	c.InterruptionRule.SharePercent = n
+	if c.InterruptionRule.MinNodes, err = positiveInt(v, "interruption-risk-min-nodes", "INTERRUPTION_RISK_MIN_NODES"); err != nil {
+		return err
+	}
+	if c.MoveSignalledNodes, err = onOff(v, "interruption-move-signalled-nodes", "INTERRUPTION_MOVE_SIGNALLED_NODES"); err != nil {
+		return err
+	}
+	return c.InterruptionRule.Validate()
 }
 
 // plainAddress reads METRICS_ADDRESS or HEALTH_ADDRESS: "0" (as in controller-runtime)

@@ -38,6 +38,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
@@ -166,7 +167,11 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.catalog, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log, refresher); err != nil {
+	signals, err := newInterruptionSignals(ctx, cfg, r.client, r.metrics.Registry, log.WithField("component", "interruption"))
+	if err != nil {
+		return err
+	}
+	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.catalog, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log, refresher, signals); err != nil {
 		return err
 	}
 	return r.run(ctx, stop, start)
@@ -375,6 +380,7 @@ func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool
 // it; with CONVERGE=off there is no election and every replica refreshes the costs.
 func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, catalog *karpenter.Catalog, policies *policy.Cache, records *unavailability.Records,
 	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger, costs *report.CostRefresher,
+	signals *interruptionSignals,
 ) error {
 	entry := log.WithField("component", "converge")
 	if !cfg.Converge {
@@ -406,7 +412,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	if err != nil {
 		return fmt.Errorf("create the convergence loop's client: %w", err)
 	}
-	loop, err := converge.NewLoop(converge.Config{
+	convergeCfg := converge.Config{
 		Client: loopClient, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
 		Namespaces:    clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
 		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
@@ -414,9 +420,17 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		Signals:  converge.NewKarpenterSignals(loopClient, catalog, claims),
 		Launches: claims,
 		Log:      entry,
-	})
+	}
+	if signals != nil {
+		convergeCfg.Interruptions, convergeCfg.MoveSignalledNodes = signals.tracker, cfg.MoveSignalledNodes
+	}
+	loop, err := converge.NewLoop(convergeCfg)
 	if err != nil {
 		return err
+	}
+	if signals != nil {
+		// A new signal passes every revision again (the poller starts only with the loop).
+		signals.changed.Store(loop)
 	}
 	// A policy change is a strategy change for the workloads it governs.
 	if err := policies.OnChange(loop.PoliciesChanged); err != nil {
@@ -439,6 +453,12 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 			if costs != nil {
 				go costs.Run(statusCtx)
 			}
+			if signals != nil {
+				// Only the leader reads the queue: the loop acts on what it reads, and
+				// admission never waits on it.
+				go signals.tracker.Run(statusCtx, 10*time.Second)
+				go signals.poller.Run(statusCtx)
+			}
 			loop.Run(ctx, leading)
 		}
 		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, owner, entry, run); err != nil {
@@ -446,6 +466,55 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		}
 	}()
 	return nil
+}
+
+// interruptionSignals are the parts that read EC2's interruption signals
+// (INTERRUPTION_QUEUE): the node view, the tracker the loop asks, and the queue's poller.
+type interruptionSignals struct {
+	tracker *interruption.Tracker
+	poller  *interruption.Poller
+	// changed is the loop to tell of a new signal, once it exists.
+	changed atomic.Pointer[converge.Loop]
+}
+
+// newInterruptionSignals builds them when INTERRUPTION_QUEUE is set (nil otherwise) and
+// starts the node view; the poller and the tracker's refresh run on the elected replica
+// (startConverge). A queue that is missing or denies access does not stop serve: the
+// poller logs, counts and retries.
+func newInterruptionSignals(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, reg prometheus.Registerer, log logrus.FieldLogger) (*interruptionSignals, error) {
+	if cfg.InterruptionQueue == "" {
+		return nil, nil
+	}
+	metrics, err := interruption.NewMetrics(reg, webhook.MetricsNamespace)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := interruption.NewNodeInformer(client, 0)
+	if err != nil {
+		return nil, err
+	}
+	sqsClient, region, err := interruption.NewSQSClient(ctx, cfg.InterruptionQueue)
+	if err != nil {
+		return nil, err
+	}
+	s := &interruptionSignals{}
+	s.tracker, err = interruption.NewTracker(interruption.TrackerConfig{
+		Nodes: nodes, Rule: cfg.InterruptionRule, Metrics: metrics, Log: log,
+		Changed: func() {
+			if loop := s.changed.Load(); loop != nil {
+				loop.InterruptionSignalled()
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.poller = &interruption.Poller{Queue: sqsClient, Name: cfg.InterruptionQueue, Region: region,
+		Handle: s.tracker.Handle, Metrics: metrics, Log: log}
+	go nodes.Run(ctx)
+	log.WithFields(logrus.Fields{"queue": cfg.InterruptionQueue, "region": region, "moveSignalledNodes": cfg.MoveSignalledNodes}).
+		Info("interruption signals on: " + cfg.InterruptionRule.String())
+	return s, nil
 }
 
 // newServeCostRefresher is the cost refresher of COST_METRICS=on (nil when off). It

@@ -234,6 +234,13 @@ check "helm template with cost metrics from a price-file ConfigMap" render cost 
 costdep=$(tr -d '\n' <<<"$(docs Deployment <"$tmp/cost.yaml")")
 check "cost metrics on, at the interval" matches "$costdep" 'name: COST_METRICS +value: "on" +- name: COST_METRICS_INTERVAL +value: "10m"'
 check "the price file mounted from the ConfigMap" matches "$costdep" 'name: COST_PRICES_FILE +value: /etc/webhook/prices/prices .*name: prices +mountPath: /etc/webhook/prices +readOnly: true .*name: prices +configMap: +name: cksw-prices +items: +- key: prices +path: prices'
+check "interruption signals off by default" test "$(grep -c 'INTERRUPTION_' <<<"$dep")" -eq 0
+check "helm template with an interruption queue" render interruption \
+	--set interruption.queue=https://sqs.eu-west-1.amazonaws.com/123456789012/cksw-signals --set interruption.window=5m \
+	--set interruption.riskShare=30% --set interruption.riskMinNodes=3 --set interruption.moveSignalledNodes=true
+intdep=$(tr -d '\n' <<<"$(docs Deployment <"$tmp/interruption.yaml")")
+check "interruption settings from the values" matches "$intdep" 'name: INTERRUPTION_QUEUE +value: "https://sqs.eu-west-1.amazonaws.com/123456789012/cksw-signals" +- name: INTERRUPTION_WINDOW +value: "5m" +- name: INTERRUPTION_RISK_SHARE +value: "30%" +- name: INTERRUPTION_RISK_MIN_NODES +value: "3" +- name: INTERRUPTION_MOVE_SIGNALLED_NODES +value: "on"'
+check_not "a risk share that is no percentage is refused" render badshare --set interruption.queue=q --set interruption.riskShare=0.5
 cmw=$(docs MutatingWebhookConfiguration <"$tmp/conventions.yaml")
 cvw=$(docs ValidatingWebhookConfiguration <"$tmp/conventions.yaml")
 check "webhookAnnotations on both configurations" test "$(grep -c '^    team: platform$' <<<"$cmw$cvw")" -eq 2

@@ -1,8 +1,10 @@
-// Package awsfake is a local stand-in for the AWS APIs the CLI reads, for tests and the
+// Package awsfake is a local stand-in for the AWS APIs the CLI and serve read, for tests and the
 // local cluster's demo: the Price List API's GetProducts (JSON 1.1 protocol, X-Amz-Target
 // AWSPriceListService.GetProducts) and EC2's DescribeSpotPriceHistory (EC2 query
 // protocol, form-encoded request, XML answer) in Server; EKS's ListNodegroups and
-// DescribeNodegroup (REST-JSON) in EKS. Requests must carry a SigV4
+// DescribeNodegroup (REST-JSON) in EKS; SQS's queue operations (JSON 1.0 protocol,
+// X-Amz-Target AmazonSQS.ReceiveMessage etc.) in SQS, for the interruption signals.
+// Requests must carry a SigV4
 // Authorization header for the right service, as the real SDK clients send. Any other
 // operation answers the protocol's error for an unknown operation.
 //

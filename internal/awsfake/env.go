@@ -34,3 +34,17 @@ func SetTestEnv(t testing.TB, endpoint string) {
 		t.Setenv(k, v)
 	}
 }
+
+// StartSQSForTest serves a local SQS endpoint of account 000000000000 on a loopback test
+// server, stopped when the test ends, and points the AWS SDK's default chain at it
+// (SetTestEnv, and AWS_ENDPOINT_URL_SQS).
+func StartSQSForTest(t testing.TB) *SQS {
+	t.Helper()
+	fake := NewSQS("000000000000")
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	fake.URL = srv.URL
+	SetTestEnv(t, srv.URL)
+	t.Setenv("AWS_ENDPOINT_URL_SQS", srv.URL)
+	return fake
+}

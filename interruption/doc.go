@@ -1,0 +1,24 @@
+// Package interruption owns one concept: EC2's early word that spot capacity is going
+// away, turned into which strategy terms are at risk now. It reads EC2 events from an
+// SQS queue of the user's (EventBridge rules for "EC2 Spot Instance Interruption
+// Warning", "EC2 Instance Rebalance Recommendation" and "EC2 Instance State-change
+// Notification"), and answers the convergence loop's question about one term.
+//
+//   - message.go decodes one EventBridge event (Decode): its kind, instance, time,
+//     account and region; anything else is refused with a reason.
+//   - risk.go is the rule, a pure function (Rule.Assess): a term is at risk when
+//     signals within the window reach a share of its nodes (and a minimum count).
+//   - nodes.go maps an instance to its node by spec.providerID (InstanceID), through a
+//     slim Node informer of its own.
+//   - tracker.go keeps the signals per node (duplicates, reordering and stale events
+//     tolerated) and answers Assess for a term; metrics.go holds its metrics.
+//   - poller.go long-polls the queue with aws-sdk-go-v2's SQS client and deletes what
+//     it handled; a missing queue or a denied access is logged and counted, and
+//     retried.
+//
+// It acts on nothing itself: the convergence loop marks a term at risk in the
+// unavailability records and moves pods through its own budgeted eviction path.
+//
+// It may import strategy (a term's labels), client-go, aws-sdk-go-v2 (config, sqs), the
+// Prometheus client and logrus; never converge, which asks it.
+package interruption

@@ -1,0 +1,168 @@
+package interruption
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Kind is what an EC2 event says about an instance.
+type Kind string
+
+// The kinds of signal, as the metrics' "kind" label names them.
+const (
+	// KindInterruption is a spot interruption warning: the instance is reclaimed in
+	// two minutes.
+	KindInterruption Kind = "interruption-warning"
+	// KindRebalance is a rebalance recommendation: the instance is at elevated risk of
+	// interruption.
+	KindRebalance Kind = "rebalance-recommendation"
+	// KindStateChange is a state-change notification; only stopping, stopped,
+	// shutting-down and terminated count as a signal (Signal.Counts).
+	KindStateChange Kind = "state-change"
+)
+
+// Kinds lists every kind, in the order the docs and metrics name them.
+var Kinds = []Kind{KindInterruption, KindRebalance, KindStateChange}
+
+// detailTypes maps EventBridge's detail-type to the kind.
+var detailTypes = map[string]Kind{
+	"EC2 Spot Instance Interruption Warning": KindInterruption,
+	"EC2 Instance Rebalance Recommendation":  KindRebalance,
+	"EC2 Instance State-change Notification": KindStateChange,
+}
+
+// lossStates are the instance states a state-change notification counts for.
+var lossStates = map[string]bool{"stopping": true, "stopped": true, "shutting-down": true, "terminated": true}
+
+// MaxMessageBytes is the largest message body decoded: SQS's own limit (256 KiB).
+const MaxMessageBytes = 256 << 10
+
+// Signal is one decoded EC2 event.
+type Signal struct {
+	// ID is EventBridge's event id: a message delivered twice has the same one.
+	ID       string
+	Kind     Kind
+	Instance string
+	// State is the new instance state of a state-change notification ("" otherwise).
+	State string
+	// Time is when EC2 emitted the event.
+	Time            time.Time
+	Account, Region string
+}
+
+// Counts reports whether the signal speaks of capacity going away: every warning and
+// recommendation, and a state change into stopping, stopped, shutting-down or
+// terminated (not pending or running).
+func (s Signal) Counts() bool {
+	return s.Kind != KindStateChange || lossStates[s.State]
+}
+
+// Key identifies the event for duplicate detection: its id, or its content when the
+// event carries none.
+func (s Signal) Key() string {
+	if s.ID != "" {
+		return s.ID
+	}
+	return string(s.Kind) + "/" + s.Instance + "/" + s.State + "/" + s.Time.UTC().Format(time.RFC3339Nano)
+}
+
+// DecodeError is why a message is not a signal. Reason is the metrics' "result" label:
+// ResultMalformed (not an EventBridge EC2 event of the expected shape) or
+// ResultUnsupported (an EC2 event of another detail-type).
+type DecodeError struct {
+	Reason string
+	Detail string
+}
+
+func (e *DecodeError) Error() string { return e.Reason + ": " + e.Detail }
+
+func malformed(format string, args ...any) error {
+	return &DecodeError{Reason: ResultMalformed, Detail: fmt.Sprintf(format, args...)}
+}
+
+// envelope is the part of an EventBridge event that is read.
+type envelope struct {
+	ID         string          `json:"id"`
+	DetailType string          `json:"detail-type"`
+	Source     string          `json:"source"`
+	Account    string          `json:"account"`
+	Time       string          `json:"time"`
+	Region     string          `json:"region"`
+	Detail     json.RawMessage `json:"detail"`
+}
+
+type detail struct {
+	InstanceID string `json:"instance-id"`
+	State      string `json:"state"`
+}
+
+// Decode reads one SQS message body as the EventBridge event of an EC2 instance. It
+// never panics; anything it cannot use is a *DecodeError.
+func Decode(body []byte) (Signal, error) {
+	if len(body) > MaxMessageBytes {
+		return Signal{}, malformed("message of %d bytes, more than SQS's %d", len(body), MaxMessageBytes)
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return Signal{}, malformed("not a JSON object")
+	}
+	var env envelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		return Signal{}, malformed("not an EventBridge event: %v", err)
+	}
+	if env.Source != "aws.ec2" {
+		return Signal{}, malformed("source %q, want aws.ec2", clip(env.Source))
+	}
+	kind, ok := detailTypes[env.DetailType]
+	if !ok {
+		return Signal{}, &DecodeError{Reason: ResultUnsupported, Detail: fmt.Sprintf("detail-type %q is none of the three EC2 events read", clip(env.DetailType))}
+	}
+	var d detail
+	if len(env.Detail) == 0 || json.Unmarshal(env.Detail, &d) != nil {
+		return Signal{}, malformed("%s without a detail object", kind)
+	}
+	if !validInstance(d.InstanceID) {
+		return Signal{}, malformed("%s: instance-id %q is not an instance id", kind, clip(d.InstanceID))
+	}
+	at, err := time.Parse(time.RFC3339, env.Time)
+	if err != nil {
+		return Signal{}, malformed("%s: time %q is not RFC 3339", kind, clip(env.Time))
+	}
+	if env.Account == "" || env.Region == "" {
+		return Signal{}, malformed("%s: account or region missing", kind)
+	}
+	s := Signal{ID: env.ID, Kind: kind, Instance: d.InstanceID, Time: at, Account: env.Account, Region: env.Region}
+	if kind == KindStateChange {
+		if d.State == "" {
+			return Signal{}, malformed("%s without a state", kind)
+		}
+		s.State = strings.ToLower(d.State)
+	}
+	return s, nil
+}
+
+// validInstance accepts EC2's instance ids (i- and hex digits) and other providers'
+// node names the mapping may know (the local cluster's kwok ids): 1 to 128 characters
+// of letters, digits, '-', '.' and '_'.
+func validInstance(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// clip shortens a value quoted in a message: bad input is named, never echoed whole.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -1,0 +1,111 @@
+package interruption
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// event is an EventBridge EC2 event as a queue receives it.
+func event(id, detailType, account, region string, at time.Time, detail string) string {
+	return fmt.Sprintf(`{"version":"0","id":%q,"detail-type":%q,"source":"aws.ec2","account":%q,"time":%q,"region":%q,"resources":["arn:aws:ec2:%s:%s:instance/i-1"],"detail":%s}`,
+		id, detailType, account, at.UTC().Format(time.RFC3339), region, region, account, detail)
+}
+
+func TestDecode(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name, body string
+		want       Signal
+		reason     string // a DecodeError's reason; "" for a signal
+	}{
+		{name: "interruption warning",
+			body: event("e1", "EC2 Spot Instance Interruption Warning", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc","instance-action":"terminate"}`),
+			want: Signal{ID: "e1", Kind: KindInterruption, Instance: "i-0abc", Time: at, Account: "123456789012", Region: "eu-west-1"}},
+		{name: "rebalance recommendation",
+			body: event("e2", "EC2 Instance Rebalance Recommendation", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc"}`),
+			want: Signal{ID: "e2", Kind: KindRebalance, Instance: "i-0abc", Time: at, Account: "123456789012", Region: "eu-west-1"}},
+		{name: "state change",
+			body: event("e3", "EC2 Instance State-change Notification", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc","state":"Shutting-Down"}`),
+			want: Signal{ID: "e3", Kind: KindStateChange, Instance: "i-0abc", State: "shutting-down", Time: at, Account: "123456789012", Region: "eu-west-1"}},
+		{name: "garbage", body: "hello", reason: ResultMalformed},
+		{name: "empty", body: "", reason: ResultMalformed},
+		{name: "JSON array", body: "[1,2]", reason: ResultMalformed},
+		{name: "truncated", body: `{"source":"aws.ec2","detail-type":"EC2`, reason: ResultMalformed},
+		{name: "another source",
+			body:   strings.Replace(event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{"instance-id":"i-1"}`), "aws.ec2", "aws.s3", 1),
+			reason: ResultMalformed},
+		{name: "another EC2 event",
+			body:   event("e", "EC2 Fleet Spot Instance Request Change", "1", "r", at, `{"instance-id":"i-1"}`),
+			reason: ResultUnsupported},
+		{name: "no detail", body: strings.Replace(event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `null`), `,"detail":null`, "", 1), reason: ResultMalformed},
+		{name: "detail not an object", body: event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `"i-1"`), reason: ResultMalformed},
+		{name: "no instance", body: event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{}`), reason: ResultMalformed},
+		{name: "instance with a slash", body: event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{"instance-id":"../i-1"}`), reason: ResultMalformed},
+		{name: "bad time", body: strings.Replace(event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{"instance-id":"i-1"}`), "2026-03-01T12:00:00Z", "yesterday", 1), reason: ResultMalformed},
+		{name: "no account", body: event("e", "EC2 Instance Rebalance Recommendation", "", "r", at, `{"instance-id":"i-1"}`), reason: ResultMalformed},
+		{name: "state change without a state", body: event("e", "EC2 Instance State-change Notification", "1", "r", at, `{"instance-id":"i-1"}`), reason: ResultMalformed},
+		{name: "too big", body: `{"x":"` + strings.Repeat("a", MaxMessageBytes) + `"}`, reason: ResultMalformed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Decode([]byte(tc.body))
+			if tc.reason == "" {
+				if err != nil || got != tc.want {
+					t.Fatalf("Decode: %+v, %v; want %+v", got, err, tc.want)
+				}
+				return
+			}
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Reason != tc.reason {
+				t.Fatalf("Decode: %+v, %v; want a %s DecodeError", got, err, tc.reason)
+			}
+			if len(err.Error()) > 300 {
+				t.Errorf("error message of %d bytes quotes the input whole", len(err.Error()))
+			}
+		})
+	}
+}
+
+func TestSignalCounts(t *testing.T) {
+	for state, want := range map[string]bool{"pending": false, "running": false, "stopping": true, "stopped": true, "shutting-down": true, "terminated": true} {
+		if got := (Signal{Kind: KindStateChange, State: state}).Counts(); got != want {
+			t.Errorf("state %s counts %v, want %v", state, got, want)
+		}
+	}
+	if !(Signal{Kind: KindRebalance}).Counts() || !(Signal{Kind: KindInterruption}).Counts() {
+		t.Error("warnings and recommendations must count")
+	}
+}
+
+// Decode never panics, and what it accepts is a signal whose fields hold what the rest
+// relies on.
+func FuzzDecode(f *testing.F) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, seed := range []string{
+		event("e1", "EC2 Spot Instance Interruption Warning", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc","instance-action":"terminate"}`),
+		event("e2", "EC2 Instance Rebalance Recommendation", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc"}`),
+		event("e3", "EC2 Instance State-change Notification", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc","state":"terminated"}`),
+		"", "{}", "null", `{"source":"aws.ec2","detail":{"instance-id":1}}`, "\xff\xfe",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s, err := Decode(body)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("error %v is no *DecodeError", err)
+			}
+			return
+		}
+		if !validInstance(s.Instance) || s.Time.IsZero() || s.Account == "" || s.Region == "" || s.Kind == "" {
+			t.Fatalf("accepted an incomplete signal %+v", s)
+		}
+		if s.Kind == KindStateChange && s.State == "" {
+			t.Fatalf("state change without a state: %+v", s)
+		}
+	})
+}

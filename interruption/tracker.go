@@ -1,0 +1,254 @@
+package interruption
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// Origin is the account and region a queue's events must come from ("": any).
+type Origin struct {
+	Account, Region string
+}
+
+// Outcome is what handling one message came to.
+type Outcome struct {
+	// Result is the messages metric's label (ResultSignal, ...).
+	Result string
+	// Retry: the message could not be judged yet (the node view has not synced); it is
+	// left in the queue to come back after its visibility timeout.
+	Retry bool
+}
+
+// TrackerConfig is what a Tracker needs.
+type TrackerConfig struct {
+	Nodes   Nodes
+	Rule    Rule
+	Metrics *Metrics
+	Log     logrus.FieldLogger
+	// Changed (optional) is called after a new signal was recorded: the convergence
+	// loop passes its revisions again. It must not block.
+	Changed func()
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// termForget is how long a term nobody asked about keeps its gauges.
+const termForget = time.Hour
+
+// verdictTTL is how long a term's verdict is reused while no signal changes: one pass
+// over many revisions of the same term walks the nodes once.
+const verdictTTL = time.Second
+
+// Tracker keeps the signals of the cluster's nodes and answers, per term, whether it is
+// at risk. Safe for concurrent use.
+type Tracker struct {
+	cfg TrackerConfig
+	mu  sync.Mutex
+	// seen holds the keys of the events recorded, with their time, until they leave
+	// the window: a duplicate is known as long as it could matter.
+	seen map[string]time.Time
+	// signals are the recorded signals by node name.
+	signals map[string]NodeSignals
+	// terms are the terms asked about (Assess), by label string: the metrics' terms.
+	terms      map[string]*termState
+	generation uint64
+}
+
+type termState struct {
+	term    strategy.Term
+	asked   time.Time
+	verdict Verdict
+	at      time.Time
+	gen     uint64
+}
+
+// NewTracker validates cfg and returns a tracker.
+func NewTracker(cfg TrackerConfig) (*Tracker, error) {
+	if cfg.Nodes == nil || cfg.Metrics == nil || cfg.Log == nil {
+		return nil, errors.New("interruption: nodes, metrics and log are required")
+	}
+	if err := cfg.Rule.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Tracker{cfg: cfg, seen: map[string]time.Time{}, signals: map[string]NodeSignals{}, terms: map[string]*termState{}}, nil
+}
+
+// Handle judges one message body from a queue whose events come from want: a signal is
+// recorded, anything else is logged and counted. Only a Retry outcome leaves the
+// message in the queue.
+func (t *Tracker) Handle(body []byte, want Origin) Outcome {
+	now := t.cfg.Now()
+	log := t.cfg.Log
+	sig, err := Decode(body)
+	if err != nil {
+		var de *DecodeError
+		reason := ResultMalformed
+		if errors.As(err, &de) {
+			reason = de.Reason
+		}
+		log.WithField("result", reason).Warnf("interruption queue: message dropped, not an EC2 event this reads: %v", err)
+		return t.count(reason)
+	}
+	log = log.WithFields(logrus.Fields{"kind": sig.Kind, "instance": sig.Instance, "event": sig.ID, "time": sig.Time})
+	switch {
+	case want.Account != "" && sig.Account != want.Account:
+		log.WithField("result", ResultOtherAccount).Warnf("interruption queue: event of account %s dropped, the queue's account is %s", clip(sig.Account), want.Account)
+		return t.count(ResultOtherAccount)
+	case want.Region != "" && sig.Region != want.Region:
+		log.WithField("result", ResultOtherRegion).Warnf("interruption queue: event of region %s dropped, the queue's region is %s", clip(sig.Region), want.Region)
+		return t.count(ResultOtherRegion)
+	case !sig.Counts():
+		log.WithField("result", ResultIgnored).Debugf("interruption queue: state change to %s is no loss of capacity", sig.State)
+		return t.count(ResultIgnored)
+	}
+	// EC2's clock may run ahead of this one: a signal is never taken as later than now.
+	at := sig.Time
+	if at.After(now) {
+		at = now
+	}
+	window := t.cfg.Rule.Window
+	if now.Sub(at) >= window {
+		log.WithField("result", ResultStale).Infof("interruption queue: event from %s ago dropped, older than INTERRUPTION_WINDOW (%s)", now.Sub(at).Round(time.Second), window)
+		return t.count(ResultStale)
+	}
+	if !t.cfg.Nodes.HasSynced() {
+		return Outcome{Retry: true}
+	}
+	t.mu.Lock()
+	if _, dup := t.seen[sig.Key()]; dup {
+		t.mu.Unlock()
+		log.WithField("result", ResultDuplicate).Debug("interruption queue: event seen before")
+		return t.count(ResultDuplicate)
+	}
+	node, ok := t.cfg.Nodes.ByInstance(sig.Instance)
+	if !ok {
+		t.mu.Unlock()
+		log.WithField("result", ResultUnknownInstance).Infof("interruption queue: no node of the cluster is instance %s (spec.providerID); event dropped", sig.Instance)
+		return t.count(ResultUnknownInstance)
+	}
+	t.seen[sig.Key()] = at
+	ns, had := t.signals[node.Name]
+	if !had || ns.Instance != node.Instance {
+		ns = NodeSignals{Instance: node.Instance, At: map[Kind]time.Time{}}
+	}
+	if at.After(ns.At[sig.Kind]) { // a reordered, older event keeps the later time
+		ns.At[sig.Kind] = at
+	}
+	t.signals[node.Name] = ns
+	t.generation++
+	for key, ts := range t.terms {
+		if ts.term.SelectedBy(node.Labels) {
+			t.cfg.Metrics.signals.WithLabelValues(key, string(sig.Kind)).Inc()
+		}
+	}
+	t.mu.Unlock()
+	log.WithFields(logrus.Fields{"node": node.Name, "result": ResultSignal}).Infof("interruption signal: %s for node %s (instance %s) at %s", sig.Kind, node.Name, sig.Instance, at.UTC().Format(time.RFC3339))
+	if t.cfg.Changed != nil {
+		t.cfg.Changed()
+	}
+	return t.count(ResultSignal)
+}
+
+func (t *Tracker) count(result string) Outcome {
+	t.cfg.Metrics.messages.WithLabelValues(result).Inc()
+	return Outcome{Result: result}
+}
+
+// Assess applies the rule to term at now: its nodes are those whose labels carry every
+// label of the term. The answer is shared, read only.
+func (t *Tracker) Assess(term strategy.Term, now time.Time) Verdict {
+	key := term.LabelString()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ts := t.terms[key]
+	if ts == nil {
+		ts = &termState{term: term}
+		t.terms[key] = ts
+	}
+	ts.asked = now
+	if len(t.signals) == 0 {
+		return Verdict{rule: t.cfg.Rule, now: now}
+	}
+	return t.assessLocked(key, ts, now)
+}
+
+func (t *Tracker) assessLocked(key string, ts *termState, now time.Time) Verdict {
+	if ts.gen == t.generation && !ts.at.IsZero() && !now.Before(ts.at) && now.Sub(ts.at) < verdictTTL {
+		return ts.verdict
+	}
+	var names []string
+	t.cfg.Nodes.Each(func(n Node) {
+		if ts.term.SelectedBy(n.Labels) {
+			names = append(names, n.Name)
+		}
+	})
+	v := t.cfg.Rule.Assess(names, t.signals, now)
+	ts.verdict, ts.at, ts.gen = v, now, t.generation
+	t.cfg.Metrics.nodesAtRisk.WithLabelValues(key).Set(float64(len(v.Signalled)))
+	at := 0.0
+	if v.AtRisk {
+		at = 1
+	}
+	t.cfg.Metrics.termAtRisk.WithLabelValues(key).Set(at)
+	return v
+}
+
+// Refresh forgets signals and event keys that left the window and terms nobody asked
+// about for an hour, and sets every term's gauges as of now.
+func (t *Tracker) Refresh(now time.Time) {
+	window := t.cfg.Rule.Window
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for key, at := range t.seen {
+		if !within(at, now, window) && !at.After(now) {
+			delete(t.seen, key)
+		}
+	}
+	for name, ns := range t.signals {
+		for k, at := range ns.At {
+			if !within(at, now, window) && !at.After(now) {
+				delete(ns.At, k)
+				t.generation++
+			}
+		}
+		if len(ns.At) == 0 {
+			delete(t.signals, name)
+		}
+	}
+	for key, ts := range t.terms {
+		if now.Sub(ts.asked) > termForget {
+			delete(t.terms, key)
+			t.cfg.Metrics.nodesAtRisk.DeleteLabelValues(key)
+			t.cfg.Metrics.termAtRisk.DeleteLabelValues(key)
+			continue
+		}
+		t.assessLocked(key, ts, now)
+	}
+}
+
+// Run refreshes every interval until ctx ends, then zeroes the gauges (another replica
+// reads the queue now).
+func (t *Tracker) Run(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			t.cfg.Metrics.nodesAtRisk.Reset()
+			t.cfg.Metrics.termAtRisk.Reset()
+			t.cfg.Metrics.reachable.Set(0)
+			return
+		case <-tick.C:
+			t.Refresh(t.cfg.Now())
+		}
+	}
+}
