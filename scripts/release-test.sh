@@ -27,6 +27,12 @@ old=$(<"$copy/VERSION")
 IFS=. read -r major minor _ <<<"$old"
 new=$major.$((minor + 1)).0
 unreleased=$(awk '/^## \[Unreleased\]$/ { on = 1; next } on && /^## \[/ { exit } on' "$copy/CHANGELOG.md")
+if ! grep -q '^- ' <<<"$unreleased"; then
+	# Right after a release [Unreleased] is empty: give the copy a change to release.
+	sed -i 's/^## \[Unreleased\]$/&\n\n### Added\n\n- A change of the copy (release-test.sh)./' "$copy/CHANGELOG.md"
+	git -C "$copy" -c user.name=test -c user.email=test@example.invalid commit -qam 'a change to release'
+	unreleased=$(awk '/^## \[Unreleased\]$/ { on = 1; next } on && /^## \[/ { exit } on' "$copy/CHANGELOG.md")
+fi
 first_change=$(grep -m1 '^- ' <<<"$unreleased")
 chart=$copy/deploy/chart/custom-kube-scheduler-webhook/Chart.yaml
 
