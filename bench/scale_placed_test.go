@@ -94,30 +94,15 @@ func (s *scale) runPlaced(ctx context.Context, n int) error {
 		"%d pods created placed (seat, term and reservation annotations, node selector of the seat's term of `%s`, bound to nodes of that capacity type; Pending: no kubelet runs them), "+
 		"%d per ReplicaSet, %d ReplicaSets, %d nodes; kube-controller-manager, the scheduler, kwok and Karpenter stopped.\n\n",
 		strings.Join(s.env, " "), n, burstStrategy, s.perWL, sets, nodes)
-	s.printf("| replica | live heap / heap in use (after a forced GC) | RSS (VmRSS) | live heap per cached pod | time to ready after a restart | peak RSS in the restart (VmHWM at ready + 20 s) | below the 256 Mi limit | CPU at steady state (60 s) | API requests/s at steady state (audit log) |\n|---|---|---|---|---|---|---|---|---|\n")
-	for i, r := range s.replicas {
-		f := figs[i]
-		ready, hwm, below := fmt.Sprintf("%.2f s", f.ready.Seconds()), mib(f.hwm), yesNo(f.hwm < chartMemoryLimit)
-		if f.restartErr != "" {
-			ready, hwm, below = "not ready: "+f.restartErr, "n/a", "n/a"
-		}
-		s.printf("| %s (%s) | %s / %s | %s | %.0f B (%.2f KiB) | %s | %s | %s | %.4f cores | %.2f |\n",
-			r.Name, f.role, mib(f.live), mib(f.inuse), mib(f.rss), f.perPod, f.perPod/1024, ready, hwm, below,
-			f.cpu, f.reqs)
-	}
+	s.printReplicas(figs, false)
 	s.printf("\nMeasured as in `make scale`'s table; the whole machine used %.2f cores in the steady window (API server %.2f, etcd %.2f, kwok %.2f).\n\n",
 		sumValues(machine)/steadyWindow.Seconds(), machine["API server"]/steadyWindow.Seconds(), machine["etcd"]/steadyWindow.Seconds(), machine["kwok"]/steadyWindow.Seconds())
 	s.printf("API requests at steady state by verb and resource (60 s):\n\n| replica | requests |\n|---|---|\n")
 	for i, r := range s.replicas {
 		s.printf("| %s | %s |\n", r.Name, formatCounts(figs[i].reqsBy))
 	}
-	if len(s.notes) > 0 {
-		s.printf("\nNotes:\n\n")
-		for _, nt := range s.notes {
-			s.printf("- %s\n", nt)
-		}
-	}
 	s.printf("\n")
+	s.printNotes()
 	return nil
 }
 

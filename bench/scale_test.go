@@ -420,17 +420,7 @@ func (s *scale) run(ctx context.Context) error {
 	}
 	s.printf("| %d | %d × %d | %d | %s | %d CPUs |\n\n", n, s.workloads, s.perWL, len(nodes.Items), runningNote, runtime.NumCPU())
 	s.printf("### Each webhook replica at full size\n\n")
-	s.printf("| replica | live heap / heap in use (after a forced GC) | RSS (VmRSS) | live heap per cached pod | time to ready after a restart | peak RSS in the restart (VmHWM at ready + 20 s) | below the 256 Mi limit | CPU at steady state (60 s) | API requests/s at steady state (audit log) | admission p50 / p99 under churn (serve's own) |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for i, r := range s.replicas {
-		f := figs[i]
-		ready, hwm, below := fmt.Sprintf("%.2f s", f.ready.Seconds()), mib(f.hwm), yesNo(f.hwm < chartMemoryLimit)
-		if f.restartErr != "" {
-			ready, hwm, below = "not ready: "+f.restartErr, "n/a", "n/a"
-		}
-		s.printf("| %s (%s) | %s / %s | %s | %.0f B (%.2f KiB) | %s | %s | %s | %.4f cores | %.2f | %s / %s |\n",
-			r.Name, f.role, mib(f.live), mib(f.inuse), mib(f.rss), f.perPod, f.perPod/1024, ready, hwm, below,
-			f.cpu, f.reqs, fmtMs(f.served, 0.5), fmtMs(f.served, 0.99))
-	}
+	s.printReplicas(figs, true)
 	s.printf("\nLive heap: go_gc_heap_live_bytes after `/debug/pprof/heap?gc=1` forced a collection; heap in use: go_memstats_heap_inuse_bytes then; RSS from /proc/PID/status. "+
 		"Per cached pod: (live heap at full size − with no pod) / %d Running pods. CPU: utime+stime from /proc/PID/stat over 60 s with nothing changing; "+
 		"the whole machine used %.2f cores then (API server %.2f, etcd %.2f, Karpenter %.2f, kwok %.2f). "+
@@ -465,14 +455,20 @@ func (s *scale) run(ctx context.Context) error {
 	}
 	s.printf("\nFrom the replicas' custom_kube_scheduler_webhook_terms_marked_unavailable_total (by term) and converge_evictions_total, summed over both. "+
 		"Pods deleted while the %d were created (evictions, fallbacks), seen by a watch: %d. Admissions failed open over the whole run: %.0f.\n\n", n, deleted, failOpen)
-	if len(s.notes) > 0 {
-		s.printf("Notes:\n\n")
-		for _, nt := range s.notes {
-			s.printf("- %s\n", nt)
-		}
-		s.printf("\n")
-	}
+	s.printNotes()
 	return nil
+}
+
+// printNotes prints the run's notes, if any.
+func (s *scale) printNotes() {
+	if len(s.notes) == 0 {
+		return
+	}
+	s.printf("Notes:\n\n")
+	for _, nt := range s.notes {
+		s.printf("- %s\n", nt)
+	}
+	s.printf("\n")
 }
 
 // emptyMemory records each replica's live heap with no pod, the baseline of the bytes
@@ -570,6 +566,30 @@ func (s *scale) restartEach(ctx context.Context, figs []replicaFigures) error {
 		s.logf("%s restarted: ready after %s, peak RSS %s", r.Name, figs[i].ready.Round(10*time.Millisecond), mib(figs[i].hwm))
 	}
 	return nil
+}
+
+// printReplicas prints the table of each replica's figures, with the admission latency
+// under churn when churned.
+func (s *scale) printReplicas(figs []replicaFigures, churned bool) {
+	head, rule := "", ""
+	if churned {
+		head, rule = " admission p50 / p99 under churn (serve's own) |", "---|"
+	}
+	s.printf("| replica | live heap / heap in use (after a forced GC) | RSS (VmRSS) | live heap per cached pod | time to ready after a restart | peak RSS in the restart (VmHWM at ready + 20 s) | below the 256 Mi limit | CPU at steady state (60 s) | API requests/s at steady state (audit log) |%s\n|---|---|---|---|---|---|---|---|---|%s\n", head, rule)
+	for i, r := range s.replicas {
+		f := figs[i]
+		ready, hwm, below := fmt.Sprintf("%.2f s", f.ready.Seconds()), mib(f.hwm), yesNo(f.hwm < chartMemoryLimit)
+		if f.restartErr != "" {
+			ready, hwm, below = "not ready: "+f.restartErr, "n/a", "n/a"
+		}
+		latency := ""
+		if churned {
+			latency = fmt.Sprintf(" %s / %s |", fmtMs(f.served, 0.5), fmtMs(f.served, 0.99))
+		}
+		s.printf("| %s (%s) | %s / %s | %s | %.0f B (%.2f KiB) | %s | %s | %s | %.4f cores | %.2f |%s\n",
+			r.Name, f.role, mib(f.live), mib(f.inuse), mib(f.rss), f.perPod, f.perPod/1024, ready, hwm, below,
+			f.cpu, f.reqs, latency)
+	}
 }
 
 func yesNo(b bool) string {

@@ -99,13 +99,7 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the burst's 500 pods do not exist: %v", err)
 	}
-	after, err := harness.APIServerMetrics(ctx, env.client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sel := harness.Labels{"name": "pods.custom-kube-scheduler-webhook.io"}
-	h := after.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel).
-		Sub(before.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel))
+	h := admissionLatencySince(ctx, t, before)
 	t.Logf("MEASURED owner killed mid-burst: %.0f admissions at the API server, p50 %s, p99 %s, %d pods admitted unplaced, %d balancer retries",
 		h.Count(), h.FormatQuantile(0.5), h.FormatQuantile(0.99), unplaced(), lb.Failed())
 	// The killed owner's reservations in flight are held as phantoms until their pods
@@ -173,6 +167,19 @@ func countUnplacedCreations(ctx context.Context, t *testing.T, ns string) func()
 		defer mu.Unlock()
 		return count
 	}
+}
+
+// admissionLatencySince is the API server's latency of the calls to the mutating
+// webhook since before (its metrics then).
+func admissionLatencySince(ctx context.Context, t *testing.T, before harness.Metrics) harness.Histogram {
+	t.Helper()
+	after, err := harness.APIServerMetrics(ctx, env.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := harness.Labels{"name": "pods.custom-kube-scheduler-webhook.io"}
+	return after.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel).
+		Sub(before.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel))
 }
 
 // seatOwner returns the process holding the seat record of the Deployment's

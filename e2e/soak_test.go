@@ -213,14 +213,7 @@ func TestSoak(t *testing.T) {
 	s.quiescentPoint(ctx)
 	s.checkMemory()
 
-	after, err := harness.APIServerMetrics(ctx, env.client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sel := harness.Labels{"name": "pods.custom-kube-scheduler-webhook.io"}
-	h := after.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel).
-		Sub(before.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel))
-	s.summary(seed, duration, h, lb.served())
+	s.summary(seed, duration, admissionLatencySince(ctx, t, before), lb.served())
 }
 
 func enabled(ops map[string]bool) []string {
