@@ -44,6 +44,7 @@ fi
 out=$(<"$work/out")
 cl=$(<"$copy/CHANGELOG.md")
 check "VERSION is $new" test "$(<"$copy/VERSION")" = "$new"
+check "the alerts' tests expect the runbook links at v$new" grep -q "/blob/v$new/" "$copy/deploy/test/monitoring/alerts_test.yaml"
 check "Chart.yaml version $new" matches "$(<"$chart")" "^version: $new$"
 check "Chart.yaml appVersion $new" matches "$(<"$chart")" "^appVersion: \"$new\"$"
 check "CHANGELOG.md: a dated section for $new" matches "$cl" "^## \[$new\] - 2030-01-02$"

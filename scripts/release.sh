@@ -3,7 +3,8 @@
 # version everywhere.
 #   1. CHANGELOG.md: [Unreleased] becomes "## [x.y.z] - <date>" under a new, empty
 #      [Unreleased]; the compare links at the bottom follow.
-#   2. VERSION, the chart's version and appVersion, the rendered deploy/manifests, and the
+#   2. VERSION, the chart's version and appVersion, the rendered deploy/manifests (and the
+#      runbook links the alerts' tests expect), and the
 #      install commands of README.md, docs/install-eks.md and deploy/README.md that name the
 #      previous version.
 #   3. Checks that they agree (VERSION = Chart.yaml version = appVersion = the newest dated
@@ -50,6 +51,7 @@ new=${new#v}
 
 chart=deploy/chart/custom-kube-scheduler-webhook/Chart.yaml
 docs=(README.md docs/install-eks.md deploy/README.md)
+alerts_test=deploy/test/monitoring/alerts_test.yaml
 old=$(<VERSION)
 [[ $old =~ ^([0-9]+)\.([0-9]+)\.([0-9]+) ]] || die "VERSION ($old) is not x.y.z"
 # version_key X.Y.Z prints a number that orders versions (each part below 10^6).
@@ -67,8 +69,8 @@ grep -q '^## \[Unreleased\]$' CHANGELOG.md || die "CHANGELOG.md has no '## [Unre
 notes=$(awk '/^## \[Unreleased\]$/ { on = 1; next } on && /^## \[/ { exit } on' CHANGELOG.md)
 grep -q '^- ' <<<"$notes" || die "[Unreleased] in CHANGELOG.md lists no change: nothing to release"
 if git rev-parse --git-dir >/dev/null 2>&1 &&
-	[[ -n $(git status --porcelain -- VERSION CHANGELOG.md "$chart" deploy/manifests "${docs[@]}") ]]; then
-	die "local changes to the files a release edits (commit or stash them first):"$'\n'"$(git status --short -- VERSION CHANGELOG.md "$chart" deploy/manifests "${docs[@]}")"
+	[[ -n $(git status --porcelain -- VERSION CHANGELOG.md "$chart" deploy/manifests "$alerts_test" "${docs[@]}") ]]; then
+	die "local changes to the files a release edits (commit or stash them first):"$'\n'"$(git status --short -- VERSION CHANGELOG.md "$chart" deploy/manifests "$alerts_test" "${docs[@]}")"
 fi
 
 # 1. CHANGELOG.md: a dated section where [Unreleased] was, an empty [Unreleased] above it,
@@ -106,6 +108,8 @@ for f in "${docs[@]}"; do
 		-e "s/(version )$re_old(, whose)/\1$new\2/g" "$f"
 done
 deploy/render.sh >/dev/null
+# The alerts' tests expect the runbook links the render writes, which name the version.
+sed -i -E "s#(/blob/v)$re_old/#\1$new/#g" "$alerts_test"
 
 # 3. They agree.
 failed=0
