@@ -86,6 +86,16 @@ must() {
 		finish
 	fi
 }
+# The policy CRDs are cluster-wide: where they exist already (the e2e run applies the
+# chart's copy), they are handed to this release first, as docs/upgrade.md says: before
+# the previous chart's install, which has them too from 0.2.0 on.
+crds=(placementpolicies.custom-kube-scheduler-webhook.io clusterplacementpolicies.custom-kube-scheduler-webhook.io)
+for crd in "${crds[@]}"; do
+	if kubectl get crd "$crd" >/dev/null 2>&1; then
+		kubectl label crd "$crd" app.kubernetes.io/managed-by=Helm --overwrite >/dev/null
+		kubectl annotate crd "$crd" meta.helm.sh/release-name="$release" meta.helm.sh/release-namespace="$ns" --overwrite >/dev/null
+	fi
+done
 must "helm install of the previous chart ($previous_version)" \
 	"$HELM" install "$release" "$previous_chart" -n "$ns" -f "$tmp/values.yaml"
 # What the previous version's webhook writes at runtime (no owner references then).
@@ -114,15 +124,6 @@ before_secret=$(uid -n "$ns" secret "$full-certs")
 before_mwc=$(uid mutatingwebhookconfiguration "$full")
 before_vwc=$(uid validatingwebhookconfiguration "$full")
 
-# The policy CRDs are cluster-wide: where they exist already (the e2e run applies the
-# chart's copy), they are handed to this release first, as docs/upgrade.md says.
-crds=(placementpolicies.custom-kube-scheduler-webhook.io clusterplacementpolicies.custom-kube-scheduler-webhook.io)
-for crd in "${crds[@]}"; do
-	if kubectl get crd "$crd" >/dev/null 2>&1; then
-		kubectl label crd "$crd" app.kubernetes.io/managed-by=Helm --overwrite >/dev/null
-		kubectl annotate crd "$crd" meta.helm.sh/release-name="$release" meta.helm.sh/release-namespace="$ns" --overwrite >/dev/null
-	fi
-done
 must "helm upgrade --dry-run=server to this chart" \
 	"$HELM" upgrade "$release" "$CHART_DIR" -n "$ns" -f "$tmp/values.yaml" --dry-run=server
 must "helm upgrade to this chart" "$HELM" upgrade "$release" "$CHART_DIR" -n "$ns" -f "$tmp/values.yaml"
