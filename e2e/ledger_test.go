@@ -114,7 +114,7 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 	t.Logf("admissions per replica (including canaries): %v", lb.served())
 	// The takeover shows in the metrics of the replica that did it (the killed
 	// process's counters died with it).
-	taken := map[string]float64{}
+	taken, witness := map[string]float64{}, map[string]float64{}
 	for _, p := range procs {
 		ms, err := p.Metrics(ctx)
 		if err != nil {
@@ -123,8 +123,11 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 		for from, v := range ms.SumBy("custom_kube_scheduler_webhook_seat_revisions_taken_total", "from", nil) {
 			taken[from] += v
 		}
+		for event, v := range ms.SumBy("custom_kube_scheduler_webhook_seat_witness_total", "event", nil) {
+			witness[event] += v
+		}
 	}
-	t.Logf("revisions taken, summed over the running replicas: %v", taken)
+	t.Logf("revisions taken, summed over the running replicas: %v; witnessing: %v", taken, witness)
 	if taken["owner_gone"]+taken["lapsed"] < 1 {
 		t.Errorf("no running replica counts a takeover of the killed owner's revision: %v", taken)
 	}

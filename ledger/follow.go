@@ -24,6 +24,7 @@ func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
 	}
 	if holderOf(record) != l.identity {
 		s.ownedUntil = time.Time{}
+		s.witnessing.reset()
 	}
 	s.record = record
 	s.rv = 0

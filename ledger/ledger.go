@@ -91,6 +91,8 @@ type Ledger struct {
 	identity  string
 	peerURL   string
 	peers     *http.Client // nil: claims are never forwarded
+	// witnessTimeout bounds a witness's acknowledgement (witness.go).
+	witnessTimeout time.Duration
 	// secret proves an answer at the peer address came from this process (the
 	// self-check's nonce is answered with an HMAC under it); peerShared is set once
 	// another process answered there, and fails every later self-check.
@@ -127,6 +129,9 @@ type Options struct {
 	PeerClient *http.Client
 	// Ownership is the record's Lease duration (DefaultOwnership).
 	Ownership time.Duration
+	// WitnessTimeout bounds a witness's acknowledgement of the owner's answers
+	// (DefaultWitnessTimeout).
+	WitnessTimeout time.Duration
 	// Clock decides expiry (the real clock).
 	Clock clock.Clock
 	// Owner owns the seat records this replica writes (the webhook's Deployment), so
@@ -142,8 +147,9 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 	l := &Ledger{
 		client: client, namespace: namespace, ttl: ttl, duration: opts.Ownership, identity: opts.Identity,
 		peerURL: opts.PeerURL, peers: opts.PeerClient, clock: opts.Clock, log: log, owner: opts.Owner,
-		ctx:  context.Background(),
-		revs: map[clusterview.Revision]*revState{}, metrics: newLedgerMetrics(),
+		witnessTimeout: opts.WitnessTimeout,
+		ctx:            context.Background(),
+		revs:           map[clusterview.Revision]*revState{}, metrics: newLedgerMetrics(),
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = labels.Set{strategy.LabelSeatRecord: recordKindSeats}.String()
@@ -151,6 +157,9 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 	}
 	if l.duration <= 0 {
 		l.duration = DefaultOwnership
+	}
+	if l.witnessTimeout <= 0 {
+		l.witnessTimeout = DefaultWitnessTimeout
 	}
 	if l.clock == nil {
 		l.clock = clock.RealClock{}
@@ -229,13 +238,30 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 		s.wanted = max(s.wanted, req.replicas)
 		now := l.clock.Now()
 		if l.owns(s, now) {
-			seat, err := l.reserve(s, req, now)
+			l.adoptWitness(s, now)
+			var seat int
+			err := errBeyondMark
+			if s.witnessing.settled() {
+				seat, err = l.reserve(s, req, now)
+			}
 			if !errors.Is(err, errBeyondMark) {
 				l.renewIfDue(s, now)
+				var batch *witnessBatch
+				if err == nil && s.witnessing.witness != "" {
+					batch = l.witnessAnswer(s, req.hash, seat)
+				}
 				l.mu.Unlock()
-				return seat, false, err
+				if batch == nil {
+					return seat, false, err
+				}
+				ok, err := l.awaitWitness(ctx, s, batch, req.hash, seat)
+				if ok || err != nil {
+					return seat, false, err
+				}
+				continue // no longer the owner, or the seat was given up meanwhile
 			}
-			// Raise the mark before answering above it (a write in flight may do).
+			// Raise the mark before answering above it, or name the witness that
+			// acknowledges the answers (a write in flight may do).
 			write := l.acquire(s)
 			l.mu.Unlock()
 			if err := waitWrite(ctx, write, rev); err != nil {
@@ -279,8 +305,13 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 		}
 		if errors.Is(err, errOwnerGone) {
 			l.mu.Lock()
-			l.ownerGone(l.state(rev), holder, l.clock.Now())
+			s := l.state(rev)
+			l.ownerGone(s, holder, l.clock.Now())
+			next, _ := l.liveHolder(s, l.clock.Now())
 			l.mu.Unlock()
+			if next != holder {
+				continue // this replica witnessed the owner: it takes over at once
+			}
 		}
 		// The owner is unreachable or gone: retry until it answers, or until its
 		// record lapses or it has been gone long enough for the pods of its last

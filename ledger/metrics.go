@@ -18,6 +18,11 @@ const (
 	ownedReleased = "released"   // its owner handed it over (stopping)
 	ownedLapsed   = "lapsed"     // its owner's record went unrenewed for the ownership duration
 	ownedGone     = "owner_gone" // its owner's address refused, or another process answered there
+
+	// witnessing (witness.go)
+	witnessAcknowledged = "acknowledged" // a batch of this owner's answers acknowledged by its witness
+	witnessGivenUp      = "given_up"     // a witness that did not acknowledge, given up
+	witnessTakeover     = "takeover"     // a revision taken over knowing its owner's every answer
 )
 
 // ledgerMetrics count what the seat ledger does; they exist whether or not anything
@@ -31,6 +36,7 @@ type ledgerMetrics struct {
 	unfulfilled prometheus.Counter
 	// displaced counts reservations that gave their seat to a claim (displaceStale).
 	displaced prometheus.Counter
+	witness   *prometheus.CounterVec
 }
 
 func newLedgerMetrics() *ledgerMetrics {
@@ -55,12 +61,19 @@ func newLedgerMetrics() *ledgerMetrics {
 			Name: "seat_reservations_displaced_total",
 			Help: "Seat reservations whose pod had not shown up after a second that gave their seat to a new claim, their revision having more in flight than its ReplicaSet can be creating: pods rejected after the webhook, or forged AdmissionReviews.",
 		}),
+		witness: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seat_witness_total",
+			Help: "Seat witnessing by this replica: acknowledged (a batch of its answers as an owner acknowledged by its witness), given_up (a witness that did not acknowledge), takeover (a revision taken over as its dead owner's witness, without waiting).",
+		}, []string{"event"}),
 	}
 	for _, a := range []string{claimOwner, claimForwarded, claimFailed} {
 		m.claims.WithLabelValues(a)
 	}
 	for _, f := range []string{ownedNew, ownedReleased, ownedLapsed, ownedGone} {
 		m.ownership.WithLabelValues(f)
+	}
+	for _, e := range []string{witnessAcknowledged, witnessGivenUp, witnessTakeover} {
+		m.witness.WithLabelValues(e)
 	}
 	return m
 }
@@ -69,7 +82,7 @@ func newLedgerMetrics() *ledgerMetrics {
 // namespace and "_" (the product's metric namespace, which its binary decides).
 func (l *Ledger) RegisterMetrics(reg prometheus.Registerer, namespace string) error {
 	reg = prometheus.WrapRegistererWithPrefix(namespace+"_", reg)
-	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced} {
+	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced, l.metrics.witness} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register seat ledger metrics: %w", err)
 		}

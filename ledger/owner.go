@@ -34,7 +34,9 @@ func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 	if !now.Before(s.observed.Add(dur)) {
 		return "", ""
 	}
-	if s.goneHolder == *r.Spec.HolderIdentity && !now.Before(s.goneSince.Add(dur/2)) {
+	if h := *r.Spec.HolderIdentity; s.goneHolder == h && (!now.Before(s.goneSince.Add(dur/2)) || l.witnessedBy(s, h)) {
+		// Gone, and the pods of its last answers have had time to show, or this
+		// replica witnessed every one of them.
 		return "", ""
 	}
 	return *r.Spec.HolderIdentity, r.Annotations[strategy.AnnotationPeer]
@@ -164,8 +166,10 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	// answered unlisted, before listing them in this write (undone if it fails).
 	var inherited []uint64
 	var phantomUntil time.Time
+	witnessed := false
 	if prev != nil && holderOf(prev) != l.identity {
-		inherited, phantomUntil = l.takeOver(s, prev, start)
+		inherited, phantomUntil, witnessed = l.takeOver(s, prev, start)
+		s.witnessing.reset()
 	}
 	// Why the revision is taken, decided now: by the time the write lands, the
 	// informer may have applied it already, which clears the evidence of a gone owner.
@@ -175,6 +179,12 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	mark := s.lowest(start) + block - 1
 	record := l.ownedRecord(s, start, term)
 	record.Annotations[strategy.AnnotationSeatMark] = strconv.Itoa(mark)
+	w.witness = s.witnessing.witness
+	if w.witness != "" {
+		record.Annotations[strategy.AnnotationSeatWitness] = w.witness
+	} else {
+		delete(record.Annotations, strategy.AnnotationSeatWitness)
+	}
 	s.pendingMark = mark
 	l.mu.Unlock()
 
@@ -186,7 +196,9 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 		written *coordinationv1.Lease
 		err     error
 	)
-	if prev == nil {
+	if err = ctx.Err(); err != nil {
+		// Stopped: a write now could name no witness after the answers it acknowledged.
+	} else if prev == nil {
 		written, err = leases.Create(ctx, record, metav1.CreateOptions{})
 	} else {
 		written, err = leases.Update(ctx, record, metav1.UpdateOptions{})
@@ -209,6 +221,10 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	if err == nil {
 		if prev == nil || holderOf(prev) != l.identity {
 			l.metrics.ownership.WithLabelValues(from).Inc()
+			if witnessed {
+				l.metrics.witness.WithLabelValues(witnessTakeover).Inc()
+				s.witnessed = witnessView{} // held as reservations now
+			}
 			s.phantomUntil, s.phantomMark = phantomUntil, 0
 			if !phantomUntil.IsZero() {
 				s.phantomMark = recordMark(prev)
@@ -222,6 +238,7 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 		s.renewedAt, s.term = start, term
 		s.ownedUntil = start.Add(term / 2)
 		s.mark, s.block = mark, block
+		s.witnessing.recorded = w.witness
 	} else {
 		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
 	}
@@ -242,12 +259,14 @@ func (l *Ledger) finishWrite(s *revState, w *ownershipWrite, err error) {
 // takeOver holds what the record another replica held (or released) says it may have
 // handed out: its live reservations, claims whose pods this replica may not see yet.
 // A holder that did not release the record (it crashed, or its release did not land)
-// may also have answered seats up to the record's mark after its last write: each such
+// may also have answered seats after its last write. When the record names this
+// replica its witness, those are the answers it acknowledged (witnessed reports so),
+// held as reservations. Otherwise they are all at most the record's mark: each such
 // seat that no pod this replica sees holds is held as well, until the pod of a claim
 // answered at the end of that holder's ownership could have appeared (half the
 // record's duration, then the TTL), or a pod is seen on it. It returns the holds added
 // and when the phantom ones end (zero: none).
-func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) (added []uint64, phantomUntil time.Time) {
+func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) (added []uint64, phantomUntil time.Time, witnessed bool) {
 	for h, e := range observedReservations(prev, s.observed) {
 		if now.Before(e.expires) && s.reserved[h] == nil {
 			e.claims = 1
@@ -255,13 +274,23 @@ func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time
 			added = append(added, h)
 		}
 	}
-	if holderOf(prev) == "" {
-		return added, time.Time{}
+	holder := holderOf(prev)
+	if holder == "" {
+		return added, time.Time{}, false
+	}
+	if l.witnessedBy(s, holder) {
+		for h, e := range s.witnessed.answers {
+			if now.Before(e.expires) && s.reserved[h] == nil {
+				l.hold(s, h, &entry{seat: e.seat, expires: e.expires, claims: 1})
+				added = append(added, h)
+			}
+		}
+		return added, time.Time{}, true
 	}
 	until := s.observed.Add(l.recordDuration(prev)/2 + l.ttl)
 	mark := recordMark(prev)
 	if !now.Before(until) || mark == 0 {
-		return added, time.Time{}
+		return added, time.Time{}, false
 	}
 	for seat := 1; seat <= mark; seat++ {
 		if s.taken[seat] == 0 {
@@ -270,7 +299,7 @@ func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time
 			added = append(added, h)
 		}
 	}
-	return added, until
+	return added, until, false
 }
 
 // dropInherited undoes takeOver's holds when the write taking the record failed: the
@@ -421,6 +450,7 @@ func (l *Ledger) release(ctx context.Context, s *revState, w *ownershipWrite) bo
 	record := l.nextRecord(s, l.clock.Now())
 	record.Spec.HolderIdentity = ptr.To("")
 	delete(record.Annotations, strategy.AnnotationSeatMark)
+	delete(record.Annotations, strategy.AnnotationSeatWitness)
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()

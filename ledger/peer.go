@@ -30,10 +30,12 @@ import (
 // PeerClaimPath is where a replica answers the claims other replicas forward to it.
 const PeerClaimPath = "/ledger/v1/claim"
 
-// maxPeerBody bounds a forwarded claim's body.
-const maxPeerBody = 4 << 10
+// maxPeerBody bounds a peer call's body: a forwarded claim is about 200 bytes, a
+// witness's batch (maxWitnessBatch answers) about 40 KiB.
+const maxPeerBody = 64 << 10
 
-// peerRequest is a forwarded claim, or release, of one admission's seat.
+// peerRequest is a forwarded claim, or release, of one admission's seat; or, with
+// Answers, the owner's answers for its witness to acknowledge.
 type peerRequest struct {
 	Namespace string    `json:"namespace"`
 	Revision  types.UID `json:"revision"`
@@ -47,6 +49,13 @@ type peerRequest struct {
 	Owner string `json:"owner,omitempty"`
 	// Nonce asks for a Proof (the self-check).
 	Nonce string `json:"nonce,omitempty"`
+	// From names the calling replica, and FromPeer the URL it answers peers at: the
+	// owner may make a forwarding replica its witness.
+	From     string `json:"from,omitempty"`
+	FromPeer string `json:"fromPeer,omitempty"`
+	// Answers are the seats the owner From answered, for its witness to acknowledge
+	// ("seat:id-hash" items, encodeAnswers).
+	Answers string `json:"answers,omitempty"`
 }
 
 // peerResponse is the owner's answer.
@@ -80,7 +89,7 @@ var errPeerRefused = errors.New("the seat owner refused the claim")
 func (l *Ledger) PeerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req peerRequest
-		if err := json.NewDecoder(io.LimitReader(r.Body, maxPeerBody)).Decode(&req); err != nil || req.Revision == "" || req.ID == 0 {
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxPeerBody)).Decode(&req); err != nil || req.Revision == "" || (req.ID == 0 && req.Answers == "") {
 			writePeer(w, http.StatusBadRequest, peerResponse{Error: "want a JSON claim with namespace, revision and id"})
 			return
 		}
@@ -97,6 +106,17 @@ func (l *Ledger) PeerHandler() http.Handler {
 			return
 		}
 		rev := clusterview.Revision{Namespace: req.Namespace, UID: req.Revision}
+		if req.Answers != "" {
+			switch err := l.acknowledge(rev, req.From, req.Answers); {
+			case errors.Is(err, errNotOwner):
+				writePeer(w, http.StatusConflict, peerResponse{Error: "this replica owns the revision, or is taking it over"})
+			case err != nil || req.From == "":
+				writePeer(w, http.StatusBadRequest, peerResponse{Error: fmt.Sprintf("want answers from a named owner: %v", err)})
+			default:
+				writePeer(w, http.StatusOK, peerResponse{})
+			}
+			return
+		}
 		if req.Release {
 			l.mu.Lock()
 			if s := l.revs[rev]; s != nil {
@@ -110,6 +130,7 @@ func (l *Ledger) PeerHandler() http.Handler {
 		if req.Replicas != nil {
 			replicas = *req.Replicas
 		}
+		l.witnessCandidate(rev, req.From, req.FromPeer)
 		seat, _, err := l.claim(r.Context(), rev, claimRequest{hash: req.ID, replicas: replicas}, false)
 		switch {
 		case err == nil:
@@ -134,7 +155,7 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 // revision (any more); errPeerRefused: a definitive refusal; any other error: the
 // owner could not answer now.
 func (l *Ledger) forward(ctx context.Context, owner, peer string, rev clusterview.Revision, req claimRequest) (int, error) {
-	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: owner}
+	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: owner, From: l.identity, FromPeer: l.peerURL}
 	if req.replicas >= 0 {
 		call.Replicas = &req.replicas
 	}
@@ -178,7 +199,7 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	}
 	switch {
 	case httpResp.StatusCode == http.StatusOK:
-		if !req.Release && resp.Seat < 1 {
+		if !req.Release && req.Answers == "" && resp.Seat < 1 {
 			return peerResponse{}, fmt.Errorf("%w: seat %d from %s", errPeerRefused, resp.Seat, peer)
 		}
 		return resp, nil

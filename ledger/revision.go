@@ -71,6 +71,11 @@ type revState struct {
 	fulfilled  *recentIDs
 	lastFulfil time.Time
 
+	// witnessing is this replica's side as the owner (witness.go); witnessed its side
+	// as another owner's witness.
+	witnessing ownerWitness
+	witnessed  witnessView
+
 	pods map[types.UID]int // visible pod -> the seat it holds
 	// podSeats counts the visible pods per seat, while phantom holds last (the highest
 	// seat a pod holds bounds what a crashed owner answered: topPhantom).
@@ -108,6 +113,8 @@ type queued struct {
 type ownershipWrite struct {
 	done chan struct{}
 	err  error
+	// witness is the witness the write names.
+	witness string
 }
 
 // forget drops a revision's state once it holds nothing.
@@ -115,6 +122,14 @@ func (l *Ledger) forget(s *revState) {
 	now := l.clock.Now()
 	s.expire(now)
 	s.shrink()
+	for h, e := range s.witnessed.answers {
+		if !now.Before(e.expires) {
+			delete(s.witnessed.answers, h)
+		}
+	}
+	if len(s.witnessed.answers) == 0 {
+		s.witnessed.answers = nil // a burst's map keeps its size
+	}
 	if now.After(s.lastFulfil.Add(2*l.ttl)) && s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
 		delete(l.revs, s.rev)
 	}
@@ -411,6 +426,7 @@ func (l *Ledger) fulfil(s *revState, hash uint64) {
 	now := l.clock.Now()
 	s.fulfilled.add(hash, now, now.Add(2*l.ttl))
 	s.lastFulfil = now
+	delete(s.witnessed.answers, hash)
 	if e := s.reserved[hash]; e != nil && e.counted {
 		s.uncount(e)
 	}
