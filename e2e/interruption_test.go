@@ -26,6 +26,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/awsfake"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/providerid"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
@@ -212,7 +213,7 @@ func TestInterruptionSignalsMoveATermAtRisk(t *testing.T) {
 		t.Fatalf("the spot4 pool has %d nodes; the test needs several", len(pool))
 	}
 	instance := func(node string) string {
-		id, ok := interruption.InstanceID(allNodes[node].Spec.ProviderID)
+		id, ok := providerid.InstanceID(allNodes[node].Spec.ProviderID)
 		if !ok {
 			t.Fatalf("node %s: providerID %q names no instance", node, allNodes[node].Spec.ProviderID)
 		}

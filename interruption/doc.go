@@ -8,8 +8,9 @@
 //     account and region; anything else is refused with a reason.
 //   - risk.go is the rule, a pure function (Rule.Assess): a term is at risk when
 //     signals within the window reach a share of its nodes (and a minimum count).
-//   - nodes.go maps an instance to its node by spec.providerID (InstanceID), through a
-//     slim Node informer of its own.
+//   - nodes.go is the node view the tracker reads (Nodes): the node of an instance by
+//     spec.providerID, and every node's labels. serve gives it from the capacity
+//     catalog's Node watch, so signals add no watch of their own.
 //   - tracker.go keeps the signals per node (duplicates, reordering and stale events
 //     tolerated) and answers Assess for a term; metrics.go holds its metrics.
 //   - poller.go long-polls the queue with aws-sdk-go-v2's SQS client and deletes what
@@ -19,6 +20,7 @@
 // It acts on nothing itself: the convergence loop marks a term at risk in the
 // unavailability records and moves pods through its own budgeted eviction path.
 //
-// It may import strategy (a term's labels), client-go, aws-sdk-go-v2 (config, sqs), the
-// Prometheus client and logrus; never converge, which asks it.
+// It may import strategy (a term's labels), providerid (what an instance id is),
+// aws-sdk-go-v2 (config, sqs), the Prometheus client and logrus; never converge, which
+// asks it.
 package interruption

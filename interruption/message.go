@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/providerid"
 )
 
 // Kind is what an EC2 event says about an instance.
@@ -124,7 +126,7 @@ func Decode(body []byte) (Signal, error) {
 	if len(env.Detail) == 0 || json.Unmarshal(env.Detail, &d) != nil {
 		return Signal{}, malformed("%s without a detail object", kind)
 	}
-	if !validInstance(d.InstanceID) {
+	if !providerid.ValidInstance(d.InstanceID) {
 		return Signal{}, malformed("%s: instance-id %q is not an instance id", kind, clip(d.InstanceID))
 	}
 	at, err := time.Parse(time.RFC3339, env.Time)
@@ -142,21 +144,6 @@ func Decode(body []byte) (Signal, error) {
 		s.State = strings.ToLower(d.State)
 	}
 	return s, nil
-}
-
-// validInstance accepts EC2's instance ids (i- and hex digits) and other providers'
-// node names the mapping may know (the local cluster's kwok ids): 1 to 128 characters
-// of letters, digits, '-', '.' and '_'.
-func validInstance(id string) bool {
-	if id == "" || len(id) > 128 {
-		return false
-	}
-	for _, c := range []byte(id) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // clip shortens a value quoted in a message: bad input is named, never echoed whole.

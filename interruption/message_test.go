@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/providerid"
 )
 
 // event is an EventBridge EC2 event as a queue receives it.
@@ -101,7 +103,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if !validInstance(s.Instance) || s.Time.IsZero() || s.Account == "" || s.Region == "" || s.Kind == "" {
+		if !providerid.ValidInstance(s.Instance) || s.Time.IsZero() || s.Account == "" || s.Region == "" || s.Kind == "" {
 			t.Fatalf("accepted an incomplete signal %+v", s)
 		}
 		if s.Kind == KindStateChange && s.State == "" {

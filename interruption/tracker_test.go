@@ -13,26 +13,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-func TestInstanceID(t *testing.T) {
-	for providerID, want := range map[string]string{
-		"aws:///eu-west-1a/i-0123456789abcdef0": "i-0123456789abcdef0",
-		"aws://eu-west-1a/i-0123456789abcdef0":  "i-0123456789abcdef0",
-		"aws:///eu-west-1a/i-0abc/":             "i-0abc",
-		"kwok://kwok-spot-abc-xyz-123":          "kwok-spot-abc-xyz-123",
-		"aws:///eu-west-1a/":                    "",
-		"aws:///eu-west-1a/vol-1":               "",
-		"kwok://a/b":                            "",
-		"gce://project/zone/name":               "",
-		"":                                      "",
-		"i-0abc":                                "",
-	} {
-		got, ok := InstanceID(providerID)
-		if got != want || ok != (want != "") {
-			t.Errorf("InstanceID(%q) = %q, %v; want %q", providerID, got, ok, want)
-		}
-	}
-}
-
 // fakeNodes is a node view from a list.
 type fakeNodes struct {
 	nodes  []Node

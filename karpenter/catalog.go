@@ -220,6 +220,32 @@ func (c *Catalog) Unsynced() []string {
 	return out
 }
 
+// NodesSynced reports whether the Nodes have been listed (HasSynced also waits for
+// NodePools and node groups).
+func (c *Catalog) NodesSynced() bool { return c.nodes.HasSynced() }
+
+// NodeByInstance returns the Node whose spec.providerID names instance id
+// (providerid.InstanceID): the interruption signals read the catalog's Node watch
+// rather than keep one of their own. The Node is the cache's slim copy (name, labels,
+// taints, providerID, Ready), shared: do not modify it.
+func (c *Catalog) NodeByInstance(id string) (*corev1.Node, bool) {
+	objs, err := c.nodes.GetIndexer().ByIndex(instanceIndex, id)
+	if err != nil || len(objs) == 0 {
+		return nil, false
+	}
+	n, ok := objs[0].(*corev1.Node)
+	return n, ok
+}
+
+// EachNode calls fn with every watched Node, slim and shared as NodeByInstance's.
+func (c *Catalog) EachNode(fn func(*corev1.Node)) {
+	for _, obj := range c.nodes.GetStore().List() {
+		if n, ok := obj.(*corev1.Node); ok {
+			fn(n)
+		}
+	}
+}
+
 // Tolerations answers what a pod selecting term needs: tolerations for the taints of
 // the NodePools and node groups serving it (TolerationsFor), and whether anything,
 // including a Ready node, serves it at all. It runs on every admission, so answers are

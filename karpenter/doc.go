@@ -13,4 +13,9 @@
 // Catalog watches all three and answers Serving; Matcher holds the pure
 // matching rules; TolerationsFor and MergeTolerations derive the pod's
 // tolerations from the taints of the NodePools and node groups that serve it.
+// Catalog's Node watch also answers which node an instance is (NodeByInstance, by
+// spec.providerID) for the interruption signals, so serve keeps one watch of Nodes.
+//
+// It may import its nodegroups sub-package, strategy and providerid (the instance a
+// providerID names).
 package karpenter

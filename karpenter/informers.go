@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/providerid"
 )
 
 // NodePoolGroupVersion is the API group/version of the NodePools watched.
@@ -93,10 +95,15 @@ func toNodePool(obj interface{}) (interface{}, error) {
 // nodePageSize is how many Nodes one page of the Node informer's list holds.
 const nodePageSize = 500
 
-// newNodeInformer watches Nodes, keeping only what matching needs. Its list is read in
-// pages, each slimmed before the next (listSlimNodes): an EKS node's status carries its
-// image list, tens of KiB, and a list of thousands of them whole would take more than
-// the webhook's memory limit at startup.
+// instanceIndex indexes the Nodes by the instance their spec.providerID names
+// (providerid.InstanceID): Catalog.NodeByInstance.
+const instanceIndex = "instance"
+
+// newNodeInformer watches Nodes, keeping only what matching and the interruption
+// signals' lookup by instance need. Its list is read in pages, each slimmed before the
+// next (listSlimNodes): an EKS node's status carries its image list, tens of KiB, and a
+// list of thousands of them whole would take more than the webhook's memory limit at
+// startup.
 func newNodeInformer(client kubernetes.Interface, resync time.Duration) (cache.SharedIndexInformer, error) {
 	nodes := client.CoreV1().Nodes()
 	lw := &cache.ListWatch{
@@ -107,7 +114,8 @@ func newNodeInformer(client kubernetes.Interface, resync time.Duration) (cache.S
 			return nodes.Watch(ctx, opts)
 		},
 	}
-	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, resync, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, resync,
+		cache.Indexers{instanceIndex: nodeInstance})
 	if err := inf.SetTransform(slimNode); err != nil {
 		return nil, fmt.Errorf("setting Node transform: %w", err)
 	}
@@ -137,8 +145,19 @@ func listSlimNodes(ctx context.Context, client kubernetes.Interface, selector st
 	}
 }
 
-// slimNode keeps a Node's name, labels, taints, unschedulable flag, deletion
-// time and Ready condition: images, addresses, capacity and managed fields
+// nodeInstance is instanceIndex's function: the instance a Node's providerID names,
+// none when it names none (not set yet, another cloud).
+func nodeInstance(obj interface{}) ([]string, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		if id, ok := providerid.InstanceID(n.Spec.ProviderID); ok {
+			return []string{id}, nil
+		}
+	}
+	return nil, nil
+}
+
+// slimNode keeps a Node's name, labels, taints, unschedulable flag, providerID,
+// deletion time and Ready condition: images, addresses, capacity and managed fields
 // would make the cache many times larger on a big cluster.
 func slimNode(obj interface{}) (interface{}, error) {
 	n, ok := obj.(*corev1.Node)
@@ -153,7 +172,7 @@ func slimNode(obj interface{}) (interface{}, error) {
 			Labels:            n.Labels,
 			DeletionTimestamp: n.DeletionTimestamp,
 		},
-		Spec: corev1.NodeSpec{Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable},
+		Spec: corev1.NodeSpec{Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable, ProviderID: n.Spec.ProviderID},
 	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {

@@ -167,7 +167,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	signals, err := newInterruptionSignals(ctx, cfg, r.client, r.metrics.Registry, log.WithField("component", "interruption"))
+	signals, err := newInterruptionSignals(ctx, cfg, catalogNodes{r.catalog}, r.metrics.Registry, log.WithField("component", "interruption"))
 	if err != nil {
 		return err
 	}
@@ -469,7 +469,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 }
 
 // interruptionSignals are the parts that read EC2's interruption signals
-// (INTERRUPTION_QUEUE): the node view, the tracker the loop asks, and the queue's poller.
+// (INTERRUPTION_QUEUE): the tracker the loop asks, and the queue's poller.
 type interruptionSignals struct {
 	tracker *interruption.Tracker
 	poller  *interruption.Poller
@@ -477,19 +477,15 @@ type interruptionSignals struct {
 	changed atomic.Pointer[converge.Loop]
 }
 
-// newInterruptionSignals builds them when INTERRUPTION_QUEUE is set (nil otherwise) and
-// starts the node view; the poller and the tracker's refresh run on the elected replica
-// (startConverge). A queue that is missing or denies access does not stop serve: the
-// poller logs, counts and retries.
-func newInterruptionSignals(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, reg prometheus.Registerer, log logrus.FieldLogger) (*interruptionSignals, error) {
+// newInterruptionSignals builds them when INTERRUPTION_QUEUE is set (nil otherwise),
+// reading nodes (the catalog's, which startViews runs); the poller and the tracker's
+// refresh run on the elected replica (startConverge). A queue that is missing or denies
+// access does not stop serve: the poller logs, counts and retries.
+func newInterruptionSignals(ctx context.Context, cfg *serveConfig, nodes interruption.Nodes, reg prometheus.Registerer, log logrus.FieldLogger) (*interruptionSignals, error) {
 	if cfg.InterruptionQueue == "" {
 		return nil, nil
 	}
 	metrics, err := interruption.NewMetrics(reg, webhook.MetricsNamespace)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := interruption.NewNodeInformer(client, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -511,7 +507,6 @@ func newInterruptionSignals(ctx context.Context, cfg *serveConfig, client kubern
 	}
 	s.poller = &interruption.Poller{Queue: sqsClient, Name: cfg.InterruptionQueue, Region: region,
 		Handle: s.tracker.Handle, Metrics: metrics, Log: log}
-	go nodes.Run(ctx)
 	log.WithFields(logrus.Fields{"queue": cfg.InterruptionQueue, "region": region, "moveSignalledNodes": cfg.MoveSignalledNodes}).
 		Info("interruption signals on: " + cfg.InterruptionRule.String())
 	return s, nil
