@@ -110,6 +110,9 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	revs map[clusterview.Revision]*revState
+	// forwardsDone is signalled (on mu) when a revision's forwarded claims in flight
+	// have all come back (revState.forwarding).
+	forwardsDone *sync.Cond
 	// writeLatency is the slowest recent record write (noteWriteLatency); latencyKnown
 	// once a write has come back.
 	writeLatency time.Duration
@@ -155,6 +158,7 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 				o.LabelSelector = labels.Set{strategy.LabelSeatRecord: recordKindSeats}.String()
 			})),
 	}
+	l.forwardsDone = sync.NewCond(&l.mu)
 	if l.duration <= 0 {
 		l.duration = DefaultOwnership
 	}
@@ -225,6 +229,8 @@ func (l *Ledger) Claim(ctx context.Context, rev clusterview.Revision, admission 
 type claimRequest struct {
 	hash     uint64
 	replicas int
+	// from is the replica that forwarded the claim ("": none, or unnamed).
+	from string
 }
 
 // claim reserves a seat for the admission whose id hashes to req.hash, and tells
@@ -247,7 +253,9 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 			if !errors.Is(err, errBeyondMark) {
 				l.renewIfDue(s, now)
 				var batch *witnessBatch
-				if err == nil && s.witnessing.witness != "" {
+				// The witness learns the answers to its own forwarded claims from
+				// the answer itself (claim records them).
+				if err == nil && s.witnessing.witness != "" && req.from != s.witnessing.witness {
 					batch = l.witnessAnswer(s, req.hash, seat)
 				}
 				l.mu.Unlock()
@@ -290,7 +298,13 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 		if !forward {
 			return 0, false, errNotOwner
 		}
+		l.mu.Lock()
+		l.state(rev).forwarding++
+		l.mu.Unlock()
 		seat, err := l.forward(ctx, holder, peer, rev, req)
+		l.mu.Lock()
+		l.forwarded(l.state(rev), holder, req.hash, seat, err)
+		l.mu.Unlock()
 		switch {
 		case err == nil:
 			return seat, true, nil

@@ -151,6 +151,7 @@ func (l *Ledger) noteWriteLatency(d time.Duration) {
 // leaves time to answer in, on the next write if not this one.
 func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
 	l.mu.Lock()
+	l.awaitForwards(s)
 	start := l.clock.Now()
 	// The claim that started this write judged an older view: the record may have
 	// shown up since (the informer, a refresh), held by another live replica. Taking

@@ -131,7 +131,7 @@ func (l *Ledger) PeerHandler() http.Handler {
 			replicas = *req.Replicas
 		}
 		l.witnessCandidate(rev, req.From, req.FromPeer)
-		seat, _, err := l.claim(r.Context(), rev, claimRequest{hash: req.ID, replicas: replicas}, false)
+		seat, _, err := l.claim(r.Context(), rev, claimRequest{hash: req.ID, replicas: replicas, from: req.From}, false)
 		switch {
 		case err == nil:
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})

@@ -75,6 +75,9 @@ type revState struct {
 	// as another owner's witness.
 	witnessing ownerWitness
 	witnessed  witnessView
+	// forwarding counts this replica's claims of the revision forwarded to its owner
+	// and not back yet: a takeover as the witness waits for them (witness.go).
+	forwarding int
 
 	pods map[types.UID]int // visible pod -> the seat it holds
 	// podSeats counts the visible pods per seat, while phantom holds last (the highest

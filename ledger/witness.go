@@ -251,6 +251,31 @@ func (l *Ledger) acknowledge(rev clusterview.Revision, from, answers string) err
 	})
 }
 
+// forwarded records the answer to a claim this replica forwarded to holder: as its
+// witness it knows that answer, which holder does not send it separately. l.mu is held.
+func (l *Ledger) forwarded(s *revState, holder string, hash uint64, seat int, err error) {
+	if s.forwarding--; s.forwarding == 0 {
+		l.forwardsDone.Broadcast()
+	}
+	if err != nil {
+		return
+	}
+	v := &s.witnessed
+	if v.owner != holder || v.answers == nil {
+		v.owner, v.answers = holder, map[uint64]*entry{}
+	}
+	v.answers[hash] = &entry{seat: seat, expires: l.clock.Now().Add(l.ttl)}
+}
+
+// awaitForwards waits, before a takeover as the record holder's witness, for the
+// claims this replica forwarded to that holder to come back: their answers are part of
+// what the witness knows. A dead holder's connections fail at once. l.mu is held.
+func (l *Ledger) awaitForwards(s *revState) {
+	for s.forwarding > 0 && s.record != nil && holderOf(s.record) != l.identity && l.witnessedBy(s, holderOf(s.record)) {
+		l.forwardsDone.Wait()
+	}
+}
+
 // witnessedBy reports whether this replica witnessed the answers of record's holder,
 // and record names it the witness: it then knows every seat that holder answered.
 func (l *Ledger) witnessedBy(s *revState, holder string) bool {
