@@ -26,23 +26,29 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
+// protobufList is list as the API server encodes it in protobuf.
+func protobufList(t *testing.T, list *corev1.PodList) []byte {
+	t.Helper()
+	var body bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(list, &body); err != nil {
+		t.Fatal(err)
+	}
+	return body.Bytes()
+}
+
 // podListServer answers every pod list with list, in protobuf unless asJSON, and
 // records each request's query.
 func podListServer(t *testing.T, list *corev1.PodList, asJSON bool) (kubernetes.Interface, *[]string) {
 	t.Helper()
 	var queries []string
-	var body bytes.Buffer
-	contentType := "application/vnd.kubernetes.protobuf"
-	if asJSON {
-		contentType = "application/json"
-		body.WriteString(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[]}`)
-	} else if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(list, &body); err != nil {
-		t.Fatal(err)
+	contentType, body := "application/json", []byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[]}`)
+	if !asJSON {
+		contentType, body = "application/vnd.kubernetes.protobuf", protobufList(t, list)
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		queries = append(queries, r.URL.Path+"?"+r.URL.RawQuery)
 		w.Header().Set("Content-Type", contentType)
-		_, _ = w.Write(body.Bytes())
+		_, _ = w.Write(body)
 	}))
 	t.Cleanup(srv.Close)
 	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}})
@@ -90,13 +96,10 @@ func TestStreamedPodListNotProtobuf(t *testing.T) {
 // A list cut short is an error, not a shorter list.
 func TestStreamedPodListCutShort(t *testing.T) {
 	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []corev1.Pod{*decodedPod(t, "web-a", 1), *decodedPod(t, "web-b", 2)}}
-	var full bytes.Buffer
-	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(list, &full); err != nil {
-		t.Fatal(err)
-	}
+	full := protobufList(t, list)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
-		_, _ = w.Write(full.Bytes()[:full.Len()-40])
+		_, _ = w.Write(full[:len(full)-40])
 	}))
 	defer srv.Close()
 	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
@@ -119,10 +122,7 @@ func TestRestClientOfFake(t *testing.T) {
 // API server without streaming watch lists refuses that first), then watches.
 func TestPodInformerStreamsItsList(t *testing.T) {
 	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "77"}, Items: []corev1.Pod{*decodedPod(t, "web-a", 1), *decodedPod(t, "web-b", 2)}}
-	var body bytes.Buffer
-	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(list, &body); err != nil {
-		t.Fatal(err)
-	}
+	body := protobufList(t, list)
 	var (
 		mu    sync.Mutex
 		lists []url.Values
@@ -144,7 +144,7 @@ func TestPodInformerStreamsItsList(t *testing.T) {
 			lists = append(lists, q)
 			mu.Unlock()
 			w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
-			_, _ = w.Write(body.Bytes())
+			_, _ = w.Write(body)
 		}
 	}))
 	defer srv.Close()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,10 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
-
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 )
 
 // startupPods is how many placed pods BenchmarkStartup lists.
@@ -58,28 +53,8 @@ func pagedClient(tb testing.TB, pods [][]byte) *fake.Clientset {
 func BenchmarkStartup(b *testing.B) {
 	pods := benchPodJSON(b, startupPods)
 	for b.Loop() {
-		client := pagedClient(b, pods)
 		ctx, cancel := context.WithCancel(context.Background())
-		caches, err := clusterview.NewCaches(client, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		seats, err := ledger.New(client, ledgerNS, 30*time.Second, quietLog(), ledger.Options{Identity: "startup-bench"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		podsSeen, err := caches.OnPlacedPods(seats.PodVisible, seats.PodGone)
-		if err != nil {
-			b.Fatal(err)
-		}
-		seats.Start(ctx)
-		caches.Start(ctx)
-		if err := caches.WaitForSync(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if !cache.WaitForCacheSync(ctx.Done(), podsSeen, seats.HasSynced) {
-			b.Fatal("the ledger did not see every pod")
-		}
+		startSynced(ctx, b, pagedClient(b, pods), true)
 		cancel()
 	}
 }
