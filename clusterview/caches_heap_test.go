@@ -227,14 +227,15 @@ func BenchmarkCachedPodHeap(b *testing.B) {
 }
 
 // TestCachedPodHeap keeps the live heap per cached placed pod, the ledger's share
-// included, at or under 1 KiB (about 750 bytes when written, on linux/amd64; 1.36 KiB
-// before the cached pod held unique handles instead of an ObjectMeta and a map).
+// included (the fulfilled reservations it remembers for a while among it), at or under
+// 768 bytes: the packed record's gain kept with room for noise (BenchmarkCachedPodHeap
+// gives the figure).
 func TestCachedPodHeap(t *testing.T) {
 	if testing.Short() || clusterview.RaceEnabled {
 		t.Skip("measures the heap: not in -short mode, nor under the race detector")
 	}
-	if perPod := heapPerPod(t, heapPods, true); perPod > 1024 {
-		t.Errorf("%.0f bytes of live heap per cached pod, want at most 1024 (see BenchmarkCachedPodHeap)", perPod)
+	if perPod := heapPerPod(t, heapPods, true); perPod > 768 {
+		t.Errorf("%.0f bytes of live heap per cached pod, want at most 768 (see BenchmarkCachedPodHeap)", perPod)
 	} else {
 		t.Logf("%.0f bytes of live heap per cached pod", perPod)
 	}
