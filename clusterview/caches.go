@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -201,10 +202,11 @@ func (c *Caches) EachPodOf(revision Revision, fn func(pod PlacedPod)) {
 
 func indexByController(obj any) ([]string, error) {
 	if p, ok := obj.(*cachedPod); ok {
-		if p.controller == (unique.Handle[podController]{}) {
+		o := p.owner.Value()
+		if !o.hasController {
 			return nil, nil
 		}
-		return []string{value(p.namespace) + "/" + string(p.controller.Value().uid)}, nil
+		return []string{o.namespace + "/" + string(o.controller.uid)}, nil
 	}
 	pod, ok := obj.(metav1.Object)
 	if !ok {
@@ -218,48 +220,149 @@ func indexByController(obj any) ([]string, error) {
 
 // cachedPod is what the pod cache keeps of a placed pod (see trimPod): a fraction of
 // even an emptied *corev1.Pod, or of one ObjectMeta with the four annotations in a map
-// (BenchmarkCachedPodHeap measures it). Values that many pods have in
-// common (namespace, controller, term, node, selector, phase, reason) are unique
-// handles, one pointer each; the seat and the time stamps are kept as values. Readers
-// get a PlacedPod value (EachPodOf) or a *corev1.Pod of its own (OnPlacedPods).
+// (BenchmarkCachedPodHeap measures it). Values that many pods have in common (owner,
+// placement, node, status) are unique handles, one pointer each; the pod's own values
+// are packed (compact.go) where they have the usual form, and kept as they came in
+// odd otherwise. Readers get a PlacedPod value (EachPodOf) or a *corev1.Pod of its own
+// (OnPlacedPods).
 type cachedPod struct {
-	name, resourceVersion string
-	uid                   types.UID
-	namespace             unique.Handle[string]
-	controller            unique.Handle[podController] // zero: none
-	// The annotations read from the cache: the seat, the term and the term it fell back
-	// from (cachedAnnotations), and the reservation the pod fulfils.
-	seat, reservation  string
-	term, fallbackFrom unique.Handle[string]
-	nodeName           unique.Handle[string]
-	nodeSelector       unique.Handle[string] // encodeSelector's form
-	phase              unique.Handle[string]
-	created            int64                 // Unix seconds (the API's precision)
-	deletion           *metav1.Time          // nil while the pod is not terminating
-	ready              bool                  // Ready is True
-	unschedulable      unique.Handle[string] // PodScheduled False: its reason; zero: none
-	unschedulableSince int64                 // its LastTransitionTime, Unix seconds (0: none)
+	name string
+	uid  types.UID
+	// resourceVersion, reservation (the annotation), seat (the annotation) and the
+	// times are zero when the value is missing or kept in odd instead.
+	resourceVersion uint64
+	reservation     packedUUID
+	odd             *oddPod // nil: every value is packed
+	owner           unique.Handle[podOwner]
+	placement       unique.Handle[podPlacement] // zero: no term annotations, no selector
+	nodeName        unique.Handle[string]
+	status          unique.Handle[podStatus] // zero: no phase, schedulable
+	// Unix seconds (the API's precision): creation, and the LastTransitionTime of a
+	// PodScheduled False condition.
+	created, unschedulableSince uint32
+	deletion                    *metav1.Time // nil while the pod is not terminating
+	seat                        int32
+	ready                       bool // Ready is True
 }
 
-// podController is the controller reference of a cached pod (the only owner any
+// oddPod holds the values of a cached pod that have no packed form: a resource version
+// or seat that is not a plain decimal number, a reservation that is not a canonical
+// UUID, times out of 32-bit range. Empty fields are packed ones.
+type oddPod struct {
+	resourceVersion, reservation, seat string
+	created, unschedulableSince        metav1.Time
+}
+
+// podOwner is a cached pod's namespace and controller reference (the only owner any
 // reader looks at).
+type podOwner struct {
+	namespace     string
+	controller    podController
+	hasController bool
+}
+
+// podController is the controller reference of a cached pod.
 type podController struct {
 	apiVersion, kind, name string
 	uid                    types.UID
+}
+
+// podPlacement is what a cached pod says of its term: the term and fallback-from
+// annotations (cachedAnnotations) and its node selector in encodeSelector's form.
+type podPlacement struct {
+	term, fallbackFrom, nodeSelector string
+}
+
+// podStatus is a cached pod's phase and, when its PodScheduled condition is False,
+// the reason ("": none).
+type podStatus struct {
+	phase         corev1.PodPhase
+	unschedulable string
+}
+
+// namespace is the pod's namespace.
+func (p *cachedPod) namespace() string { return p.owner.Value().namespace }
+
+// controller returns the pod's controller reference, if it has one.
+func (p *cachedPod) controller() (podController, bool) {
+	o := p.owner.Value()
+	return o.controller, o.hasController
+}
+
+// placementOf is the pod's podPlacement (zero when it has none).
+func (p *cachedPod) placementOf() podPlacement {
+	if p.placement == (unique.Handle[podPlacement]{}) {
+		return podPlacement{}
+	}
+	return p.placement.Value()
+}
+
+// statusOf is the pod's podStatus (zero when it has none).
+func (p *cachedPod) statusOf() podStatus {
+	if p.status == (unique.Handle[podStatus]{}) {
+		return podStatus{}
+	}
+	return p.status.Value()
+}
+
+// resourceVersionText, seatText and reservationText are the pod's resource version
+// and annotations as they came.
+func (p *cachedPod) resourceVersionText() string {
+	if p.odd != nil && p.odd.resourceVersion != "" {
+		return p.odd.resourceVersion
+	}
+	return formatDecimal(p.resourceVersion)
+}
+
+func (p *cachedPod) seatText() string {
+	if p.odd != nil && p.odd.seat != "" {
+		return p.odd.seat
+	}
+	return formatDecimal(uint64(p.seat))
+}
+
+func (p *cachedPod) reservationText() string {
+	if p.odd != nil && p.odd.reservation != "" {
+		return p.odd.reservation
+	}
+	return p.reservation.String()
+}
+
+// seatNumber is positive(seatText()) without formatting the packed seat.
+func (p *cachedPod) seatNumber() int {
+	if p.odd != nil && p.odd.seat != "" {
+		return positive(p.odd.seat)
+	}
+	return int(p.seat)
+}
+
+// createdTime and unschedulableSinceTime are the pod's times (zero: none).
+func (p *cachedPod) createdTime() metav1.Time {
+	if p.odd != nil && !p.odd.created.IsZero() {
+		return p.odd.created
+	}
+	return unixTime(int64(p.created))
+}
+
+func (p *cachedPod) unschedulableSinceTime() metav1.Time {
+	if p.odd != nil && !p.odd.unschedulableSince.IsZero() {
+		return p.odd.unschedulableSince
+	}
+	return unixTime(int64(p.unschedulableSince))
 }
 
 // GetObjectMeta makes the ObjectMeta the informer reads through meta.Accessor: its
 // store's keys and an update's resource versions. Only those fields: it is made for
 // every event, and readers get PlacedPod values or pod().
 func (p *cachedPod) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: p.name, Namespace: value(p.namespace), UID: p.uid, ResourceVersion: p.resourceVersion}
+	return &metav1.ObjectMeta{Name: p.name, Namespace: p.namespace(), UID: p.uid, ResourceVersion: p.resourceVersionText()}
 }
 
 // GetObjectKind implements runtime.Object: a cached pod is listed as one (pagedPodList).
 func (p *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
-// DeepCopyObject implements runtime.Object. The handles are shared values; only the
-// deletion time is a pointer of its own.
+// DeepCopyObject implements runtime.Object. The handles and odd are shared values,
+// never changed; only the deletion time is a pointer of its own.
 func (p *cachedPod) DeepCopyObject() runtime.Object {
 	c := *p
 	c.deletion = p.deletion.DeepCopy()
@@ -270,37 +373,38 @@ var controllerTrue = true
 
 // pod returns a Pod holding what p kept, and nothing else, in storage of its own.
 func (p *cachedPod) pod() *corev1.Pod {
+	status := p.statusOf()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: p.name, Namespace: value(p.namespace), UID: p.uid, ResourceVersion: p.resourceVersion,
-			CreationTimestamp: unixTime(p.created), DeletionTimestamp: p.deletion,
+			Name: p.name, Namespace: p.namespace(), UID: p.uid, ResourceVersion: p.resourceVersionText(),
+			CreationTimestamp: p.createdTime(), DeletionTimestamp: p.deletion,
 		},
 		Spec:   corev1.PodSpec{NodeName: value(p.nodeName)},
-		Status: corev1.PodStatus{Phase: corev1.PodPhase(value(p.phase))},
+		Status: corev1.PodStatus{Phase: status.phase},
 	}
-	if p.controller != (unique.Handle[podController]{}) {
-		c := p.controller.Value()
+	if c, ok := p.controller(); ok {
 		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: c.apiVersion, Kind: c.kind, Name: c.name, UID: c.uid, Controller: &controllerTrue}}
 	}
+	placement := p.placementOf()
 	pod.Annotations = make(map[string]string, len(cachedAnnotations))
 	for _, kv := range [...][2]string{
-		{strategy.AnnotationSeat, p.seat}, {strategy.AnnotationReservation, p.reservation},
-		{strategy.AnnotationTerm, value(p.term)}, {strategy.AnnotationFallbackFrom, value(p.fallbackFrom)},
+		{strategy.AnnotationSeat, p.seatText()}, {strategy.AnnotationReservation, p.reservationText()},
+		{strategy.AnnotationTerm, placement.term}, {strategy.AnnotationFallbackFrom, placement.fallbackFrom},
 	} {
 		if kv[1] != "" {
 			pod.Annotations[kv[0]] = kv[1]
 		}
 	}
-	if p.nodeSelector != (unique.Handle[string]{}) {
+	if placement.nodeSelector != "" {
 		pod.Spec.NodeSelector = map[string]string{}
-		decodeSelector(p.nodeSelector.Value(), pod.Spec.NodeSelector)
+		decodeSelector(placement.nodeSelector, pod.Spec.NodeSelector)
 	}
 	if p.ready {
 		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
 	}
-	if p.unschedulable != (unique.Handle[string]{}) {
+	if status.unschedulable != "" {
 		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
-			Reason: p.unschedulable.Value(), LastTransitionTime: unixTime(p.unschedulableSince)})
+			Reason: status.unschedulable, LastTransitionTime: p.unschedulableSinceTime()})
 	}
 	return pod
 }
@@ -333,29 +437,55 @@ func trimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	p := &cachedPod{
-		name: pod.Name, resourceVersion: pod.ResourceVersion, uid: pod.UID, namespace: handle(pod.Namespace),
-		seat: pod.Annotations[strategy.AnnotationSeat], reservation: pod.Annotations[strategy.AnnotationReservation],
-		term: handle(pod.Annotations[strategy.AnnotationTerm]), fallbackFrom: handle(pod.Annotations[strategy.AnnotationFallbackFrom]),
-		nodeName: handle(pod.Spec.NodeName), phase: handle(string(pod.Status.Phase)),
-		created: pod.CreationTimestamp.Unix(), deletion: pod.DeletionTimestamp,
+	p := &cachedPod{name: pod.Name, uid: pod.UID, nodeName: handle(pod.Spec.NodeName), deletion: pod.DeletionTimestamp}
+	var odd oddPod
+	var packed bool
+	if p.resourceVersion, packed = packDecimal(pod.ResourceVersion, math.MaxUint64); !packed {
+		odd.resourceVersion = pod.ResourceVersion
 	}
+	seat, packed := packDecimal(pod.Annotations[strategy.AnnotationSeat], math.MaxInt32)
+	if packed {
+		p.seat = int32(seat)
+	} else {
+		odd.seat = pod.Annotations[strategy.AnnotationSeat]
+	}
+	if id := pod.Annotations[strategy.AnnotationReservation]; id != "" {
+		if p.reservation, packed = packUUID(id); !packed {
+			odd.reservation = id
+		}
+	}
+	if p.created, packed = packTime(pod.CreationTimestamp); !packed {
+		odd.created = unixTime(pod.CreationTimestamp.Unix())
+	}
+	owner := podOwner{namespace: pod.Namespace}
 	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
-		p.controller = unique.Make(podController{apiVersion: ref.APIVersion, kind: ref.Kind, name: ref.Name, uid: ref.UID})
+		owner.controller, owner.hasController = podController{apiVersion: ref.APIVersion, kind: ref.Kind, name: ref.Name, uid: ref.UID}, true
 	}
+	p.owner = unique.Make(owner)
+	placement := podPlacement{term: pod.Annotations[strategy.AnnotationTerm], fallbackFrom: pod.Annotations[strategy.AnnotationFallbackFrom]}
 	if len(pod.Spec.NodeSelector) > 0 {
-		p.nodeSelector = unique.Make(encodeSelector(pod.Spec.NodeSelector))
+		placement.nodeSelector = encodeSelector(pod.Spec.NodeSelector)
 	}
+	if placement != (podPlacement{}) {
+		p.placement = unique.Make(placement)
+	}
+	status := podStatus{phase: pod.Status.Phase}
 	for _, c := range pod.Status.Conditions {
 		switch {
 		case c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue:
 			p.ready = true
 		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse:
-			p.unschedulable = unique.Make(c.Reason)
-			if !c.LastTransitionTime.IsZero() {
-				p.unschedulableSince = c.LastTransitionTime.Unix()
+			status.unschedulable = c.Reason
+			if p.unschedulableSince, packed = packTime(c.LastTransitionTime); !packed {
+				odd.unschedulableSince = unixTime(c.LastTransitionTime.Unix())
 			}
 		}
+	}
+	if status != (podStatus{}) {
+		p.status = unique.Make(status)
+	}
+	if odd != (oddPod{}) {
+		p.odd = &odd
 	}
 	return p, nil
 }

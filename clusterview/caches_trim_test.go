@@ -123,22 +123,85 @@ func TestTrimPodKeepsWhatIsRead(t *testing.T) {
 
 func TestTrimPodSharesWhatPodsHaveInCommon(t *testing.T) {
 	a, b := trimmed(t, decodedPod(t, "web-a", 1)), trimmed(t, decodedPod(t, "web-b", 2))
-	for _, h := range []struct {
-		what string
-		a, b unique.Handle[string]
-	}{
-		{"namespace", a.namespace, b.namespace}, {"node name", a.nodeName, b.nodeName}, {"phase", a.phase, b.phase},
-		{"term annotation", a.term, b.term}, {"node selector", a.nodeSelector, b.nodeSelector},
-	} {
-		if h.a != h.b || h.a == (unique.Handle[string]{}) {
-			t.Errorf("%s not shared: %q and %q", h.what, value(h.a), value(h.b))
-		}
+	if a.nodeName != b.nodeName || a.nodeName == (unique.Handle[string]{}) {
+		t.Errorf("node name not shared: %q and %q", value(a.nodeName), value(b.nodeName))
 	}
-	if a.controller != b.controller {
-		t.Error("controller reference not shared")
+	if a.owner != b.owner {
+		t.Error("namespace and controller reference not shared")
+	}
+	if a.placement != b.placement || a.placement == (unique.Handle[podPlacement]{}) {
+		t.Errorf("term annotations and node selector not shared: %+v and %+v", a.placementOf(), b.placementOf())
+	}
+	if a.status != b.status || a.status == (unique.Handle[podStatus]{}) {
+		t.Errorf("phase not shared: %+v and %+v", a.statusOf(), b.statusOf())
 	}
 	if a.name == b.name || a.seat == b.seat || a.uid == b.uid {
 		t.Error("the pods' own values got mixed up")
+	}
+}
+
+// A pod's own values are packed when they have the usual form, and kept as they came
+// otherwise: either way the pod reads them back unchanged.
+func TestTrimPodPacksOwnValues(t *testing.T) {
+	usual := decodedPod(t, "web-u", 7)
+	usual.ResourceVersion = "18446744073709551615"
+	usual.Annotations[strategy.AnnotationReservation] = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	odd := decodedPod(t, "web-o", 7)
+	odd.ResourceVersion = "r17"
+	odd.Annotations[strategy.AnnotationSeat] = "007"
+	odd.CreationTimestamp = metav1.NewTime(time.Date(2200, 1, 2, 3, 4, 5, 0, time.UTC).Local())
+	odd.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+		LastTransitionTime: metav1.NewTime(time.Date(2201, 1, 2, 3, 4, 5, 0, time.UTC).Local())}}
+	for _, c := range []struct {
+		pod     *corev1.Pod
+		packed  bool
+		seatNum int
+	}{{usual, true, 7}, {odd, false, 7}} {
+		cp := trimmed(t, c.pod)
+		if (cp.odd == nil) != c.packed {
+			t.Errorf("%s: odd values %+v, want packed %v", c.pod.Name, cp.odd, c.packed)
+		}
+		got := podOf(cp)
+		if got.ResourceVersion != c.pod.ResourceVersion || !got.CreationTimestamp.Equal(&c.pod.CreationTimestamp) {
+			t.Errorf("%s: resource version %q, created %v; want %q, %v", c.pod.Name, got.ResourceVersion, got.CreationTimestamp, c.pod.ResourceVersion, c.pod.CreationTimestamp)
+		}
+		for _, k := range cachedAnnotations {
+			if got.Annotations[k] != c.pod.Annotations[k] {
+				t.Errorf("%s: annotation %s = %q, want %q", c.pod.Name, k, got.Annotations[k], c.pod.Annotations[k])
+			}
+		}
+		if view := cp.placed(); view.Seat != c.seatNum {
+			t.Errorf("%s: seat %d, want %d", c.pod.Name, view.Seat, c.seatNum)
+		}
+	}
+	if view := trimmed(t, odd).placed(); !view.UnschedulableSince.Equal(odd.Status.Conditions[0].LastTransitionTime.Time) {
+		t.Errorf("unschedulable since %v, want %v", view.UnschedulableSince, odd.Status.Conditions[0].LastTransitionTime)
+	}
+}
+
+func TestPackUUID(t *testing.T) {
+	for in, ok := range map[string]bool{
+		"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0": true, "0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0": false,
+		"00000000-0000-0000-0000-000000000000": false, "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f": false,
+		"0f1e2d3c+4b5a-6978-8796-a5b4c3d2e1f0": false, "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1fg": false, "": false,
+	} {
+		u, packed := packUUID(in)
+		if packed != ok || (packed && u.String() != in) {
+			t.Errorf("packUUID(%q) = %q, %v; want packed %v", in, u.String(), packed, ok)
+		}
+	}
+}
+
+func TestPackDecimal(t *testing.T) {
+	for _, c := range []struct {
+		in  string
+		max uint64
+		ok  bool
+	}{{"", 9, true}, {"1", 9, true}, {"9", 9, true}, {"10", 9, false}, {"0", 9, false}, {"01", 9, false}, {"-1", 9, false}, {"+1", 9, false}, {"1x", 9, false}} {
+		n, packed := packDecimal(c.in, c.max)
+		if packed != c.ok || (packed && formatDecimal(n) != c.in) {
+			t.Errorf("packDecimal(%q, %d) = %d, %v; want packed %v", c.in, c.max, n, packed, c.ok)
+		}
 	}
 }
 

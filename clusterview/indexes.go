@@ -2,7 +2,6 @@ package clusterview
 
 import (
 	"fmt"
-	"unique"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,8 +103,10 @@ func (c *Caches) OnRevisionChange(changed func(uid types.UID)) (cache.InformerSy
 		}
 	}
 	podChanged := func(obj any) {
-		if p, ok := unwrap(obj).(*cachedPod); ok && p.controller != (unique.Handle[podController]{}) {
-			changed(p.controller.Value().uid)
+		if p, ok := unwrap(obj).(*cachedPod); ok {
+			if c, ok := p.controller(); ok {
+				changed(c.uid)
+			}
 		}
 	}
 	revisionChanged := func(obj any) {

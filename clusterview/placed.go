@@ -2,7 +2,6 @@ package clusterview
 
 import (
 	"time"
-	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,7 +30,7 @@ type PlacedPod struct {
 	UnschedulableSince time.Time
 	// nodeSelector in encodeSelector's form: a string, immutable, so the value can
 	// be kept without copying a map.
-	nodeSelector unique.Handle[string]
+	nodeSelector string
 }
 
 // Placed reports whether the pod carries a seat.
@@ -71,7 +70,7 @@ func (p PlacedPod) NodeSelectorLabel(key string) (string, bool) {
 		got   string
 		found bool
 	)
-	eachSelectorLabel(value(p.nodeSelector), func(k, v string) bool {
+	eachSelectorLabel(p.nodeSelector, func(k, v string) bool {
 		if k == key {
 			got, found = v, true
 		}
@@ -82,11 +81,11 @@ func (p PlacedPod) NodeSelectorLabel(key string) (string, bool) {
 
 // NodeSelector returns the pod's nodeSelector in a map of its own (nil when empty).
 func (p PlacedPod) NodeSelector() map[string]string {
-	if p.nodeSelector == (unique.Handle[string]{}) {
+	if p.nodeSelector == "" {
 		return nil
 	}
 	m := map[string]string{}
-	decodeSelector(p.nodeSelector.Value(), m)
+	decodeSelector(p.nodeSelector, m)
 	return m
 }
 
@@ -99,18 +98,19 @@ func PlacedPodOf(pod *corev1.Pod) PlacedPod {
 
 // placed is p as a PlacedPod.
 func (p *cachedPod) placed() PlacedPod {
+	placement, status := p.placementOf(), p.statusOf()
 	out := PlacedPod{
-		Name: p.name, Namespace: value(p.namespace), UID: p.uid,
-		Seat: positive(p.seat), Term: positive(value(p.term)), FallbackFrom: positive(value(p.fallbackFrom)),
-		NodeName: value(p.nodeName), Phase: corev1.PodPhase(value(p.phase)),
+		Name: p.name, Namespace: p.namespace(), UID: p.uid,
+		Seat: p.seatNumber(), Term: positive(placement.term), FallbackFrom: positive(placement.fallbackFrom),
+		NodeName: value(p.nodeName), Phase: status.phase,
 		Terminating: p.deletion != nil, Ready: p.ready,
-		Unschedulable: value(p.unschedulable), nodeSelector: p.nodeSelector,
+		Unschedulable: status.unschedulable, nodeSelector: placement.nodeSelector,
 	}
-	if p.created != 0 {
-		out.Created = time.Unix(p.created, 0)
+	if t := p.createdTime(); !t.IsZero() {
+		out.Created = t.Time
 	}
-	if p.unschedulableSince != 0 {
-		out.UnschedulableSince = time.Unix(p.unschedulableSince, 0)
+	if t := p.unschedulableSinceTime(); !t.IsZero() {
+		out.UnschedulableSince = t.Time
 	}
 	return out
 }

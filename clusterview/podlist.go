@@ -2,6 +2,7 @@ package clusterview
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,15 +17,26 @@ import (
 // podPageSize is how many pods one page of the pod informer's list holds.
 const podPageSize = 500
 
-// newPodInformer is the placed pods' informer: its list is read in pages, each page
-// trimmed to what the cache keeps before the next is read (pagedPodList), instead of
-// client-go's one list of every full pod. At startup a replica holds a page of full
-// pods and the cached rest, not every full pod of the cluster at once: in a cluster of
-// 20,000 pods that whole list alone took more than the chart's memory limit. The watch
-// is client-go's.
+// newPodInformer is the placed pods' informer. Its list is read in one request
+// streamed and trimmed pod by pod (streamedPodList), at the resource version the
+// reflector asks for, which the API server's watch cache answers; or, from an API
+// server that does not answer in protobuf (and from the fake client of unit tests), in
+// pages, each page trimmed before the next is read (pagedPodList). Either way a replica
+// at startup holds what the cache keeps and a page or a pod of full pods, not client-go's
+// one list of every full pod of the cluster: in a cluster of 20,000 pods that whole list
+// alone took more than the chart's memory limit. The watch is client-go's.
 func newPodInformer(client kubernetes.Interface, selector string, resync time.Duration) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			if rc := restClientOf(client); rc != nil {
+				list, err := streamedPodList(ctx, rc, selector, opts)
+				if err == nil {
+					return list, nil
+				}
+				if !errors.Is(err, errNotProtobuf) {
+					return nil, err
+				}
+			}
 			list, err := pagedPodList(ctx, client, selector)
 			if err != nil {
 				return nil, err
