@@ -53,8 +53,8 @@ vet:
 
 ## test-unit: unit tests under the race detector (the nested scripts/localcluster/kbin
 ## module is not part of ./...), again without it the memory measurements it would
-## inflate, then bounded runs of the admission, image platform and witnessed answers
-## fuzz tests (FUZZTIME; their seed corpora run in ./...)
+## inflate, then bounded runs of the admission, image platform, witnessed answers and
+## streamed pod list fuzz tests (FUZZTIME; their seed corpora run in ./...)
 FUZZTIME ?= 20s
 test-unit:
 	$(GO) test -race ./...
@@ -62,6 +62,7 @@ test-unit:
 	$(GO) test ./webhook -run XXX -fuzz FuzzAdmit -fuzztime $(FUZZTIME)
 	$(GO) test ./imagearch -run XXX -fuzz FuzzArchitectures -fuzztime $(FUZZTIME)
 	$(GO) test ./ledger -run XXX -fuzz FuzzDecodeAnswers -fuzztime $(FUZZTIME)
+	$(GO) test ./clusterview -run XXX -fuzz FuzzDecodePodStream -fuzztime $(FUZZTIME)
 
 ## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down.
 ## It includes SOAK_TEST_DURATION of the churn soak with the operations SOAK_TEST_OPS

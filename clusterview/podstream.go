@@ -20,6 +20,10 @@ import (
 // (runtime.Unknown) around the object's own encoding.
 var protobufMagic = []byte("k8s\x00")
 
+// maxStreamedPodBytes bounds one pod of a streamed list: etcd stores no object over
+// 1.5 MiB by default, and a corrupt length must not allocate gigabytes.
+const maxStreamedPodBytes = 16 << 20
+
 // errNotProtobuf is streamedPodList's answer when the API server did not answer in
 // protobuf: the caller lists in pages instead.
 var errNotProtobuf = errors.New("the pod list did not come as protobuf")
@@ -38,14 +42,19 @@ func streamedPodList(ctx context.Context, client rest.Interface, selector string
 		return nil, err
 	}
 	defer body.Close()
-	r := bufio.NewReaderSize(body, 64<<10)
+	return decodePodStream(bufio.NewReaderSize(body, 64<<10))
+}
+
+// decodePodStream reads a protobuf pod list from r, trimming each pod as it is read;
+// errNotProtobuf when r does not start as a protobuf object does.
+func decodePodStream(r *bufio.Reader) (*trimmedPodList, error) {
 	magic := make([]byte, len(protobufMagic))
 	if _, err := io.ReadFull(r, magic); err != nil || !bytes.Equal(magic, protobufMagic) {
 		return nil, errNotProtobuf
 	}
 	out := &trimmedPodList{}
 	// runtime.Unknown: the PodList is its field 2 (raw); the others are skipped.
-	err = eachField(r, -1, func(field uint64, size int) error {
+	err := eachField(r, -1, func(field uint64, size int) error {
 		if field != 2 {
 			return skip(r, size)
 		}
@@ -54,6 +63,9 @@ func streamedPodList(ctx context.Context, client rest.Interface, selector string
 		return eachField(r, size, func(field uint64, size int) error {
 			if field != 1 && field != 2 {
 				return skip(r, size)
+			}
+			if size > maxStreamedPodBytes {
+				return fmt.Errorf("pod %d of the list claims %d bytes, more than any object the API server stores", len(out.Items)+1, size)
 			}
 			if cap(buf) < size {
 				buf = make([]byte, size)

@@ -1,6 +1,7 @@
 package clusterview
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -167,4 +168,31 @@ func TestPodInformerStreamsItsList(t *testing.T) {
 	if len(lists) != 1 || lists[0].Get("limit") != "" || lists[0].Get("continue") != "" {
 		t.Errorf("lists %v, want one, unpaged", lists)
 	}
+}
+
+// The stream decoder reads what an API server, a proxy or a broken connection may send:
+// anything it decodes or refuses cleanly, never a panic, and never more than the input
+// claims (a field's length is checked against what is left).
+func FuzzDecodePodStream(f *testing.F) {
+	pods := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}}
+	for i := range 2 {
+		pods.Items = append(pods.Items, corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprint("p", i), Namespace: "shop", UID: "u",
+			Annotations: map[string]string{strategy.AnnotationSeat: strconv.Itoa(i + 1)},
+		}})
+	}
+	var body bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(pods, &body); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(body.Bytes())
+	f.Add(body.Bytes()[:body.Len()/2])
+	f.Add([]byte("k8s\x00"))
+	f.Add([]byte(`{"kind":"PodList"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		list, err := decodePodStream(bufio.NewReader(bytes.NewReader(data)))
+		if err == nil && list == nil {
+			t.Fatal("no list and no error")
+		}
+	})
 }
