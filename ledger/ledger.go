@@ -285,6 +285,10 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 				return 0, false, errHandedOver
 			}
 			write = l.acquire(s) // nobody owns it, or this replica's ownership lapsed
+		} else if forward {
+			// Counted with the decision to forward, under the same lock: a takeover as
+			// the witness waits for every forward decided before it (awaitForwards).
+			s.forwarding++
 		}
 		l.mu.Unlock()
 
@@ -298,12 +302,9 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 		if !forward {
 			return 0, false, errNotOwner
 		}
-		l.mu.Lock()
-		l.state(rev).forwarding++
-		l.mu.Unlock()
 		seat, err := l.forward(ctx, holder, peer, rev, req)
 		l.mu.Lock()
-		l.forwarded(l.state(rev), holder, req.hash, seat, err)
+		l.forwarded(s, holder, req.hash, seat, err)
 		l.mu.Unlock()
 		switch {
 		case err == nil:
@@ -322,9 +323,18 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 			s := l.state(rev)
 			l.ownerGone(s, holder, l.clock.Now())
 			next, _ := l.liveHolder(s, l.clock.Now())
+			witness, witnessPeer := l.namedWitness(s, holder)
 			l.mu.Unlock()
 			if next != holder {
 				continue // this replica witnessed the owner: it takes over at once
+			}
+			if witness != "" {
+				// The owner's witness can take over at once: ask it.
+				seat, werr := l.forwardToWitness(ctx, witness, witnessPeer, holder, rev, req)
+				if werr == nil || errors.Is(werr, errPeerRefused) {
+					return seat, true, werr
+				}
+				err = fmt.Errorf("%w; its witness %s: %w", err, witness, werr)
 			}
 		}
 		// The owner is unreachable or gone: retry until it answers, or until its

@@ -183,8 +183,10 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	w.witness = s.witnessing.witness
 	if w.witness != "" {
 		record.Annotations[strategy.AnnotationSeatWitness] = w.witness
+		record.Annotations[strategy.AnnotationSeatWitnessPeer] = s.witnessing.peer
 	} else {
 		delete(record.Annotations, strategy.AnnotationSeatWitness)
+		delete(record.Annotations, strategy.AnnotationSeatWitnessPeer)
 	}
 	s.pendingMark = mark
 	l.mu.Unlock()
@@ -452,6 +454,7 @@ func (l *Ledger) release(ctx context.Context, s *revState, w *ownershipWrite) bo
 	record.Spec.HolderIdentity = ptr.To("")
 	delete(record.Annotations, strategy.AnnotationSeatMark)
 	delete(record.Annotations, strategy.AnnotationSeatWitness)
+	delete(record.Annotations, strategy.AnnotationSeatWitnessPeer)
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()

@@ -56,6 +56,9 @@ type peerRequest struct {
 	// Answers are the seats the owner From answered, for its witness to acknowledge
 	// ("seat:id-hash" items, encodeAnswers).
 	Answers string `json:"answers,omitempty"`
+	// OwnerGone, on a claim sent to the witness of that owner's record, says the caller
+	// found it gone: the witness takes the revision over.
+	OwnerGone string `json:"ownerGone,omitempty"`
 }
 
 // peerResponse is the owner's answer.
@@ -131,6 +134,9 @@ func (l *Ledger) PeerHandler() http.Handler {
 			replicas = *req.Replicas
 		}
 		l.witnessCandidate(rev, req.From, req.FromPeer)
+		if req.OwnerGone != "" {
+			l.toldOwnerGone(rev, req.OwnerGone)
+		}
 		seat, _, err := l.claim(r.Context(), rev, claimRequest{hash: req.ID, replicas: replicas, from: req.From}, false)
 		switch {
 		case err == nil:

@@ -276,6 +276,48 @@ func (l *Ledger) awaitForwards(s *revState) {
 	}
 }
 
+// namedWitness is the witness the record of holder names, and the URL it answers at,
+// when that is another replica. l.mu is held.
+func (l *Ledger) namedWitness(s *revState, holder string) (witness, peer string) {
+	if s.record == nil || holderOf(s.record) != holder {
+		return "", ""
+	}
+	witness, peer = s.record.Annotations[strategy.AnnotationSeatWitness], s.record.Annotations[strategy.AnnotationSeatWitnessPeer]
+	if witness == "" || witness == l.identity || peer == "" {
+		return "", ""
+	}
+	return witness, peer
+}
+
+// forwardToWitness sends a claim to the witness of owner, which another call found
+// gone: the witness takes the revision over and answers it.
+func (l *Ledger) forwardToWitness(ctx context.Context, witness, peer, owner string, rev clusterview.Revision, req claimRequest) (int, error) {
+	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: witness,
+		From: l.identity, FromPeer: l.peerURL, OwnerGone: owner}
+	if req.replicas >= 0 {
+		call.Replicas = &req.replicas
+	}
+	resp, err := l.callPeer(ctx, peer, call)
+	if err != nil {
+		return 0, err
+	}
+	return resp.Seat, nil
+}
+
+// toldOwnerGone takes another replica's word that owner, the holder of rev's record,
+// is gone, when this replica is its witness: a takeover as the witness is safe whether
+// or not the owner still runs (it answers nothing this replica did not acknowledge, and
+// this replica acknowledges nothing once it takes over), so a false word costs only a
+// change of owner.
+func (l *Ledger) toldOwnerGone(rev clusterview.Revision, owner string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.state(rev)
+	if holderOf(s.record) == owner && l.witnessedBy(s, owner) {
+		l.ownerGone(s, owner, l.clock.Now())
+	}
+}
+
 // witnessedBy reports whether this replica witnessed the answers of record's holder,
 // and record names it the witness: it then knows every seat that holder answered.
 func (l *Ledger) witnessedBy(s *revState, holder string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -194,6 +195,50 @@ func TestWitnessedBurstThroughACrash(t *testing.T) {
 		witness.mu.Unlock()
 		t.Fatalf("witnessed takeovers: %v, want 1", got)
 	}
+}
+
+// A third replica that finds the owner gone sends its claim to the witness the record
+// names, which takes the revision over at once (the fake clock never moves): the
+// third replica need not wait until it sees the witness's record.
+func TestThirdReplicaAsksTheWitness(t *testing.T) {
+	client := fake.NewClientset()
+	fakeleases.WithOptimisticConcurrency(client)
+	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	ls, crashes := crashableLedgers(t, client, ledgerNS, 3, Options{Clock: clock, WitnessTimeout: time.Minute})
+	owner, witness, third := ls[0], ls[1], ls[2]
+	claim(t, owner, shopRS, "first")
+	seesRecord(t, witness, "held by the owner", func(r *coordinationv1.Lease) bool { return holderOf(r) == owner.identity })
+	claim(t, witness, shopRS, "forwarded")
+	claim(t, owner, shopRS, "adopting")
+	for _, l := range []*Ledger{witness, third} {
+		seesRecord(t, l, "naming the witness", func(r *coordinationv1.Lease) bool {
+			return r.Annotations[strategy.AnnotationSeatWitness] == witness.identity
+		})
+	}
+	crashes[0]()
+	third.peers = &http.Client{Transport: refuseTo{host: strings.TrimPrefix(owner.peerURL, "http://"), next: third.peers.Transport}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	seat, err := third.Claim(ctx, shopRS, "third", -1)
+	if err != nil || seat != 4 {
+		t.Fatalf("the third replica's claim: seat %d, %v; want 4 from the witness at once", seat, err)
+	}
+	if got := testutil.ToFloat64(witness.metrics.witness.WithLabelValues(witnessTakeover)); got != 1 {
+		t.Fatalf("witnessed takeovers: %v, want 1", got)
+	}
+}
+
+// refuseTo refuses the requests to host, as a closed port does, and passes the others.
+type refuseTo struct {
+	host string
+	next http.RoundTripper
+}
+
+func (r refuseTo) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == r.host {
+		return connRefused{}.RoundTrip(req)
+	}
+	return r.next.RoundTrip(req)
 }
 
 // switchable refuses every request, as a closed port does, once refuse is set.

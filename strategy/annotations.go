@@ -76,6 +76,9 @@ const (
 	// holder answers before the answer goes out: it knows every seat answered since,
 	// and takes the revision over at once when the holder is found gone.
 	AnnotationSeatWitness = "custom-kube-scheduler-webhook.io/seat-witness"
+	// AnnotationSeatWitnessPeer is the base URL at which the seat witness answers: a
+	// replica finding the holder gone sends its claims there.
+	AnnotationSeatWitnessPeer = "custom-kube-scheduler-webhook.io/seat-witness-peer"
 	// AnnotationPeer is the base URL at which a seat record's holder answers the
 	// claims other replicas forward to it.
 	AnnotationPeer = "custom-kube-scheduler-webhook.io/peer"
