@@ -32,6 +32,9 @@ const (
 	DefaultWitnessTimeout = time.Second
 	// maxWitnessBatch bounds the answers one call carries (about 20 bytes each).
 	maxWitnessBatch = 2000
+	// maxWitnessCalls bounds the calls out to a revision's witness at once: on a busy
+	// machine a call takes long, and answers queued behind one would wait for two.
+	maxWitnessCalls = 4
 )
 
 // errNoWitness fails a batch whose witness was given up before it was sent.
@@ -62,10 +65,10 @@ type ownerWitness struct {
 	// few record writes.
 	candidate, candidatePeer string
 	givenUp                  time.Time
-	// next collects the answers for the next call; sending is set while a goroutine
-	// sends batches.
+	// next collects the answers for the next call; sending counts the goroutines
+	// sending batches (at most maxWitnessCalls).
 	next    *witnessBatch
-	sending bool
+	sending int
 }
 
 // witnessView is the witness's side: the answers acknowledged for owner, by id hash.
@@ -127,18 +130,19 @@ func (l *Ledger) witnessAnswer(s *revState, hash uint64, seat int) *witnessBatch
 	w := &s.witnessing
 	if w.next == nil {
 		w.next = &witnessBatch{done: make(chan struct{})}
+		if w.sending < maxWitnessCalls {
+			w.sending++
+			go l.sendWitnessBatches(s)
+		}
 	}
 	b := w.next
 	b.answers = append(b.answers, witnessedAnswer{hash: hash, seat: seat})
-	if !w.sending {
-		w.sending = true
-		go l.sendWitnessBatches(s)
-	}
 	return b
 }
 
 // sendWitnessBatches sends the revision's queued answers to its witness, a batch at a
-// time, until none is left: the answers queued while one call is out go in the next.
+// time, until none is left: the answers queued while the calls are out go in the next
+// one a sender takes.
 func (l *Ledger) sendWitnessBatches(s *revState) {
 	for {
 		l.mu.Lock()
@@ -146,7 +150,7 @@ func (l *Ledger) sendWitnessBatches(s *revState) {
 		b := w.next
 		w.next = nil
 		if b == nil {
-			w.sending = false
+			w.sending--
 			l.mu.Unlock()
 			return
 		}
