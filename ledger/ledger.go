@@ -302,7 +302,7 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 		if !forward {
 			return 0, false, errNotOwner
 		}
-		seat, err := l.forward(ctx, holder, peer, rev, req)
+		seat, err := l.forward(ctx, holder, peer, rev, req, "")
 		l.mu.Lock()
 		l.forwarded(s, holder, req.hash, seat, err)
 		l.mu.Unlock()
@@ -320,7 +320,6 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 		}
 		if errors.Is(err, errOwnerGone) {
 			l.mu.Lock()
-			s := l.state(rev)
 			l.ownerGone(s, holder, l.clock.Now())
 			next, _ := l.liveHolder(s, l.clock.Now())
 			witness, witnessPeer := l.namedWitness(s, holder)
@@ -330,7 +329,7 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 			}
 			if witness != "" {
 				// The owner's witness can take over at once: ask it.
-				seat, werr := l.forwardToWitness(ctx, witness, witnessPeer, holder, rev, req)
+				seat, werr := l.forward(ctx, witness, witnessPeer, rev, req, holder)
 				if werr == nil || errors.Is(werr, errPeerRefused) {
 					return seat, true, werr
 				}

@@ -399,17 +399,17 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
 	caller := &Ledger{peers: srv.Client()}
-	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 42, replicas: -1})
+	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 42, replicas: -1}, "")
 	if !errors.Is(err, errOwnerGone) {
 		t.Fatalf("a claim for another process: %v, want errOwnerGone", err)
 	}
-	if seat, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, claimRequest{hash: 42, replicas: -1}); err != nil || seat != 1 {
+	if seat, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, claimRequest{hash: 42, replicas: -1}, ""); err != nil || seat != 1 {
 		t.Fatalf("a claim for the process itself: seat %d, %v; want 1", seat, err)
 	}
 	// The owner's address leads back to the caller: the caller is the owner's
 	// container restarted, the owner is gone.
 	restarted := &Ledger{identity: l.identity, peers: caller.peers}
-	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 43, replicas: -1}); !errors.Is(err, errOwnerGone) {
+	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 43, replicas: -1}, ""); !errors.Is(err, errOwnerGone) {
 		t.Fatalf("an address leading back to the caller: %v, want errOwnerGone", err)
 	}
 }

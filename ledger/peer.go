@@ -157,11 +157,12 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-// forward asks the owner at peer for a seat. errNotOwner: the owner does not own the
-// revision (any more); errPeerRefused: a definitive refusal; any other error: the
-// owner could not answer now.
-func (l *Ledger) forward(ctx context.Context, owner, peer string, rev clusterview.Revision, req claimRequest) (int, error) {
-	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: owner, From: l.identity, FromPeer: l.peerURL}
+// forward asks the replica to at peer for a seat: the owner, or, with ownerGone, the
+// witness of that owner, which another call found gone (the witness then takes the
+// revision over). errNotOwner: it does not own the revision (any more);
+// errPeerRefused: a definitive refusal; any other error: it could not answer now.
+func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, req claimRequest, ownerGone string) (int, error) {
+	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: to, From: l.identity, FromPeer: l.peerURL, OwnerGone: ownerGone}
 	if req.replicas >= 0 {
 		call.Replicas = &req.replicas
 	}

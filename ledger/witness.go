@@ -77,6 +77,15 @@ type witnessView struct {
 	answers map[uint64]*entry
 }
 
+// of returns the answers known of owner, forgetting those of an earlier one. Expired
+// ones are dropped by the sweep (forget).
+func (v *witnessView) of(owner string) map[uint64]*entry {
+	if v.owner != owner || v.answers == nil {
+		v.owner, v.answers = owner, map[uint64]*entry{}
+	}
+	return v.answers
+}
+
 // settled reports whether the owner may answer claims now: the last landed record
 // names no witness, or the one acknowledging its answers.
 func (w *ownerWitness) settled() bool { return w.recorded == "" || w.recorded == w.witness }
@@ -238,19 +247,11 @@ func (l *Ledger) acknowledge(rev clusterview.Revision, from, answers string) err
 	if l.owns(s, now) || s.writing != nil || l.handedOver {
 		return errNotOwner
 	}
-	v := &s.witnessed
-	if v.owner != from || v.answers == nil {
-		v.owner, v.answers = from, map[uint64]*entry{}
-	}
-	for h, e := range v.answers {
-		if !now.Before(e.expires) {
-			delete(v.answers, h)
-		}
-	}
+	of := s.witnessed.of(from)
 	expires := now.Add(l.ttl)
 	return decodeAnswers(answers, func(hash uint64, seat int) {
 		if !s.fulfilled.has(hash, now) {
-			v.answers[hash] = &entry{seat: seat, expires: expires}
+			of[hash] = &entry{seat: seat, expires: expires}
 		}
 	})
 }
@@ -264,11 +265,7 @@ func (l *Ledger) forwarded(s *revState, holder string, hash uint64, seat int, er
 	if err != nil {
 		return
 	}
-	v := &s.witnessed
-	if v.owner != holder || v.answers == nil {
-		v.owner, v.answers = holder, map[uint64]*entry{}
-	}
-	v.answers[hash] = &entry{seat: seat, expires: l.clock.Now().Add(l.ttl)}
+	s.witnessed.of(holder)[hash] = &entry{seat: seat, expires: l.clock.Now().Add(l.ttl)}
 }
 
 // awaitForwards waits, before a takeover as the record holder's witness, for the
@@ -291,21 +288,6 @@ func (l *Ledger) namedWitness(s *revState, holder string) (witness, peer string)
 		return "", ""
 	}
 	return witness, peer
-}
-
-// forwardToWitness sends a claim to the witness of owner, which another call found
-// gone: the witness takes the revision over and answers it.
-func (l *Ledger) forwardToWitness(ctx context.Context, witness, peer, owner string, rev clusterview.Revision, req claimRequest) (int, error) {
-	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: witness,
-		From: l.identity, FromPeer: l.peerURL, OwnerGone: owner}
-	if req.replicas >= 0 {
-		call.Replicas = &req.replicas
-	}
-	resp, err := l.callPeer(ctx, peer, call)
-	if err != nil {
-		return 0, err
-	}
-	return resp.Seat, nil
 }
 
 // toldOwnerGone takes another replica's word that owner, the holder of rev's record,
