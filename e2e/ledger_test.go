@@ -53,16 +53,17 @@ func replicasBehindBalancer(ctx context.Context, t *testing.T, n int) ([]*harnes
 // Two webhook replicas behind round-robin take a 500-pod burst; the one owning the
 // ReplicaSet's seats (the holder of its seat record) is SIGKILLed in the middle of it
 // and started again at once, as the kubelet restarts a crashed container (and marks the
-// pod NotReady until the new process is ready). Its in-flight admissions are retried on
-// the other (same admission UID), which, finding its address
-// refused or answered by a new process, takes the revision over half an ownership
-// duration later. Measured (logged, not asserted: under load a claim can outwait the
-// admission deadline, and the pod is admitted unplaced for the loop to replace): the
-// API server's admission latency over the burst and the pods admitted unplaced. The
-// result is exact.
+// pod NotReady until the new process is ready). Both have run for their witness
+// warm-up, as replicas that have served for a while: the other is the owner's witness
+// and, finding its address refused or answered by a new process, takes the revision
+// over at once; the killed one's in-flight admissions are retried on it (same admission
+// UID). Measured (logged, not asserted: under load a claim can outwait the admission
+// deadline, and the pod is admitted unplaced for the loop to replace): the API server's
+// admission latency over the burst and the pods admitted unplaced. The result is exact.
 func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 	ctx := context.Background()
 	procs, lb := replicasBehindBalancer(ctx, t, 2)
+	waitOfferWitness(ctx, t, procs)
 	// As a Service: only Ready replicas get calls, so the restarted process gets none
 	// before it is ready (before that it would answer 404: its admission token unread).
 	lb.watchReadiness(t, 100*time.Millisecond)
@@ -136,6 +137,21 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 	t.Logf("revisions taken, summed over the running replicas: %v; witnessing: %v", taken, witness)
 	if taken["owner_gone"]+taken["lapsed"] < 1 {
 		t.Errorf("no running replica counts a takeover of the killed owner's revision: %v", taken)
+	}
+}
+
+// waitOfferWitness waits until every replica has run for its witness warm-up: its
+// forwarded claims name it, so that the owner makes it its witness.
+func waitOfferWitness(ctx context.Context, t *testing.T, procs []*harness.Serve) {
+	t.Helper()
+	for _, p := range procs {
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			ms, err := p.Metrics(ctx)
+			return err == nil && ms.Sum("custom_kube_scheduler_webhook_seat_witness_offered", nil) == 1, nil
+		})
+		if err != nil {
+			t.Fatalf("the replica on port %d does not offer itself as a seat witness: %v", p.Port, err)
+		}
 	}
 }
 

@@ -93,6 +93,9 @@ type Ledger struct {
 	peers     *http.Client // nil: claims are never forwarded
 	// witnessTimeout bounds a witness's acknowledgement (witness.go).
 	witnessTimeout time.Duration
+	// offersWitnessAt is when this replica first names itself in its forwarded
+	// claims, so that owners may make it their witness (witness.go).
+	offersWitnessAt time.Time
 	// secret proves an answer at the peer address came from this process (the
 	// self-check's nonce is answered with an HMAC under it); peerShared is set once
 	// another process answered there, and fails every later self-check.
@@ -135,6 +138,9 @@ type Options struct {
 	// WitnessTimeout bounds a witness's acknowledgement of the owner's answers
 	// (DefaultWitnessTimeout).
 	WitnessTimeout time.Duration
+	// WitnessWarmUp is how long after New this replica first offers itself as a
+	// witness (DefaultWitnessWarmUp; negative: at once).
+	WitnessWarmUp time.Duration
 	// Clock decides expiry (the real clock).
 	Clock clock.Clock
 	// Owner owns the seat records this replica writes (the webhook's Deployment), so
@@ -167,6 +173,12 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 	}
 	if l.clock == nil {
 		l.clock = clock.RealClock{}
+	}
+	switch {
+	case opts.WitnessWarmUp == 0:
+		l.offersWitnessAt = l.clock.Now().Add(DefaultWitnessWarmUp)
+	case opts.WitnessWarmUp > 0:
+		l.offersWitnessAt = l.clock.Now().Add(opts.WitnessWarmUp)
 	}
 	if l.identity == "" {
 		return nil, errors.New("seat ledger: an identity is required")

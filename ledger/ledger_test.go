@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
@@ -65,6 +66,9 @@ func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n in
 		// an earlier call in the same test must not take these records for their own.
 		o.Identity = fmt.Sprintf("replica-%d-%s", i, rand.Text()[:6])
 		o.PeerURL, o.PeerClient = srv.URL, srv.Client()
+		if o.WitnessWarmUp == 0 {
+			o.WitnessWarmUp = -1 // replicas that have run a while
+		}
 		l, err := New(client, ns, time.Minute, quietLog(), o)
 		if err != nil {
 			t.Fatal(err)
@@ -398,7 +402,7 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{})[0]
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
-	caller := &Ledger{peers: srv.Client()}
+	caller := &Ledger{peers: srv.Client(), clock: clock.RealClock{}}
 	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 42, replicas: -1}, "")
 	if !errors.Is(err, errOwnerGone) {
 		t.Fatalf("a claim for another process: %v, want errOwnerGone", err)
@@ -408,7 +412,7 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	}
 	// The owner's address leads back to the caller: the caller is the owner's
 	// container restarted, the owner is gone.
-	restarted := &Ledger{identity: l.identity, peers: caller.peers}
+	restarted := &Ledger{identity: l.identity, peers: caller.peers, clock: caller.clock}
 	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 43, replicas: -1}, ""); !errors.Is(err, errOwnerGone) {
 		t.Fatalf("an address leading back to the caller: %v, want errOwnerGone", err)
 	}

@@ -82,7 +82,16 @@ func newLedgerMetrics() *ledgerMetrics {
 // namespace and "_" (the product's metric namespace, which its binary decides).
 func (l *Ledger) RegisterMetrics(reg prometheus.Registerer, namespace string) error {
 	reg = prometheus.WrapRegistererWithPrefix(namespace+"_", reg)
-	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced, l.metrics.witness} {
+	offered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "seat_witness_offered",
+		Help: "1 once this replica has run for its witness warm-up and offers itself as a witness in the claims it forwards, 0 before.",
+	}, func() float64 {
+		if l.offersWitness() {
+			return 1
+		}
+		return 0
+	})
+	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced, l.metrics.witness, offered} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register seat ledger metrics: %w", err)
 		}

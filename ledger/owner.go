@@ -247,6 +247,15 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	}
 	l.mu.Unlock()
 	l.finishWrite(s, w, err)
+	if err == nil {
+		l.mu.Lock()
+		// A witness adopted while this write was in flight is named by the next one, so
+		// that it can take over at once from then on.
+		if ws := &s.witnessing; ws.witness != "" && ws.witness != ws.recorded && l.owns(s, l.clock.Now()) {
+			l.acquire(s)
+		}
+		l.mu.Unlock()
+	}
 }
 
 func (l *Ledger) finishWrite(s *revState, w *ownershipWrite, err error) {

@@ -50,7 +50,8 @@ type peerRequest struct {
 	// Nonce asks for a Proof (the self-check).
 	Nonce string `json:"nonce,omitempty"`
 	// From names the calling replica, and FromPeer the URL it answers peers at: the
-	// owner may make a forwarding replica its witness.
+	// owner may make a forwarding replica its witness. Both are absent until the caller
+	// has run for its witness warm-up.
 	From     string `json:"from,omitempty"`
 	FromPeer string `json:"fromPeer,omitempty"`
 	// Answers are the seats the owner From answered, for its witness to acknowledge
@@ -162,7 +163,10 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 // revision over). errNotOwner: it does not own the revision (any more);
 // errPeerRefused: a definitive refusal; any other error: it could not answer now.
 func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, req claimRequest, ownerGone string) (int, error) {
-	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: to, From: l.identity, FromPeer: l.peerURL, OwnerGone: ownerGone}
+	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: to, OwnerGone: ownerGone}
+	if l.offersWitness() {
+		call.From, call.FromPeer = l.identity, l.peerURL
+	}
 	if req.replicas >= 0 {
 		call.Replicas = &req.replicas
 	}

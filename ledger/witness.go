@@ -30,6 +30,11 @@ const (
 	// DefaultWitnessTimeout bounds one batch's acknowledgement: the claims in it wait
 	// that long at most before the owner gives the witness up.
 	DefaultWitnessTimeout = time.Second
+	// DefaultWitnessWarmUp is how long a replica runs before it offers itself as a
+	// witness: a starting process (its caches listing, its connections new) can be
+	// slow to acknowledge, and an owner that gives its witness up waits for a record
+	// write before answering again.
+	DefaultWitnessWarmUp = 10 * time.Second
 	// maxWitnessBatch bounds the answers one call carries (about 20 bytes each).
 	maxWitnessBatch = 2000
 	// maxWitnessCalls bounds the calls out to a revision's witness at once: on a busy
@@ -95,6 +100,10 @@ func (w *ownerWitness) settled() bool { return w.recorded == "" || w.recorded ==
 func (w *ownerWitness) reset() {
 	w.witness, w.peer, w.recorded = "", "", ""
 }
+
+// offersWitness reports whether this replica has run for its warm-up: its forwarded
+// claims name it, so that their owner may make it the witness.
+func (l *Ledger) offersWitness() bool { return !l.clock.Now().Before(l.offersWitnessAt) }
 
 // witnessCandidate notes that replica from, answering peers at peer, forwarded a
 // claim of rev: it may become the revision's witness.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -265,5 +266,55 @@ func FuzzDecodeAnswers(f *testing.F) {
 				t.Fatalf("decoded hash %d seat %d from %q", hash, seat, s)
 			}
 		})
+	})
+}
+
+// A replica offers itself as a witness only once it has run for its warm-up: the claims
+// it forwards before that do not make it the owner's witness, the first one after does.
+func TestStartingReplicaIsNoWitness(t *testing.T) {
+	client := fake.NewClientset()
+	fakeleases.WithOptimisticConcurrency(client)
+	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	warmUp := DefaultOwnership / 4 // stepped over below, within the owner's ownership
+	ls := ledgers(t, client, ledgerNS, 2, Options{Clock: clock, WitnessTimeout: time.Minute, WitnessWarmUp: warmUp})
+	owner, other := ls[0], ls[1]
+	reg := prometheus.NewRegistry()
+	if err := other.RegisterMetrics(reg, "test"); err != nil {
+		t.Fatal(err)
+	}
+	offered := func(want string) {
+		t.Helper()
+		exposed := "# HELP test_seat_witness_offered 1 once this replica has run for its witness warm-up and offers itself as a witness in the claims it forwards, 0 before.\n# TYPE test_seat_witness_offered gauge\ntest_seat_witness_offered " + want + "\n"
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(exposed), "test_seat_witness_offered"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offered("0")
+	if s := claim(t, owner, shopRS, "first"); s != 1 {
+		t.Fatalf("first claim got %d", s)
+	}
+	seesRecord(t, other, "held by the owner", func(r *coordinationv1.Lease) bool { return holderOf(r) == owner.identity })
+	if s := claim(t, other, shopRS, "cold"); s != 2 {
+		t.Fatalf("claim forwarded while starting got %d", s)
+	}
+	if s := claim(t, owner, shopRS, "unwitnessed"); s != 3 {
+		t.Fatalf("owner's claim got %d", s)
+	}
+	owner.mu.Lock()
+	w := owner.revs[shopRS].witnessing
+	owner.mu.Unlock()
+	if w.witness != "" || w.candidate != "" {
+		t.Fatalf("a replica still warming up became witness %q (candidate %q)", w.witness, w.candidate)
+	}
+	clock.Step(warmUp)
+	offered("1")
+	if s := claim(t, other, shopRS, "warm"); s != 4 {
+		t.Fatalf("claim forwarded after the warm-up got %d", s)
+	}
+	if s := claim(t, owner, shopRS, "adopting"); s != 5 {
+		t.Fatalf("claim adopting the witness got %d", s)
+	}
+	seesRecord(t, other, "naming it the witness", func(r *coordinationv1.Lease) bool {
+		return r.Annotations[strategy.AnnotationSeatWitness] == other.identity
 	})
 }
