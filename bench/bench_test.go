@@ -200,12 +200,18 @@ func goBuild(ctx context.Context, t *testing.T, repo, pkg string) (string, error
 	return bin, nil
 }
 
+// serve's Go runtime settings as the chart sets them: GOGC from gcPercent, GOMEMLIMIT
+// 75% of its 256Mi memory limit.
+const (
+	chartGOGC       = "GOGC=400"
+	chartGOMEMLIMIT = "GOMEMLIMIT=192MiB"
+)
+
 // serveEnv is serve's configuration for the benchmark.
 func serveEnv() []string {
 	extra := os.Getenv("BENCH_SERVE_ENV")
 	env := []string{
-		// As the chart runs it: GOGC from gcPercent, GOMEMLIMIT 90% of its memory limit.
-		"GOGC=400", "GOMEMLIMIT=230MiB",
+		chartGOGC, chartGOMEMLIMIT,
 		"LOG_LEVEL=info",
 		"BLOCKLISTED_NAMESPACE_LIST=" + blocklist,
 		"POD_NAMESPACE=" + webhookNS,

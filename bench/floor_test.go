@@ -31,7 +31,7 @@ func (b *bench) startFloor(ctx context.Context, t *testing.T, bin string, port i
 		// "webhook" for the cluster's down.sh to stop it if the benchmark dies.
 		// GOGC and GOMEMLIMIT as serve; the pod cache is of floorWatchNS only, so it
 		// sees the pods of the floor-with-watch bursts alone.
-		s := b.c.NewServe(bin, fmt.Sprintf("webhook-floor-%d", i+1), port+i, "GOGC=400", "GOMEMLIMIT=230MiB", "WATCH_NAMESPACE="+floorWatchNS)
+		s := b.c.NewServe(bin, fmt.Sprintf("webhook-floor-%d", i+1), port+i, chartGOGC, chartGOMEMLIMIT, "WATCH_NAMESPACE="+floorWatchNS)
 		if err := s.Start(ctx); err != nil {
 			return err
 		}

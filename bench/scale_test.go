@@ -56,7 +56,7 @@ import (
 const (
 	scaleNS = "scale"
 	probeNS = "scale-probe"
-	// The chart's memory limit (its GOMEMLIMIT is 90% of it).
+	// The chart's memory limit (its GOMEMLIMIT is 75% of it).
 	chartMemoryLimit = 256 << 20
 	// webhookSA is the chart's ServiceAccount (scripts/localcluster/webhook-rbac.sh).
 	webhookSA = "custom-kube-scheduler-webhook"
@@ -157,8 +157,7 @@ func setupScale(ctx context.Context, t *testing.T) (*scale, error) {
 		}
 	}
 	s.env = []string{
-		// As the chart runs it: GOGC from gcPercent, GOMEMLIMIT 90% of its memory limit.
-		"GOGC=400", "GOMEMLIMIT=230MiB",
+		chartGOGC, chartGOMEMLIMIT,
 		"LOG_LEVEL=info",
 		"BLOCKLISTED_NAMESPACE_LIST=" + blocklist,
 		"POD_NAMESPACE=" + webhookNS,

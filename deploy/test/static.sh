@@ -203,6 +203,9 @@ for env in LOG_LEVEL BLOCKLISTED_NAMESPACE_LIST LISTEN_ADDRESS TLS_CERT_FILE TLS
 done
 check "POD_IP from the downward API (the peer address)" matches "$(tr -d '\n' <<<"$dep")" 'name: POD_IP +valueFrom: +fieldRef: +fieldPath: status.podIP'
 check "GOGC 400 by default (gcPercent)" matches "$(tr -d '\n' <<<"$dep")" 'name: GOGC +value: "400"'
+check "GOMEMLIMIT 75% of the 256Mi limit" matches "$(tr -d '\n' <<<"$dep")" 'name: GOMEMLIMIT +value: "192MiB"'
+check "helm template --set resources.limits.memory=1Gi" render mem1gi --set resources.limits.memory=1Gi
+check "GOMEMLIMIT 75% of a 1Gi limit" matches "$(tr -d '\n' <"$tmp/mem1gi.yaml")" 'name: GOMEMLIMIT +value: "768MiB"'
 check "ADMISSION_DEADLINE below timeoutSeconds" matches "$(tr -d '\n' <<<"$dep")" 'ADMISSION_DEADLINE +value: "4000ms"'
 check "BLOCKLISTED_NAMESPACE_LIST default" matches "$(tr -d '\n' <<<"$dep")" 'BLOCKLISTED_NAMESPACE_LIST +value: "kube-system,kube-public"'
 check "POD_NAMESPACE from the downward API" matches "$(tr -d '\n' <<<"$dep")" 'POD_NAMESPACE +valueFrom: +fieldRef: +fieldPath: metadata.namespace'
