@@ -867,3 +867,43 @@ func TestColdStartOnSlowRecordWritesPlacesWithinTheDeadline(t *testing.T) {
 		seen[seats[i]] = true
 	}
 }
+
+// Every record write lets the owner answer as far as the ReplicaSet still wants (up to
+// maxSeatBlock ahead), not only twice the claims since the last write: under a burst
+// the writes are frequent, the claims between two of them few, and the controller's
+// next batch of creations would otherwise outrun the mark and wait for a write.
+func TestMarkCoversWhatTheReplicaSetStillWants(t *testing.T) {
+	client := fake.NewClientset()
+	fakeleases.WithOptimisticConcurrency(client)
+	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	l := ledgers(t, client, ledgerNS, 1, Options{Clock: clock})[0]
+	const wanted = 500
+	claimN := func(from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			if s, err := l.Claim(context.Background(), shopRS, types.UID(fmt.Sprint("c", i)), wanted); err != nil || s != i {
+				t.Fatalf("claim %d: seat %d, %v", i, s, err)
+			}
+		}
+	}
+	next := 1
+	renewed := func() int {
+		t.Helper()
+		waitForWrites(t, l, shopRS)
+		clock.Step(DefaultOwnership / 4) // the next claim renews the record
+		claimN(next, 1)
+		next++
+		waitForWrites(t, l, shopRS)
+		return seenMark(t, l, shopRS)
+	}
+	claimN(next, 100)
+	next += 100
+	renewed()
+	claimN(next, 10)
+	next += 10
+	// Ten claims since the last write would give a block of 20: the mark would be
+	// about lowest + 20.
+	if mark, want := renewed(), next+maxSeatBlock/2; mark < want {
+		t.Fatalf("after a renewal at seat %d the mark is %d, want at least %d (what the ReplicaSet still wants, up to %d ahead)", next-1, mark, want, maxSeatBlock)
+	}
+}
