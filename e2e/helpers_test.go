@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -123,14 +124,13 @@ func createDeployment(ctx context.Context, t *testing.T, d *appsv1.Deployment) {
 	}
 }
 
+// scaleDeployment sets the Deployment's replicas as kubectl scale does: a patch of its
+// scale subresource, which no status update of the controller's can conflict with (a
+// read-then-update of the scale did, once under load).
 func scaleDeployment(ctx context.Context, t *testing.T, ns, name string, replicas int) {
 	t.Helper()
-	s, err := env.client.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("reading scale of %s/%s: %v", ns, name, err)
-	}
-	s.Spec.Replicas = int32(replicas)
-	if _, err := env.client.AppsV1().Deployments(ns).UpdateScale(ctx, name, s, metav1.UpdateOptions{}); err != nil {
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
+	if _, err := env.client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "scale"); err != nil {
 		t.Fatalf("scaling %s/%s to %d: %v", ns, name, replicas, err)
 	}
 }
