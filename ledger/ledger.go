@@ -158,13 +158,14 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 		peerURL: opts.PeerURL, peers: opts.PeerClient, clock: opts.Clock, log: log, owner: opts.Owner,
 		witnessTimeout: opts.WitnessTimeout,
 		ctx:            context.Background(),
-		revs:           map[clusterview.Revision]*revState{}, metrics: newLedgerMetrics(),
+		revs:           map[clusterview.Revision]*revState{},
 		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = labels.Set{strategy.LabelSeatRecord: recordKindSeats}.String()
 			})),
 	}
 	l.forwardsDone = sync.NewCond(&l.mu)
+	l.metrics = newLedgerMetrics(l.offersWitness)
 	if l.duration <= 0 {
 		l.duration = DefaultOwnership
 	}

@@ -37,9 +37,13 @@ type ledgerMetrics struct {
 	// displaced counts reservations that gave their seat to a claim (displaceStale).
 	displaced prometheus.Counter
 	witness   *prometheus.CounterVec
+	// offered is 1 once the replica offers itself as a witness (offersWitness).
+	offered prometheus.GaugeFunc
 }
 
-func newLedgerMetrics() *ledgerMetrics {
+// newLedgerMetrics returns the ledger's metrics; offers tells whether the replica
+// offers itself as a witness.
+func newLedgerMetrics(offers func() bool) *ledgerMetrics {
 	m := &ledgerMetrics{
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seat_claims_total",
@@ -65,6 +69,15 @@ func newLedgerMetrics() *ledgerMetrics {
 			Name: "seat_witness_total",
 			Help: "Seat witnessing by this replica: acknowledged (a batch of its answers as an owner acknowledged by its witness), given_up (a witness that did not acknowledge), takeover (a revision taken over as its dead owner's witness, without waiting).",
 		}, []string{"event"}),
+		offered: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "seat_witness_offered",
+			Help: "1 once this replica has run for its witness warm-up and offers itself as a witness in the claims it forwards, 0 before.",
+		}, func() float64 {
+			if offers() {
+				return 1
+			}
+			return 0
+		}),
 	}
 	for _, a := range []string{claimOwner, claimForwarded, claimFailed} {
 		m.claims.WithLabelValues(a)
@@ -82,16 +95,7 @@ func newLedgerMetrics() *ledgerMetrics {
 // namespace and "_" (the product's metric namespace, which its binary decides).
 func (l *Ledger) RegisterMetrics(reg prometheus.Registerer, namespace string) error {
 	reg = prometheus.WrapRegistererWithPrefix(namespace+"_", reg)
-	offered := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "seat_witness_offered",
-		Help: "1 once this replica has run for its witness warm-up and offers itself as a witness in the claims it forwards, 0 before.",
-	}, func() float64 {
-		if l.offersWitness() {
-			return 1
-		}
-		return 0
-	})
-	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced, l.metrics.witness, offered} {
+	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced, l.metrics.witness, l.metrics.offered} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register seat ledger metrics: %w", err)
 		}

@@ -89,12 +89,13 @@ const (
 // burst needs a write per doubling, not per claim. l.mu is held.
 func (s *revState) nextBlock(now time.Time) int {
 	b := 2 * s.claimsSinceWrite
+	lowest := s.lowest(now)
 	// Every write covers the pods the ReplicaSet still wants: their claims arrive in
 	// the controller's batches (up to hundreds at once), and a block sized by the
 	// claims since the last write, frequent under a burst, ran out within a batch and
 	// held it until the next write landed.
-	b = max(b, s.wanted-s.lowest(now)+1)
-	if s.mark > 0 && s.lowest(now)+s.block/4 > s.mark {
+	b = max(b, s.wanted-lowest+1)
+	if s.mark > 0 && lowest+s.block/4 > s.mark {
 		b = max(b, 2*s.block)
 	}
 	return min(max(b, minSeatBlock), maxSeatBlock)

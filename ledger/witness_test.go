@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -278,18 +277,13 @@ func TestStartingReplicaIsNoWitness(t *testing.T) {
 	warmUp := DefaultOwnership / 4 // stepped over below, within the owner's ownership
 	ls := ledgers(t, client, ledgerNS, 2, Options{Clock: clock, WitnessTimeout: time.Minute, WitnessWarmUp: warmUp})
 	owner, other := ls[0], ls[1]
-	reg := prometheus.NewRegistry()
-	if err := other.RegisterMetrics(reg, "test"); err != nil {
-		t.Fatal(err)
-	}
-	offered := func(want string) {
+	offered := func(want float64) {
 		t.Helper()
-		exposed := "# HELP test_seat_witness_offered 1 once this replica has run for its witness warm-up and offers itself as a witness in the claims it forwards, 0 before.\n# TYPE test_seat_witness_offered gauge\ntest_seat_witness_offered " + want + "\n"
-		if err := testutil.GatherAndCompare(reg, strings.NewReader(exposed), "test_seat_witness_offered"); err != nil {
-			t.Fatal(err)
+		if got := testutil.ToFloat64(other.metrics.offered); got != want {
+			t.Fatalf("seat_witness_offered %v, want %v", got, want)
 		}
 	}
-	offered("0")
+	offered(0)
 	if s := claim(t, owner, shopRS, "first"); s != 1 {
 		t.Fatalf("first claim got %d", s)
 	}
@@ -307,7 +301,7 @@ func TestStartingReplicaIsNoWitness(t *testing.T) {
 		t.Fatalf("a replica still warming up became witness %q (candidate %q)", w.witness, w.candidate)
 	}
 	clock.Step(warmUp)
-	offered("1")
+	offered(1)
 	if s := claim(t, other, shopRS, "warm"); s != 4 {
 		t.Fatalf("claim forwarded after the warm-up got %d", s)
 	}
