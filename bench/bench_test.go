@@ -200,11 +200,12 @@ func goBuild(ctx context.Context, t *testing.T, repo, pkg string) (string, error
 	return bin, nil
 }
 
-// serve's Go runtime settings as the chart sets them: GOGC from gcPercent, GOMEMLIMIT
-// 75% of its 256Mi memory limit.
+// serve's memory limit and Go runtime settings as the chart sets them: GOGC from
+// gcPercent, GOMEMLIMIT 75% of the memory limit.
 const (
-	chartGOGC       = "GOGC=400"
-	chartGOMEMLIMIT = "GOMEMLIMIT=192MiB"
+	chartMemoryLimit = 256 << 20
+	chartGOGC        = "GOGC=400"
+	chartGOMEMLIMIT  = "GOMEMLIMIT=192MiB"
 )
 
 // serveEnv is serve's configuration for the benchmark.

@@ -56,8 +56,6 @@ import (
 const (
 	scaleNS = "scale"
 	probeNS = "scale-probe"
-	// The chart's memory limit (its GOMEMLIMIT is 75% of it).
-	chartMemoryLimit = 256 << 20
 	// webhookSA is the chart's ServiceAccount (scripts/localcluster/webhook-rbac.sh).
 	webhookSA = "custom-kube-scheduler-webhook"
 	// The capacity-loss probe uses the nodesize pools, which the workloads
