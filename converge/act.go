@@ -62,7 +62,18 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 		l.event(snap.w, corev1.EventTypeWarning, ReasonNoFallback, p.stuck)
 		log.Warn(p.stuck)
 	}
+	for _, reason := range p.holds {
+		until := l.mem.hold(revisionReason{uid, reason}, snap.now)
+		l.cfg.Metrics.holds.WithLabelValues(reason).Inc()
+		msg := fmt.Sprintf("moves for %s held until %s: the pods moved for it came back in the same state, so moving more would only churn (is the namespace enabled for the webhook, does the API server reach it?)",
+			reason, until.UTC().Format(time.RFC3339))
+		l.event(snap.w, corev1.EventTypeWarning, ReasonConvergeHeld, msg)
+		log.WithFields(logrus.Fields{"reason": reason, "until": until}).Warn(msg)
+	}
 	blocked := p.blocked
+	if blocked == "" && p.held > 0 {
+		blocked = fmt.Sprintf("%d pods held: the pods moved before came back in the same state", p.held)
+	}
 	switch {
 	case len(p.strikes) > 0:
 		// Every replica's informer gets a pass to see the new record before the evicted
@@ -180,9 +191,12 @@ func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPla
 			// No longer sure to be the only one moving pods: leave the rest to the leader.
 			why = "this replica is no longer sure to lead the convergence loop"
 			l.cfg.Metrics.evictions.WithLabelValues(m.reason, "fenced").Inc()
+		case !l.evictions.Allow():
+			why = fmt.Sprintf("the cluster-wide cap of %d evictions a minute is reached (MAX_EVICTIONS_PER_MINUTE)", l.cfg.MaxEvictionsPerMinute)
+			l.cfg.Metrics.evictions.WithLabelValues(m.reason, "capped").Inc()
 		default:
 			var evicted bool
-			evicted, why = l.move(ctx, snap, m, log.WithFields(logrus.Fields{"unavailable": unavailable + m.cost, "budget": p.budget}))
+			evicted, why = l.move(ctx, snap, m, p.moves, log.WithFields(logrus.Fields{"unavailable": unavailable + m.cost, "budget": p.budget}))
 			if evicted {
 				unavailable += m.cost
 				continue
@@ -202,9 +216,10 @@ func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPla
 // (logged): the move is left for later, but blocks nothing.
 const evictionFailed = "eviction failed"
 
-// move evicts m's pod and says so. It returns whether the pod was evicted and, when it
+// move evicts m's pod and says so (planned: every move of the pass, for the repeat
+// guard). It returns whether the pod was evicted and, when it
 // was not and the move is left for later, why ("" for a pod already gone).
-func (l *Loop) move(ctx context.Context, snap *snapshot, m move, log logrus.FieldLogger) (bool, string) {
+func (l *Loop) move(ctx context.Context, snap *snapshot, m move, planned []move, log logrus.FieldLogger) (bool, string) {
 	err := l.evict(ctx, m.pod)
 	switch {
 	case err == nil:
@@ -213,6 +228,7 @@ func (l *Loop) move(ctx context.Context, snap *snapshot, m move, log logrus.Fiel
 			back = &revisionTerm{snap.rev.uid, m.pod.FallbackFrom - 1}
 		}
 		l.mem.noteEviction(m.pod.UID, back, time.Now())
+		l.mem.noteMoved(revisionReason{snap.rev.uid, m.reason}, planned)
 		l.cfg.Metrics.evictions.WithLabelValues(m.reason, "evicted").Inc()
 		msg := fmt.Sprintf("evicted pod %s (%s): %s", m.pod.Name, m.reason, m.why)
 		l.event(snap.w, corev1.EventTypeNormal, ReasonConverge, msg)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -31,6 +32,9 @@ const (
 	// short enough that a slow API server cannot hold the loop for long.
 	defaultPassDeadline = 10 * time.Second
 	defaultResync       = 5 * time.Minute
+	// defaultMaxEvictionsPerMinute: a return from fallback over a few hundred workloads
+	// takes minutes, not seconds, and a defect cannot churn more than this.
+	defaultMaxEvictionsPerMinute = 30
 )
 
 // Signals is Karpenter's early word on a term (optional): why the NodePools serving
@@ -54,6 +58,14 @@ type Launches interface {
 	Flight(labels map[string]string, now time.Time) karpenter.Flight
 }
 
+// Scope tells where the API server sends pods to the webhook (clusterview.Scope): the
+// loop acts only there, since elsewhere every pod is admitted without a seat and a
+// moved pod's replacement would be too.
+type Scope interface {
+	CoversNamespace(ns string) bool
+	CoversPod(ns string, podLabels map[string]string) bool
+}
+
 // Config is what the loop needs.
 type Config struct {
 	Client     kubernetes.Interface
@@ -62,6 +74,11 @@ type Config struct {
 	Recorder   record.EventRecorder
 	Metrics    *Metrics
 	Namespaces clusterview.NamespaceFilter
+	Scope      Scope
+	// MaxEvictionsPerMinute caps the loop's evictions across the cluster (a token bucket
+	// of that size, refilled over a minute), on top of each workload's budget: what any
+	// defect can do is bounded. 0: the default, 30.
+	MaxEvictionsPerMinute int
 	// FallbackAfter is how long placed pods may stay Pending and unschedulable before
 	// their term is marked unavailable.
 	FallbackAfter time.Duration
@@ -114,12 +131,20 @@ type Loop struct {
 	leading func() bool
 	// strategies parses each distinct strategy once, not on every pass.
 	strategies strategy.Resolver
+	// evictions is the cluster-wide cap on evictions (Config.MaxEvictionsPerMinute).
+	evictions *rate.Limiter
 }
 
 // NewLoop validates cfg and returns a loop.
 func NewLoop(cfg Config) (*Loop, error) {
-	if cfg.Client == nil || cfg.Caches == nil || cfg.Records == nil || cfg.Metrics == nil || cfg.Log == nil {
-		return nil, fmt.Errorf("converge: client, caches, records, metrics and log are required")
+	if cfg.Client == nil || cfg.Caches == nil || cfg.Records == nil || cfg.Metrics == nil || cfg.Log == nil || cfg.Scope == nil {
+		return nil, fmt.Errorf("converge: client, caches, records, metrics, scope and log are required")
+	}
+	if cfg.MaxEvictionsPerMinute < 0 {
+		return nil, fmt.Errorf("converge: MAX_EVICTIONS_PER_MINUTE must not be negative")
+	}
+	if cfg.MaxEvictionsPerMinute == 0 {
+		cfg.MaxEvictionsPerMinute = defaultMaxEvictionsPerMinute
 	}
 	if cfg.FallbackAfter <= 0 || cfg.Cooldown <= 0 {
 		return nil, fmt.Errorf("converge: FALLBACK_AFTER and FALLBACK_COOLDOWN must be positive")
@@ -136,7 +161,7 @@ func NewLoop(cfg Config) (*Loop, error) {
 	if _, err := Budget(cfg.MaxUnavailable, 10); err != nil {
 		return nil, err
 	}
-	l := &Loop{cfg: cfg}
+	l := &Loop{cfg: cfg, evictions: rate.NewLimiter(rate.Limit(float64(cfg.MaxEvictionsPerMinute)/60), cfg.MaxEvictionsPerMinute)}
 	l.reset()
 	revisionsSeen, err := cfg.Caches.OnRevisionChange(l.changed)
 	if err != nil {
@@ -269,7 +294,7 @@ func (l *Loop) exists(uid types.UID) bool {
 }
 
 func (l *Loop) replicaSetRevision(rs *appsv1.ReplicaSet) (revision, bool) {
-	if rs.Spec.Replicas == nil || *rs.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(rs.Namespace) {
+	if rs.Spec.Replicas == nil || *rs.Spec.Replicas == 0 || !l.acts(rs.Namespace) {
 		return revision{}, false
 	}
 	rolling := false
@@ -291,6 +316,12 @@ func (l *Loop) replicaSetRevision(rs *appsv1.ReplicaSet) (revision, bool) {
 		replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations, selector: rs.Spec.Selector, rolling: rolling}, true
 }
 
+// acts reports whether the loop acts on the workloads of namespace ns: the API server
+// sends their pods to the webhook (Config.Scope) and the namespace is not left alone.
+func (l *Loop) acts(ns string) bool {
+	return !l.cfg.Namespaces.Skip(ns) && l.cfg.Scope.CoversNamespace(ns)
+}
+
 // activeSiblings counts the ReplicaSets of namespace ns that the Deployment or Rollout
 // owner controls and that have replicas.
 func (l *Loop) activeSiblings(ns string, owner types.UID) int {
@@ -304,7 +335,7 @@ func (l *Loop) activeSiblings(ns string, owner types.UID) int {
 }
 
 func (l *Loop) statefulSetRevision(s *appsv1.StatefulSet) (revision, bool) {
-	if s.Spec.Replicas == nil || *s.Spec.Replicas == 0 || l.cfg.Namespaces.Skip(s.Namespace) {
+	if s.Spec.Replicas == nil || *s.Spec.Replicas == 0 || !l.acts(s.Namespace) {
 		return revision{}, false
 	}
 	return revision{uid: s.UID, namespace: s.Namespace, name: s.Name, kind: "StatefulSet",
@@ -354,7 +385,15 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 		cooldown: l.cfg.Cooldown, moveSignalled: l.cfg.MoveSignalledNodes})
 	res := l.act(ctx, snap, p)
 	sv := snap.survey
-	res.unsettled = res.off || res.pending > 0 || len(sv.waiting) > 0 || len(sv.stranded) > 0 || l.mem.short(rev.uid)
+	// Moves all held wait for the hold's end, not the next Interval.
+	allHeld := p.held > 0 && p.held == len(p.moves)
+	res.unsettled = (res.off && !allHeld) || (res.pending > 0 && !allHeld) || len(sv.waiting) > 0 || len(sv.stranded) > 0 || (l.mem.short(rev.uid) && !allHeld)
+	if allHeld && (res.until.IsZero() || p.heldUntil.Before(res.until)) && !p.heldUntil.IsZero() {
+		res.until = p.heldUntil
+	}
+	if !res.off && !l.mem.short(rev.uid) {
+		l.mem.settled(rev.uid)
+	}
 	res.failed = res.failed || snap.listFailed || ctx.Err() != nil
 	return res
 }

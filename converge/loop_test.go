@@ -71,6 +71,7 @@ const (
 // the test makes, and a loop over it; evictions are recorded (or refused with 429).
 type world struct {
 	client  *fake.Clientset
+	scope   *testScope
 	loop    *Loop
 	records *unavailability.Records
 	mu      sync.Mutex
@@ -100,7 +101,7 @@ func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *w
 	for _, p := range pods {
 		objs = append(objs, p)
 	}
-	w := &world{client: fake.NewClientset(objs...)}
+	w := &world{client: fake.NewClientset(objs...), scope: &testScope{out: map[string]bool{}}}
 	w.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "eviction" {
 			return false, nil, nil
@@ -136,13 +137,33 @@ func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *w
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	w.loop, err = NewLoop(Config{
-		Client: w.client, Caches: caches, Records: w.records, Metrics: m, Log: log,
+		Client: w.client, Caches: caches, Records: w.records, Metrics: m, Log: log, Scope: w.scope,
 		FallbackAfter: 20 * time.Second, Cooldown: time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// testScope covers every namespace but those in out.
+type testScope struct {
+	mu  sync.Mutex
+	out map[string]bool
+}
+
+func (s *testScope) CoversNamespace(ns string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.out[ns]
+}
+
+func (s *testScope) CoversPod(ns string, _ map[string]string) bool { return s.CoversNamespace(ns) }
+
+func (s *testScope) leave(ns string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.out[ns] = true
 }
 
 func (w *world) evictions() []string {

@@ -26,6 +26,107 @@ type memory struct {
 	returning map[revisionTerm]time.Time
 	results   map[types.UID]result // each passed revision's last result, summed in sums
 	sums      passSums
+	// repeats: the repeat guard's state of each revision and reason it moved pods for.
+	repeats map[revisionReason]*repeat
+}
+
+// revisionReason names the moves of one revision for one reason.
+type revisionReason struct {
+	revision types.UID
+	reason   string
+}
+
+// repeat is the repeat guard's state of one revisionReason: a round of moves, and the
+// holds that followed when the moved pods' replacements came back in the same state.
+// A replacement is told by its UID, not by time: a pod to move for the reason that was
+// not among those the round started with (clocks of the API server and the webhook's
+// nodes need not agree, and creation times have whole seconds).
+type repeat struct {
+	round map[types.UID]bool // the pods to move when the round started (nil: no round on)
+	holds int                // holds in a row
+	until time.Time          // held until (zero: not held)
+}
+
+// guarded reports whether moves for reason are under the repeat guard: the repairs whose
+// replacements the webhook places where they belong. Stranded pods, returns and
+// interruptions have their own bounds (the unavailability records' growing cool-downs).
+func guarded(reason string) bool {
+	switch reason {
+	case MoveUnplaced, MoveDrift, MoveSeatAbove, MoveSeatTwice:
+		return true
+	}
+	return false
+}
+
+// holdFor is how long the n-th hold in a row lasts: one minute, doubling up to 16.
+func holdFor(n int) time.Duration {
+	return time.Minute << min(max(n-1, 0), 4)
+}
+
+// repeatOf says whether a move of m's reason is held now (held), or m's pod came back
+// in the same state after a round of moves for the reason (again): both keep m from
+// moving.
+func (m *memory) repeatOf(rev types.UID, mv move, now time.Time) (held, again bool) {
+	r := m.repeats[revisionReason{rev, mv.reason}]
+	switch {
+	case r == nil || !guarded(mv.reason):
+		return false, false
+	case now.Before(r.until):
+		return true, false
+	}
+	return false, r.round != nil && !r.round[mv.pod.UID]
+}
+
+// noteMoved starts a round of moves for key with the pods planned to move for its
+// reason, unless one is on.
+func (m *memory) noteMoved(key revisionReason, planned []move) {
+	if !guarded(key.reason) {
+		return
+	}
+	r := m.repeats[key]
+	if r == nil {
+		r = &repeat{}
+		m.repeats[key] = r
+	}
+	if r.round != nil {
+		return
+	}
+	r.round = map[types.UID]bool{}
+	for _, mv := range planned {
+		if mv.reason == key.reason {
+			r.round[mv.pod.UID] = true
+		}
+	}
+}
+
+// hold holds key's moves for the next hold in a row and returns until when; the round
+// after it starts afresh.
+func (m *memory) hold(key revisionReason, now time.Time) time.Time {
+	r := m.repeats[key]
+	if r == nil {
+		r = &repeat{}
+		m.repeats[key] = r
+	}
+	r.holds++
+	r.until, r.round = now.Add(holdFor(r.holds)), nil
+	return r.until
+}
+
+// settled forgets the repeat guard's state of a revision found at its target.
+func (m *memory) settled(uid types.UID) {
+	maps.DeleteFunc(m.repeats, func(k revisionReason, _ *repeat) bool { return k.revision == uid })
+}
+
+// heldRevisions counts the revisions held at least once since they were last at their
+// target.
+func (m *memory) heldRevisions() int {
+	held := map[types.UID]bool{}
+	for k, r := range m.repeats {
+		if r.holds > 0 {
+			held[k.revision] = true
+		}
+	}
+	return len(held)
 }
 
 // revisionTerm names one term of one revision.
@@ -39,7 +140,7 @@ func newMemory() memory {
 		evicted: map[types.UID]time.Time{}, offSince: map[types.UID]time.Time{}, suspect: map[types.UID]int{},
 		listed: map[types.UID]time.Time{}, said: map[noteKey]bool{}, stuck: map[types.UID]bool{},
 		blocked: map[types.UID]string{}, returning: map[revisionTerm]time.Time{},
-		results: map[types.UID]result{}, sums: newPassSums(),
+		results: map[types.UID]result{}, sums: newPassSums(), repeats: map[revisionReason]*repeat{},
 	}
 }
 
@@ -144,6 +245,7 @@ func (m *memory) forget(uid types.UID) bool {
 	delete(m.blocked, uid)
 	maps.DeleteFunc(m.said, func(k noteKey, _ bool) bool { return k.revision == uid })
 	maps.DeleteFunc(m.returning, func(k revisionTerm, _ time.Time) bool { return k.revision == uid })
+	m.settled(uid)
 	return had
 }
 

@@ -20,6 +20,8 @@ type Metrics struct {
 	queueDepth  prometheus.Gauge
 	termTarget  *prometheus.GaugeVec
 	termPods    *prometheus.GaugeVec
+	holds       *prometheus.CounterVec
+	held        prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg, their names prefixed with
@@ -49,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 		}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "converge_evictions_total",
-			Help: "Pods evicted by the convergence loop, by reason (stranded, return, drift, unplaced, seat-above-replicas, interruption) and result (evicted, refused by a PodDisruptionBudget, fenced: this replica was no longer sure to lead).",
+			Help: "Pods evicted by the convergence loop, by reason (stranded, return, drift, unplaced, seat-above-replicas, interruption) and result (evicted, refused by a PodDisruptionBudget, fenced: this replica was no longer sure to lead, capped: the cluster-wide MAX_EVICTIONS_PER_MINUTE was reached).",
 		}, []string{"reason", "result"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "converge_pending_repairs",
@@ -79,17 +81,28 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Name: "term_pods",
 			Help: "Live placed pods of the workload revisions with a strategy on each term, summed by the term's node labels and where the strategy came from (source); set by the replica running the loop, after each pass.",
 		}, []string{"term", "source"}),
+		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "converge_holds_total",
+			Help: "Times the convergence loop held a workload's moves for a reason because the pods it moved for it came back in the same state (the repeat guard), by reason.",
+		}, []string{"reason"}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "converge_held_workloads",
+			Help: "Workload revisions whose moves the repeat guard held since they were last at their target: their moved pods came back in the same state.",
+		}),
 	}
 	// The eviction and pass series exist from the start, at 0, for rates and alerts.
 	for _, outcome := range []string{"settled", "unsettled", "retried"} {
 		m.passes.WithLabelValues(outcome)
 	}
 	for _, reason := range []string{MoveStranded, MoveReturn, MoveDrift, MoveUnplaced, MoveSeatAbove, MoveSeatTwice, MoveInterruption} {
-		for _, result := range []string{"evicted", "refused", "fenced"} {
+		for _, result := range []string{"evicted", "refused", "fenced", "capped"} {
 			m.evictions.WithLabelValues(reason, result)
 		}
+		if guarded(reason) {
+			m.holds.WithLabelValues(reason)
+		}
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods} {
+	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -11,7 +11,10 @@ const (
 	ReasonNoFallback      = "NoFallbackTerm"
 	ReasonConverge        = "Converge"
 	ReasonConvergeBlocked = "ConvergeBlocked"
-	ReasonTermBack        = "TermAvailable"
+	// ReasonConvergeHeld: the pods moved for a reason came back in the same state, so
+	// the loop holds such moves of the workload for a while (the repeat guard).
+	ReasonConvergeHeld = "ConvergeHeld"
+	ReasonTermBack     = "TermAvailable"
 	// ReasonTermAtRisk: a term marked at risk on EC2's interruption signals.
 	ReasonTermAtRisk = "TermAtRisk"
 	// ReasonInterruptionSignal: pods of the workload run on a node EC2 signalled.

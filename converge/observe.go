@@ -171,7 +171,8 @@ func (l *Loop) unplaced(ctx context.Context, rev revision) ([]clusterview.Placed
 		if !metav1.IsControlledBy(p, &metav1.ObjectMeta{UID: rev.uid}) || !strategy.HoldsSeat(p) {
 			continue
 		}
-		if _, seated := strategy.SeatOf(p); !seated {
+		// A pod the objectSelector keeps from the webhook was never to be placed.
+		if _, seated := strategy.SeatOf(p); !seated && l.cfg.Scope.CoversPod(p.Namespace, p.Labels) {
 			out = append(out, clusterview.PlacedPodOf(p))
 		}
 	}

@@ -71,6 +71,12 @@ type passPlan struct {
 	budget, unavailable int
 	// blocked says why moves wait when nothing in act says more ("" none).
 	blocked string
+	// holds are the reasons whose moved pods came back in the same state: act holds
+	// their moves (the repeat guard, memory.go). held counts the moves held now, and
+	// heldUntil is when the earliest hold ends.
+	holds     []string
+	held      int
+	heldUntil time.Time
 	// stuck: no term with a weight or a base is left to fall back on (said once).
 	stuck string
 	res   result
@@ -582,6 +588,16 @@ func (p *passPlan) planEvictions(snap *snapshot, mem *memory, cfg planConfig, re
 	for _, m := range p.moves {
 		// Nowhere better to go: moving would only recreate them where they are.
 		if (p.placement.Stuck && m.reason == MoveStranded) || mem.wasEvicted(m.pod.UID) {
+			continue
+		}
+		if held, again := mem.repeatOf(snap.rev.uid, m, snap.now); held || again {
+			p.held++
+			if again && !slices.Contains(p.holds, m.reason) {
+				p.holds = append(p.holds, m.reason)
+			}
+			if r := mem.repeats[revisionReason{snap.rev.uid, m.reason}]; held && (p.heldUntil.IsZero() || r.until.Before(p.heldUntil)) {
+				p.heldUntil = r.until
+			}
 			continue
 		}
 		if m.pod.NodeName != "" {

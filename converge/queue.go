@@ -193,6 +193,7 @@ func (l *Loop) publish(now time.Time) {
 		lag = max(lag, now.Sub(since))
 	}
 	m.lag.Set(lag.Seconds())
+	m.held.Set(float64(l.mem.heldRevisions()))
 	m.termTarget.Reset()
 	m.termPods.Reset()
 	m.unavailable.Reset()

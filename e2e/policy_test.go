@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -36,19 +35,7 @@ func policyNamespace(ctx context.Context, t *testing.T, name string, labels map[
 	if def != "" {
 		meta["annotations"] = map[string]any{strategy.AnnotationStrategy: def}
 	}
-	patch, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&struct {
-		Meta map[string]any `json:"metadata"`
-	}{meta})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := (&unstructured.Unstructured{Object: patch}).MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, raw, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("labelling namespace %s: %v", ns, err)
-	}
+	patchNamespace(ctx, t, ns, meta)
 	return ns
 }
 

@@ -249,3 +249,13 @@ func trimNamespace(obj any) (any, error) {
 	}
 	return &cachedNamespace{meta: identity(ns), Namespace: *NamespaceOf(ns)}, nil
 }
+
+// NamespaceLabels returns the labels of namespace ns as the cache has them; ok is false
+// while the cache has not seen it.
+func (c *Cache) NamespaceLabels(ns string) (map[string]string, bool) {
+	n := c.namespace(ns)
+	if n == nil {
+		return nil, false
+	}
+	return n.Labels, true
+}

@@ -28,6 +28,9 @@ type Governable struct {
 	// Exact tells whether the workload's live pods stand exactly on s's target, and if
 	// not why (nil: not known, not counted either way).
 	Exact func(s *strategy.Strategy) (exact bool, why string)
+	// OutOfScope says why the API server does not send the workload's pods to the
+	// webhook ("" when it does): a policy that selects it does not govern it.
+	OutOfScope string
 }
 
 // Status is what a policy's status says.
@@ -43,6 +46,9 @@ type Status struct {
 	// Conflicts names, per workload both match, the policies of the same scope and
 	// priority this one won or lost against.
 	Conflicts []string
+	// OutOfScope names the workloads the policy selects that the webhook's scope leaves
+	// out, and why (not counted in Workloads).
+	OutOfScope []string
 }
 
 // Statuses computes every policy's status over workloads.
@@ -78,6 +84,10 @@ func Statuses(p *policies, workloads []Governable, namespace func(string) *Names
 			continue
 		}
 		st := get(m.Policy)
+		if w.OutOfScope != "" {
+			st.OutOfScope = append(st.OutOfScope, w.OutOfScope)
+			continue
+		}
 		st.Workloads++
 		if w.Exact != nil && st.Invalid == "" {
 			if s, err := parsed(m.Policy); err == nil {
@@ -105,6 +115,16 @@ func parsed(c *Compiled) (*strategy.Strategy, error) {
 // maxConflictMessages bounds the conflicts a condition message lists.
 const maxConflictMessages = 3
 
+// firstOf joins the first maxConflictMessages of msgs, and says how many more there are.
+func firstOf(msgs []string) string {
+	shown := msgs[:min(len(msgs), maxConflictMessages)]
+	msg := strings.Join(shown, "; ")
+	if len(msgs) > len(shown) {
+		msg += fmt.Sprintf("; and %d more", len(msgs)-len(shown))
+	}
+	return msg
+}
+
 // conditions turns a Status into the policy's conditions; transition times are kept
 // from prev when a condition's status did not change.
 func (s *Status) conditions(prev []metav1.Condition, now metav1.Time) []metav1.Condition {
@@ -114,14 +134,13 @@ func (s *Status) conditions(prev []metav1.Condition, now metav1.Time) []metav1.C
 	}
 	conflicting := metav1.Condition{Type: v1alpha1.ConditionConflicting, Status: metav1.ConditionFalse, Reason: "NoConflict", Message: "no other policy of the same scope and priority matches its workloads", ObservedGeneration: s.Generation}
 	if len(s.Conflicts) > 0 {
-		shown := s.Conflicts[:min(len(s.Conflicts), maxConflictMessages)]
-		msg := strings.Join(shown, "; ")
-		if len(s.Conflicts) > len(shown) {
-			msg += fmt.Sprintf("; and %d more", len(s.Conflicts)-len(shown))
-		}
-		conflicting.Status, conflicting.Reason, conflicting.Message = metav1.ConditionTrue, "SamePriority", msg
+		conflicting.Status, conflicting.Reason, conflicting.Message = metav1.ConditionTrue, "SamePriority", firstOf(s.Conflicts)
 	}
-	out := []metav1.Condition{accepted, conflicting}
+	inScope := metav1.Condition{Type: v1alpha1.ConditionInScope, Status: metav1.ConditionTrue, Reason: "InScope", Message: "every workload it selects is in the webhook's scope", ObservedGeneration: s.Generation}
+	if len(s.OutOfScope) > 0 {
+		inScope.Status, inScope.Reason, inScope.Message = metav1.ConditionFalse, "NamespaceNotEnabled", fmt.Sprintf("%d selected workloads are out of the webhook's scope and not governed: %s", len(s.OutOfScope), firstOf(s.OutOfScope))
+	}
+	out := []metav1.Condition{accepted, conflicting, inScope}
 	for i := range out {
 		out[i].LastTransitionTime = now
 		for _, p := range prev {

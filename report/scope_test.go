@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 )
 
 // The chart's opt-in entries: either label, never the excluded namespaces.
@@ -20,8 +22,8 @@ func TestScopeNotEnabled(t *testing.T) {
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "cksw"},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{
-			entry(PodWebhookName, metav1.LabelSelectorRequirement{Key: "custom-kube-scheduler-webhook.io/enabled", Operator: metav1.LabelSelectorOpIn, Values: []string{"true"}}),
-			entry("original-label."+PodWebhookName,
+			entry(clusterview.PodWebhookName, metav1.LabelSelectorRequirement{Key: "custom-kube-scheduler-webhook.io/enabled", Operator: metav1.LabelSelectorOpIn, Values: []string{"true"}}),
+			entry("original-label."+clusterview.PodWebhookName,
 				metav1.LabelSelectorRequirement{Key: "custom-kube-scheduler-webhook", Operator: metav1.LabelSelectorOpIn, Values: []string{"enabled"}},
 				metav1.LabelSelectorRequirement{Key: "custom-kube-scheduler-webhook.io/enabled", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"}}),
 		},

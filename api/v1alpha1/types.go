@@ -96,6 +96,10 @@ const (
 	// ConditionConflicting is True when another policy of the same scope and priority
 	// matches a workload this one matches; the message names it and who won.
 	ConditionConflicting = "Conflicting"
+	// ConditionInScope is False when the policy selects workloads in namespaces the
+	// webhook's scope leaves out (not enabled, or excluded): nothing places their pods,
+	// and they are not counted in workloads; the message names them and why.
+	ConditionInScope = "InScope"
 )
 
 // MaxNotExact bounds the workloads a status lists as not exact.
@@ -106,7 +110,7 @@ type PolicyStatus struct {
 	// ObservedGeneration is the metadata.generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Accepted, Conflicting.
+	// Conditions: Accepted, Conflicting, InScope.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -47,7 +47,7 @@ var serveSettings = []setting{
 	{"cert-mode", "CERT_MODE", "file", "file: certificate files are provided (cert-manager, a Secret); self: bootstrap and rotate a CA and serving certificate in a Secret"},
 	{"cert-secret-name", "CERT_SECRET_NAME", "custom-kube-scheduler-webhook-certs", "with cert-mode self: the Secret holding the CA and serving certificate"},
 	{"service-name", "SERVICE_NAME", "custom-kube-scheduler-webhook", "with cert-mode self: the Service the serving certificate is issued for"},
-	{"mutating-webhook-configuration", "MUTATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: MutatingWebhookConfiguration whose caBundle is kept current"},
+	{"mutating-webhook-configuration", "MUTATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "this webhook's MutatingWebhookConfiguration: its pod entries' namespaceSelector and objectSelector are the scope the convergence loop, policy status and cost metrics follow (read live); its paths carry the admission token; with cert-mode self its caBundle is kept current"},
 	{"validating-webhook-configuration", "VALIDATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: ValidatingWebhookConfiguration whose caBundle is kept current"},
 	{"admission-token-secret", "ADMISSION_TOKEN_SECRET", "", "Secret in the webhook's namespace holding the admission token: reviews are answered only at /<token>/mutate and /<token>/validate, and the token is written into the paths of MUTATING_WEBHOOK_CONFIGURATION and VALIDATING_WEBHOOK_CONFIGURATION and rotated with the serving certificate; empty answers /mutate and /validate to anyone who reaches the port (the chart sets it)"},
 	{"shutdown-drain", "SHUTDOWN_DRAIN", "5s", "on SIGTERM: /readyz fails at once, admissions are still served this long (until the endpoint removal has spread), then in-flight ones finish; 0 stops at once"},
@@ -60,6 +60,7 @@ var serveSettings = []setting{
 	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
 	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
+	{"max-evictions-per-minute", "MAX_EVICTIONS_PER_MINUTE", "30", "across the cluster, how many pods the convergence loop may evict in a minute (a burst of that many, then a steady rate), on top of each workload's budget"},
 	{"profiling", "PROFILING", "off", "on: serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on the metrics port (METRICS_ADDRESS), for diagnosing memory or CPU use; off in normal operation"},
 	{"owner-deployment", "OWNER_DEPLOYMENT", "", "Deployment in the webhook's namespace that owns the Leases this process creates (seat and unavailability records, the leader Lease), so they are deleted with it; empty: no owner (the chart sets its own Deployment)"},
 	{"cost-metrics", "COST_METRICS", "off", "on: export each workload term's realized cost (pods by capacity type, USD per hour, the saving against all on-demand), refreshed by the elected replica (every replica with CONVERGE=off); prices from AWS (needs pricing:GetProducts and ec2:DescribeSpotPriceHistory, which the chart does not grant) or COST_PRICES_FILE"},
@@ -113,6 +114,7 @@ type serveConfig struct {
 	FallbackAfter     time.Duration
 	FallbackCooldown  time.Duration
 	MaxUnavailable    intstr.IntOrString
+	MaxEvictions      int
 	AdmissionDeadline time.Duration
 	Profiling         bool
 	// OwnerDeployment owns the Leases serve creates (empty: none).
@@ -277,6 +279,9 @@ func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 	}
 	c.MaxUnavailable = intstr.Parse(strings.TrimSpace(v.GetString("converge-max-unavailable")))
 	if _, err := converge.Budget(c.MaxUnavailable, 10); err != nil {
+		return err
+	}
+	if c.MaxEvictions, err = positiveInt(v, "max-evictions-per-minute", "MAX_EVICTIONS_PER_MINUTE"); err != nil {
 		return err
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
@@ -161,7 +162,7 @@ spec:
 func TestPlanWarnsNotEnabled(t *testing.T) {
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "cksw"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: report.PodWebhookName, NamespaceSelector: &metav1.LabelSelector{
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: clusterview.PodWebhookName, NamespaceSelector: &metav1.LabelSelector{
 			MatchLabels: map[string]string{strategy.LabelNamespaceEnabled: "true"}}}},
 	}
 	off := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "off"}}

@@ -17,7 +17,7 @@ import (
 // Deployments, Argo Rollouts (when watched), StatefulSets and bare ReplicaSets, each
 // marked Own when it decides its strategy itself (an annotation on it or its pod
 // template, or the opt-out).
-func governable(caches *clusterview.Caches, skip func(namespace string) bool) func() []policy.Governable {
+func governable(caches *clusterview.Caches, skip func(namespace string) bool, scope *clusterview.Scope) func() []policy.Governable {
 	return func() []policy.Governable {
 		var out []policy.Governable
 		// revision returns the revision whose pods are counted, or why there is none.
@@ -27,6 +27,9 @@ func governable(caches *clusterview.Caches, skip func(namespace string) bool) fu
 			}
 			src := strategy.Find(strategy.AnnotatedObject{Annotations: template}, strategy.AnnotatedObject{Annotations: meta.Annotations})
 			g := policy.Governable{Workload: policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}, Name: meta.Name, Own: src.Present || src.Disabled}
+			if !scope.CoversNamespace(meta.Namespace) {
+				g.OutOfScope = scope.WhyNot(meta.Namespace, kind+" "+meta.Namespace+"/"+meta.Name)
+			}
 			if !g.Own {
 				g.Exact = func(s *strategy.Strategy) (bool, string) {
 					uid, replicas, why := revision()

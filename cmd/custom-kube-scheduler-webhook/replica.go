@@ -50,6 +50,7 @@ type replica struct {
 	certs        *certwatcher.CertWatcher
 	door         *admissiontoken.Keeper // nil without ADMISSION_TOKEN_SECRET
 	caches       *clusterview.Caches
+	scope        *clusterview.Scope
 	policies     *policy.Cache
 	catalog      *karpenter.Catalog
 	groups       *nodegroups.Cache // nil without EKS_CLUSTER_NAME
@@ -228,8 +229,14 @@ func (r *replica) startCaches(ctx context.Context) error {
 		return err
 	}
 	r.caches.Resolver.Policies = r.policies
+	// The scope every reader after admission follows: the pod entries of this webhook's
+	// MutatingWebhookConfiguration as they are live, over the namespaces' labels.
+	if r.scope, err = clusterview.NewScope(r.client, r.cfg.MutatingConfig, r.policies.NamespaceLabels, 10*time.Minute); err != nil {
+		return err
+	}
 	r.caches.Start(ctx)
 	r.policies.Start(ctx)
+	r.scope.Start(ctx)
 	return nil
 }
 
@@ -301,8 +308,8 @@ func (r *replica) waitForSync(ctx context.Context) {
 		r.log.WithError(err).Error("policy caches did not sync")
 		return
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), r.catalog.HasSynced, func() bool { return len(r.ledgerSynced()) == 0 }, r.records.HasSynced) {
-		r.log.Error("NodePool, node group, node, seat record and unavailability record views did not sync")
+	if !cache.WaitForCacheSync(ctx.Done(), r.scope.HasSynced, r.catalog.HasSynced, func() bool { return len(r.ledgerSynced()) == 0 }, r.records.HasSynced) {
+		r.log.Error("webhook configuration, NodePool, node group, node, seat record and unavailability record views did not sync")
 		return
 	}
 	close(r.synced)

@@ -171,7 +171,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.catalog, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log, refresher, signals); err != nil {
+	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.scope, r.catalog, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log, refresher, signals); err != nil {
 		return err
 	}
 	return r.run(ctx, stop, start)
@@ -378,7 +378,7 @@ func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced, and the cost refresher (nil: off) beside
 // it; with CONVERGE=off there is no election and every replica refreshes the costs.
-func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, catalog *karpenter.Catalog, policies *policy.Cache, records *unavailability.Records,
+func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, scope *clusterview.Scope, catalog *karpenter.Catalog, policies *policy.Cache, records *unavailability.Records,
 	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger, costs *report.CostRefresher,
 	signals *interruptionSignals,
 ) error {
@@ -414,7 +414,8 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	}
 	convergeCfg := converge.Config{
 		Client: loopClient, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
-		Namespaces:    clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
+		Namespaces: clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
+		Scope:      scope, MaxEvictionsPerMinute: cfg.MaxEvictions,
 		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
 		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
 		Signals:  converge.NewKarpenterSignals(loopClient, catalog, claims),
@@ -432,8 +433,12 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		// A new signal passes every revision again (the poller starts only with the loop).
 		signals.changed.Store(loop)
 	}
-	// A policy change is a strategy change for the workloads it governs.
+	// A policy change is a strategy change for the workloads it governs; a namespace's
+	// labels (policies.OnChange) and the webhook configuration (scope) change the scope.
 	if err := policies.OnChange(loop.PoliciesChanged); err != nil {
+		return err
+	}
+	if err := scope.OnChange(func() { loop.PoliciesChanged("") }); err != nil {
 		return err
 	}
 	go claims.Run(ctx)
@@ -445,7 +450,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		}
 		// The elected replica also writes the policies' status, at most every 30s.
 		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry,
-			Workloads: governable(caches, clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip)}
+			Workloads: governable(caches, clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip, scope)}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
