@@ -55,28 +55,52 @@ type Config struct {
 	MetricsNamespace string
 }
 
+// MaxImagesPerPod bounds the distinct images looked up for one pod: a pod naming more
+// is answered ErrTooManyImages without any lookup (real pods name a handful).
+const MaxImagesPerPod = 32
+
+// ErrTooManyImages is the answer for a request naming more than MaxImagesPerPod
+// distinct images: their architectures are not looked up.
+var ErrTooManyImages = fmt.Errorf("the pod names more than %d distinct images; their architectures are not looked up", MaxImagesPerPod)
+
 // Request is what a lookup needs: the images, and where their credentials are.
 type Request struct {
 	Namespace      string
 	ServiceAccount string
 	PullSecrets    []string
 	Images         []string
+	// MoreImages says the pod names more distinct images than MaxImagesPerPod; Images
+	// then holds only the first MaxImagesPerPod+1 of them.
+	MoreImages bool
 }
 
 // PodRequest is the Request of a pod: the images of its init containers and
-// containers (each once), its imagePullSecrets and ServiceAccount.
+// containers (each once, in order, at most MaxImagesPerPod+1), its imagePullSecrets
+// and ServiceAccount. Its work is linear in the spec.
 func PodRequest(namespace string, spec *corev1.PodSpec) Request {
 	r := Request{Namespace: namespace, ServiceAccount: spec.ServiceAccountName}
 	for _, s := range spec.ImagePullSecrets {
 		r.PullSecrets = append(r.PullSecrets, s.Name)
 	}
+	seen := make(map[string]struct{}, min(len(spec.InitContainers)+len(spec.Containers), MaxImagesPerPod+1))
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for _, c := range cs {
-			if c.Image != "" && !slices.Contains(r.Images, c.Image) {
-				r.Images = append(r.Images, c.Image)
+			if c.Image == "" {
+				continue
 			}
+			if _, dup := seen[c.Image]; dup {
+				continue
+			}
+			if len(r.Images) > MaxImagesPerPod {
+				// One more than the cap is enough to say so; the rest is not read.
+				r.MoreImages = true
+				return r
+			}
+			seen[c.Image] = struct{}{}
+			r.Images = append(r.Images, c.Image)
 		}
 	}
+	r.MoreImages = len(r.Images) > MaxImagesPerPod
 	return r
 }
 
@@ -130,6 +154,10 @@ func New(cfg Config) *Resolver {
 // error; the lookups it started go on and fill the cache. A request without images
 // answers nil.
 func (r *Resolver) Architectures(ctx context.Context, req Request) ([]string, error) {
+	if req.MoreImages || len(req.Images) > MaxImagesPerPod {
+		r.metrics.lookups.WithLabelValues(resultTooMany).Inc()
+		return nil, ErrTooManyImages
+	}
 	var common []string
 	for i, image := range req.Images {
 		arches, err := r.image(ctx, req, image)
