@@ -77,6 +77,10 @@ type Config struct {
 	MetricsNamespace string
 }
 
+// smallPod is the container count up to which PodRequest de-duplicates by search
+// (at most smallPod² comparisons) rather than with a map.
+const smallPod = 16
+
 // MaxImagesPerPod bounds the distinct images looked up for one pod: a pod naming more
 // is answered ErrTooManyImages without any lookup (real pods name a handful).
 const MaxImagesPerPod = 32
@@ -104,13 +108,22 @@ func PodRequest(namespace string, spec *corev1.PodSpec) Request {
 	for _, s := range spec.ImagePullSecrets {
 		r.PullSecrets = append(r.PullSecrets, s.Name)
 	}
-	seen := make(map[string]struct{}, min(len(spec.InitContainers)+len(spec.Containers), MaxImagesPerPod+1))
+	// A map only for big pods: the usual handful is searched in place, allocation-free
+	// on the admission path.
+	var seen map[string]struct{}
+	if len(spec.InitContainers)+len(spec.Containers) > smallPod {
+		seen = make(map[string]struct{}, MaxImagesPerPod+1)
+	}
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for _, c := range cs {
 			if c.Image == "" {
 				continue
 			}
-			if _, dup := seen[c.Image]; dup {
+			if seen != nil {
+				if _, dup := seen[c.Image]; dup {
+					continue
+				}
+			} else if slices.Contains(r.Images, c.Image) {
 				continue
 			}
 			if len(r.Images) > MaxImagesPerPod {
@@ -118,7 +131,9 @@ func PodRequest(namespace string, spec *corev1.PodSpec) Request {
 				r.MoreImages = true
 				return r
 			}
-			seen[c.Image] = struct{}{}
+			if seen != nil {
+				seen[c.Image] = struct{}{}
+			}
 			r.Images = append(r.Images, c.Image)
 		}
 	}
