@@ -321,12 +321,22 @@ func TestOneHangingRegistryLeavesOtherTenantsTheirAnswers(t *testing.T) {
 		t.Errorf("the tarpit holds %d lookups, want at most %d", n, perRegistrySlots)
 	}
 
-	// Past the registry's queue a lookup is refused at once, and not remembered.
+	// Past the registry's queue a lookup is refused at once, and not remembered. (Each
+	// try names a tag of its own: one the queue still took joins it.)
+	busy, tries := "", 0
 	waitUntil(t, "the tarpit's queue full", func() bool {
-		_, err := r.Architectures(context.Background(), Request{Namespace: "evil", Images: []string{h.host + "/tarpit:busy"}})
-		return errors.Is(err, errBusy)
+		tries++
+		img := fmt.Sprintf("%s/tarpit:busy-%d", h.host, tries)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := r.Architectures(ctx, Request{Namespace: "evil", Images: []string{img}})
+		if errors.Is(err, errBusy) {
+			busy = img
+			return true
+		}
+		return false
 	})
-	if _, ok := r.failures.get(h.host+"/tarpit:busy\x00"+(Request{Namespace: "evil"}).credentialsKey(), time.Now()); ok {
+	if _, ok := r.failures.get(busy+"\x00"+(Request{Namespace: "evil"}).credentialsKey(), time.Now()); ok {
 		t.Fatal("a lookup refused for want of a slot was remembered as the registry's failure")
 	}
 }
