@@ -189,7 +189,7 @@ func TestManyDistinctTagsKeepTheCachesBounded(t *testing.T) {
 	}
 	const tags = maxFailures + 64
 	for i := range tags {
-		if _, err := lookup(t, r, fmt.Sprintf("%s/huge404:%d", h.host, i)); err == nil {
+		if _, err := lookup(t, r, fmt.Sprintf("%s/missing:%d", h.host, i)); err == nil {
 			t.Fatal("a 404 answered")
 		}
 	}
