@@ -17,7 +17,7 @@ func BenchmarkCacheMemoryPerEntry(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		c := newCache(n)
+		c := newCache(n, 1<<30)
 		expires := time.Now().Add(time.Hour)
 		for i := range n {
 			key := fmt.Sprintf("123456789012.dkr.ecr.eu-west-1.amazonaws.com/team-%03d/service-%04d:v1.%d.0", i%100, i, i%50)

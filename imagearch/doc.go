@@ -12,6 +12,14 @@
 // otherwise. A caller bounds its wait with its context; a lookup it stops waiting for
 // goes on in the background and fills the cache for the next pod.
 //
+// A pod's creator chooses the registry, so what a registry can cost is bounded: every
+// request of a lookup passes one guard transport (remote.WithTransport) that bounds
+// bodies, redirects and time, and dials only addresses the registry may use (not
+// loopback, link-local or the refused networks, unless listed); errors are
+// RegistryErrors that carry the registry and the HTTP status, never what it sent;
+// failures are cached apart from answers, bounded in bytes; lookup slots are shared
+// fairly per registry and per namespace; a pod's images are capped (MaxImagesPerPod).
+//
 // It imports no package of this module (client-go, k8s.io/api, go-containerregistry,
 // the AWS SDK and the Prometheus client only); the webhook, the validating webhook and
 // `plan --cluster` use it.

@@ -10,6 +10,8 @@ const (
 	resultFailed        = "failed"         // the registry lookup failed
 	resultGaveUp        = "timeout"        // the caller stopped waiting; the lookup goes on
 	resultInvalid       = "invalid"        // not an image reference
+	resultTooMany       = "too_many"       // the pod names more than MaxImagesPerPod images
+	resultBusy          = "busy"           // no lookup slot in time; not remembered, tried again
 )
 
 // metrics are the lookup's Prometheus metrics.
@@ -23,7 +25,7 @@ func newMetrics(namespace string, entries func() int) *metrics {
 	m := &metrics{
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "image_lookups_total",
-			Help: "Image architecture lookups, by result: cached, cached_failure, fetched, failed (registry error), timeout (the admission stopped waiting; the lookup goes on), invalid (not an image reference).",
+			Help: "Image architecture lookups, by result: cached, cached_failure, fetched, failed (registry error), timeout (the admission stopped waiting; the lookup goes on), invalid (not an image reference), too_many (a pod naming more than 32 distinct images, not looked up), busy (no lookup slot free in time: the registry or namespace has too many lookups in flight; not remembered).",
 		}, []string{"result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "image_lookup_duration_seconds",
@@ -35,7 +37,7 @@ func newMetrics(namespace string, entries func() int) *metrics {
 			Help: "Answers held by the image architecture cache (failures included).",
 		}, func() float64 { return float64(entries()) }),
 	}
-	for _, r := range []string{resultCached, resultCachedFailure, resultFetched, resultFailed, resultGaveUp, resultInvalid} {
+	for _, r := range []string{resultCached, resultCachedFailure, resultFetched, resultFailed, resultGaveUp, resultInvalid, resultTooMany, resultBusy} {
 		m.lookups.WithLabelValues(r)
 	}
 	return m

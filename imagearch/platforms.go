@@ -63,11 +63,11 @@ func ArchitectureOfConfig(raw []byte) ([]string, error) {
 		return nil, fmt.Errorf("decode image config: %w", err)
 	}
 	if !linux(c.OS) {
-		return nil, fmt.Errorf("image config is for OS %q, not linux", c.OS)
+		return nil, fmt.Errorf("image config is for OS %q, not linux", short(c.OS))
 	}
 	arch, ok := architecture(c.Architecture)
 	if !ok {
-		return nil, fmt.Errorf("image config has no usable architecture (%q)", c.Architecture)
+		return nil, fmt.Errorf("image config has no usable architecture (%q)", short(c.Architecture))
 	}
 	return []string{arch}, nil
 }

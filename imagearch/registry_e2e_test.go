@@ -192,10 +192,10 @@ func TestE2EECRTokenFromTheLocalECREndpoint(t *testing.T) {
 	// Without the endpoint's token the registry refuses: an ECR API on a loopback port
 	// nothing listens on (the test never leaves loopback).
 	closed := fmt.Sprintf("http://127.0.0.1:%d", testregistry.FreePort(t))
-	if _, err := New(Config{Transport: transport, ECREndpoint: closed}).Architectures(ctx, Request{Images: []string{image}}); err == nil || !strings.Contains(err.Error(), "GetAuthorizationToken") {
+	if _, err := New(Config{Transport: transport, Internal: []string{ecrRegistry}, ECREndpoint: closed}).Architectures(ctx, Request{Images: []string{image}}); err == nil || !strings.Contains(err.Error(), "GetAuthorizationToken") {
 		t.Fatalf("without an ECR API: %v, want GetAuthorizationToken's failure", err)
 	}
-	r := New(Config{Transport: transport, ECREndpoint: endpoint})
+	r := New(Config{Transport: transport, Internal: []string{ecrRegistry}, ECREndpoint: endpoint})
 	got, err := r.Architectures(ctx, Request{Images: []string{image}})
 	if err != nil || !slices.Equal(got, []string{"arm64"}) {
 		t.Fatalf("through the ECR token: %v, %v", got, err)

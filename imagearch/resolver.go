@@ -2,8 +2,12 @@ package imagearch
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -24,8 +28,17 @@ const (
 	DefaultMaxEntries  = 4096
 	// DefaultFetchTimeout bounds one registry lookup, however long its callers wait.
 	DefaultFetchTimeout = 10 * time.Second
-	// maxConcurrentFetches bounds the registry lookups in flight at once.
-	maxConcurrentFetches = 16
+	// bytesPerEntry bounds the answer cache in bytes with its entries: MaxEntries
+	// references of at most maxReferenceBytes each.
+	bytesPerEntry = 2 << 10
+	// maxFailures and maxFailureBytes bound the failure cache, kept apart from the
+	// answers so that failing lookups (many distinct tags of a hostile registry) never
+	// push other images' answers out.
+	maxFailures     = 1024
+	maxFailureBytes = 512 << 10
+	// maxReferenceBytes bounds an image reference looked up (Docker's own limits sum to
+	// less: a 255-byte repository, a 128-byte tag, a host name).
+	maxReferenceBytes = 1024
 )
 
 // Config configures a Resolver.
@@ -42,10 +55,19 @@ type Config struct {
 	// FetchTimeout bounds one lookup in the background.
 	FetchTimeout time.Duration
 	// Insecure lists registries (host[:port]) reached over plain HTTP. Every other
-	// registry is reached over HTTPS only.
+	// registry is reached over HTTPS only. A listed registry may be on any address.
 	Insecure []string
-	// Transport is the HTTP transport to registries (default http.DefaultTransport).
-	Transport http.RoundTripper
+	// Internal lists registries (host[:port]) reached over HTTPS though they resolve to
+	// loopback, link-local or RefusedNetworks addresses; every other registry that does
+	// is refused.
+	Internal []string
+	// RefusedNetworks are the networks no registry outside Internal and Insecure may
+	// resolve to: the cluster's service and pod ranges. Loopback, link-local,
+	// unspecified and multicast addresses are always refused.
+	RefusedNetworks []netip.Prefix
+	// Transport is the HTTP transport to registries (default http.DefaultTransport's
+	// settings). It is cloned, and its dialer and time-outs replaced.
+	Transport *http.Transport
 	// ECREndpoint overrides the ECR API endpoint (tests); empty: the SDK's own, which
 	// honours AWS_ENDPOINT_URL_ECR.
 	ECREndpoint string
@@ -55,28 +77,67 @@ type Config struct {
 	MetricsNamespace string
 }
 
+// smallPod is the container count up to which PodRequest de-duplicates by search
+// (at most smallPod² comparisons) rather than with a map.
+const smallPod = 16
+
+// MaxImagesPerPod bounds the distinct images looked up for one pod: a pod naming more
+// is answered ErrTooManyImages without any lookup (real pods name a handful).
+const MaxImagesPerPod = 32
+
+// ErrTooManyImages is the answer for a request naming more than MaxImagesPerPod
+// distinct images: their architectures are not looked up.
+var ErrTooManyImages = fmt.Errorf("the pod names more than %d distinct images; their architectures are not looked up", MaxImagesPerPod)
+
 // Request is what a lookup needs: the images, and where their credentials are.
 type Request struct {
 	Namespace      string
 	ServiceAccount string
 	PullSecrets    []string
 	Images         []string
+	// MoreImages says the pod names more distinct images than MaxImagesPerPod; Images
+	// then holds only the first MaxImagesPerPod+1 of them.
+	MoreImages bool
 }
 
 // PodRequest is the Request of a pod: the images of its init containers and
-// containers (each once), its imagePullSecrets and ServiceAccount.
+// containers (each once, in order, at most MaxImagesPerPod+1), its imagePullSecrets
+// and ServiceAccount. Its work is linear in the spec.
 func PodRequest(namespace string, spec *corev1.PodSpec) Request {
 	r := Request{Namespace: namespace, ServiceAccount: spec.ServiceAccountName}
 	for _, s := range spec.ImagePullSecrets {
 		r.PullSecrets = append(r.PullSecrets, s.Name)
 	}
+	// A map only for big pods: the usual handful is searched in place, allocation-free
+	// on the admission path.
+	var seen map[string]struct{}
+	if len(spec.InitContainers)+len(spec.Containers) > smallPod {
+		seen = make(map[string]struct{}, MaxImagesPerPod+1)
+	}
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for _, c := range cs {
-			if c.Image != "" && !slices.Contains(r.Images, c.Image) {
-				r.Images = append(r.Images, c.Image)
+			if c.Image == "" {
+				continue
 			}
+			if seen != nil {
+				if _, dup := seen[c.Image]; dup {
+					continue
+				}
+			} else if slices.Contains(r.Images, c.Image) {
+				continue
+			}
+			if len(r.Images) > MaxImagesPerPod {
+				// One more than the cap is enough to say so; the rest is not read.
+				r.MoreImages = true
+				return r
+			}
+			if seen != nil {
+				seen[c.Image] = struct{}{}
+			}
+			r.Images = append(r.Images, c.Image)
 		}
 	}
+	r.MoreImages = len(r.Images) > MaxImagesPerPod
 	return r
 }
 
@@ -87,8 +148,9 @@ type Resolver struct {
 	insecure map[string]bool
 	remote   http.RoundTripper
 	cache    *cache
+	failures *cache
 	flights  singleflight.Group
-	slots    chan struct{}
+	slots    *slots
 	ecr      *ecrTokens
 	metrics  *metrics
 }
@@ -107,21 +169,29 @@ func New(cfg Config) *Resolver {
 	if cfg.FetchTimeout <= 0 {
 		cfg.FetchTimeout = DefaultFetchTimeout
 	}
-	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Resolver{cfg: cfg, insecure: map[string]bool{}, cache: newCache(cfg.MaxEntries),
-		slots: make(chan struct{}, maxConcurrentFetches), ecr: newECRTokens(cfg.ECREndpoint, cfg.Now)}
+	r := &Resolver{cfg: cfg, insecure: map[string]bool{},
+		cache: newCache(cfg.MaxEntries, cfg.MaxEntries*bytesPerEntry), failures: newCache(maxFailures, maxFailureBytes),
+		slots: newSlots(), ecr: newECRTokens(cfg.ECREndpoint, cfg.Now)}
 	r.metrics = newMetrics(cfg.MetricsNamespace, r.CacheEntries)
+	dest := &destinations{listed: map[string]bool{}, refused: cfg.RefusedNetworks}
 	for _, h := range cfg.Insecure {
 		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
 			r.insecure[h] = true
+			dest.listed[h] = true
 		}
 	}
-	r.remote = &httpsOnly{next: cfg.Transport, insecure: r.insecure}
+	for _, h := range cfg.Internal {
+		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
+			dest.listed[h] = true
+		}
+	}
+	// The one transport of every registry request, redirects and token fetches
+	// included: go-containerregistry wraps it (retries, user agent) and builds its
+	// http.Clients on it.
+	r.remote = &guard{next: newBaseTransport(cfg.Transport, dest), insecure: r.insecure}
 	return r
 }
 
@@ -130,6 +200,10 @@ func New(cfg Config) *Resolver {
 // error; the lookups it started go on and fill the cache. A request without images
 // answers nil.
 func (r *Resolver) Architectures(ctx context.Context, req Request) ([]string, error) {
+	if req.MoreImages || len(req.Images) > MaxImagesPerPod {
+		r.metrics.lookups.WithLabelValues(resultTooMany).Inc()
+		return nil, ErrTooManyImages
+	}
 	var common []string
 	for i, image := range req.Images {
 		arches, err := r.image(ctx, req, image)
@@ -155,6 +229,10 @@ func (r *Resolver) image(ctx context.Context, req Request, image string) ([]stri
 		r.metrics.lookups.WithLabelValues(resultCached).Inc()
 		return slices.Clone(e.arches), nil
 	}
+	if len(image) > maxReferenceBytes {
+		r.metrics.lookups.WithLabelValues(resultInvalid).Inc()
+		return nil, fmt.Errorf("invalid image reference: longer than %d bytes", maxReferenceBytes)
+	}
 	ref, err := r.parse(image)
 	if err != nil {
 		r.metrics.lookups.WithLabelValues(resultInvalid).Inc()
@@ -163,7 +241,7 @@ func (r *Resolver) image(ctx context.Context, req Request, image string) ([]stri
 	// Failures are remembered per credentials: a pod without the pull secret another
 	// one has must not answer for it.
 	failKey := key + "\x00" + req.credentialsKey()
-	if e, ok := r.cache.get(failKey, now); ok {
+	if e, ok := r.failures.get(failKey, now); ok {
 		r.metrics.lookups.WithLabelValues(resultCachedFailure).Inc()
 		return nil, e.err
 	}
@@ -182,9 +260,15 @@ func (r *Resolver) image(ctx context.Context, req Request, image string) ([]stri
 	}
 }
 
-// credentialsKey identifies where the request's credentials come from.
+// credentialsKey identifies where the request's credentials come from, in a fixed
+// size (a pod may name many pull secrets).
 func (req Request) credentialsKey() string {
-	return req.Namespace + "/" + req.ServiceAccount + "/" + strings.Join(req.PullSecrets, ",")
+	h := sha256.New()
+	for _, s := range append([]string{req.Namespace, req.ServiceAccount}, req.PullSecrets...) {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // parse reads an image reference; a registry listed as insecure is reached over HTTP.
@@ -206,10 +290,15 @@ func (r *Resolver) fetch(ref name.Reference, req Request, key, failKey string) (
 	defer cancel()
 	start := r.cfg.Now()
 	arches, err := r.read(ctx, ref, req)
+	if errors.Is(err, errBusy) {
+		// Not the registry's failure: the next pod tries again.
+		r.metrics.lookups.WithLabelValues(resultBusy).Inc()
+		return nil, err
+	}
 	r.metrics.duration.Observe(r.cfg.Now().Sub(start).Seconds())
 	if err != nil {
 		r.metrics.lookups.WithLabelValues(resultFailed).Inc()
-		r.cache.put(entry{key: failKey, err: err, expires: r.cfg.Now().Add(r.cfg.NegativeTTL)})
+		r.failures.put(entry{key: failKey, err: err, expires: r.cfg.Now().Add(r.cfg.NegativeTTL)})
 		return nil, err
 	}
 	r.metrics.lookups.WithLabelValues(resultFetched).Inc()
@@ -223,13 +312,15 @@ func (r *Resolver) fetch(ref name.Reference, req Request, key, failKey string) (
 
 // read gets the reference's manifest and the architectures it names: an index's
 // linux platforms, or a single image's config.
+// Every error it returns is a RegistryError (or wraps errBusy, or an authentication
+// error of our own): nothing the registry sent.
 func (r *Resolver) read(ctx context.Context, ref name.Reference, req Request) ([]string, error) {
-	select {
-	case r.slots <- struct{}{}:
-		defer func() { <-r.slots }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for a free registry connection: %w", ctx.Err())
+	registry := ref.Context().RegistryStr()
+	release, err := r.slots.acquire(ctx, strings.ToLower(registry), req.Namespace)
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	auth, err := r.authenticator(ctx, ref, req)
 	if err != nil {
 		return nil, err
@@ -238,23 +329,30 @@ func (r *Resolver) read(ctx context.Context, ref name.Reference, req Request) ([
 		remote.WithUserAgent("custom-kube-scheduler-webhook")}
 	desc, err := remote.Get(ref, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("read the manifest: %w", err)
+		return nil, registryError(registry, err)
 	}
+	var arches []string
 	switch {
 	case desc.MediaType.IsIndex():
-		return ArchitecturesOfIndex(desc.Manifest)
+		arches, err = ArchitecturesOfIndex(desc.Manifest)
 	case desc.MediaType.IsImage():
-		img, err := desc.Image()
-		if err != nil {
-			return nil, fmt.Errorf("read the image: %w", err)
+		img, ierr := desc.Image()
+		if ierr != nil {
+			return nil, registryError(registry, ierr)
 		}
-		raw, err := img.RawConfigFile()
-		if err != nil {
-			return nil, fmt.Errorf("read the image config: %w", err)
+		raw, cerr := img.RawConfigFile()
+		if cerr != nil {
+			return nil, registryError(registry, cerr)
 		}
-		return ArchitectureOfConfig(raw)
+		arches, err = ArchitectureOfConfig(raw)
+	default:
+		err = fmt.Errorf("manifest of media type %q names no platform", short(string(desc.MediaType)))
 	}
-	return nil, fmt.Errorf("manifest of media type %q names no platform", desc.MediaType)
+	if err != nil {
+		// Our own words about what was read, bounded (short).
+		return nil, &RegistryError{Registry: registry, Reason: err.Error()}
+	}
+	return arches, nil
 }
 
 // authenticator picks the credentials of ref's registry: the request's pull secrets
@@ -276,25 +374,8 @@ func (r *Resolver) authenticator(ctx context.Context, ref name.Reference, req Re
 	return authn.Anonymous, nil
 }
 
-// CacheEntries is how many answers the cache holds.
-func (r *Resolver) CacheEntries() int { return r.cache.len() }
-
-// httpsOnly refuses plain-HTTP requests to registries not listed as insecure:
-// go-containerregistry falls back to HTTP for loopback and private addresses.
-type httpsOnly struct {
-	next     http.RoundTripper
-	insecure map[string]bool
-}
-
-func (t *httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme == "http" && !t.insecure[strings.ToLower(req.URL.Host)] {
-		if req.Body != nil {
-			_ = req.Body.Close()
-		}
-		return nil, fmt.Errorf("plain HTTP to %s refused: the registry is not in IMAGE_INSECURE_REGISTRIES", req.URL.Host)
-	}
-	return t.next.RoundTrip(req)
-}
+// CacheEntries is how many answers the cache holds, failures included.
+func (r *Resolver) CacheEntries() int { return r.cache.len() + r.failures.len() }
 
 // Register registers the lookup metrics on reg.
 func (r *Resolver) Register(reg prometheus.Registerer) error {

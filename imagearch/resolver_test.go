@@ -178,7 +178,7 @@ func TestCacheKeepsDigestsForEverTagsForTheirTTLAndFailuresBriefly(t *testing.T)
 }
 
 func TestCacheIsBounded(t *testing.T) {
-	c := newCache(3)
+	c := newCache(3, 1<<20)
 	now := time.Now()
 	for _, k := range []string{"a", "b", "c"} {
 		c.put(entry{key: k, arches: []string{"amd64"}})
@@ -259,7 +259,8 @@ func TestPlainHTTPOnlyToInsecureRegistries(t *testing.T) {
 	reg := newTestRegistry(t)
 	img := reg.host + "/app:1"
 	testregistry.PushImage(t, img, testregistry.PlatformImage(t, "amd64"))
-	_, err := lookup(t, New(Config{}), img)
+	// Listed as internal (HTTPS allowed on loopback), not as insecure.
+	_, err := lookup(t, New(Config{Internal: []string{reg.host}}), img)
 	if err == nil || !strings.Contains(err.Error(), "IMAGE_INSECURE_REGISTRIES") {
 		t.Fatalf("a loopback registry not listed as insecure: %v, want plain HTTP refused", err)
 	}

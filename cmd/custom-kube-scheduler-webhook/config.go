@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
@@ -78,6 +81,8 @@ var serveSettings = []setting{
 	{"image-cache-size", "IMAGE_CACHE_SIZE", "4096", "image references whose architectures are remembered; the least recently used goes first"},
 	{"image-pull-secrets", "IMAGE_PULL_SECRETS", "off", "on: registries are read with the pod's and its ServiceAccount's imagePullSecrets (needs get on secrets and serviceaccounts in every namespace: the chart's imageArchitectures.pullSecrets); off: anonymous, or an ECR token from the webhook's own IAM role"},
 	{"image-insecure-registries", "IMAGE_INSECURE_REGISTRIES", "", "comma-separated registries (host:port) read over plain HTTP, e.g. a test registry on loopback; every other registry is read over HTTPS only"},
+	{"image-internal-registries", "IMAGE_INTERNAL_REGISTRIES", "", "comma-separated registries (host or host:port) read over HTTPS although they resolve to a loopback, link-local or IMAGE_REFUSED_NETWORKS address (a registry inside the cluster); any other registry, or redirect, leading there is refused (docs/security.md)"},
+	{"image-refused-networks", "IMAGE_REFUSED_NETWORKS", "", "comma-separated CIDRs no registry may resolve to unless listed in IMAGE_INTERNAL_REGISTRIES or IMAGE_INSECURE_REGISTRIES: set the cluster's service and pod ranges (loopback and link-local are always refused)"},
 }
 
 // serveConfig is the validated configuration of `serve`.
@@ -141,6 +146,10 @@ type imageSettings struct {
 	CacheSize   int
 	PullSecrets bool
 	Insecure    []string
+	// Internal lists registries allowed on internal addresses (IMAGE_INTERNAL_REGISTRIES).
+	Internal []string
+	// Refused are the networks registries may not resolve to (IMAGE_REFUSED_NETWORKS).
+	Refused []netip.Prefix
 }
 
 // loadServeConfig reads the settings through a fresh Viper instance (no global state).
@@ -340,6 +349,16 @@ func (c *serveConfig) parseImages(v *viper.Viper) error {
 		im.Insecure = append(im.Insecure, h)
 	}
 	slices.Sort(im.Insecure)
+	for h := range parseList(v.GetString("image-internal-registries")) {
+		if strings.Contains(h, "/") {
+			return fmt.Errorf("IMAGE_INTERNAL_REGISTRIES %q: want registries as host or host:port, without a scheme or path", h)
+		}
+		im.Internal = append(im.Internal, h)
+	}
+	slices.Sort(im.Internal)
+	if im.Refused, err = imagearch.ParseNetworks(slices.Sorted(maps.Keys(parseList(v.GetString("image-refused-networks"))))); err != nil {
+		return fmt.Errorf("IMAGE_REFUSED_NETWORKS: %w", err)
+	}
 	return nil
 }
 

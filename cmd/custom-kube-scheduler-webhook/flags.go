@@ -108,7 +108,7 @@ var settingGroups = []struct {
 	{"Admission", []string{"validation-mode", "admission-deadline", "max-inflight-admissions", "max-inflight-body-bytes",
 		"admission-queue-wait", "live-lookup-qps", "live-lookup-concurrency"}},
 	{"Image architectures", []string{"image-architectures", "image-lookup-budget", "image-tag-ttl", "image-cache-size",
-		"image-pull-secrets", "image-insecure-registries"}},
+		"image-pull-secrets", "image-insecure-registries", "image-internal-registries", "image-refused-networks"}},
 	{"Seat ledger", []string{"reservation-ttl", "peer-address"}},
 	{"Convergence and capacity fallback", []string{"converge", "fallback-after", "fallback-cooldown", "converge-max-unavailable"}},
 	{"Interruption signals", []string{"interruption-queue", "interruption-window", "interruption-risk-share", "interruption-risk-min-nodes", "interruption-move-signalled-nodes"}},

@@ -21,10 +21,13 @@ func TestServeConfigImages(t *testing.T) {
 	}
 	t.Setenv("IMAGE_INSECURE_REGISTRIES", " 127.0.0.1:5000, registry.lab:80 ,")
 	t.Setenv("IMAGE_PULL_SECRETS", "on")
+	t.Setenv("IMAGE_INTERNAL_REGISTRIES", "harbor.svc:443")
+	t.Setenv("IMAGE_REFUSED_NETWORKS", "10.100.0.0/16, 192.168.0.0/16")
 	if cfg, err = loadServeConfig(serveFlags(t, "--image-architectures=off", "--image-lookup-budget", "250ms")); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Images.Enabled || !cfg.Images.PullSecrets || cfg.Images.Budget != 250*time.Millisecond || !slices.Equal(cfg.Images.Insecure, []string{"127.0.0.1:5000", "registry.lab:80"}) {
+	if cfg.Images.Enabled || !cfg.Images.PullSecrets || cfg.Images.Budget != 250*time.Millisecond || !slices.Equal(cfg.Images.Insecure, []string{"127.0.0.1:5000", "registry.lab:80"}) ||
+		!slices.Equal(cfg.Images.Internal, []string{"harbor.svc:443"}) || len(cfg.Images.Refused) != 2 || cfg.Images.Refused[0].String() != "10.100.0.0/16" {
 		t.Fatalf("not read: %+v", cfg.Images)
 	}
 }
@@ -37,6 +40,8 @@ func TestServeConfigImageErrors(t *testing.T) {
 		"cache size":               {"IMAGE_CACHE_SIZE", "0", "IMAGE_CACHE_SIZE"},
 		"tag ttl":                  {"IMAGE_TAG_TTL", "-1m", "IMAGE_TAG_TTL"},
 		"a URL, not a registry":    {"IMAGE_INSECURE_REGISTRIES", "http://127.0.0.1:5000/v2", "without a scheme or path"},
+		"internal: a URL":          {"IMAGE_INTERNAL_REGISTRIES", "https://harbor/v2", "without a scheme or path"},
+		"refused: not a CIDR":      {"IMAGE_REFUSED_NETWORKS", "10.100.0.0", "IMAGE_REFUSED_NETWORKS"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(c.env, c.value)

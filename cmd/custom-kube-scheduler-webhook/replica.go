@@ -144,7 +144,8 @@ func newImageResolver(cfg *serveConfig, client kubernetes.Interface) *imagearch.
 	if !cfg.Images.Enabled {
 		return nil
 	}
-	c := imagearch.Config{TagTTL: cfg.Images.TagTTL, MaxEntries: cfg.Images.CacheSize, Insecure: cfg.Images.Insecure, MetricsNamespace: webhook.MetricsNamespace}
+	c := imagearch.Config{TagTTL: cfg.Images.TagTTL, MaxEntries: cfg.Images.CacheSize, Insecure: cfg.Images.Insecure,
+		Internal: cfg.Images.Internal, RefusedNetworks: cfg.Images.Refused, MetricsNamespace: webhook.MetricsNamespace}
 	if cfg.Images.PullSecrets {
 		c.Kube = client
 	}
