@@ -81,7 +81,8 @@ node groups) and say per term which of them serve it, the tolerations its pods g
 how many more pods of the template's requests their limits leave room for, whether
 the convergence loop marks the term unavailable, and the first replica count at which
 the term runs short. Exit status 0 when every term fits from --replicas to
---max-replicas, 3 when one does not, 2 for invalid input.
+--max-replicas, 3 when one does not or the namespace is not sent to the webhook (not
+enabled: nothing would place the pods), 2 for invalid input.
 
 With --cost, add what each term costs per hour and the saving against all on-demand.
 With --cluster the serving NodePools and node groups name the instance types and live

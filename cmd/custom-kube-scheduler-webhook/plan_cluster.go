@@ -149,8 +149,9 @@ func (o *planOptions) runCluster(cmd *cobra.Command, in plan.Input, w manifestWo
 		opts.Namespace = kc.namespace
 	}
 	// The namespace of the manifest's workload, or the one given with -n.
+	var notEnabled string
 	if ns := firstNonEmpty(opts.Namespace, o.kube.namespace); ns != "" {
-		if err := warnNotEnabled(ctx, cmd.ErrOrStderr(), kc, ns, opts); err != nil {
+		if notEnabled, err = warnNotEnabled(ctx, cmd.ErrOrStderr(), kc, ns, opts); err != nil {
 			return err
 		}
 	}
@@ -170,10 +171,13 @@ func (o *planOptions) runCluster(cmd *cobra.Command, in plan.Input, w manifestWo
 		return err
 	}
 	cannotRun := o.checkImages(ctx, cmd.ErrOrStderr(), kc, w, in)
-	if r.Fits && len(cannotRun) == 0 {
+	if r.Fits && len(cannotRun) == 0 && notEnabled == "" {
 		return nil
 	}
 	short := cannotRun
+	if notEnabled != "" {
+		short = append(short, notEnabled)
+	}
 	for _, t := range r.Terms {
 		if !t.Fits {
 			short = append(short, fmt.Sprintf("term %d (%s) runs short at %d replicas: %s", t.Term, labelString(t.Labels), t.ShortAt, t.Short))
@@ -203,12 +207,13 @@ func (o *planOptions) checkImages(ctx context.Context, stderr io.Writer, kc kube
 	return faults
 }
 
-// warnNotEnabled writes a warning when the API server does not send the planned
-// workload's namespace to the webhook: the plan would then describe nothing that happens.
-func warnNotEnabled(ctx context.Context, w io.Writer, kc kubeClients, ns string, opts plan.Options) error {
+// warnNotEnabled writes a warning, and returns it, when the API server does not send the
+// planned workload's namespace to the webhook: the plan would then describe nothing that
+// happens (runCluster exits 3).
+func warnNotEnabled(ctx context.Context, w io.Writer, kc kubeClients, ns string, opts plan.Options) (string, error) {
 	scope, err := report.ReadScope(ctx, kc.client)
 	if err != nil {
-		return err
+		return "", err
 	}
 	what := "this workload"
 	if opts.Name != "" {
@@ -216,10 +221,10 @@ func warnNotEnabled(ctx context.Context, w io.Writer, kc kubeClients, ns string,
 	}
 	msg, _, err := scope.NotEnabled(ctx, ns, what)
 	if err != nil || msg == "" {
-		return err
+		return "", err
 	}
 	_, err = fmt.Fprintln(w, "warning: "+msg)
-	return err
+	return msg, err
 }
 
 // readNodeGroups lists the EKS managed node groups once, bounded in time.

@@ -169,14 +169,15 @@ func TestPlanWarnsNotEnabled(t *testing.T) {
 	on := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "on", Labels: map[string]string{strategy.LabelNamespaceEnabled: "true"}}}
 	kc := kubeClients{client: fake.NewClientset(cfg, off, on)}
 	var b strings.Builder
-	if err := warnNotEnabled(context.Background(), &b, kc, "off", plan.Options{Kind: "Deployment", Name: "web"}); err != nil {
-		t.Fatal(err)
+	msg, err := warnNotEnabled(context.Background(), &b, kc, "off", plan.Options{Kind: "Deployment", Name: "web"})
+	if err != nil || msg == "" {
+		t.Fatalf("not enabled: want the message returned (runCluster exits 3 on it), got %q, %v", msg, err)
 	}
 	if !strings.Contains(b.String(), "warning: namespace off is not enabled") || !strings.Contains(b.String(), "Deployment off/web") {
 		t.Errorf("want a warning naming the namespace and the workload, got %q", b.String())
 	}
 	b.Reset()
-	if err := warnNotEnabled(context.Background(), &b, kc, "on", plan.Options{}); err != nil || b.Len() != 0 {
+	if msg, err := warnNotEnabled(context.Background(), &b, kc, "on", plan.Options{}); err != nil || b.Len() != 0 || msg != "" {
 		t.Errorf("enabled namespace: want no warning, got %q (%v)", b.String(), err)
 	}
 }
