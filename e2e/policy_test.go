@@ -201,13 +201,18 @@ func TestPolicyEditConverges(t *testing.T) {
 	}
 }
 
-// policyCondition polls a policy's status until its condition typ has status want,
-// and returns the condition's message.
+// policyCondition polls a policy's status (a PlacementPolicy in ns, or with ns "" a
+// ClusterPlacementPolicy) until its condition typ has status want, and returns the
+// condition's message.
 func policyCondition(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name, typ, want string) string {
 	t.Helper()
 	var msg, last string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		u, err := dyn.Resource(v1alpha1.PlacementPolicies).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		var ri dynamic.ResourceInterface = dyn.Resource(v1alpha1.ClusterPlacementPolicies)
+		if ns != "" {
+			ri = dyn.Resource(v1alpha1.PlacementPolicies).Namespace(ns)
+		}
+		u, err := ri.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -223,7 +228,7 @@ func policyCondition(ctx context.Context, t *testing.T, dyn dynamic.Interface, n
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("PlacementPolicy %s/%s: condition %s never %s; conditions %s", ns, name, typ, want, last)
+		t.Fatalf("policy %s/%s: condition %s never %s; conditions %s", ns, name, typ, want, last)
 	}
 	return msg
 }

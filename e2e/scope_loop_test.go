@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
@@ -83,7 +81,7 @@ func TestLoopActsOnlyInScope(t *testing.T) {
 	evictedBefore := loopEvictions(ctx, t, conv)
 
 	// The policy says, while the loop leaves them alone, that it governs nothing there.
-	msg := clusterPolicyCondition(ctx, t, dyn, "e2e-out-cluster", v1alpha1.ConditionInScope, "False")
+	msg := policyCondition(ctx, t, dyn, "", "e2e-out-cluster", v1alpha1.ConditionInScope, "False")
 	if !strings.Contains(msg, byPolicy) || !strings.Contains(msg, "not enabled") {
 		t.Errorf("InScope condition %q: want it to name namespace %s as not enabled", msg, byPolicy)
 	}
@@ -113,6 +111,11 @@ func TestLoopActsOnlyInScope(t *testing.T) {
 	if n := loopEvictions(ctx, t, conv) - evictedBefore; n != 0 {
 		t.Errorf("the loop evicted %v pods in %s; want 0 (only out-of-scope workloads were off their target)", n, watch)
 	}
+	for _, w := range out {
+		if n := len(auditEvictions(t, w.ns)); n != 0 {
+			t.Errorf("the API server's audit log holds %d evictions by the webhook in %s, a namespace that is not enabled", n, w.ns)
+		}
+	}
 	t.Logf("out of scope for %s: 0 pods replaced in 3 workloads, 0 evictions", watch)
 
 	// Enabled: the loop splits them exactly.
@@ -132,7 +135,7 @@ func TestLoopActsOnlyInScope(t *testing.T) {
 		}
 	}
 	t.Logf("enabled: the three workloads exact %.0fs after the label", time.Since(start).Seconds())
-	clusterPolicyCondition(ctx, t, dyn, "e2e-out-cluster", v1alpha1.ConditionInScope, "True")
+	policyCondition(ctx, t, dyn, "", "e2e-out-cluster", v1alpha1.ConditionInScope, "True")
 }
 
 // patchNamespace merge-patches the namespace's metadata with meta.
@@ -155,31 +158,4 @@ func loopEvictions(ctx context.Context, t *testing.T, p *harness.Serve) float64 
 		t.Fatalf("fetching metrics: %v", err)
 	}
 	return ms.Sum("custom_kube_scheduler_webhook_converge_evictions_total", harness.Labels{"result": "evicted"})
-}
-
-// clusterPolicyCondition polls a ClusterPlacementPolicy's status until its condition
-// typ has status want, and returns the condition's message.
-func clusterPolicyCondition(ctx context.Context, t *testing.T, dyn dynamic.Interface, name, typ, want string) string {
-	t.Helper()
-	var msg, last string
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		u, err := dyn.Resource(v1alpha1.ClusterPlacementPolicies).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		last = fmt.Sprint(conds)
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == typ && m["status"] == want {
-				msg, _ = m["message"].(string)
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("ClusterPlacementPolicy %s: condition %s never %s; conditions %s", name, typ, want, last)
-	}
-	return msg
 }

@@ -88,6 +88,9 @@ type soak struct {
 	latency string
 	warmRSS map[*harness.Serve]float64
 	endRSS  map[*harness.Serve]float64
+	// outside is a namespace that is not enabled, with an annotated Deployment: the API
+	// server never sends its pods, and no replica may ever evict one.
+	outside string
 }
 
 // TestSoak is `make soak DURATION=...` (and 2 minutes of `make test`): random
@@ -198,6 +201,8 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	s.outside = newNamespaceLabelled(ctx, t, "e2e-soak-outside", nil)
+	createDeployment(ctx, t, deployment(s.outside, "outside", capacityStrategy, 3, true))
 	s.createWorkloads(ctx)
 	s.quiescentPoint(ctx) // warm-up: the memory baseline is taken here
 	deadline := time.Now().Add(duration)
@@ -530,6 +535,9 @@ func (s *soak) quiescentPoint(ctx context.Context) {
 		s.violate(v.workload, v.expected, v.actual)
 	}
 	s.checkLeases(ctx)
+	if n := len(auditEvictions(s.t, s.outside)); n > 0 {
+		s.violate("namespace "+s.outside+" (not enabled)", "no pod evicted by the webhook", fmt.Sprintf("%d evictions in the API server's audit log", n))
+	}
 	for _, r := range s.replicas {
 		rss, err := s.rss(ctx, r)
 		if err != nil {
