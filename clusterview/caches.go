@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
@@ -237,6 +238,9 @@ type cachedPod struct {
 	placement       unique.Handle[podPlacement] // zero: no term annotations, no selector
 	nodeName        unique.Handle[string]
 	status          unique.Handle[podStatus] // zero: no phase, schedulable
+	// requests share one handle per value (a revision's pods request alike); it
+	// fills what was padding (the record stays 128 bytes).
+	requests unique.Handle[podRequests] // zero: none
 	// Unix seconds (the API's precision): creation, and the LastTransitionTime of a
 	// PodScheduled False condition.
 	created, unschedulableSince uint32
@@ -271,6 +275,14 @@ type podController struct {
 // annotations (cachedAnnotations) and its node selector in encodeSelector's form.
 type podPlacement struct {
 	term, fallbackFrom, nodeSelector string
+}
+
+// podRequests are a cached pod's CPU and memory requests as the scheduler and
+// Karpenter count them (component-helpers' PodRequests: containers, sidecars, init
+// containers, overhead, resized values): its share of a node, which serve's cost
+// metrics price.
+type podRequests struct {
+	cpuMilli, memoryBytes int64
 }
 
 // podStatus is a cached pod's phase and, when its PodScheduled condition is False,
@@ -429,7 +441,8 @@ var cachedAnnotations = []string{strategy.AnnotationSeat, strategy.AnnotationTer
 // trimPod keeps, in a cachedPod, what the ledger and the convergence loop read:
 // identity, controller, the cachedAnnotations, node name and selector (a few labels:
 // the term it is on), phase, deletion, and whether it is Ready and since when it is
-// unschedulable (the loop's readiness and stranded-pod checks). Everything else
+// unschedulable (the loop's readiness and stranded-pod checks); and its CPU and memory
+// requests (serve's cost metrics). Everything else
 // (labels, containers, env, volumes, managed fields, messages) is dropped. Anything but
 // a *corev1.Pod (an object trimmed already) is returned as is.
 func trimPod(obj any) (any, error) {
@@ -483,6 +496,10 @@ func trimPod(obj any) (any, error) {
 	}
 	if status != (podStatus{}) {
 		p.status = unique.Make(status)
+	}
+	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{UseStatusResources: true})
+	if r := (podRequests{cpuMilli: req.Cpu().MilliValue(), memoryBytes: req.Memory().Value()}); r != (podRequests{}) {
+		p.requests = unique.Make(r)
 	}
 	if odd != (oddPod{}) {
 		p.odd = &odd

@@ -2,6 +2,7 @@ package clusterview
 
 import (
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +29,9 @@ type PlacedPod struct {
 	// holds since UnschedulableSince (zero when the API server gave no time).
 	Unschedulable      string
 	UnschedulableSince time.Time
+	// CPUMilli and MemoryBytes are the pod's requests as the scheduler and Karpenter
+	// count them (0: none).
+	CPUMilli, MemoryBytes int64
 	// nodeSelector in encodeSelector's form: a string, immutable, so the value can
 	// be kept without copying a map.
 	nodeSelector string
@@ -105,6 +109,10 @@ func (p *cachedPod) placed() PlacedPod {
 		NodeName: value(p.nodeName), Phase: status.phase,
 		Terminating: p.deletion != nil, Ready: p.ready,
 		Unschedulable: status.unschedulable, nodeSelector: placement.nodeSelector,
+	}
+	if p.requests != (unique.Handle[podRequests]{}) {
+		r := p.requests.Value()
+		out.CPUMilli, out.MemoryBytes = r.cpuMilli, r.memoryBytes
 	}
 	if t := p.createdTime(); !t.IsZero() {
 		out.Created = t.Time

@@ -11,7 +11,8 @@
 //   - nodes.go is the node view the tracker reads (Nodes): the node of an instance by
 //     spec.providerID, and every node's labels. serve gives it from the capacity
 //     catalog's Node watch, so signals add no watch of their own.
-//   - tracker.go keeps the signals per node (duplicates, reordering and stale events
+//   - tracker.go keeps the signals per instance, not per node name (EKS node names
+//     come from private IPs, which EC2 reuses; duplicates, reordering and stale events
 //     tolerated) and answers Assess for a term; metrics.go holds its metrics.
 //   - poller.go long-polls the queue with aws-sdk-go-v2's SQS client and deletes what
 //     it handled; a missing queue or a denied access is logged and counted, and

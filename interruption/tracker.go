@@ -53,7 +53,9 @@ type Tracker struct {
 	// seen holds the keys of the events recorded, with their time, until they leave
 	// the window: a duplicate is known as long as it could matter.
 	seen map[string]time.Time
-	// signals are the recorded signals by node name.
+	// signals are the recorded signals by instance id, never by node name: EKS names
+	// nodes after private IPs, which EC2 gives to a new instance once the old one is
+	// gone, and the new node must not inherit the old instance's signal.
 	signals map[string]NodeSignals
 	// terms are the terms asked about (Assess), by label string: the metrics' terms.
 	terms      map[string]*termState
@@ -136,14 +138,14 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 		return t.count(ResultUnknownInstance)
 	}
 	t.seen[sig.Key()] = at
-	ns, had := t.signals[node.Name]
-	if !had || ns.Instance != node.Instance {
+	ns, had := t.signals[node.Instance]
+	if !had {
 		ns = NodeSignals{Instance: node.Instance, At: map[Kind]time.Time{}}
 	}
 	if at.After(ns.At[sig.Kind]) { // a reordered, older event keeps the later time
 		ns.At[sig.Kind] = at
 	}
-	t.signals[node.Name] = ns
+	t.signals[node.Instance] = ns
 	t.generation++
 	for key, ts := range t.terms {
 		if ts.term.SelectedBy(node.Labels) {
@@ -186,12 +188,19 @@ func (t *Tracker) assessLocked(key string, ts *termState, now time.Time) Verdict
 		return ts.verdict
 	}
 	var names []string
+	// The signals of the instances the term's nodes are now, by node name: a node
+	// replaced under the same name is another instance and has none of the old one's.
+	byName := map[string]NodeSignals{}
 	t.cfg.Nodes.Each(func(n Node) {
-		if ts.term.SelectedBy(n.Labels) {
-			names = append(names, n.Name)
+		if !ts.term.SelectedBy(n.Labels) {
+			return
+		}
+		names = append(names, n.Name)
+		if ns, ok := t.signals[n.Instance]; ok && n.Instance != "" {
+			byName[n.Name] = ns
 		}
 	})
-	v := t.cfg.Rule.Assess(names, t.signals, now)
+	v := t.cfg.Rule.Assess(names, byName, now)
 	ts.verdict, ts.at, ts.gen = v, now, t.generation
 	t.cfg.Metrics.nodesAtRisk.WithLabelValues(key).Set(float64(len(v.Signalled)))
 	at := 0.0
@@ -213,7 +222,7 @@ func (t *Tracker) Refresh(now time.Time) {
 			delete(t.seen, key)
 		}
 	}
-	for name, ns := range t.signals {
+	for instance, ns := range t.signals {
 		for k, at := range ns.At {
 			if !within(at, now, window) && !at.After(now) {
 				delete(ns.At, k)
@@ -221,7 +230,7 @@ func (t *Tracker) Refresh(now time.Time) {
 			}
 		}
 		if len(ns.At) == 0 {
-			delete(t.signals, name)
+			delete(t.signals, instance)
 		}
 	}
 	for key, ts := range t.terms {

@@ -216,7 +216,7 @@ func compilePolicy(obj any) (any, error) {
 	}
 	c, err := Decode(u)
 	if err != nil {
-		c = &Compiled{Namespace: u.GetNamespace(), Name: u.GetName(), SelectorErr: err,
+		c = &Compiled{Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID(), SelectorErr: err,
 			Link: strategy.AnnotatedObject{Name: u.GetKind() + " " + u.GetName(), Origin: strategy.Origin(u.GetKind())}}
 	}
 	return &cachedPolicy{meta: identity(u), compiled: c}, nil

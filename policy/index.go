@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -31,7 +32,10 @@ type Compiled struct {
 	Link strategy.AnnotatedObject
 	// Namespace is "" for a ClusterPlacementPolicy.
 	Namespace, Name string
-	Priority        int32
+	// UID tells a policy from one deleted before it under the same name (its status
+	// writer remembers what it wrote per object, not per name).
+	UID      types.UID
+	Priority int32
 	// Generation is the policy's metadata.generation (for its status).
 	Generation int64
 	kinds      kindSet
@@ -77,7 +81,7 @@ func (c *Compiled) matches(w Workload, nsLabels map[string]string) bool {
 
 // compile builds a Compiled from a policy's metadata and spec.
 func compile(kind string, meta metav1.ObjectMeta, spec v1alpha1.PlacementPolicySpec, nsSelector *metav1.LabelSelector) *Compiled {
-	c := &Compiled{Namespace: meta.Namespace, Name: meta.Name, Priority: spec.Priority, Generation: meta.Generation}
+	c := &Compiled{Namespace: meta.Namespace, Name: meta.Name, UID: meta.UID, Priority: spec.Priority, Generation: meta.Generation}
 	name := kind + " " + meta.Name
 	if meta.Namespace != "" {
 		name = kind + " " + meta.Namespace + "/" + meta.Name

@@ -165,7 +165,13 @@ type StatusWriter struct {
 	Log   logrus.FieldLogger
 }
 
-type policyKey struct{ namespace, name string }
+// policyKey is one policy object. The UID tells a policy from one deleted before it
+// under the same name: the new object has no status yet, even when the status computed
+// for it equals the one written for the old.
+type policyKey struct {
+	namespace, name string
+	uid             types.UID
+}
 
 // Run writes statuses until ctx ends.
 func (w *StatusWriter) Run(ctx context.Context) {
@@ -202,7 +208,7 @@ func (w *StatusWriter) round(ctx context.Context, written map[policyKey]string, 
 	slices.SortFunc(keys, func(a, b *Compiled) int { return strings.Compare(a.Link.Name, b.Link.Name) })
 	for _, c := range keys {
 		s := statuses[c]
-		key := policyKey{c.Namespace, c.Name}
+		key := policyKey{c.Namespace, c.Name, c.UID}
 		sum := fmt.Sprintf("%d|%d|%d|%v|%s|%s", s.Generation, s.Workloads, s.Exact, s.NotExact, s.Invalid, strings.Join(s.Conflicts, "\n"))
 		if written[key] == sum {
 			continue
@@ -225,5 +231,16 @@ func (w *StatusWriter) round(ctx context.Context, written map[policyKey]string, 
 			continue
 		}
 		written[key], prevConditions[key] = sum, conds
+	}
+	// Forget deleted policies: their memory would grow with every policy ever seen.
+	live := make(map[policyKey]bool, len(keys))
+	for _, c := range keys {
+		live[policyKey{c.Namespace, c.Name, c.UID}] = true
+	}
+	for key := range written {
+		if !live[key] {
+			delete(written, key)
+			delete(prevConditions, key)
+		}
 	}
 }

@@ -15,9 +15,11 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
@@ -125,17 +127,60 @@ func listWorkloads(ctx context.Context, client kubernetes.Interface, ns, podSele
 // listNodes reads the nodes into st; without the right to list them it says what the
 // report lacks.
 func listNodes(ctx context.Context, client kubernetes.Interface, st *State) (unseen []string, seen bool, err error) {
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := ReadNodes(ctx, client)
 	switch {
 	case apierrors.IsForbidden(err):
 		return []string{"nodes (not allowed to list them): no node's capacity type, nothing shown as serving a term"}, false, nil
 	case err != nil:
-		return nil, false, fmt.Errorf("list Nodes: %w", err)
+		return nil, false, err
 	}
-	for i := range nodes.Items {
-		st.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
-	}
+	st.Nodes = nodes
 	return nil, true, nil
+}
+
+// nodePageSize is how many Nodes one page of ReadNodes holds.
+const nodePageSize = 500
+
+// nodeLabels are the labels a report reads of a node: its capacity type, instance type
+// and place (what prices it).
+var nodeLabels = []string{karpv1.CapacityTypeLabelKey, nodegroups.LabelCapacityType, corev1.LabelInstanceTypeStable, corev1.LabelTopologyRegion, corev1.LabelTopologyZone}
+
+// ReadNodes lists the nodes by name, in pages, each node trimmed to what a report reads
+// of it (its name, nodeLabels, allocatable CPU and memory) before the next page is
+// read: a Node's status (images, conditions) is most of it, and serve's cost refresh
+// reads every node at each interval.
+func ReadNodes(ctx context.Context, client kubernetes.Interface) (map[string]*corev1.Node, error) {
+	out := map[string]*corev1.Node{}
+	opts := metav1.ListOptions{Limit: nodePageSize}
+	for {
+		page, err := client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list Nodes (%d listed): %w", len(out), err)
+		}
+		for i := range page.Items {
+			n := &page.Items[i]
+			slim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+			for _, k := range nodeLabels {
+				if v, ok := n.Labels[k]; ok {
+					if slim.Labels == nil {
+						slim.Labels = map[string]string{}
+					}
+					slim.Labels[k] = v
+				}
+			}
+			slim.Status.Allocatable = corev1.ResourceList{}
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				if q, ok := n.Status.Allocatable[r]; ok {
+					slim.Status.Allocatable[r] = q.DeepCopy()
+				}
+			}
+			out[n.Name] = slim
+		}
+		if page.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = page.Continue
+	}
 }
 
 // readRecords reads which terms the convergence loop found unavailable. Without the

@@ -9,7 +9,7 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/karpenter/pkg/utils/resources"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 )
@@ -30,10 +30,16 @@ type Cost struct {
 	Unpriced []string `json:"unpriced,omitempty"`
 }
 
-// addRequests adds a pod's requests (as Karpenter counts them) to sum.
-func addRequests(sum map[string]corev1.ResourceList, pod *corev1.Pod) {
-	req := resources.Ceiling(pod).Requests
-	sum[pod.Spec.NodeName] = resources.Merge(sum[pod.Spec.NodeName], req)
+// requests are what a term's pods on one node request, summed: the two resources a
+// node's share is read from.
+type requests struct{ cpuMilli, memoryBytes int64 }
+
+// list is r as the ResourceList Share reads.
+func (r requests) list() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(r.cpuMilli, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(r.memoryBytes, resource.BinarySI),
+	}
 }
 
 // nodeReport describes a node a term's pods run on, with the share of it they request.

@@ -3,13 +3,16 @@
 // whether the spread is exact (the verdict of the `spread` command, the soak and the
 // end-to-end tests). It owns that report and what it costs:
 //
-//   - Build makes the report from listed objects (State); Collect lists them from the
-//     API server, with the policies (ReadPolicies) and the webhook's scope (ReadScope);
+//   - Build makes the report from listed objects (State), or with the pods read one at
+//     a time from a reader's own store (State.PodsOf: serve's pod cache); Collect lists
+//     them from the API server, with the policies (ReadPolicies), the webhook's scope
+//     (ReadScope) and the nodes, paged and trimmed (ReadNodes);
 //   - AddCost prices each term's share of its nodes through a pricing.Source
 //     (`spread --cost`);
 //   - CostMetrics and CostRefresher export that realized cost per workload and term as
 //     Prometheus series, refreshed every interval (serve's COST_METRICS); cmd only
-//     wires them (settings, the price source, the registry, the elected replica).
+//     wires them (settings, the price source, the registry, the elected replica, and
+//     the State read from its caches rather than listed).
 //
 // It may import strategy, policy and api/v1alpha1 (the strategy a workload resolves
 // to), karpenter and karpenter/nodegroups (what serves a term), unavailability (the

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/utils/resources"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
@@ -108,6 +109,50 @@ type NodeReport struct {
 	Share        float64 `json:"share,omitempty"`
 }
 
+// Policies gives a workload the strategy links of its policy and namespace default: a
+// *policy.Index (listed) or serve's *policy.Cache (watched).
+type Policies interface {
+	AppendLinks(dst []strategy.AnnotatedObject, w policy.Workload) []strategy.AnnotatedObject
+}
+
+// Pod is what the report reads of one pod of a workload: a few values, so that a
+// reader that keeps its pods in another form (serve's trimmed pod cache) need not make
+// a corev1.Pod of each.
+type Pod struct {
+	// Seat and FallbackFrom are the seat annotations (1-based; 0: none).
+	Seat, FallbackFrom int
+	// TermIndex is the 0-based term of the workload's strategy the pod is on
+	// (strategy.TermOf); -1 when none, or the pod has no seat.
+	TermIndex int
+	// HoldsSeat: not terminating, not finished (strategy.HoldsSeat).
+	HoldsSeat bool
+	Phase     corev1.PodPhase
+	// PendingReason is the scheduler's word on a pending pod ("": none).
+	PendingReason string
+	// CannotRun is admission's word on a pod whose images its term cannot run.
+	CannotRun string
+	NodeName  string
+	// CPUMilli and MemoryBytes are the pod's requests as Karpenter and the scheduler
+	// count them (containers, sidecars, init containers, overhead): its share of a node.
+	CPUMilli, MemoryBytes int64
+}
+
+// PodOf is the Pod of a pod read from the API server, on a term of s (nil: no term).
+func PodOf(pod *corev1.Pod, s *strategy.Strategy) Pod {
+	p := Pod{HoldsSeat: strategy.HoldsSeat(pod), Phase: pod.Status.Phase, PendingReason: pendingReason(pod),
+		CannotRun: pod.Annotations[strategy.AnnotationCannotRun], NodeName: pod.Spec.NodeName, TermIndex: -1}
+	if seat, ok := strategy.SeatOf(pod); ok {
+		p.Seat = seat
+		if s != nil {
+			p.TermIndex = strategy.TermOf(s, pod)
+		}
+	}
+	p.FallbackFrom, _ = strconv.Atoi(pod.Annotations[strategy.AnnotationFallbackFrom])
+	req := resources.Ceiling(pod).Requests
+	p.CPUMilli, p.MemoryBytes = req.Cpu().MilliValue(), req.Memory().Value()
+	return p
+}
+
 // State is what a report is computed from, as listed from the API server.
 type State struct {
 	Deployments  []appsv1.Deployment
@@ -117,7 +162,12 @@ type State struct {
 	// ReplicaSets are reported under them, as the webhook places them.
 	Rollouts []metav1.ObjectMeta
 	Pods     []corev1.Pod
-	Nodes    map[string]*corev1.Node
+	// PodsOf, when set, is read instead of Pods: it calls fn with each pod of the
+	// namespace whose controller is owner, on a term of s (nil: the term is not read).
+	// serve's cost metrics read its pod cache so, instead of listing every pod and
+	// holding them all.
+	PodsOf func(namespace string, owner types.UID, s *strategy.Strategy, fn func(Pod))
+	Nodes  map[string]*corev1.Node
 	// ServedBy names the capacity serving a term's labels; nil leaves it out.
 	ServedBy func(labels map[string]string) []string
 	// Unavailable returns the terms of a revision (ReplicaSet or StatefulSet UID)
@@ -125,19 +175,13 @@ type State struct {
 	Unavailable func(revision types.UID) map[int]unavailability.TermState
 	// Policies gives workloads without a strategy of their own their policy's or
 	// namespace default's (nil: none).
-	Policies *policy.Index
+	Policies Policies
 }
 
 // Build computes the report for every workload in st that carries an active strategy;
 // only names the workload filter keeps are reported.
 func Build(st *State, keep func(kind, name string) bool) Report {
-	podsByOwner := map[types.UID][]*corev1.Pod{}
-	for i := range st.Pods {
-		pod := &st.Pods[i]
-		if ref := metav1.GetControllerOf(pod); ref != nil && strategy.HoldsSeat(pod) {
-			podsByOwner[ref.UID] = append(podsByOwner[ref.UID], pod)
-		}
-	}
+	podsByOwner := st.podsOf()
 	rsByDeployment := map[types.UID][]*appsv1.ReplicaSet{}
 	rsByRollout := map[types.UID][]*appsv1.ReplicaSet{}
 	rollouts := map[types.UID]bool{}
@@ -157,7 +201,7 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 			continue
 		}
 		if keep("ReplicaSet", rs.Name) {
-			report.add(st, "ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, rs.Spec.Replicas, rs.Name, rs.UID, podsByOwner[rs.UID], 0)
+			report.add(st, "ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, rs.Spec.Replicas, rs.Name, rs.UID, podsByOwner, 0)
 		}
 	}
 	for i := range st.Deployments {
@@ -166,13 +210,12 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 			continue
 		}
 		current, others := currentRevision(rsByDeployment[d.UID], deploymentRevisionAnnotation)
-		var pods []*corev1.Pod
 		revision := ""
 		var uid types.UID
 		if current != nil {
-			pods, revision, uid = podsByOwner[current.UID], current.Name, current.UID
+			revision, uid = current.Name, current.UID
 		}
-		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, uid, pods, podsOf(podsByOwner, others))
+		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, uid, podsByOwner, countPods(podsByOwner, others))
 	}
 	for i := range st.Rollouts {
 		ro := &st.Rollouts[i]
@@ -183,12 +226,12 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 		// The newest ReplicaSet is counted, for its own replicas (each of a Rollout's
 		// ReplicaSets is a seat sequence of its own); the others' pods are a total.
 		rsLink := strategy.AnnotatedObject{Name: "ReplicaSet " + current.Namespace + "/" + current.Name, Annotations: current.Annotations}
-		report.add(st, "Rollout", *ro, current.Spec.Template.Annotations, current.Spec.Replicas, current.Name, current.UID, podsByOwner[current.UID], podsOf(podsByOwner, others), rsLink)
+		report.add(st, "Rollout", *ro, current.Spec.Template.Annotations, current.Spec.Replicas, current.Name, current.UID, podsByOwner, countPods(podsByOwner, others), rsLink)
 	}
 	for i := range st.StatefulSets {
 		s := &st.StatefulSets[i]
 		if keep("StatefulSet", s.Name) {
-			report.add(st, "StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, s.Spec.Replicas, s.Name, s.UID, podsByOwner[s.UID], 0)
+			report.add(st, "StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, s.Spec.Replicas, s.Name, s.UID, podsByOwner, 0)
 		}
 	}
 	sort.Slice(report.Workloads, func(i, j int) bool {
@@ -202,11 +245,40 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 // ReplicaSets.
 const deploymentRevisionAnnotation = "deployment.kubernetes.io/revision"
 
-// podsOf counts the pods of the ReplicaSets sets.
-func podsOf(podsByOwner map[types.UID][]*corev1.Pod, sets []*appsv1.ReplicaSet) int {
+// eachPod calls fn with each pod that holds a seat of the namespace whose controller
+// is owner, on a term of s (nil: the term is not read).
+type eachPod func(namespace string, owner types.UID, s *strategy.Strategy, fn func(Pod))
+
+// podsOf is how Build reads the pods that hold a seat: PodsOf, or an index of Pods.
+func (st *State) podsOf() eachPod {
+	if st.PodsOf != nil {
+		return func(namespace string, owner types.UID, s *strategy.Strategy, fn func(Pod)) {
+			st.PodsOf(namespace, owner, s, func(p Pod) {
+				if p.HoldsSeat {
+					fn(p)
+				}
+			})
+		}
+	}
+	byOwner := map[types.UID][]*corev1.Pod{}
+	for i := range st.Pods {
+		pod := &st.Pods[i]
+		if ref := metav1.GetControllerOf(pod); ref != nil && strategy.HoldsSeat(pod) {
+			byOwner[ref.UID] = append(byOwner[ref.UID], pod)
+		}
+	}
+	return func(_ string, owner types.UID, s *strategy.Strategy, fn func(Pod)) {
+		for _, p := range byOwner[owner] {
+			fn(PodOf(p, s))
+		}
+	}
+}
+
+// countPods counts the pods of the ReplicaSets sets.
+func countPods(pods eachPod, sets []*appsv1.ReplicaSet) int {
 	n := 0
 	for _, rs := range sets {
-		n += len(podsByOwner[rs.UID])
+		pods(rs.Namespace, rs.UID, nil, func(Pod) { n++ })
 	}
 	return n
 }
@@ -227,13 +299,16 @@ func currentRevision(sets []*appsv1.ReplicaSet, key string) (*appsv1.ReplicaSet,
 
 // add reports one workload; more are links after its own annotations and before its
 // policies (a Rollout's ReplicaSet), as the webhook's chain has them.
-func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods []*corev1.Pod, older int, more ...strategy.AnnotatedObject) {
+func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods eachPod, older int, more ...strategy.AnnotatedObject) {
 	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
 	own := append([]strategy.AnnotatedObject{
 		{Name: "the pod template of " + name, Annotations: template},
 		{Name: name, Annotations: meta.Annotations},
 	}, more...)
-	chain := st.Policies.AppendLinks(own, policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels})
+	chain := own
+	if st.Policies != nil {
+		chain = st.Policies.AppendLinks(own, policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels})
+	}
 	src := strategy.Resolve(chain...)
 	if !src.Active() {
 		return
@@ -254,12 +329,12 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	}
 	placement := s.Place(w.Replicas, func(t int) bool { _, ok := unavailable[t]; return ok })
 	w.Terms = termRows(st, s, s.Target(w.Replicas), placement.Counts(len(s.Terms)), unavailable)
-	t := tally{nodes: make([]map[string]int, len(s.Terms)), requested: make([]map[string]corev1.ResourceList, len(s.Terms)), held: map[int]bool{}}
+	t := tally{nodes: make([]map[string]int, len(s.Terms)), requested: make([]map[string]requests, len(s.Terms)), held: map[int]bool{}}
 	for i := range s.Terms {
-		t.nodes[i], t.requested[i] = map[string]int{}, map[string]corev1.ResourceList{}
+		t.nodes[i], t.requested[i] = map[string]int{}, map[string]requests{}
 	}
-	for _, pod := range pods {
-		w.count(s, placement, pod, &t)
+	if uid != "" {
+		pods(meta.Namespace, uid, s, func(pod Pod) { w.count(s, placement, pod, &t) })
 	}
 	w.finish(st, &t)
 	r.Workloads = append(r.Workloads, w)
@@ -286,22 +361,22 @@ func termRows(st *State, s *strategy.Strategy, target, expected []int, unavailab
 // replica count.
 type tally struct {
 	nodes     []map[string]int
-	requested []map[string]corev1.ResourceList
+	requested []map[string]requests
 	held      map[int]bool
 	above     int
 }
 
 // count adds one pod of the workload to its term's row.
-func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placement, pod *corev1.Pod, t *tally) {
-	i := termOf(s, pod)
-	if i < 0 {
+func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placement, pod Pod, t *tally) {
+	i := pod.TermIndex
+	if pod.Seat <= 0 || i < 0 || i >= len(s.Terms) {
 		w.Unplaced++
 		return
 	}
-	if from, err := strconv.Atoi(pod.Annotations[strategy.AnnotationFallbackFrom]); err == nil && from >= 1 && from <= len(s.Terms) && from-1 != i {
+	if from := pod.FallbackFrom; from >= 1 && from <= len(s.Terms) && from-1 != i {
 		w.Terms[from-1].FallbackPods++
 	}
-	if seat, ok := strategy.SeatOf(pod); ok {
+	if seat := pod.Seat; seat > 0 {
 		t.held[seat] = true
 		switch {
 		case seat > w.Replicas:
@@ -312,24 +387,27 @@ func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placemen
 	}
 	row := &w.Terms[i]
 	row.Placed++
-	if why := pod.Annotations[strategy.AnnotationCannotRun]; why != "" {
+	if why := pod.CannotRun; why != "" {
 		row.CannotRun++
 		if row.CannotRunReason == "" {
 			row.CannotRunReason = why
 		}
 	}
-	switch pod.Status.Phase {
+	switch pod.Phase {
 	case corev1.PodRunning:
 		row.Running++
 	case corev1.PodPending:
 		row.Pending++
-		if reason := pendingReason(pod); reason != "" && !slices.Contains(row.PendingReasons, reason) {
+		if reason := pod.PendingReason; reason != "" && !slices.Contains(row.PendingReasons, reason) {
 			row.PendingReasons = append(row.PendingReasons, reason)
 		}
 	}
-	if pod.Spec.NodeName != "" {
-		t.nodes[i][pod.Spec.NodeName]++
-		addRequests(t.requested[i], pod)
+	if pod.NodeName != "" {
+		t.nodes[i][pod.NodeName]++
+		r := t.requested[i][pod.NodeName]
+		r.cpuMilli += pod.CPUMilli
+		r.memoryBytes += pod.MemoryBytes
+		t.requested[i][pod.NodeName] = r
 	}
 }
 
@@ -347,18 +425,10 @@ func (w *WorkloadReport) finish(st *State, t *tally) {
 		row := &w.Terms[i]
 		w.Exact = w.Exact && row.Placed == row.Expected && row.CannotRun == 0
 		for name, count := range t.nodes[i] {
-			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, t.requested[i][name]))
+			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, t.requested[i][name].list()))
 		}
 		sort.Slice(row.Nodes, func(a, b int) bool { return row.Nodes[a].Name < row.Nodes[b].Name })
 	}
-}
-
-// termOf finds the term a placed pod is on (-1 for a pod without a seat).
-func termOf(s *strategy.Strategy, pod *corev1.Pod) int {
-	if _, placed := strategy.SeatOf(pod); !placed {
-		return -1
-	}
-	return strategy.TermOf(s, pod)
 }
 
 // pendingReason is the scheduler's word on a pending pod, if it said anything.

@@ -21,8 +21,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -45,7 +43,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
@@ -163,7 +160,8 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	refresher, err := newServeCostRefresher(cfg, r.restCfg, costs, log)
+	refresher, err := newServeCostRefresher(cfg, r.restCfg, costViews{caches: r.caches, policies: r.policies, records: r.records, synced: r.synced,
+		skip: clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip}, costs, log)
 	if err != nil {
 		return err
 	}
@@ -515,38 +513,6 @@ func newInterruptionSignals(ctx context.Context, cfg *serveConfig, nodes interru
 	log.WithFields(logrus.Fields{"queue": cfg.InterruptionQueue, "region": region, "moveSignalledNodes": cfg.MoveSignalledNodes}).
 		Info("interruption signals on: " + cfg.InterruptionRule.String())
 	return s, nil
-}
-
-// newServeCostRefresher is the cost refresher of COST_METRICS=on (nil when off). It
-// lists through a client of its own, at a low rate and with its own user agent, so
-// its lists every few minutes neither slow admission's client nor hide among its
-// requests.
-func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, costs *report.CostMetrics, log *logrus.Logger) (*report.CostRefresher, error) {
-	if !cfg.CostMetrics {
-		return nil, nil
-	}
-	costCfg := rest.CopyConfig(restCfg)
-	costCfg.QPS, costCfg.Burst = 5, 10
-	costCfg.UserAgent = restCfg.UserAgent + "/cost"
-	client, err := kubernetes.NewForConfig(costCfg)
-	if err != nil {
-		return nil, fmt.Errorf("create the cost metrics' client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(costCfg)
-	if err != nil {
-		return nil, fmt.Errorf("create the cost metrics' dynamic client: %w", err)
-	}
-	opts := report.Options{Namespace: metav1.NamespaceAll, WebhookNamespace: cfg.Namespace, SkipServing: true,
-		PodSelector: labels.Set{strategy.LabelManaged: "true"}.String()}
-	return &report.CostRefresher{
-		Collect:  func(ctx context.Context) (report.Report, error) { return report.Collect(ctx, client, dyn, opts) },
-		Prices:   costPriceSource(cfg.CostPrices),
-		Skip:     clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip,
-		Metrics:  costs,
-		Interval: cfg.CostInterval,
-		Log:      log.WithField("component", "cost"),
-		Now:      time.Now,
-	}, nil
 }
 
 // startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,
