@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
@@ -83,6 +84,12 @@ var serveSettings = []setting{
 	{"image-insecure-registries", "IMAGE_INSECURE_REGISTRIES", "", "comma-separated registries (host:port) read over plain HTTP, e.g. a test registry on loopback; every other registry is read over HTTPS only"},
 	{"image-internal-registries", "IMAGE_INTERNAL_REGISTRIES", "", "comma-separated registries (host or host:port) read over HTTPS although they resolve to a loopback, link-local or IMAGE_REFUSED_NETWORKS address (a registry inside the cluster); any other registry, or redirect, leading there is refused (docs/security.md)"},
 	{"image-refused-networks", "IMAGE_REFUSED_NETWORKS", "", "comma-separated CIDRs no registry may resolve to unless listed in IMAGE_INTERNAL_REGISTRIES or IMAGE_INSECURE_REGISTRIES: set the cluster's service and pod ranges (loopback and link-local are always refused)"},
+}
+
+// namespaces is the filter of the namespaces the webhook always leaves alone: the
+// blocklist and its own.
+func (c *serveConfig) namespaces() clusterview.NamespaceFilter {
+	return clusterview.NamespaceFilter{Blocklist: c.Blocklist, Own: c.Namespace}
 }
 
 // serveConfig is the validated configuration of `serve`.

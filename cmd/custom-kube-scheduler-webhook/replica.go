@@ -320,7 +320,7 @@ func (r *replica) waitForSync(ctx context.Context) {
 // newHandlers makes the admission handlers, readiness and the peer endpoint.
 func (r *replica) newHandlers(recorder record.EventRecorder) {
 	cfg := r.cfg
-	namespaces := clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}
+	namespaces := cfg.namespaces()
 	mutator := &webhook.PodMutator{
 		Resolver: r.caches.Resolver, Capacity: r.catalog, Ledger: r.seats, Recorder: recorder, Metrics: r.metrics,
 		Namespaces: namespaces, Synced: r.synced, Deadline: cfg.AdmissionDeadline, Log: r.entry, Availability: r.records,

@@ -161,7 +161,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		return err
 	}
 	refresher, err := newServeCostRefresher(cfg, r.restCfg, costViews{caches: r.caches, policies: r.policies, records: r.records, synced: r.synced,
-		skip: clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip}, costs, log)
+		skip: func(ns string) bool { return cfg.namespaces().Skip(ns) || !r.scope.CoversNamespace(ns) }}, costs, log)
 	if err != nil {
 		return err
 	}
@@ -412,7 +412,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	}
 	convergeCfg := converge.Config{
 		Client: loopClient, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
-		Namespaces: clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace},
+		Namespaces: cfg.namespaces(),
 		Scope:      scope, MaxEvictionsPerMinute: cfg.MaxEvictions,
 		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
 		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
@@ -448,7 +448,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		}
 		// The elected replica also writes the policies' status, at most every 30s.
 		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry,
-			Workloads: governable(caches, clusterview.NamespaceFilter{Blocklist: cfg.Blocklist, Own: cfg.Namespace}.Skip, scope)}
+			Workloads: governable(caches, cfg.namespaces().Skip, scope)}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
