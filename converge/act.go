@@ -64,6 +64,9 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 	}
 	for _, reason := range p.holds {
 		until := l.mem.hold(revisionReason{uid, reason}, snap.now)
+		if p.heldUntil.IsZero() || until.Before(p.heldUntil) {
+			p.heldUntil = until // the pass after it is due then
+		}
 		l.cfg.Metrics.holds.WithLabelValues(reason).Inc()
 		msg := fmt.Sprintf("moves for %s held until %s: the pods moved for it came back in the same state, so moving more would only churn (is the namespace enabled for the webhook, does the API server reach it?)",
 			reason, until.UTC().Format(time.RFC3339))
@@ -217,8 +220,8 @@ func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPla
 const evictionFailed = "eviction failed"
 
 // move evicts m's pod and says so (planned: every move of the pass, for the repeat
-// guard). It returns whether the pod was evicted and, when it
-// was not and the move is left for later, why ("" for a pod already gone).
+// guard). It returns whether the pod was evicted and, when it was not and the move is
+// left for later, why ("" for a pod already gone).
 func (l *Loop) move(ctx context.Context, snap *snapshot, m move, planned []move, log logrus.FieldLogger) (bool, string) {
 	err := l.evict(ctx, m.pod)
 	switch {

@@ -87,8 +87,8 @@ func TestUnplacedReplacementsAreHeld(t *testing.T) {
 	if got := w.evictions(); len(got) != 2 {
 		t.Fatalf("evicted %v; want one more round (1 pod) after the hold", got)
 	}
-	if r := w.loop.mem.repeats[key]; time.Until(r.until) < time.Minute+30*time.Second {
-		t.Fatalf("second hold until %v; want a longer one (2 min)", r.until)
+	if r := w.loop.mem.repeats[key]; time.Until(r.until) < 30*time.Second {
+		t.Fatalf("second hold until %v; want a longer one (40 s)", r.until)
 	}
 }
 
@@ -155,6 +155,15 @@ func eventSaid(r *record.FakeRecorder, reason string) bool {
 			}
 		default:
 			return false
+		}
+	}
+}
+
+func TestHoldsGrowToSixteenMinutes(t *testing.T) {
+	want := []time.Duration{20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 320 * time.Second, 640 * time.Second, 16 * time.Minute, 16 * time.Minute}
+	for i, w := range want {
+		if got := holdFor(i + 1); got != w {
+			t.Errorf("hold %d: %v, want %v", i+1, got, w)
 		}
 	}
 }

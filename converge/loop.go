@@ -386,9 +386,9 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	res := l.act(ctx, snap, p)
 	sv := snap.survey
 	// Moves all held wait for the hold's end, not the next Interval.
-	allHeld := p.held > 0 && p.held == len(p.moves)
-	res.unsettled = (res.off && !allHeld) || (res.pending > 0 && !allHeld) || len(sv.waiting) > 0 || len(sv.stranded) > 0 || (l.mem.short(rev.uid) && !allHeld)
-	if allHeld && (res.until.IsZero() || p.heldUntil.Before(res.until)) && !p.heldUntil.IsZero() {
+	waitsForHold := p.held > 0 && p.held == len(p.moves)
+	res.unsettled = len(sv.waiting) > 0 || len(sv.stranded) > 0 || (!waitsForHold && (res.off || res.pending > 0 || l.mem.short(rev.uid)))
+	if waitsForHold && (res.until.IsZero() || p.heldUntil.Before(res.until)) {
 		res.until = p.heldUntil
 	}
 	if !res.off && !l.mem.short(rev.uid) {

@@ -58,9 +58,11 @@ func guarded(reason string) bool {
 	return false
 }
 
-// holdFor is how long the n-th hold in a row lasts: one minute, doubling up to 16.
+// holdFor is how long the n-th hold in a row lasts: 20 seconds, doubling up to 16
+// minutes. The first is short: a webhook that was down for a moment and is back again
+// delays the repair little; a cause that stays is moved for about once per hold.
 func holdFor(n int) time.Duration {
-	return time.Minute << min(max(n-1, 0), 4)
+	return min(20*time.Second<<min(max(n-1, 0), 6), 16*time.Minute)
 }
 
 // repeatOf says whether a move of m's reason is held now (held), or m's pod came back
