@@ -80,11 +80,6 @@ func TestLoopActsOnlyInScope(t *testing.T) {
 	settled(ctx, t, control, "control", 4)
 	evictedBefore := loopEvictions(ctx, t, conv)
 
-	// The policy says, while the loop leaves them alone, that it governs nothing there.
-	msg := policyCondition(ctx, t, dyn, "", "e2e-out-cluster", v1alpha1.ConditionInScope, "False")
-	if !strings.Contains(msg, byPolicy) || !strings.Contains(msg, "not enabled") {
-		t.Errorf("InScope condition %q: want it to name namespace %s as not enabled", msg, byPolicy)
-	}
 	watch := outOfScopeWatch(t)
 	deadline := time.Now().Add(watch)
 	for time.Now().Before(deadline) {
@@ -117,6 +112,11 @@ func TestLoopActsOnlyInScope(t *testing.T) {
 		}
 	}
 	t.Logf("out of scope for %s: 0 pods replaced in 3 workloads, 0 evictions", watch)
+	// The policy says that it governs nothing there, and why.
+	msg := policyCondition(ctx, t, dyn, "", "e2e-out-cluster", v1alpha1.ConditionInScope, "False")
+	if !strings.Contains(msg, byPolicy) || !strings.Contains(msg, "not enabled") {
+		t.Errorf("InScope condition %q: want it to name namespace %s as not enabled", msg, byPolicy)
+	}
 
 	// Enabled: the loop splits them exactly.
 	start := time.Now()
