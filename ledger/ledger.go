@@ -260,7 +260,7 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 			l.adoptWitness(s, now)
 			var seat int
 			err := errBeyondMark
-			if s.witnessing.settled() {
+			if s.witnessSettled() {
 				seat, err = l.reserve(s, req, now)
 			}
 			if !errors.Is(err, errBeyondMark) {

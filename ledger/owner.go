@@ -250,8 +250,9 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	if err == nil {
 		l.mu.Lock()
 		// A witness adopted while this write was in flight is named by the next one, so
-		// that it can take over at once from then on.
-		if ws := &s.witnessing; ws.witness != "" && ws.witness != ws.recorded && l.owns(s, l.clock.Now()) {
+		// that it can take over at once from then on; one given up meanwhile is taken
+		// out of the record by it.
+		if ws := &s.witnessing; ws.witness != ws.recorded && l.owns(s, l.clock.Now()) {
 			l.acquire(s)
 		}
 		l.mu.Unlock()

@@ -91,9 +91,17 @@ func (v *witnessView) of(owner string) map[uint64]*entry {
 	return v.answers
 }
 
-// settled reports whether the owner may answer claims now: the last landed record
-// names no witness, or the one acknowledging its answers.
-func (w *ownerWitness) settled() bool { return w.recorded == "" || w.recorded == w.witness }
+// witnessSettled reports whether the owner may answer claims now: the last landed record
+// names no witness, or the one acknowledging its answers, and no write in flight names
+// a witness given up since (its record would let that replica take over at once without
+// the answers given meanwhile). l.mu is held.
+func (s *revState) witnessSettled() bool {
+	w := &s.witnessing
+	if s.writing != nil && s.writing.witness != "" && s.writing.witness != w.witness {
+		return false
+	}
+	return w.recorded == "" || w.recorded == w.witness
+}
 
 // reset forgets the witnessing of an earlier ownership: a record this replica takes
 // over names no witness of its own until it picks one.
@@ -231,7 +239,7 @@ func (l *Ledger) awaitWitness(ctx context.Context, s *revState, b *witnessBatch,
 			l.mu.Unlock()
 			return false, nil
 		}
-		if s.witnessing.settled() {
+		if s.witnessSettled() {
 			e := s.reserved[hash]
 			ok := e != nil && e.seat == seat && now.Before(e.expires)
 			l.mu.Unlock()
