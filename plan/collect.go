@@ -34,6 +34,10 @@ type Options struct {
 	NodeGroups func(ctx context.Context) ([]nodegroups.Group, error)
 	// Now is the time records are read at; time.Now when nil.
 	Now func() time.Time
+	// Policies are the live policies and namespace defaults (report.ReadPolicies), so a
+	// live workload they govern counts its placed pods as spread does; nil: its own
+	// annotations only.
+	Policies report.Policies
 }
 
 // Collect reads what Compute needs from the cluster. Not being allowed to list
@@ -103,7 +107,7 @@ func liveRollout(ctx context.Context, client kubernetes.Interface, dyn dynamic.I
 
 // live reads the live workload's pods per term and its unavailability record.
 func live(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, s *strategy.Strategy, o Options, c *Capacity) ([]int, error) {
-	st := &report.State{Nodes: map[string]*corev1.Node{}}
+	st := &report.State{Nodes: map[string]*corev1.Node{}, Policies: o.Policies}
 	apps := client.AppsV1()
 	var selector *metav1.LabelSelector
 	switch o.Kind {

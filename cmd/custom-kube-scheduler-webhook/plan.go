@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -67,6 +68,9 @@ type planOptions struct {
 	podsPerNode  int
 	// insecureRegistries are read over plain HTTP when the images are checked.
 	insecureRegistries []string
+	// policies are the live policies and namespace defaults read with the manifest
+	// (--cluster -f): the live workload's placed pods are counted by them.
+	policies *policy.Index
 }
 
 func newPlanCommand() *cobra.Command {

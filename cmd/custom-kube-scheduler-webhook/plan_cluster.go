@@ -110,6 +110,7 @@ func (o *planOptions) readManifestInCluster(cmd *cobra.Command, data []byte) (pl
 	for _, u := range unseen {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: not read: "+u)
 	}
+	o.policies = idx
 	return plan.ReadManifestWith(data, idx, kc.namespace)
 }
 
@@ -144,7 +145,7 @@ func (o *planOptions) runCluster(cmd *cobra.Command, in plan.Input, w manifestWo
 	if err != nil {
 		return err
 	}
-	opts := plan.Options{WebhookNamespace: o.webhookNamespace, Kind: w.kind, Namespace: w.namespace, Name: w.name}
+	opts := plan.Options{WebhookNamespace: o.webhookNamespace, Kind: w.kind, Namespace: w.namespace, Name: w.name, Policies: o.policies}
 	if opts.Name != "" && opts.Namespace == "" {
 		opts.Namespace = kc.namespace
 	}
