@@ -80,29 +80,15 @@ func (v costViews) state(nodes map[string]*corev1.Node, now time.Time) (*report.
 	if err != nil {
 		return nil, fmt.Errorf("read the Deployments' cache: %w", err)
 	}
-	for _, d := range deployments {
-		if !v.skip(d.Namespace) {
-			st.Deployments = append(st.Deployments, *d)
-		}
-	}
 	sets, err := r.StatefulSets.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("read the StatefulSets' cache: %w", err)
-	}
-	for _, s := range sets {
-		if !v.skip(s.Namespace) {
-			st.StatefulSets = append(st.StatefulSets, *s)
-		}
 	}
 	replicaSets, err := r.ReplicaSets.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("read the ReplicaSets' cache: %w", err)
 	}
-	for _, rs := range replicaSets {
-		if !v.skip(rs.Namespace) {
-			st.ReplicaSets = append(st.ReplicaSets, *rs)
-		}
-	}
+	st.Deployments, st.StatefulSets, st.ReplicaSets = keptOf(deployments, v.skip), keptOf(sets, v.skip), keptOf(replicaSets, v.skip)
 	for _, ro := range v.caches.Rollouts() {
 		if !v.skip(ro.Namespace) {
 			st.Rollouts = append(st.Rollouts, ro.ObjectMeta)
@@ -157,4 +143,18 @@ func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, views costVie
 		Log:      log.WithField("component", "cost"),
 		Now:      time.Now,
 	}, nil
+}
+
+// keptOf copies the objects of the cache's list whose namespace skip keeps.
+func keptOf[T any, P interface {
+	*T
+	GetNamespace() string
+}](list []P, skip func(namespace string) bool) []T {
+	var out []T
+	for _, o := range list {
+		if !skip(o.GetNamespace()) {
+			out = append(out, *o)
+		}
+	}
+	return out
 }

@@ -190,9 +190,7 @@ func TestCostRefreshFromTheCaches(t *testing.T) {
 	views := costCaches(t, ctx, client)
 	prices := costPrices(t)
 
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtimeScheme(), map[schema.GroupVersionResource]string{
-		v1alpha1.PlacementPolicies: "PlacementPolicyList", v1alpha1.ClusterPlacementPolicies: "ClusterPlacementPolicyList",
-	})
+	dyn := policyDynamic()
 	listed, err := report.Collect(ctx, client, dyn, report.Options{Namespace: metav1.NamespaceAll, SkipServing: true,
 		PodSelector: labels.Set{strategy.LabelManaged: "true"}.String()})
 	if err != nil {
@@ -279,9 +277,7 @@ func TestCostRefreshHeap(t *testing.T) {
 	defer cancel()
 	views := costCaches(t, ctx, client)
 	prices := costPrices(t)
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtimeScheme(), map[schema.GroupVersionResource]string{
-		v1alpha1.PlacementPolicies: "PlacementPolicyList", v1alpha1.ClusterPlacementPolicies: "ClusterPlacementPolicyList",
-	})
+	dyn := policyDynamic()
 	refresh := func(collect func(context.Context) (report.Report, error)) (uint64, int) {
 		var priced int
 		held := heldDuring(func() {
@@ -320,3 +316,10 @@ func TestCostRefreshHeap(t *testing.T) {
 
 // runtimeScheme is an empty scheme for the fake dynamic client (no policies).
 func runtimeScheme() *k8sruntime.Scheme { return k8sruntime.NewScheme() }
+
+// policyDynamic is a dynamic client that serves empty policy lists.
+func policyDynamic() *dynfake.FakeDynamicClient {
+	return dynfake.NewSimpleDynamicClientWithCustomListKinds(runtimeScheme(), map[schema.GroupVersionResource]string{
+		v1alpha1.PlacementPolicies: "PlacementPolicyList", v1alpha1.ClusterPlacementPolicies: "ClusterPlacementPolicyList",
+	})
+}
