@@ -32,17 +32,34 @@ func toUnstructured(t *testing.T, obj runtime.Object, kind string) *unstructured
 	return u
 }
 
+// policyDynamic is a fake dynamic client that serves the policy kinds, holding objs.
+func policyDynamic(objs ...runtime.Object) *dynfake.FakeDynamicClient {
+	return dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		v1alpha1.PlacementPolicies:        "PlacementPolicyList",
+		v1alpha1.ClusterPlacementPolicies: "ClusterPlacementPolicyList",
+	}, objs...)
+}
+
+// runCache starts c's informers until the test ends and waits for them to sync; it
+// returns their context.
+func runCache(t *testing.T, c *Cache) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c.Start(ctx)
+	if err := c.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
 // TestCacheFollowsPolicies runs the informers (fake clients: the transform and the view
 // rebuild are what is tested here; e2e runs them against the real API server).
 func TestCacheFollowsPolicies(t *testing.T) {
 	ns := namespace("shop", map[string]string{"tier": "web"}, "ns=1")
 	client := fake.NewClientset(&ns)
 	p := pp("shop", "web", "p=1", 0, map[string]string{"app": "web"})
-	scheme := runtime.NewScheme()
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
-		v1alpha1.PlacementPolicies:        "PlacementPolicyList",
-		v1alpha1.ClusterPlacementPolicies: "ClusterPlacementPolicyList",
-	}, toUnstructured(t, &p, v1alpha1.KindPlacementPolicy))
+	dyn := policyDynamic(toUnstructured(t, &p, v1alpha1.KindPlacementPolicy))
 	c, err := NewCache(client, dyn, 0, logrus.New())
 	if err != nil {
 		t.Fatal(err)
@@ -52,12 +69,7 @@ func TestCacheFollowsPolicies(t *testing.T) {
 	if err := c.OnChange(func(ns string) { mu.Lock(); seen[ns]++; mu.Unlock() }); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c.Start(ctx)
-	if err := c.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := runCache(t, c)
 	w := Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}
 	links := c.AppendLinks(nil, w)
 	if len(links) != 2 || links[0].Name != "PlacementPolicy shop/web" || links[1].Name != "Namespace shop" {

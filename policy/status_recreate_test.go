@@ -7,8 +7,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	dynfake "k8s.io/client-go/dynamic/fake"
@@ -28,20 +26,12 @@ func TestStatusWriterWritesARecreatedPolicy(t *testing.T) {
 	client := fake.NewClientset(&ns)
 	first := pp("shop", "web", "p=1", 0, map[string]string{"app": "web"})
 	first.UID, first.Generation = "uid-first", 1
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		v1alpha1.PlacementPolicies:        "PlacementPolicyList",
-		v1alpha1.ClusterPlacementPolicies: "ClusterPlacementPolicyList",
-	}, toUnstructured(t, &first, v1alpha1.KindPlacementPolicy))
+	dyn := policyDynamic(toUnstructured(t, &first, v1alpha1.KindPlacementPolicy))
 	c, err := NewCache(client, dyn, 0, logrus.New())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c.Start(ctx)
-	if err := c.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := runCache(t, c)
 	w := &StatusWriter{Cache: c, Dyn: dyn, Log: logrus.New(), Workloads: func() []Governable { return nil }}
 	written, prev := map[policyKey]string{}, map[policyKey][]metav1.Condition{}
 	w.round(ctx, written, prev)
