@@ -239,13 +239,13 @@ func eventsWith(ctx context.Context, t *testing.T, ns, name, reason string) []st
 }
 
 // spreadJSON runs `spread -o json` for one Deployment; its exit status must agree with
-// the report's verdict (0 exact, 3 not).
+// the report's state (0 exact, 3 off target, 4 in fallback, 5 not enabled, 6 invalid).
 func spreadJSON(ctx context.Context, t *testing.T, ns, name string) map[string]any {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, env.webhook.Bin, "spread", "--kubeconfig", env.hc.Kubeconfig(), "-n", ns, "deployment/"+name, "-o", "json")
 	out, err := cmd.Output()
 	code := cmd.ProcessState.ExitCode()
-	if err != nil && code != 3 {
+	if err != nil && (code < 3 || code > 6) {
 		t.Fatalf("spread: %v", err)
 	}
 	var doc map[string]any
@@ -255,6 +255,9 @@ func spreadJSON(ctx context.Context, t *testing.T, ns, name string) map[string]a
 	wl := doc["workloads"].([]any)
 	if len(wl) != 1 {
 		t.Fatalf("spread: %d workloads, want 1: %s", len(wl), out)
+	}
+	if want := map[string]int{"exact": 0, "off-target": 3, "fallback": 4, "not-enabled": 5, "invalid": 6}[fmt.Sprint(wl[0].(map[string]any)["state"])]; want != code {
+		t.Errorf("spread: exit %d for state %v, want %d", code, wl[0].(map[string]any)["state"], want)
 	}
 	if exact := wl[0].(map[string]any)["exact"] == true; exact != (code == 0) {
 		t.Fatalf("spread exited %d for a workload with exact=%v", code, exact)
@@ -377,8 +380,8 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 	if spot["fallbackPods"] != float64(replicas-1) {
 		t.Errorf("spread: the spot term shows %v of its pods on fallback, want %d: %v", spot["fallbackPods"], replicas-1, spot)
 	}
-	if wl["exact"] != true {
-		t.Errorf("spread: verdict not exact while the fallback placement holds: %v", wl)
+	if wl["exact"] != false || wl["state"] != "fallback" || !strings.Contains(fmt.Sprint(wl["why"]), "is unavailable") {
+		t.Errorf("spread: want not exact, state fallback with the term's reason while the fallback placement holds: %v", wl)
 	}
 
 	// Return: the limit is lifted; a PodDisruptionBudget of maxUnavailable 1 holds.

@@ -162,10 +162,10 @@ func TestPlanClusterLimitedNodePoolThenRaised(t *testing.T) {
 	var code int
 	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		stdout, stderr, code = cli(ctx, t, nil, args...)
-		return code == 3, nil
+		return code == 4, nil
 	})
 	if err != nil {
-		t.Fatalf("plan --cluster --replicas 40 with room for 5 spot pods: exit %d, want 3\n%s%s", code, stdout, stderr)
+		t.Fatalf("plan --cluster --replicas 40 with room for 5 spot pods: exit %d, want 4 (a term runs short: in fallback)\n%s%s", code, stdout, stderr)
 	}
 	for _, want := range []string{
 		fmt.Sprintf("term 2 (e2eplan=spot) runs short at %d replicas", wantShort),
@@ -182,7 +182,7 @@ func TestPlanClusterLimitedNodePoolThenRaised(t *testing.T) {
 
 	out, _, code := cli(ctx, t, nil, append(args, "-o", "json")...)
 	var r plan.Result
-	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 3 {
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 4 {
 		t.Fatalf("plan -o json: exit %d, %v\n%s", code, err, out)
 	}
 	spot := r.Terms[1]
@@ -389,8 +389,8 @@ func TestPlanClusterEKSNodeGroups(t *testing.T) {
 	args := []string{"plan", "--cluster", "--eks-cluster-name", "e2e-eks", "--replicas", "5", "--requests", "cpu=500m", "--strategy", strat}
 	out, stderr, code := cli(ctx, t, awsEnv, append(args, "-o", "json")...)
 	var r plan.Result
-	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 3 {
-		t.Fatalf("plan with node groups: exit %d (want 3), %v\n%s%s", code, err, out, stderr)
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 4 {
+		t.Fatalf("plan with node groups: exit %d (want 4), %v\n%s%s", code, err, out, stderr)
 	}
 	od, spot := r.Terms[0], r.Terms[1]
 	if len(od.NodeGroups) != 1 || od.NodeGroups[0].Name != "e2e-od" || od.NodeGroups[0].FreeNodes != 2 || !od.RoomUnknown || !od.Fits {
@@ -407,7 +407,7 @@ func TestPlanClusterEKSNodeGroups(t *testing.T) {
 	// EKS unreachable: the plan still comes, saying what it could not read.
 	srv.Close()
 	out, _, code = cli(ctx, t, awsEnv, args...)
-	if code != 3 || !strings.Contains(out, "EKS managed node groups (") {
+	if code != 4 || !strings.Contains(out, "EKS managed node groups (") {
 		t.Fatalf("with EKS unreachable: exit %d\n%s", code, out)
 	}
 }

@@ -51,7 +51,7 @@ func mutateAdmissions(ctx context.Context, t *testing.T) float64 {
 // custom-kube-scheduler-webhook=enabled, each pod once. An unlabelled namespace's pods
 // never reach the webhook (its admission count does not move), a strategy Deployment
 // there is admitted with a warning naming the label, and spread says it is not enabled
-// and exits 3. Registered with scope all, the unlabelled namespace is placed too.
+// and exits 5. Registered with scope all, the unlabelled namespace is placed too.
 func TestScopeOptIn(t *testing.T) {
 	ctx := context.Background()
 	// The default registration (opt-in), in case an earlier test left another.
@@ -88,9 +88,9 @@ func TestScopeOptIn(t *testing.T) {
 	}
 	out, stderr, code := cli(ctx, t, nil, "spread", "-n", off, "-o", "json")
 	var r report.Report
-	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 3 || len(r.Workloads) != 1 ||
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 5 || len(r.Workloads) != 1 ||
 		!strings.Contains(r.Workloads[0].NotEnabled, "kubectl label namespace "+off) || r.Workloads[0].Exact {
-		t.Errorf("spread in the unlabelled namespace: exit %d (want 3), %v, want one workload not exact and not enabled:\n%s%s", code, err, out, stderr)
+		t.Errorf("spread in the unlabelled namespace: exit %d (want 5), %v, want one workload not exact and not enabled:\n%s%s", code, err, out, stderr)
 	}
 
 	before = mutateAdmissions(ctx, t)

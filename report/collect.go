@@ -93,6 +93,9 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 			// Its pods are never sent to the webhook: whatever they show now, nothing
 			// keeps the spread.
 			wl.NotEnabled, wl.Exact = msg, false
+			if wl.State != StateInvalid {
+				wl.State, wl.Why = StateNotEnabled, msg
+			}
 		}
 	}
 	r.Unseen = unseen

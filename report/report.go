@@ -53,10 +53,12 @@ type WorkloadReport struct {
 	// another term than the (fallback) placement of their seat, or above the replica
 	// count while a lower seat is free.
 	PendingRepairs int `json:"pendingRepairs"`
-	// Exact is true when every term holds its expected pods (the target, or while a
-	// term is unavailable the fallback placement), nothing is unplaced, and no pod is
-	// on a term that cannot run its images.
+	// Exact is true when every seat is on its own term (State is exact).
 	Exact bool `json:"exact"`
+	// State is strategy.Judge's word (exact, fallback, off-target), or not-enabled or
+	// invalid; Why says what is not exact, in words a user acts on.
+	State string `json:"state"`
+	Why   string `json:"why,omitempty"`
 	// NotEnabled says, when the API server does not send the workload's namespace to
 	// the webhook (scope opt-in and the namespace not labelled, or excluded), that
 	// nothing places its pods and how to enable it; such a workload is never Exact.
@@ -320,6 +322,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	s, err := src.Strategy, src.Err
 	if err != nil {
 		w.Error = err.Error()
+		w.State, w.Why = StateInvalid, "invalid strategy: "+w.Error
 		r.Workloads = append(r.Workloads, w)
 		return
 	}
@@ -336,7 +339,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	if uid != "" {
 		pods(meta.Namespace, uid, s, func(pod Pod) { w.count(s, placement, pod, &t) })
 	}
-	w.finish(st, &t)
+	w.finish(st, s, &t, unavailable)
 	r.Workloads = append(r.Workloads, w)
 }
 
@@ -411,8 +414,9 @@ func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placemen
 	}
 }
 
-// finish counts the repairs pending and the verdict, and lists each term's nodes.
-func (w *WorkloadReport) finish(st *State, t *tally) {
+// finish counts the repairs pending and the verdict (strategy.Judge), and lists each
+// term's nodes.
+func (w *WorkloadReport) finish(st *State, s *strategy.Strategy, t *tally, unavailable map[int]unavailability.TermState) {
 	free := 0
 	for seat := 1; seat <= w.Replicas; seat++ {
 		if !t.held[seat] {
@@ -420,16 +424,30 @@ func (w *WorkloadReport) finish(st *State, t *tally) {
 		}
 	}
 	w.PendingRepairs += w.Unplaced + min(t.above, free)
-	w.Exact = w.Unplaced == 0
+	tl := strategy.Tally{Replicas: w.Replicas, Unplaced: w.Unplaced, Placed: make([]int, len(w.Terms))}
 	for i := range w.Terms {
 		row := &w.Terms[i]
-		w.Exact = w.Exact && row.Placed == row.Expected && row.CannotRun == 0
+		tl.Placed[i], tl.CannotRun = row.Placed, tl.CannotRun+row.CannotRun
 		for name, count := range t.nodes[i] {
 			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, t.requested[i][name].list()))
 		}
 		sort.Slice(row.Nodes, func(a, b int) bool { return row.Nodes[a].Name < row.Nodes[b].Name })
 	}
+	c := strategy.Conditions{Unavailable: func(i int) (string, bool) { u, ok := unavailable[i]; return u.Reason, ok }}
+	if st.ServedBy != nil {
+		c.Unserved = func(i int) bool { return len(w.Terms[i].ServedBy) == 0 }
+	}
+	v := strategy.Judge(s, tl, c)
+	w.State, w.Why, w.Exact = string(v.State), v.Why, v.Exact()
 }
+
+// The states of a workload beside strategy.Judge's.
+const (
+	// StateNotEnabled: the API server does not send the workload's pods to the webhook.
+	StateNotEnabled = "not-enabled"
+	// StateInvalid: the strategy does not parse.
+	StateInvalid = "invalid"
+)
 
 // pendingReason is the scheduler's word on a pending pod, if it said anything.
 func pendingReason(pod *corev1.Pod) string {

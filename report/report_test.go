@@ -128,13 +128,15 @@ func TestBuildFallback(t *testing.T) {
 	}
 	w := Build(st, func(string, string) bool { return true }).Workloads[0]
 	od, spot := w.Terms[0], w.Terms[1]
-	if !w.Exact || w.PendingRepairs != 0 || od.Expected != 3 || spot.Expected != 0 || spot.Target != 2 || spot.FallbackPods != 2 || spot.UnavailableUntil == "" {
+	// In fallback: where the placement wants the pods now, but not exact (one meaning of
+	// exact: every seat on its own term), with the term's reason.
+	if w.Exact || w.State != string(strategy.StateFallback) || !strings.Contains(w.Why, "2 pods unschedulable for 90s") || w.PendingRepairs != 0 || od.Expected != 3 || spot.Expected != 0 || spot.Target != 2 || spot.FallbackPods != 2 || spot.UnavailableUntil == "" {
 		t.Fatalf("while spot is unavailable: %+v", w)
 	}
 
 	st.Unavailable = nil
 	w = Build(st, func(string, string) bool { return true }).Workloads[0]
-	if w.Exact || w.PendingRepairs != 2 {
-		t.Fatalf("spot back: exact %v, pending repairs %d; want not exact, 2", w.Exact, w.PendingRepairs)
+	if w.Exact || w.State != string(strategy.StateOffTarget) || w.PendingRepairs != 2 {
+		t.Fatalf("spot back: exact %v (%s), pending repairs %d; want off target, 2", w.Exact, w.State, w.PendingRepairs)
 	}
 }

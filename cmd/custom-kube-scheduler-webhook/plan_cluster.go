@@ -175,16 +175,21 @@ func (o *planOptions) runCluster(cmd *cobra.Command, in plan.Input, w manifestWo
 	if r.Fits && len(cannotRun) == 0 && notEnabled == "" {
 		return nil
 	}
-	short := cannotRun
-	if notEnabled != "" {
-		short = append(short, notEnabled)
+	// The exit status is spread's for the state the plan predicts; the worst wins.
+	short, code := cannotRun, 0
+	if len(cannotRun) > 0 {
+		code = exitNotExact
 	}
 	for _, t := range r.Terms {
 		if !t.Fits {
-			short = append(short, fmt.Sprintf("term %d (%s) runs short at %d replicas: %s", t.Term, labelString(t.Labels), t.ShortAt, t.Short))
+			short = append(short, fmt.Sprintf("term %d (%s) runs short at %d replicas, its seats would go to the fallback: %s", t.Term, labelString(t.Labels), t.ShortAt, t.Short))
+			code = max(code, exitFallback)
 		}
 	}
-	return &exitError{code: exitNotExact, err: errors.New(strings.Join(short, "; "))}
+	if notEnabled != "" {
+		short, code = append(short, notEnabled), exitNotEnabled
+	}
+	return &exitError{code: code, err: errors.New(strings.Join(short, "; "))}
 }
 
 // checkImages looks the manifest's images up (anonymously, with an ECR token from the
@@ -210,7 +215,7 @@ func (o *planOptions) checkImages(ctx context.Context, stderr io.Writer, kc kube
 
 // warnNotEnabled writes a warning, and returns it, when the API server does not send the
 // planned workload's namespace to the webhook: the plan would then describe nothing that
-// happens (runCluster exits 3).
+// happens (runCluster exits 5).
 func warnNotEnabled(ctx context.Context, w io.Writer, kc kubeClients, ns string, opts plan.Options) (string, error) {
 	scope, err := report.ReadScope(ctx, kc.client)
 	if err != nil {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -17,7 +15,7 @@ import (
 // Deployments, Argo Rollouts (when watched), StatefulSets and bare ReplicaSets, each
 // marked Own when it decides its strategy itself (an annotation on it or its pod
 // template, or the opt-out).
-func governable(caches *clusterview.Caches, skip func(namespace string) bool, scope *clusterview.Scope) func() []policy.Governable {
+func governable(caches *clusterview.Caches, skip func(namespace string) bool, scope *clusterview.Scope, terms termFacts) func() []policy.Governable {
 	return func() []policy.Governable {
 		var out []policy.Governable
 		// revision returns the revision whose pods are counted, or why there is none.
@@ -36,7 +34,7 @@ func governable(caches *clusterview.Caches, skip func(namespace string) bool, sc
 					if why != "" {
 						return false, why
 					}
-					return exactNow(caches, clusterview.Revision{Namespace: meta.Namespace, UID: uid}, replicas, s)
+					return exactNow(caches, clusterview.Revision{Namespace: meta.Namespace, UID: uid}, replicas, s, terms)
 				}
 			}
 			out = append(out, g)
@@ -117,27 +115,40 @@ func replicasOf(r *int32) int {
 	return int(*r)
 }
 
-// exactNow tells whether the live placed pods of revision hold exactly the target of s
-// for replicas pods, and if not, what differs first.
-func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replicas int, s *strategy.Strategy) (bool, string) {
-	counts := make([]int, len(s.Terms))
-	placed := 0
+// termFacts is what the policy status knows of a revision's terms beside its pods: the
+// convergence loop's records of unavailable terms and what serves a term (nil: unknown).
+type termFacts struct {
+	unavailable func(revision types.UID) map[int]string
+	served      func(labels map[string]string) bool
+}
+
+// exactNow judges the live placed pods of revision against s for replicas pods
+// (strategy.Judge, as spread does), and says why when they are not exact.
+func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replicas int, s *strategy.Strategy, terms termFacts) (bool, string) {
+	t := strategy.Tally{Replicas: replicas, Placed: make([]int, len(s.Terms))}
 	caches.EachPodOf(revision, func(p clusterview.PlacedPod) {
-		if !p.HoldsSeat() || !p.Placed() {
+		if !p.HoldsSeat() {
 			return
 		}
-		placed++
-		if t := p.TermIn(s); t >= 0 {
-			counts[t]++
+		if !p.Placed() {
+			t.Unplaced++
+			return
+		}
+		if i := p.TermIn(s); i >= 0 {
+			t.Placed[i]++
 		}
 	})
-	if placed != replicas {
-		return false, fmt.Sprintf("%d of %d pods placed", placed, replicas)
+	var c strategy.Conditions
+	if terms.unavailable != nil {
+		unavailable := terms.unavailable(revision.UID)
+		c.Unavailable = func(i int) (string, bool) { why, ok := unavailable[i]; return why, ok }
 	}
-	for i, want := range s.Target(replicas) {
-		if counts[i] != want {
-			return false, fmt.Sprintf("term %d holds %d pods, its target is %d", i+1, counts[i], want)
-		}
+	if terms.served != nil {
+		c.Unserved = func(i int) bool { return !terms.served(s.Terms[i].LabelMap()) }
 	}
-	return true, ""
+	v := strategy.Judge(s, t, c)
+	if v.Exact() {
+		return true, ""
+	}
+	return false, string(v.State) + ": " + v.Why
 }

@@ -38,10 +38,14 @@ Pending with the scheduler's reason), their nodes and capacity type, and the
 NodePools, node groups or nodes that serve the term. Only the current revision
 is counted; pods of older ReplicaSets of a rollout are shown as a total.
 
-Exit status, so that CI can gate on it: 0 every workload reported is exact; 3 some
-workload is not (a term off its target, unplaced pods, an invalid strategy, or a
-namespace the webhook is not sent: not enabled); 2 bad usage; 1 any other error
-(the cluster could not be read). The report is written in every case.`,
+A workload is exact when every seat is on its own term. Exit status, so that CI
+can gate on it (the worst workload decides): 0 every workload reported is exact;
+3 off target (pods unplaced, on another term, or unable to run: the loop is moving
+them); 4 in fallback (seats on a fallback term because their own is unavailable,
+or a term that no NodePool, node group or node serves: often a typo in a label);
+5 not enabled (the webhook is not sent the namespace's pods); 6 invalid strategy;
+2 bad usage; 1 any other error (the cluster could not be read). The report is
+written in every case.`,
 		Example: `  custom-kube-scheduler-webhook spread -n demo
   custom-kube-scheduler-webhook spread -n demo deployment/alpine -o json`,
 		Args: cobra.MaximumNArgs(1),
@@ -95,24 +99,46 @@ namespace the webhook is not sent: not enabled); 2 bad usage; 1 any other error
 	return cmd
 }
 
-// spreadVerdict is nil when every workload is exact, else an exitError with status 3
-// that names the workloads that are not.
+// spreadVerdict is nil when every workload is exact, else an exitError whose status
+// is the worst state found (exitFor) and that names the workloads that are not exact.
 func spreadVerdict(r report.Report) error {
 	var off []string
+	code := 0
 	for _, wl := range r.Workloads {
 		if !wl.Exact {
-			off = append(off, fmt.Sprintf("%s %s/%s", wl.Kind, wl.Namespace, wl.Name))
+			off = append(off, fmt.Sprintf("%s %s/%s (%s: %s)", wl.Kind, wl.Namespace, wl.Name, wl.State, wl.Why))
+			code = max(code, exitFor(wl.State))
 		}
 	}
 	if len(off) == 0 {
 		return nil
 	}
-	return &exitError{code: exitNotExact, err: fmt.Errorf("not exact: %s", strings.Join(off, ", "))}
+	return &exitError{code: code, err: fmt.Errorf("not exact: %s", strings.Join(off, "; "))}
 }
 
-// exitNotExact is the exit status of spread when a workload is not exact, and of
-// plan --cluster when a term runs short.
-const exitNotExact = 3
+// Exit statuses of spread and plan --cluster beyond 0, 1 and 2, one per state that is
+// not exact; the worst found wins (the highest).
+const (
+	exitNotExact   = 3 // off target: pods the loop still has to move, or that cannot run
+	exitFallback   = 4 // in fallback: seats on a fallback term, or a term nothing serves
+	exitNotEnabled = 5 // the webhook is not sent the namespace's pods
+	exitInvalid    = 6 // the strategy does not parse
+)
+
+// exitFor is the exit status of a workload in state (report.WorkloadReport.State).
+func exitFor(state string) int {
+	switch state {
+	case string(strategy.StateExact):
+		return 0
+	case string(strategy.StateFallback):
+		return exitFallback
+	case report.StateNotEnabled:
+		return exitNotEnabled
+	case report.StateInvalid:
+		return exitInvalid
+	}
+	return exitNotExact
+}
 
 // parseWorkloadArg reads "deployment/web", "deploy/web", "sts/db", "rs/x" or "web".
 func parseWorkloadArg(arg string) (kind, name string, err error) {
@@ -206,7 +232,7 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		}
 		verdict := "exact"
 		if !wl.Exact {
-			verdict = "NOT exact"
+			verdict = "NOT exact (" + wl.State + ": " + wl.Why + ")"
 		}
 		if _, err := fmt.Fprintf(w, "spread %s; unplaced pods %d; pods of older revisions %d; pending repairs %d\n", verdict, wl.Unplaced, wl.OtherRevisions, wl.PendingRepairs); err != nil {
 			return fmt.Errorf("write report: %w", err)
