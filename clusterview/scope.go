@@ -207,15 +207,21 @@ func (s *Scope) CoversNamespace(ns string) bool {
 // WhyNot says why the API server does not send the pods of namespace ns to the webhook,
 // in words a user acts on (what names the workload); "" when it does.
 func (s *Scope) WhyNot(ns, what string) string {
-	st := s.rules.Load()
-	if st.unseen != "" {
+	if st := s.rules.Load(); st.unseen != "" {
 		return st.unseen
 	}
 	nsLabels, ok := s.namespaces(ns)
-	switch {
-	case !ok:
+	if !ok {
 		return "namespace " + ns + " is not in the cache yet"
-	case st.rules.CoversNamespace(nsLabels):
+	}
+	return s.WhyNotLabels(ns, nsLabels, what)
+}
+
+// WhyNotLabels is WhyNot for a namespace with nsLabels (a Namespace being applied);
+// "" also while the scope is not known: nothing is said on a guess.
+func (s *Scope) WhyNotLabels(ns string, nsLabels map[string]string, what string) string {
+	st := s.rules.Load()
+	if st.unseen != "" || st.rules.CoversNamespace(nsLabels) {
 		return ""
 	}
 	return NotCoveredWhy(ns, nsLabels, what)

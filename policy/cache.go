@@ -250,6 +250,15 @@ func trimNamespace(obj any) (any, error) {
 	return &cachedNamespace{meta: identity(ns), Namespace: *NamespaceOf(ns)}, nil
 }
 
+// EachNamespace calls fn with the name and labels of every namespace the cache has seen.
+func (c *Cache) EachNamespace(fn func(name string, labels map[string]string)) {
+	for _, obj := range c.namespaces.GetStore().List() {
+		if n, ok := obj.(*cachedNamespace); ok {
+			fn(n.meta.Name, n.Labels)
+		}
+	}
+}
+
 // NamespaceLabels returns the labels of namespace ns as the cache has them; ok is false
 // while the cache has not seen it.
 func (c *Cache) NamespaceLabels(ns string) (map[string]string, bool) {

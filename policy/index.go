@@ -65,6 +65,12 @@ func kindBit(kind string) kindSet {
 // Cluster reports whether c is a ClusterPlacementPolicy.
 func (c *Compiled) Cluster() bool { return c.Namespace == "" }
 
+// SelectsNamespace reports whether c may govern workloads of a namespace with nsLabels:
+// its namespaceSelector (a cluster policy) matches them.
+func (c *Compiled) SelectsNamespace(nsLabels map[string]string) bool {
+	return c.namespaces == nil || c.namespaces.Matches(labels.Set(nsLabels))
+}
+
 // matches reports whether c governs w, given the labels of w's namespace.
 func (c *Compiled) matches(w Workload, nsLabels map[string]string) bool {
 	if c.selector == nil {

@@ -25,6 +25,12 @@ import (
 // time, so a typo is caught by `kubectl apply` instead of stranding pods later.
 type WorkloadValidator struct {
 	Capacity Capacity // optional: warns about terms nothing serves
+	// Hints names the likely typo of a term nothing serves (nil: not named); a term
+	// with a likely typo is refused unless WarnOnly.
+	Hints Hinter
+	// Scope tells where the API server sends pods (nil: not checked): a Namespace
+	// default or a policy that applies only where it does not is warned.
+	Scope *NamespaceScope
 	// Images checks the terms against the architectures of the pod template's images
 	// (nil: not checked).
 	Images *ImageArchitectures
@@ -34,6 +40,21 @@ type WorkloadValidator struct {
 	Log      logrus.FieldLogger
 
 	strategies strategy.Resolver
+}
+
+// Hinter names the labels of a term that no capacity offers, and the closest offered
+// key or value (karpenter.Catalog.Hint); likely is set when it names one.
+type Hinter interface {
+	Hint(term map[string]string) (hint string, likely bool)
+}
+
+// NamespaceScope is what the validator asks of the webhook's scope and the namespaces.
+type NamespaceScope struct {
+	// WhyNot says why pods of namespace ns, with nsLabels, are not sent to the webhook
+	// ("" when they are, or when the scope is not known).
+	WhyNot func(ns string, nsLabels map[string]string, what string) string
+	// Each calls fn with every namespace's name and labels.
+	Each func(fn func(name string, labels map[string]string))
 }
 
 // workloadMeta is the part of a workload the validator reads.
@@ -83,7 +104,8 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 		strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations},
 		strategy.AnnotatedObject{Name: name, Annotations: obj.Annotations},
 	)
-	warnings := src.Warnings
+	warnings := append(src.Warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations})...)
+	warnings = append(warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: name, Annotations: obj.Annotations})...)
 	if !src.Active() {
 		return allow(warnings...)
 	}
@@ -105,12 +127,10 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 	for _, doubt := range s.Warnings {
 		warnings = append(warnings, fmt.Sprintf("%s on %s: %s", src.Key, src.Object, doubt))
 	}
-	if v.Capacity != nil {
-		for i, term := range s.Terms {
-			if _, served := v.Capacity.Tolerations(term.LabelMap()); !served {
-				warnings = append(warnings, unservedWarning(i, term, name, "its pods"))
-			}
-		}
+	unserved, typos := v.unserved(s, name, "its pods")
+	warnings = append(warnings, unserved...)
+	if len(typos) > 0 {
+		return v.refuseWith(req, name, warnings, typos, v.unchanged(req, src.Raw))
 	}
 	if v.Images != nil {
 		// A failed lookup says nothing here: admission looks again.
@@ -119,9 +139,7 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 		if len(faults) > 0 {
 			// Ratchet, as for an invalid strategy: an UPDATE keeping both the strategy
 			// and the images is not refused for a fault it did not introduce.
-			resp := v.refuse(req, name, strings.Join(faults, "; "), v.unchangedImages(req, src.Raw, &obj.Spec.Template.Spec))
-			resp.Warnings = append(prefixed(warnings), resp.Warnings...)
-			return resp
+			return v.refuseWith(req, name, warnings, faults, v.unchangedImages(req, src.Raw, &obj.Spec.Template.Spec))
 		}
 	}
 	return allow(warnings...)
@@ -176,20 +194,104 @@ func (v *WorkloadValidator) admitPolicy(req *admissionv1.AdmissionRequest) *admi
 	if perr != nil {
 		faults = append(faults, fmt.Sprintf("spec.strategy of %s is invalid: %v", c.Link.Name, perr))
 	}
-	if len(faults) == 0 {
-		var warnings []string
-		for _, doubt := range s.Warnings {
-			warnings = append(warnings, fmt.Sprintf("spec.strategy of %s: %s", c.Link.Name, doubt))
-		}
-		return allow(warnings...)
-	}
 	unchanged := false
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 		if old, err := decodePolicy(req.OldObject.Raw); err == nil {
 			unchanged = old.Link.Annotations[strategy.AnnotationStrategy] == raw && (old.SelectorErr == nil) == (c.SelectorErr == nil)
 		}
 	}
-	return v.refuse(req, c.Link.Name, strings.Join(faults, "; "), unchanged)
+	if len(faults) > 0 {
+		return v.refuse(req, c.Link.Name, strings.Join(faults, "; "), unchanged)
+	}
+	var warnings []string
+	for _, doubt := range s.Warnings {
+		warnings = append(warnings, fmt.Sprintf("spec.strategy of %s: %s", c.Link.Name, doubt))
+	}
+	warnings = append(warnings, v.policyOutOfScope(c)...)
+	unserved, typos := v.unserved(s, c.Link.Name, "the pods it governs")
+	warnings = append(warnings, unserved...)
+	if len(typos) > 0 {
+		return v.refuseWith(req, c.Link.Name, warnings, typos, unchanged)
+	}
+	return allow(warnings...)
+}
+
+// policyOutOfScope warns when a policy applies only in namespaces whose pods the API
+// server does not send to the webhook: it would govern nothing there.
+func (v *WorkloadValidator) policyOutOfScope(c *policy.Compiled) []string {
+	if v.Scope == nil {
+		return nil
+	}
+	var selected, covered []string
+	why := ""
+	v.Scope.Each(func(ns string, nsLabels map[string]string) {
+		if (c.Cluster() || ns == c.Namespace) && c.SelectsNamespace(nsLabels) {
+			selected = append(selected, ns)
+			w := v.Scope.WhyNot(ns, nsLabels, "the workloads "+c.Link.Name+" selects")
+			if w == "" {
+				covered = append(covered, ns)
+			} else if why == "" || ns == c.Namespace {
+				why = w
+			}
+		}
+	})
+	switch {
+	case len(covered) > 0:
+		return nil
+	case !c.Cluster() && why != "":
+		return []string{fmt.Sprintf("%s governs nothing: %s", c.Link.Name, why)}
+	case c.Cluster() && len(selected) == 0:
+		return []string{fmt.Sprintf("%s governs nothing: its namespaceSelector matches no namespace", c.Link.Name)}
+	case c.Cluster():
+		slices.Sort(selected)
+		return []string{fmt.Sprintf("%s governs nothing: none of the namespaces it selects (%s) is enabled for the webhook; e.g. %s", c.Link.Name, firstNames(selected), why)}
+	}
+	return nil
+}
+
+// firstNames lists up to 5 names, and how many more there are.
+func firstNames(names []string) string {
+	if len(names) <= 5 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
+}
+
+// unserved returns a warning for each term of s that nothing serves (owner names whose
+// strategy it is, who the pods that may stay Pending), with the likely typo when Hints
+// names one; those are also returned as typos, which reject mode refuses. Nothing is
+// said until the capacity has been read (Hints would guess from nothing).
+func (v *WorkloadValidator) unserved(s *strategy.Strategy, owner, who string) (warnings, typos []string) {
+	if v.Capacity == nil {
+		return nil, nil
+	}
+	for i, term := range s.Terms {
+		if _, served := v.Capacity.Tolerations(term.LabelMap()); served {
+			continue
+		}
+		msg := unservedWarning(i, term, owner, who)
+		if v.Hints == nil {
+			warnings = append(warnings, msg)
+			continue
+		}
+		hint, likely := v.Hints.Hint(term.LabelMap())
+		if hint != "" {
+			msg += ": " + hint
+		}
+		if likely {
+			typos = append(typos, msg)
+		} else {
+			warnings = append(warnings, msg)
+		}
+	}
+	return warnings, typos
+}
+
+// refuseWith refuses req for faults (or only warns: refuse), keeping warnings.
+func (v *WorkloadValidator) refuseWith(req *admissionv1.AdmissionRequest, name string, warnings, faults []string, unchanged bool) *admissionv1.AdmissionResponse {
+	resp := v.refuse(req, name, strings.Join(faults, "; "), unchanged)
+	resp.Warnings = append(prefixed(warnings), resp.Warnings...)
+	return resp
 }
 
 // decodePolicy compiles a policy from its JSON.
@@ -209,15 +311,8 @@ func (v *WorkloadValidator) admitNamespace(req *admissionv1.AdmissionRequest) *a
 	}
 	name := "Namespace " + ns.Name
 	src := strategy.Find(policy.NamespaceOf(&ns).Link)
+	warnings := append(src.Warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: name, Annotations: ns.Annotations})...)
 	if !src.Active() {
-		return allow(src.Warnings...)
-	}
-	s, err := v.strategies.Parse(src.Raw)
-	if err == nil {
-		warnings := src.Warnings
-		for _, doubt := range s.Warnings {
-			warnings = append(warnings, fmt.Sprintf("%s on %s: %s", src.Key, name, doubt))
-		}
 		return allow(warnings...)
 	}
 	unchanged := false
@@ -225,7 +320,24 @@ func (v *WorkloadValidator) admitNamespace(req *admissionv1.AdmissionRequest) *a
 		prev := strategy.Find(policy.NamespaceOf(&old).Link)
 		unchanged = prev.Active() && prev.Raw == src.Raw
 	}
-	return v.refuse(req, name, fmt.Sprintf("%s on %s is invalid: %v", src.Key, name, err), unchanged)
+	s, err := v.strategies.Parse(src.Raw)
+	if err != nil {
+		return v.refuse(req, name, fmt.Sprintf("%s on %s is invalid: %v", src.Key, name, err), unchanged)
+	}
+	for _, doubt := range s.Warnings {
+		warnings = append(warnings, fmt.Sprintf("%s on %s: %s", src.Key, name, doubt))
+	}
+	if v.Scope != nil {
+		if why := v.Scope.WhyNot(ns.Name, ns.Labels, "the workloads its default strategy would govern"); why != "" {
+			warnings = append(warnings, "the default strategy of "+name+" governs nothing: "+why)
+		}
+	}
+	unserved, typos := v.unserved(s, name, "the pods it governs")
+	warnings = append(warnings, unserved...)
+	if len(typos) > 0 {
+		return v.refuseWith(req, name, warnings, typos, unchanged)
+	}
+	return allow(warnings...)
 }
 
 // refuse rejects req with msg, or only warns when validation is WarnOnly or the UPDATE

@@ -328,7 +328,8 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 	if r.images != nil {
 		mutator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
 	}
-	validator := &webhook.WorkloadValidator{Capacity: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry}
+	validator := &webhook.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry,
+		Scope: &webhook.NamespaceScope{WhyNot: r.scope.WhyNotLabels, Each: r.policies.EachNamespace}}
 	if r.images != nil {
 		validator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
 	}

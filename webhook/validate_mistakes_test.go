@@ -1,0 +1,101 @@
+package webhook
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+)
+
+// unservedCapacity serves every term but those holding a label key in typos.
+type unservedCapacity map[string]bool
+
+func (u unservedCapacity) Tolerations(labels map[string]string) ([]corev1.Toleration, bool) {
+	for k := range labels {
+		if u[k] {
+			return nil, false
+		}
+	}
+	return nil, true
+}
+
+// typoHints names the likely typo of capcity-type.
+type typoHints struct{}
+
+func (typoHints) Hint(labels map[string]string) (string, bool) {
+	if _, ok := labels["karpenter.sh/capcity-type"]; ok {
+		return `no NodePool, node group or node offers the label key "karpenter.sh/capcity-type"; did you mean "karpenter.sh/capacity-type"?`, true
+	}
+	return `no NodePool, node group or node offers the label key "gpu"`, false
+}
+
+// Mistakes are loud at apply: a term with a likely typo is refused (warned in warn
+// mode, or when an update keeps it), naming the closest key; a term nothing serves
+// without a likely typo is warned; a strategy-like annotation key is warned; a
+// Namespace default or policy where the webhook is not sent is warned.
+func TestApplyTimeMistakes(t *testing.T) {
+	const typo = "karpenter.sh/capacity-type=on-demand,base=1,weight=1:karpenter.sh/capcity-type=spot,weight=3"
+	const unknown = "karpenter.sh/capacity-type=on-demand,base=1:gpu=true"
+	capacity := unservedCapacity{"karpenter.sh/capcity-type": true, "gpu": true}
+	enabled := map[string]map[string]string{testNS: {strategy.LabelNamespaceEnabled: "true"}, "dev": {}}
+	scope := func(labels map[string]map[string]string) *NamespaceScope {
+		return &NamespaceScope{
+			WhyNot: func(ns string, nsLabels map[string]string, what string) string {
+				if nsLabels[strategy.LabelNamespaceEnabled] == "true" {
+					return ""
+				}
+				return strategy.NotEnabled(ns, what)
+			},
+			Each: func(fn func(string, map[string]string)) {
+				for ns, l := range labels {
+					fn(ns, l)
+				}
+			},
+		}
+	}
+	v := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, Scope: scope(enabled), Metrics: NewMetrics(), Log: quietLog()}
+	warn := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, WarnOnly: true, Metrics: NewMetrics(), Log: quietLog()}
+	off := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, Scope: scope(map[string]map[string]string{testNS: {}, "dev": {}}), Metrics: NewMetrics(), Log: quietLog()}
+	didYouMean := `did you mean "karpenter.sh/capacity-type"?`
+	ann := func(s string) map[string]string { return map[string]string{strategy.AnnotationStrategy: s} }
+	for _, tc := range []struct {
+		name     string
+		v        *WorkloadValidator
+		req      *admissionv1.AdmissionRequest
+		allowed  bool
+		mentions string
+	}{
+		{"typo'd key on a Deployment", v, deploymentRequest(t, admissionv1.Create, ann(typo), nil, nil), false, "term 2 (karpenter.sh/capcity-type=spot) of Deployment shop/web is served by no NodePool, node group or Ready node; its pods may stay Pending: " + "no NodePool, node group or node offers the label key \"karpenter.sh/capcity-type\"; " + didYouMean},
+		{"typo'd key, warn mode", warn, deploymentRequest(t, admissionv1.Create, ann(typo), nil, nil), true, didYouMean},
+		{"typo'd key kept by an update", v, deploymentRequest(t, admissionv1.Update, ann(typo), nil, ann(typo)), true, didYouMean},
+		{"unknown key, no likely typo: warned", v, deploymentRequest(t, admissionv1.Create, ann(unknown), nil, nil), true, `offers the label key "gpu"`},
+		{"strategy-like annotation key", v, deploymentRequest(t, admissionv1.Create, map[string]string{"CustomPodSchedulingStrategy": typo}, nil, nil), true, `annotation "CustomPodSchedulingStrategy" is not read; did you mean "CustomPodScheduleStrategy"?`},
+		{"typo'd key in a PlacementPolicy", v, policyRequest(t, admissionv1.Create, v1alpha1.KindPlacementPolicy, typo, ""), false, didYouMean},
+		{"typo'd key in a ClusterPlacementPolicy", v, policyRequest(t, admissionv1.Create, v1alpha1.KindClusterPlacementPolicy, typo, ""), false, didYouMean},
+		{"typo'd key in a Namespace default", v, namespaceRequest(t, admissionv1.Create, typo, ""), false, didYouMean},
+		{"PlacementPolicy in a namespace not enabled", off, policyRequest(t, admissionv1.Create, v1alpha1.KindPlacementPolicy, burstStrategy, ""), true, "PlacementPolicy shop/split governs nothing: namespace shop is not enabled"},
+		{"ClusterPlacementPolicy where no namespace is enabled", off, policyRequest(t, admissionv1.Create, v1alpha1.KindClusterPlacementPolicy, burstStrategy, ""), true, "ClusterPlacementPolicy split governs nothing: none of the namespaces it selects (dev, shop) is enabled"},
+		{"Namespace default, namespace not enabled", off, namespaceRequest(t, admissionv1.Create, burstStrategy, ""), true, "the default strategy of Namespace shop governs nothing: namespace shop is not enabled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := tc.v.Admit(context.Background(), tc.req)
+			text := strings.Join(resp.Warnings, "\n")
+			if resp.Result != nil {
+				text += "\n" + resp.Result.Message
+			}
+			if resp.Allowed != tc.allowed || !strings.Contains(text, tc.mentions) {
+				t.Fatalf("allowed %v, want %v; answer %q does not say %q", resp.Allowed, tc.allowed, text, tc.mentions)
+			}
+		})
+	}
+	// In an enabled namespace a valid policy says nothing about scope.
+	resp := v.Admit(context.Background(), policyRequest(t, admissionv1.Create, v1alpha1.KindPlacementPolicy, burstStrategy, ""))
+	if !resp.Allowed || len(resp.Warnings) != 0 {
+		t.Errorf("a valid policy in an enabled namespace: %v %q", resp.Allowed, resp.Warnings)
+	}
+}
