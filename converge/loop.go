@@ -97,6 +97,10 @@ type Config struct {
 	// even when nothing was seen to change.
 	Resync  time.Duration
 	Signals Signals // optional
+	// Served (optional) tells whether any NodePool, node group or node serves a term's
+	// labels: a term with a target that nothing serves is counted (terms_unserved), for
+	// an alert within minutes (most often a typo in a label).
+	Served func(labels map[string]string) bool
 	// Launches (optional): a term whose pods have waited FALLBACK_AFTER without a word
 	// from Karpenter is not marked unavailable while NodeClaims for it are launching or
 	// made progress within FALLBACK_AFTER; time alone counts only from then on.
@@ -362,8 +366,9 @@ type result struct {
 	off                   bool
 	// target and placed count, by term and where the strategy came from, the pods the
 	// revision should have on each term and the live placed pods it has there;
-	// unavailable counts its unavailable terms.
-	target, placed, unavailable map[termSource]int
+	// unavailable counts its unavailable terms; unserved its terms with a target that
+	// no NodePool, node group or node serves.
+	target, placed, unavailable, unserved map[termSource]int
 	// unsettled: something may change with time alone (pods wait for a node, moves are
 	// left, fewer placed pods than replicas), so the revision is passed again after
 	// Interval. failed: the pass was cut short or an API call failed; it is retried
@@ -372,6 +377,23 @@ type result struct {
 	// until is the end of the earliest cool-down of its unavailable terms, when their
 	// seats return (zero: none).
 	until time.Time
+}
+
+// unserved counts the terms of a revision with a target that nothing serves.
+func (l *Loop) unserved(snap *snapshot) map[termSource]int {
+	if l.cfg.Served == nil {
+		return nil
+	}
+	var out map[termSource]int
+	for t, want := range snap.s.Target(snap.rev.replicas) {
+		if want > 0 && !l.cfg.Served(snap.s.Terms[t].LabelMap()) {
+			if out == nil {
+				out = map[termSource]int{}
+			}
+			out[termSource{snap.s.Terms[t].LabelString(), snap.origin}]++
+		}
+	}
+	return out
 }
 
 // converge makes one revision's pass: observe it, plan what to do, and act on the plan
@@ -384,6 +406,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	p := plan(snap, &l.mem, planConfig{fallbackAfter: l.cfg.FallbackAfter, maxUnavailable: l.cfg.MaxUnavailable,
 		cooldown: l.cfg.Cooldown, moveSignalled: l.cfg.MoveSignalledNodes})
 	res := l.act(ctx, snap, p)
+	res.unserved = l.unserved(snap)
 	sv := snap.survey
 	// Moves all held wait for the hold's end, not the next Interval.
 	waitsForHold := p.held > 0 && p.held == len(p.moves)

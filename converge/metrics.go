@@ -8,6 +8,7 @@ import (
 // Only the elected replica updates them; the others report zero.
 type Metrics struct {
 	unavailable *prometheus.GaugeVec
+	unserved    *prometheus.GaugeVec
 	marks       *prometheus.CounterVec
 	riskMarks   *prometheus.CounterVec
 	launchWaits *prometheus.CounterVec
@@ -32,6 +33,10 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 		unavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "terms_unavailable",
 			Help: "Terms of workload revisions unavailable now (their seats go to the fallback), by the term's node labels.",
+		}, []string{"term"}),
+		unserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "terms_unserved",
+			Help: "Terms of workload revisions that should hold pods but that no NodePool, node group or Ready node serves (most often a typo in a label; their pods stay Pending, then fall back), by the term's node labels.",
 		}, []string{"term"}),
 		marks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "terms_marked_unavailable_total",
@@ -102,7 +107,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			m.holds.WithLabelValues(reason)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held} {
+	for _, c := range []prometheus.Collector{m.unavailable, m.unserved, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

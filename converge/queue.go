@@ -22,6 +22,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 )
@@ -196,7 +197,6 @@ func (l *Loop) publish(now time.Time) {
 	m.held.Set(float64(l.mem.heldRevisions()))
 	m.termTarget.Reset()
 	m.termPods.Reset()
-	m.unavailable.Reset()
 	for k, n := range s.target {
 		m.termTarget.WithLabelValues(k.term, string(k.source)).Set(float64(n))
 	}
@@ -208,11 +208,18 @@ func (l *Loop) publish(now time.Time) {
 			m.termPods.WithLabelValues(k.term, string(k.source)).Set(0)
 		}
 	}
-	unavailable := map[string]int{}
-	for k, n := range s.unavailable {
-		unavailable[k.term] += n
+	byTerm(m.unavailable, s.unavailable)
+	byTerm(m.unserved, s.unserved)
+}
+
+// byTerm sets g, reset, to sums added up by term (over the strategies' sources).
+func byTerm(g *prometheus.GaugeVec, sums map[termSource]int) {
+	g.Reset()
+	terms := map[string]int{}
+	for k, n := range sums {
+		terms[k.term] += n
 	}
-	for term, n := range unavailable {
-		m.unavailable.WithLabelValues(term).Set(float64(n))
+	for term, n := range terms {
+		g.WithLabelValues(term).Set(float64(n))
 	}
 }

@@ -418,6 +418,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
 		Signals:  converge.NewKarpenterSignals(loopClient, catalog, claims),
 		Launches: claims,
+		Served:   termServed(catalog),
 		Log:      entry,
 	}
 	if signals != nil {
@@ -448,10 +449,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		}
 		// The elected replica also writes the policies' status, at most every 30s.
 		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry,
-			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, served: func(labels map[string]string) bool {
-				_, served := catalog.Tolerations(labels)
-				return served
-			}})}
+			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, served: termServed(catalog)})}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -615,4 +613,12 @@ func replicaIdentity() string {
 		host = "unknown"
 	}
 	return fmt.Sprintf("%s_%d_%s", host, os.Getpid(), rand.Text()[:6])
+}
+
+// termServed tells whether any NodePool, node group or node serves a term's labels.
+func termServed(c *karpenter.Catalog) func(labels map[string]string) bool {
+	return func(labels map[string]string) bool {
+		_, served := c.Tolerations(labels)
+		return served
+	}
 }
