@@ -286,6 +286,7 @@ func readServing(ctx context.Context, client kubernetes.Interface, dyn dynamic.I
 		}
 		return names
 	}
+	st.Hint = catalog.Hint
 	return unseen, nil
 }
 

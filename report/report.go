@@ -172,6 +172,9 @@ type State struct {
 	Nodes  map[string]*corev1.Node
 	// ServedBy names the capacity serving a term's labels; nil leaves it out.
 	ServedBy func(labels map[string]string) []string
+	// Hint names, for a term nothing serves, the likely typo in its labels
+	// (karpenter.Catalog.Hint); nil: not said.
+	Hint func(labels map[string]string) (hint string, likely bool)
 	// Unavailable returns the terms of a revision (ReplicaSet or StatefulSet UID)
 	// unavailable now, from the convergence loop's records; nil when unknown.
 	Unavailable func(revision types.UID) map[int]unavailability.TermState
@@ -435,7 +438,16 @@ func (w *WorkloadReport) finish(st *State, s *strategy.Strategy, t *tally, unava
 	}
 	c := strategy.Conditions{Unavailable: func(i int) (string, bool) { u, ok := unavailable[i]; return u.Reason, ok }}
 	if st.ServedBy != nil {
-		c.Unserved = func(i int) bool { return len(w.Terms[i].ServedBy) == 0 }
+		c.Unserved = func(i int) (string, bool) {
+			if len(w.Terms[i].ServedBy) > 0 {
+				return "", false
+			}
+			if st.Hint == nil {
+				return "", true
+			}
+			hint, _ := st.Hint(w.Terms[i].Labels)
+			return hint, true
+		}
 	}
 	v := strategy.Judge(s, tl, c)
 	w.State, w.Why, w.Exact = string(v.State), v.Why, v.Exact()

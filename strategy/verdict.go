@@ -39,8 +39,9 @@ type Conditions struct {
 	// Unavailable reports whether a term is unavailable now (its seats go to the
 	// fallback), and why.
 	Unavailable func(term int) (why string, unavailable bool)
-	// Unserved reports whether no NodePool, node group or node serves a term.
-	Unserved func(term int) bool
+	// Unserved reports whether no NodePool, node group or node serves a term, and what
+	// is likely wrong with its labels ("": nothing to add).
+	Unserved func(term int) (hint string, unserved bool)
 }
 
 // Verdict is Judge's answer: the state and, when it is not exact, why, in words a user
@@ -64,8 +65,15 @@ func Judge(s *Strategy, t Tally, c Conditions) Verdict {
 	target := s.Target(t.Replicas)
 	var unserved []string
 	for i, want := range target {
-		if want > 0 && c.Unserved != nil && c.Unserved(i) {
-			unserved = append(unserved, fmt.Sprintf("term %d (%s) is served by no NodePool, node group or node", i+1, s.Terms[i].LabelString()))
+		if want == 0 || c.Unserved == nil {
+			continue
+		}
+		if hint, u := c.Unserved(i); u {
+			msg := fmt.Sprintf("term %d (%s) is served by no NodePool, node group or node", i+1, s.Terms[i].LabelString())
+			if hint != "" {
+				msg += ": " + hint
+			}
+			unserved = append(unserved, msg)
 		}
 	}
 	placedOn := func(i int) int {

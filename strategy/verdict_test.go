@@ -14,7 +14,7 @@ func TestJudge(t *testing.T) {
 		t.Fatal(err)
 	}
 	spotDown := func(i int) (string, bool) { return "4 pods unschedulable for 90s", i == 1 }
-	unserved := func(i int) bool { return i == 1 }
+	unserved := func(i int) (string, bool) { return `did you mean "karpenter.sh/capacity-type"?`, i == 1 }
 	for _, tc := range []struct {
 		name  string
 		tally Tally
@@ -26,7 +26,7 @@ func TestJudge(t *testing.T) {
 		{"on target, term unavailable but pods back", Tally{Replicas: 5, Placed: []int{2, 3}}, Conditions{Unavailable: spotDown}, StateExact, ""},
 		{"fallback placement", Tally{Replicas: 5, Placed: []int{5, 0}}, Conditions{Unavailable: spotDown}, StateFallback, "term 2 (karpenter.sh/capcity-type=spot) is unavailable: 4 pods unschedulable"},
 		{"typo'd term, seats fell back", Tally{Replicas: 5, Placed: []int{5, 0}}, Conditions{Unavailable: spotDown, Unserved: unserved}, StateFallback, "served by no NodePool"},
-		{"typo'd term, pods pending on it", Tally{Replicas: 5, Placed: []int{2, 3}}, Conditions{Unserved: unserved}, StateFallback, "term 2 (karpenter.sh/capcity-type=spot) is served by no NodePool, node group or node"},
+		{"typo'd term, pods pending on it", Tally{Replicas: 5, Placed: []int{2, 3}}, Conditions{Unserved: unserved}, StateFallback, `term 2 (karpenter.sh/capcity-type=spot) is served by no NodePool, node group or node: did you mean "karpenter.sh/capacity-type"?`},
 		{"off target", Tally{Replicas: 5, Placed: []int{3, 2}}, Conditions{}, StateOffTarget, "term 1 (karpenter.sh/capacity-type=on-demand) holds 3 pods, expected 2"},
 		{"fallback not reached", Tally{Replicas: 5, Placed: []int{3, 2}}, Conditions{Unavailable: spotDown}, StateOffTarget, "holds 3 pods, expected 5"},
 		{"unplaced", Tally{Replicas: 5, Placed: []int{2, 2}, Unplaced: 1}, Conditions{}, StateOffTarget, "1 pods carry no seat"},

@@ -120,6 +120,8 @@ func replicasOf(r *int32) int {
 type termFacts struct {
 	unavailable func(revision types.UID) map[int]string
 	served      func(labels map[string]string) bool
+	// hint names the likely typo of a term nothing serves (nil: not said).
+	hint func(labels map[string]string) (string, bool)
 }
 
 // exactNow judges the live placed pods of revision against s for replicas pods
@@ -144,7 +146,17 @@ func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replica
 		c.Unavailable = func(i int) (string, bool) { why, ok := unavailable[i]; return why, ok }
 	}
 	if terms.served != nil {
-		c.Unserved = func(i int) bool { return !terms.served(s.Terms[i].LabelMap()) }
+		c.Unserved = func(i int) (string, bool) {
+			labels := s.Terms[i].LabelMap()
+			if terms.served(labels) {
+				return "", false
+			}
+			if terms.hint == nil {
+				return "", true
+			}
+			hint, _ := terms.hint(labels)
+			return hint, true
+		}
 	}
 	v := strategy.Judge(s, t, c)
 	if v.Exact() {

@@ -449,7 +449,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		}
 		// The elected replica also writes the policies' status, at most every 30s.
 		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry,
-			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, served: termServed(catalog)})}
+			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, served: termServed(catalog), hint: catalog.Hint})}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
