@@ -49,19 +49,29 @@ type Status struct {
 	// OutOfScope names the workloads the policy selects that the webhook's scope leaves
 	// out, and why (not counted in Workloads).
 	OutOfScope []string
+	// Unserved says, per term that nothing serves, which and the likely typo.
+	Unserved []string
 }
 
+// Unserved tells whether nothing serves a term's labels, and the likely typo
+// (karpenter.Catalog.Hint); nil: not known.
+type Unserved func(labels map[string]string) (hint string, unserved bool)
+
 // Statuses computes every policy's status over workloads.
-func Statuses(p *policies, workloads []Governable, namespace func(string) *Namespace) map[*Compiled]*Status {
+func Statuses(p *policies, workloads []Governable, namespace func(string) *Namespace, unserved Unserved) map[*Compiled]*Status {
 	out := map[*Compiled]*Status{}
 	get := func(c *Compiled) *Status {
 		s := out[c]
 		if s == nil {
 			s = &Status{Generation: c.Generation}
-			if c.SelectorErr != nil {
+			parsed, err := strategy.Parse(c.Link.Annotations[strategy.AnnotationStrategy])
+			switch {
+			case c.SelectorErr != nil:
 				s.Invalid = c.SelectorErr.Error()
-			} else if _, err := strategy.Parse(c.Link.Annotations[strategy.AnnotationStrategy]); err != nil {
+			case err != nil:
 				s.Invalid = "spec.strategy: " + err.Error()
+			case unserved != nil:
+				s.Unserved = unservedTerms(parsed, unserved)
 			}
 			out[c] = s
 		}
@@ -107,6 +117,21 @@ func Statuses(p *policies, workloads []Governable, namespace func(string) *Names
 	return out
 }
 
+// unservedTerms says, per term of s that nothing serves, which and the likely typo.
+func unservedTerms(s *strategy.Strategy, unserved Unserved) []string {
+	var out []string
+	for i, t := range s.Terms {
+		if hint, u := unserved(t.LabelMap()); u {
+			msg := fmt.Sprintf("term %d (%s) is served by no NodePool, node group or node", i+1, t.LabelString())
+			if hint != "" {
+				msg += ": " + hint
+			}
+			out = append(out, msg)
+		}
+	}
+	return out
+}
+
 // parsed is the policy's strategy, parsed.
 func parsed(c *Compiled) (*strategy.Strategy, error) {
 	return strategy.Parse(c.Link.Annotations[strategy.AnnotationStrategy])
@@ -140,7 +165,27 @@ func (s *Status) conditions(prev []metav1.Condition, now metav1.Time) []metav1.C
 	if len(s.OutOfScope) > 0 {
 		inScope.Status, inScope.Reason, inScope.Message = metav1.ConditionFalse, "NamespaceNotEnabled", fmt.Sprintf("%d selected workloads are out of the webhook's scope and not governed: %s", len(s.OutOfScope), firstOf(s.OutOfScope))
 	}
-	out := []metav1.Condition{accepted, conflicting, inScope}
+	governing := metav1.Condition{Type: v1alpha1.ConditionGoverning, Status: metav1.ConditionTrue, Reason: "Governing", Message: fmt.Sprintf("governs %d workloads", s.Workloads), ObservedGeneration: s.Generation}
+	switch {
+	case s.Workloads > 0:
+	case len(s.OutOfScope) > 0:
+		governing.Status, governing.Reason, governing.Message = metav1.ConditionFalse, "OutOfScope", "every workload it selects is out of the webhook's scope: "+firstOf(s.OutOfScope)
+	default:
+		governing.Status, governing.Reason, governing.Message = metav1.ConditionFalse, "SelectsNothing", "its selector, kinds and namespaces match no workload without a strategy of its own: check spec.selector for a typo"
+	}
+	served := metav1.Condition{Type: v1alpha1.ConditionServed, Status: metav1.ConditionTrue, Reason: "Served", Message: "every term is served by a NodePool, node group or node", ObservedGeneration: s.Generation}
+	if len(s.Unserved) > 0 {
+		served.Status, served.Reason, served.Message = metav1.ConditionFalse, "TermUnserved", firstOf(s.Unserved)
+	}
+	out := []metav1.Condition{accepted, conflicting, inScope, governing, served}
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", Message: "accepted, governing, in scope and served", ObservedGeneration: s.Generation}
+	for _, c := range []metav1.Condition{accepted, served, governing, inScope} {
+		if c.Status == metav1.ConditionFalse {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, c.Reason, c.Message
+			break
+		}
+	}
+	out = append(out, ready)
 	for i := range out {
 		out[i].LastTransitionTime = now
 		for _, p := range prev {
@@ -160,6 +205,8 @@ type StatusWriter struct {
 	Dyn   dynamic.Interface
 	// Workloads lists the workloads (from the webhook's caches).
 	Workloads func() []Governable
+	// Unserved tells which terms nothing serves (nil: not said).
+	Unserved Unserved
 	// Every is the least time between two rounds of writes (default 30s).
 	Every time.Duration
 	Log   logrus.FieldLogger
@@ -200,7 +247,7 @@ func (w *StatusWriter) round(ctx context.Context, written map[policyKey]string, 
 		return
 	}
 	now := metav1.Now()
-	statuses := Statuses(w.Cache.view.Load(), w.Workloads(), w.Cache.namespace)
+	statuses := Statuses(w.Cache.view.Load(), w.Workloads(), w.Cache.namespace, w.Unserved)
 	keys := make([]*Compiled, 0, len(statuses))
 	for c := range statuses {
 		keys = append(keys, c)
@@ -209,7 +256,7 @@ func (w *StatusWriter) round(ctx context.Context, written map[policyKey]string, 
 	for _, c := range keys {
 		s := statuses[c]
 		key := policyKey{c.Namespace, c.Name, c.UID}
-		sum := fmt.Sprintf("%d|%d|%d|%v|%s|%s", s.Generation, s.Workloads, s.Exact, s.NotExact, s.Invalid, strings.Join(s.Conflicts, "\n"))
+		sum := fmt.Sprintf("%d|%d|%d|%v|%s|%s|%s|%s", s.Generation, s.Workloads, s.Exact, s.NotExact, s.Invalid, strings.Join(s.Conflicts, "\n"), strings.Join(s.OutOfScope, "\n"), strings.Join(s.Unserved, "\n"))
 		if written[key] == sum {
 			continue
 		}

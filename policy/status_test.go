@@ -28,7 +28,7 @@ func TestStatuses(t *testing.T) {
 		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}, Name: "own", Own: true},
 	}
 	got := map[string]*Status{}
-	for c, s := range Statuses(idx.p, ws, func(string) *Namespace { return nil }) {
+	for c, s := range Statuses(idx.p, ws, func(string) *Namespace { return nil }, nil) {
 		got[c.Name] = s
 	}
 	if s := got["aa"]; s.Workloads != 2 || len(s.Conflicts) != 1 || !strings.Contains(s.Conflicts[0], "Deployment shop/web: also matched by PlacementPolicy shop/zz") {
@@ -52,5 +52,49 @@ func TestStatuses(t *testing.T) {
 	again := got["aa"].conditions(got["aa"].conditions(nil, now), later)
 	if again[1].Status != metav1.ConditionTrue || !again[1].LastTransitionTime.Equal(&now) {
 		t.Errorf("an unchanged condition keeps its transition time: %+v", again[1])
+	}
+}
+
+// Policy mistakes tell the truth in status: a selector that governs nothing, every
+// selected workload out of scope, a term nothing serves (with the likely typo); Ready
+// sums them up with the first problem's reason.
+func TestStatusConditionsOfMistakes(t *testing.T) {
+	idx := NewIndex([]v1alpha1.PlacementPolicy{
+		pp("shop", "typo-selector", "karpenter.sh/capacity-type=spot", 0, map[string]string{"ap": "web"}),
+		pp("shop", "typo-term", "karpenter.sh/capacity-type=on-demand,base=1:karpenter.sh/capcity-type=spot", 0, map[string]string{"app": "web"}),
+		pp("dev", "off", "karpenter.sh/capacity-type=spot", 0, map[string]string{"app": "api"}),
+	}, nil, nil)
+	ws := []Governable{
+		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}, Name: "web"},
+		{Workload: Workload{Namespace: "dev", Kind: "Deployment", Labels: map[string]string{"app": "api"}}, Name: "api", OutOfScope: "namespace dev is not enabled"},
+	}
+	unserved := func(labels map[string]string) (string, bool) {
+		if _, typo := labels["karpenter.sh/capcity-type"]; typo {
+			return `did you mean "karpenter.sh/capacity-type"?`, true
+		}
+		return "", false
+	}
+	now := metav1.NewTime(time.Unix(1000, 0))
+	cond := map[string]map[string]metav1.Condition{}
+	for c, s := range Statuses(idx.p, ws, func(string) *Namespace { return nil }, unserved) {
+		cond[c.Name] = map[string]metav1.Condition{}
+		for _, cd := range s.conditions(nil, now) {
+			cond[c.Name][cd.Type] = cd
+		}
+	}
+	for _, tc := range []struct{ policy, typ, status, reason, says string }{
+		{"typo-selector", v1alpha1.ConditionGoverning, "False", "SelectsNothing", "check spec.selector"},
+		{"typo-selector", v1alpha1.ConditionReady, "False", "SelectsNothing", ""},
+		{"typo-term", v1alpha1.ConditionServed, "False", "TermUnserved", `term 2 (karpenter.sh/capcity-type=spot) is served by no NodePool, node group or node: did you mean "karpenter.sh/capacity-type"?`},
+		{"typo-term", v1alpha1.ConditionGoverning, "True", "Governing", "governs 1 workloads"},
+		{"typo-term", v1alpha1.ConditionReady, "False", "TermUnserved", "did you mean"},
+		{"off", v1alpha1.ConditionGoverning, "False", "OutOfScope", "namespace dev is not enabled"},
+		{"off", v1alpha1.ConditionInScope, "False", "NamespaceNotEnabled", ""},
+		{"off", v1alpha1.ConditionReady, "False", "OutOfScope", "namespace dev is not enabled"},
+	} {
+		c := cond[tc.policy][tc.typ]
+		if string(c.Status) != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.says) {
+			t.Errorf("%s %s: %s %s %q, want %s %s saying %q", tc.policy, tc.typ, c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.says)
+		}
 	}
 }

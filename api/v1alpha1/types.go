@@ -100,6 +100,18 @@ const (
 	// webhook's scope leaves out (not enabled, or excluded): nothing places their pods,
 	// and they are not counted in workloads; the message names them and why.
 	ConditionInScope = "InScope"
+	// ConditionGoverning is True when the policy governs at least one workload; False
+	// with reason SelectsNothing when its selector, kinds and namespaces match none (a
+	// typo in a selector), or OutOfScope when every one it matches is out of scope.
+	ConditionGoverning = "Governing"
+	// ConditionServed is False with reason TermUnserved when a term of the strategy is
+	// served by no NodePool, node group or node (most often a typo in a label): the
+	// message names the label and the closest one that exists.
+	ConditionServed = "Served"
+	// ConditionReady sums the others up: True when the policy is accepted, governs
+	// workloads, all in scope, and every term is served; else False with the first
+	// problem's reason (kubectl get shows it).
+	ConditionReady = "Ready"
 )
 
 // MaxNotExact bounds the workloads a status lists as not exact.
@@ -148,6 +160,8 @@ type WorkloadState struct {
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
 // +kubebuilder:printcolumn:name="Workloads",type=integer,JSONPath=`.status.workloads`
 // +kubebuilder:printcolumn:name="Exact",type=integer,JSONPath=`.status.exact`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PlacementPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -176,6 +190,8 @@ type PlacementPolicyList struct {
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
 // +kubebuilder:printcolumn:name="Workloads",type=integer,JSONPath=`.status.workloads`
 // +kubebuilder:printcolumn:name="Exact",type=integer,JSONPath=`.status.exact`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterPlacementPolicy struct {
 	metav1.TypeMeta   `json:",inline"`

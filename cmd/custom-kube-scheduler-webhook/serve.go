@@ -448,7 +448,13 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 			return
 		}
 		// The elected replica also writes the policies' status, at most every 30s.
-		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry,
+		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry, Unserved: func(labels map[string]string) (string, bool) {
+			if termServed(catalog)(labels) {
+				return "", false
+			}
+			hint, _ := catalog.Hint(labels)
+			return hint, true
+		},
 			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, served: termServed(catalog), hint: catalog.Hint})}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
