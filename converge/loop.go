@@ -369,6 +369,8 @@ type result struct {
 	// unavailable counts its unavailable terms; unserved its terms with a target that
 	// no NodePool, node group or node serves.
 	target, placed, unavailable, unserved map[termSource]int
+	// state is the revision's strategy.Judge verdict ("": not judged).
+	state strategy.State
 	// unsettled: something may change with time alone (pods wait for a node, moves are
 	// left, fewer placed pods than replicas), so the revision is passed again after
 	// Interval. failed: the pass was cut short or an API call failed; it is retried
@@ -379,21 +381,25 @@ type result struct {
 	until time.Time
 }
 
-// unserved counts the terms of a revision with a target that nothing serves.
-func (l *Loop) unserved(snap *snapshot) map[termSource]int {
-	if l.cfg.Served == nil {
-		return nil
-	}
-	var out map[termSource]int
-	for t, want := range snap.s.Target(snap.rev.replicas) {
-		if want > 0 && !l.cfg.Served(snap.s.Terms[t].LabelMap()) {
-			if out == nil {
-				out = map[termSource]int{}
+// judge counts the terms of a revision with a target that nothing serves, and judges
+// its pods as spread and the policy status do (strategy.Judge).
+func (l *Loop) judge(snap *snapshot) (map[termSource]int, strategy.State) {
+	var unserved map[termSource]int
+	t := strategy.Tally{Replicas: snap.rev.replicas, Placed: snap.survey.placedOn, Unplaced: len(snap.unplaced)}
+	c := strategy.Conditions{Unavailable: func(i int) (string, bool) { st, ok := snap.active[i]; return st.Reason, ok }}
+	if l.cfg.Served != nil {
+		target := snap.s.Target(snap.rev.replicas)
+		c.Unserved = func(i int) (string, bool) { return "", !l.cfg.Served(snap.s.Terms[i].LabelMap()) }
+		for i, want := range target {
+			if _, u := c.Unserved(i); want > 0 && u {
+				if unserved == nil {
+					unserved = map[termSource]int{}
+				}
+				unserved[termSource{snap.s.Terms[i].LabelString(), snap.origin}]++
 			}
-			out[termSource{snap.s.Terms[t].LabelString(), snap.origin}]++
 		}
 	}
-	return out
+	return unserved, strategy.Judge(snap.s, t, c).State
 }
 
 // converge makes one revision's pass: observe it, plan what to do, and act on the plan
@@ -406,7 +412,7 @@ func (l *Loop) converge(ctx context.Context, rev revision, now time.Time) result
 	p := plan(snap, &l.mem, planConfig{fallbackAfter: l.cfg.FallbackAfter, maxUnavailable: l.cfg.MaxUnavailable,
 		cooldown: l.cfg.Cooldown, moveSignalled: l.cfg.MoveSignalledNodes})
 	res := l.act(ctx, snap, p)
-	res.unserved = l.unserved(snap)
+	res.unserved, res.state = l.judge(snap)
 	sv := snap.survey
 	// Moves all held wait for the hold's end, not the next Interval.
 	waitsForHold := p.held > 0 && p.held == len(p.moves)

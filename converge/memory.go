@@ -260,6 +260,8 @@ func (m *memory) expireEvictions(now time.Time) {
 type passSums struct {
 	fallbackPods, pending                 int
 	target, placed, unavailable, unserved map[termSource]int
+	// states counts the revisions by their strategy.Judge verdict.
+	states map[strategy.State]int
 }
 
 // termSource keys the sums: a term's label string and where the revision's strategy
@@ -270,13 +272,16 @@ type termSource struct {
 }
 
 func newPassSums() passSums {
-	return passSums{target: map[termSource]int{}, placed: map[termSource]int{}, unavailable: map[termSource]int{}, unserved: map[termSource]int{}}
+	return passSums{target: map[termSource]int{}, placed: map[termSource]int{}, unavailable: map[termSource]int{}, unserved: map[termSource]int{}, states: map[strategy.State]int{}}
 }
 
 // add adds sign times r.
 func (s *passSums) add(r result, sign int) {
 	s.fallbackPods += sign * r.fallbackPods
 	s.pending += sign * r.pending
+	if r.state != "" {
+		s.states[r.state] += sign
+	}
 	for _, m := range []struct{ sum, r map[termSource]int }{{s.target, r.target}, {s.placed, r.placed}, {s.unavailable, r.unavailable}, {s.unserved, r.unserved}} {
 		for term, n := range m.r {
 			if m.sum[term] += sign * n; m.sum[term] == 0 {

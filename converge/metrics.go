@@ -2,6 +2,8 @@ package converge
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // Metrics are the loop's Prometheus metrics, registered on the webhook's registry.
@@ -9,6 +11,7 @@ import (
 type Metrics struct {
 	unavailable *prometheus.GaugeVec
 	unserved    *prometheus.GaugeVec
+	states      *prometheus.GaugeVec
 	marks       *prometheus.CounterVec
 	riskMarks   *prometheus.CounterVec
 	launchWaits *prometheus.CounterVec
@@ -38,6 +41,10 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Name: "terms_unserved",
 			Help: "Terms of workload revisions that should hold pods but that no NodePool, node group or Ready node serves (most often a typo in a label; their pods stay Pending, then fall back), by the term's node labels.",
 		}, []string{"term"}),
+		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "workload_revisions",
+			Help: "Workload revisions the loop acts on, by state as spread says it (exact: every seat on its own term; fallback: seats on a fallback term, or a term nothing serves; off-target: pods the loop still has to move).",
+		}, []string{"state"}),
 		marks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "terms_marked_unavailable_total",
 			Help: "Times a term of a workload revision was found stranded and marked unavailable, by the term's node labels.",
@@ -95,7 +102,10 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Help: "Workload revisions whose moves the repeat guard held since they were last at their target: their moved pods came back in the same state.",
 		}),
 	}
-	// The eviction and pass series exist from the start, at 0, for rates and alerts.
+	// The eviction, pass and state series exist from the start, at 0, for rates and alerts.
+	for _, state := range []strategy.State{strategy.StateExact, strategy.StateFallback, strategy.StateOffTarget} {
+		m.states.WithLabelValues(string(state))
+	}
 	for _, outcome := range []string{"settled", "unsettled", "retried"} {
 		m.passes.WithLabelValues(outcome)
 	}
@@ -107,7 +117,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			m.holds.WithLabelValues(reason)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.unserved, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held} {
+	for _, c := range []prometheus.Collector{m.unavailable, m.unserved, m.states, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

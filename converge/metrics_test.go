@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -53,5 +54,35 @@ func TestLoopStopClearsItsGauges(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(m.termTarget) + testutil.CollectAndCount(m.termPods); n != 0 {
 		t.Errorf("%d term series left after the loop stopped, want 0", n)
+	}
+}
+
+// The loop judges each revision as spread does: all 5 pods on on-demand while spot
+// should hold 4 is off target; with spot served by nothing, that term is counted in
+// terms_unserved (its alert), and exactly placed pods on it read "fallback", not exact.
+func TestWorkloadStatesAndUnservedTerms(t *testing.T) {
+	const od, spot = "karpenter.sh/capacity-type=on-demand", "karpenter.sh/capacity-type=spot"
+	w := newWorld(t, 5, fallbackPods(5))
+	m := w.loop.cfg.Metrics
+	w.loop.Pass(context.Background())
+	if got := testutil.ToFloat64(m.states.WithLabelValues("off-target")); got != 1 {
+		t.Errorf("workload_revisions{state=off-target} = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.unserved); n != 0 {
+		t.Errorf("%d terms_unserved series without Served, want 0", n)
+	}
+
+	w = newWorld(t, 5, []*corev1.Pod{pod(1, 0, "on-demand", true, 0), pod(2, 1, "spot", true, 0), pod(3, 1, "spot", true, 0), pod(4, 1, "spot", true, 0), pod(5, 1, "spot", true, 0)})
+	w.loop.cfg.Served = func(labels map[string]string) bool { return labels["karpenter.sh/capacity-type"] != "spot" }
+	m = w.loop.cfg.Metrics
+	w.loop.Pass(context.Background())
+	if got := testutil.ToFloat64(m.unserved.WithLabelValues(spot)); got != 1 {
+		t.Errorf("terms_unserved{term=%s} = %v, want 1", spot, got)
+	}
+	if got := testutil.ToFloat64(m.unserved.WithLabelValues(od)); got != 0 {
+		t.Errorf("terms_unserved{term=%s} = %v, want 0", od, got)
+	}
+	if exact, fallback := testutil.ToFloat64(m.states.WithLabelValues("exact")), testutil.ToFloat64(m.states.WithLabelValues("fallback")); exact != 0 || fallback != 1 {
+		t.Errorf("workload_revisions exact %v fallback %v, want 0 and 1", exact, fallback)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 )
@@ -207,6 +209,9 @@ func (l *Loop) publish(now time.Time) {
 		if _, ok := s.placed[k]; !ok {
 			m.termPods.WithLabelValues(k.term, string(k.source)).Set(0)
 		}
+	}
+	for _, state := range []strategy.State{strategy.StateExact, strategy.StateFallback, strategy.StateOffTarget} {
+		m.states.WithLabelValues(string(state)).Set(float64(s.states[state]))
 	}
 	byTerm(m.unavailable, s.unavailable)
 	byTerm(m.unserved, s.unserved)
