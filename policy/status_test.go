@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/doccheck"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -95,6 +96,48 @@ func TestStatusConditionsOfMistakes(t *testing.T) {
 		c := cond[tc.policy][tc.typ]
 		if string(c.Status) != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.says) {
 			t.Errorf("%s %s: %s %s %q, want %s %s saying %q", tc.policy, tc.typ, c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.says)
+		}
+	}
+}
+
+// docs/messages.md's condition table is what the status writes: every condition a
+// status can carry is a row, and every row is written by some status.
+func TestConditionCatalogue(t *testing.T) {
+	rows, err := doccheck.Table("../docs/messages.md", "Policy conditions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	reasons := map[string]bool{}
+	for _, r := range rows {
+		listed[r[0]+"/"+r[1]+"/"+r[2]] = false
+		reasons[r[2]] = true
+	}
+	statuses := []*Status{
+		{Workloads: 2},
+		{Invalid: "spec.strategy: bad", Conflicts: []string{"x"}, OutOfScope: []string{"y"}, Unserved: []string{"z"}},
+		{OutOfScope: []string{"y"}},
+		{},
+	}
+	now := metav1.Now()
+	for _, s := range statuses {
+		for _, c := range s.conditions(nil, now) {
+			key := c.Type + "/" + string(c.Status) + "/" + c.Reason
+			if c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionFalse {
+				if !reasons[c.Reason] {
+					t.Errorf("Ready=False has reason %q, which no row of docs/messages.md lists", c.Reason)
+				}
+				key = c.Type + "/False/the first problem's"
+			}
+			if _, ok := listed[key]; !ok {
+				t.Errorf("docs/messages.md lists no condition %s", key)
+			}
+			listed[key] = true
+		}
+	}
+	for key, seen := range listed {
+		if !seen {
+			t.Errorf("docs/messages.md lists %s, which no status writes", key)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/doccheck"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -63,6 +64,7 @@ func TestApplyTimeMistakes(t *testing.T) {
 	off := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, Scope: scope(map[string]map[string]string{testNS: {}, "dev": {}}), Metrics: NewMetrics(), Log: quietLog()}
 	didYouMean := `did you mean "karpenter.sh/capacity-type"?`
 	ann := func(s string) map[string]string { return map[string]string{strategy.AnnotationStrategy: s} }
+	var said []string // every warning and refusal, for the catalogue
 	for _, tc := range []struct {
 		name     string
 		v        *WorkloadValidator
@@ -85,17 +87,55 @@ func TestApplyTimeMistakes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := tc.v.Admit(context.Background(), tc.req)
 			text := strings.Join(resp.Warnings, "\n")
+			said = append(said, resp.Warnings...)
 			if resp.Result != nil {
 				text += "\n" + resp.Result.Message
+				said = append(said, resp.Result.Message)
 			}
 			if resp.Allowed != tc.allowed || !strings.Contains(text, tc.mentions) {
 				t.Fatalf("allowed %v, want %v; answer %q does not say %q", resp.Allowed, tc.allowed, text, tc.mentions)
 			}
 		})
 	}
+	// The messages of the other apply-time faults, for the catalogue.
+	said = append(said, v.Admit(context.Background(), deploymentRequest(t, admissionv1.Create, ann("spot=1,weight=x"), nil, nil)).Result.Message)
+	said = append(said, v.AdmitNotEnabled(context.Background(), deploymentRequest(t, admissionv1.Create, ann(burstStrategy), nil, nil)).Warnings...)
+	s, _ := strategy.Parse(burstStrategy)
+	said = append(said, cannotRunMessage(0, s.Terms[0], "Deployment shop/web", []string{"arm64"}, []string{"amd64"}, true, "its pods' images"))
+	checkCatalogue(t, said)
+
 	// In an enabled namespace a valid policy says nothing about scope.
 	resp := v.Admit(context.Background(), policyRequest(t, admissionv1.Create, v1alpha1.KindPlacementPolicy, burstStrategy, ""))
 	if !resp.Allowed || len(resp.Warnings) != 0 {
 		t.Errorf("a valid policy in an enabled namespace: %v %q", resp.Allowed, resp.Warnings)
+	}
+}
+
+// checkCatalogue holds docs/messages.md's apply-time table to the messages said: each
+// message matches a row (its prefix aside), and each row is
+// said by some message.
+func checkCatalogue(t *testing.T, said []string) {
+	t.Helper()
+	rows, err := doccheck.Table("../docs/messages.md", "At apply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := make([]bool, len(rows))
+	for _, msg := range said {
+		msg = strings.TrimPrefix(msg, "custom-kube-scheduler-webhook: ")
+		found := false
+		for i, row := range rows {
+			if doccheck.Pattern(row[0]).MatchString(msg) {
+				used[i], found = true, true
+			}
+		}
+		if !found {
+			t.Errorf("docs/messages.md has no row for the message %q", msg)
+		}
+	}
+	for i, row := range rows {
+		if !used[i] {
+			t.Errorf("docs/messages.md row %q matches no message the validator says", row[0])
+		}
 	}
 }

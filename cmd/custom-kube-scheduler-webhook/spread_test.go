@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/doccheck"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // The text form says the verdict, the scheduler's reason for pending pods and the
@@ -127,5 +130,28 @@ func TestSpreadVerdict(t *testing.T) {
 	var b strings.Builder
 	if err := writeSpread(&b, report.Report{Workloads: []report.WorkloadReport{off}}, "table"); err != nil || !strings.Contains(b.String(), "not enabled: namespace b is not enabled") {
 		t.Errorf("the table says the namespace is not enabled: %v\n%s", err, b.String())
+	}
+}
+
+// docs/messages.md's exit statuses are spread's: each state's row gives exitFor's code.
+func TestExitStatusCatalogue(t *testing.T) {
+	rows, err := doccheck.Table("../../docs/messages.md", "States and exit statuses")
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]bool{}
+	for _, r := range rows {
+		if r[1] == "" {
+			continue
+		}
+		states[r[1]] = true
+		if got := strconv.Itoa(exitFor(r[1])); got != r[0] {
+			t.Errorf("docs/messages.md: state %s exits %s, the code says %s", r[1], r[0], got)
+		}
+	}
+	for _, s := range []string{string(strategy.StateExact), string(strategy.StateFallback), string(strategy.StateOffTarget), report.StateNotEnabled, report.StateInvalid} {
+		if !states[s] {
+			t.Errorf("docs/messages.md lists no state %s", s)
+		}
 	}
 }
