@@ -209,8 +209,9 @@ func TestNumericRequirementsAndApplyTimeWarnings(t *testing.T) {
 	}
 }
 
-// An invalid strategy makes `kubectl apply` fail with the parser's message, and a
-// label no capacity carries (a typo) is a warning, not a rejection.
+// An invalid strategy makes `kubectl apply` fail with the parser's message, and so does
+// a label key no capacity carries that is one letter off a key that exists (a likely
+// typo), naming that key; a key far from any is a warning.
 func TestApplyTimeValidation(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-validate")
@@ -225,10 +226,11 @@ func TestApplyTimeValidation(t *testing.T) {
 	}
 
 	stderr, err = applyDryRun(ctx, t, ns, "typo", "karpenter.sh/capacity-type=on-demand,base=1:karpenter.sh/capacity-typo=spot")
-	if err != nil {
-		t.Fatalf("a typo'd label must warn, not reject: %v\n%s", err, stderr)
+	if err == nil || !strings.Contains(stderr, `term 2 (karpenter.sh/capacity-typo=spot)`) || !strings.Contains(stderr, `did you mean "karpenter.sh/capacity-type"?`) {
+		t.Fatalf("a typo'd label key must be refused naming the key that exists: %v\n%s", err, stderr)
 	}
-	if !strings.Contains(stderr, `term 2 (karpenter.sh/capacity-typo=spot)`) || !strings.Contains(stderr, "served by no NodePool") {
-		t.Fatalf("kubectl printed no warning naming term 2:\n%s", stderr)
+	stderr, err = applyDryRun(ctx, t, ns, "unknown", "karpenter.sh/capacity-type=on-demand,base=1:example.com/accelerator=gpu")
+	if err != nil || !strings.Contains(stderr, `term 2 (example.com/accelerator=gpu)`) || !strings.Contains(stderr, "served by no NodePool") {
+		t.Fatalf("a label key far from any must warn, not reject: %v\n%s", err, stderr)
 	}
 }
