@@ -53,10 +53,11 @@ const (
 )
 
 // archWebhook starts a webhook process with image lookups on, reaching the test's
-// loopback registry over plain HTTP, and registers it for the test.
-func archWebhook(ctx context.Context, t *testing.T, registry string) *harness.Serve {
+// loopback registries (comma-separated) over plain HTTP, with more settings, and
+// registers it for the test.
+func archWebhook(ctx context.Context, t *testing.T, registries string, settings ...string) *harness.Serve {
 	t.Helper()
-	p := env.newWebhook("webhook-e2e-arch", env.webhook.Port+20, "IMAGE_ARCHITECTURES=on", "IMAGE_INSECURE_REGISTRIES="+registry)
+	p := env.newWebhook("webhook-e2e-arch", env.webhook.Port+20, append([]string{"IMAGE_ARCHITECTURES=on", "IMAGE_INSECURE_REGISTRIES=" + registries}, settings...)...)
 	if err := p.Start(ctx); err != nil {
 		t.Fatalf("starting the webhook with image lookups: %v", err)
 	}
