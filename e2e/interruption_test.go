@@ -122,12 +122,31 @@ func livePods(ctx context.Context, t *testing.T, ns, app string) map[types.UID]c
 // pods in ns it answered 201, sorted.
 func auditEvictions(t *testing.T, ns string) []time.Time {
 	t.Helper()
+	var out []time.Time
+	for _, e := range auditEvictionsOf(t, ns) {
+		out = append(out, e.At)
+	}
+	return out
+}
+
+// auditEviction is one eviction in the audit log: the pod's name, its UID when the
+// eviction names it (the loop's do, in their preconditions) and when the API server
+// received it.
+type auditEviction struct {
+	Pod string
+	UID types.UID
+	At  time.Time
+}
+
+// auditEvictionsOf is auditEvictions with the pods' names.
+func auditEvictionsOf(t *testing.T, ns string) []auditEviction {
+	t.Helper()
 	f, err := os.Open(filepath.Join(env.dir, "logs", "audit.jsonl"))
 	if err != nil {
 		t.Fatalf("opening the audit log: %v", err)
 	}
 	defer f.Close()
-	var out []time.Time
+	var out []auditEviction
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -135,23 +154,30 @@ func auditEvictions(t *testing.T, ns string) []time.Time {
 			Stage     string `json:"stage"`
 			Verb      string `json:"verb"`
 			ObjectRef struct {
-				Resource, Namespace, Subresource string
+				Resource, Namespace, Name, Subresource string
 			} `json:"objectRef"`
 			ResponseStatus struct {
 				Code int `json:"code"`
 			} `json:"responseStatus"`
-			Received time.Time `json:"requestReceivedTimestamp"`
+			Received      time.Time `json:"requestReceivedTimestamp"`
+			RequestObject struct {
+				DeleteOptions struct {
+					Preconditions struct {
+						UID types.UID `json:"uid"`
+					} `json:"preconditions"`
+				} `json:"deleteOptions"`
+			} `json:"requestObject"`
 		}
 		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" || e.Verb != "create" ||
 			e.ObjectRef.Resource != "pods" || e.ObjectRef.Subresource != "eviction" || e.ObjectRef.Namespace != ns || e.ResponseStatus.Code != 201 {
 			continue
 		}
-		out = append(out, e.Received)
+		out = append(out, auditEviction{Pod: e.ObjectRef.Name, UID: e.RequestObject.DeleteOptions.Preconditions.UID, At: e.Received})
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatalf("reading the audit log: %v", err)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
 }
 

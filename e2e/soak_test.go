@@ -89,8 +89,16 @@ type soak struct {
 	warmRSS map[*harness.Serve]float64
 	endRSS  map[*harness.Serve]float64
 	// outside is a namespace that is not enabled, with an annotated Deployment: the API
-	// server never sends its pods, and no replica may ever evict one.
-	outside string
+	// server never sends its pods, and no replica may ever evict one; outsideStart are
+	// its pods at the start (UID -> name), which must stay.
+	outside      string
+	outsideStart map[types.UID]string
+	// watch sees the namespace's pods and workloads; changes are the soak's operations on
+	// workloads, maxReplicas the most replicas each was given: for the eviction budget.
+	watch       *soakWatch
+	changes     []workloadChange
+	maxReplicas map[string]int
+	budget      string // what checkEvictionBudget measured, for the summary
 }
 
 // TestSoak is `make soak DURATION=...` (and 2 minutes of `make test`): random
@@ -170,7 +178,7 @@ func TestSoak(t *testing.T) {
 	s := &soak{
 		t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0)), ops: ops,
 		replicas: replicas,
-		done:     map[string]int{}, blocked: map[string]int{}, limits: map[string]string{},
+		done:     map[string]int{}, blocked: map[string]int{}, limits: map[string]string{}, maxReplicas: map[string]int{},
 		warmRSS: map[*harness.Serve]float64{}, endRSS: map[*harness.Serve]float64{},
 		slowAPI: slow, latency: latency,
 	}
@@ -201,9 +209,17 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if s.watch, err = startSoakWatch(ctx, s.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.watch.Stop)
 	s.outside = newNamespaceLabelled(ctx, t, "e2e-soak-outside", nil)
 	createDeployment(ctx, t, deployment(s.outside, "outside", capacityStrategy, 3, true))
 	s.createWorkloads(ctx)
+	settled(ctx, t, s.outside, "outside", 3)
+	if s.outsideStart, err = s.outsidePods(ctx); err != nil {
+		t.Fatal(err)
+	}
 	s.quiescentPoint(ctx) // warm-up: the memory baseline is taken here
 	deadline := time.Now().Add(duration)
 	for time.Now().Before(deadline) {
@@ -217,6 +233,7 @@ func TestSoak(t *testing.T) {
 	s.unblockAll(ctx)
 	s.quiescentPoint(ctx)
 	s.checkMemory()
+	s.checkEvictionBudget()
 
 	s.summary(seed, duration, admissionLatencySince(ctx, t, before), lb.served())
 }
@@ -251,6 +268,7 @@ func (s *soak) createWorkloads(ctx context.Context) {
 	}
 	for _, w := range s.workloads {
 		n := 2 + s.rng.IntN(6)
+		s.maxReplicas[w.name] = n
 		switch w.kind {
 		case "deployment":
 			d := deployment(s.ns, w.name, w.strategies[0], n, w.onTemplate)
@@ -298,6 +316,7 @@ func (s *soak) randomOp(ctx context.Context) {
 	w := s.workloads[s.rng.IntN(len(s.workloads))]
 	what := w.kind + "/" + w.name
 	var err error
+	start := time.Now()
 	switch op {
 	case opScale:
 		n := 1 + s.rng.IntN(12)
@@ -336,6 +355,9 @@ func (s *soak) randomOp(ctx context.Context) {
 		what, err = s.kill()
 	}
 	s.done[op]++
+	if op != opBlock && op != opKill {
+		s.noteChange(w.name, start)
+	}
 	fmt.Printf("soak: op %d: %s %s\n", sum(s.done), op, what)
 	if err != nil {
 		s.t.Errorf("operation %s %s: %v", op, what, err)
@@ -354,6 +376,7 @@ func (s *soak) randomOp(ctx context.Context) {
 }
 
 func (s *soak) scale(ctx context.Context, w *soakWorkload, n int) error {
+	s.maxReplicas[w.name] = max(s.maxReplicas[w.name], n)
 	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, n))
 	var err error
 	if w.kind == "deployment" {
@@ -538,6 +561,7 @@ func (s *soak) quiescentPoint(ctx context.Context) {
 	if n := len(auditEvictions(s.t, s.outside)); n > 0 {
 		s.violate("namespace "+s.outside+" (not enabled)", "no pod evicted by the webhook", fmt.Sprintf("%d evictions in the API server's audit log", n))
 	}
+	s.checkOutside(ctx)
 	for _, r := range s.replicas {
 		rss, err := s.rss(ctx, r)
 		if err != nil {
@@ -786,6 +810,7 @@ func (s *soak) summary(seed int64, duration time.Duration, h harness.Histogram, 
 	if s.slowAPI != nil {
 		fmt.Fprintf(&b, "API latency:         every Lease write of the replicas held back %s (%d writes)\n", s.latency, s.slowAPI.Delayed())
 	}
+	fmt.Fprintf(&b, "loop evictions:      %s\n", s.budget)
 	fmt.Fprintf(&b, "violations:          %d\n", len(s.violations))
 	sort.SliceStable(s.violations, func(i, j int) bool { return s.violations[i].at < s.violations[j].at })
 	for _, v := range s.violations {

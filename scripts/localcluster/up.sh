@@ -99,13 +99,17 @@ lc_log "etcd healthy (127.0.0.1:$ETCD_CLIENT_PORT)"
 # TaintNodesByCondition is off so kwok nodes never carry the not-ready taint.
 # The audit log records every request of the webhook's ServiceAccount (Metadata level:
 # verb, resource, namespace, name, response code), so check-webhook-rbac.sh can hold
-# each one against the chart's RBAC.
+# each one against the chart's RBAC; its evictions with their body (the pod's UID in
+# the preconditions), so the soak knows which pod of a reused name went.
 AUDIT_POLICY=$LOCALCLUSTER_DIR/audit-policy.yaml
 cat >"$AUDIT_POLICY" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
+  - level: Request
+    users: ["system:serviceaccount:$WEBHOOK_NAMESPACE:custom-kube-scheduler-webhook"]
+    resources: [{group: "", resources: [pods/eviction]}]
   - level: Metadata
     users: ["system:serviceaccount:$WEBHOOK_NAMESPACE:custom-kube-scheduler-webhook"]
   - level: None
