@@ -522,10 +522,10 @@ exact back 200
 admitted_once back 200 "$before"
 seat_watch_stop
 handed back "$from" "$(webhook_pods | cut -f1 | tr '\n' ' ')" "$version" "$prev_version"
-# Helm removes what the revision rolled back to does not have: $prev_version has no
-# policy CRDs, so they go, and every policy with them (docs/upgrade.md; crds.keep: true
-# keeps them).
-check_not "the rollback removed the policy CRDs ($prev_version has none)" crds_present
+# Helm removes what the revision rolled back to does not have, but not what is annotated
+# helm.sh/resource-policy: keep: $prev_version has no policy CRDs, and crds.keep (the
+# default) keeps them, and every policy, through the rollback (docs/upgrade.md).
+check "the rollback keeps the policy CRDs ($prev_version has none; crds.keep)" crds_present
 
 echo "== the previous release reads this version's unavailability record"
 record_read strand-cur "$rec_cur" "$prev_version"

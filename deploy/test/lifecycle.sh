@@ -194,10 +194,13 @@ kill -TERM "$serve_pid" 2>/dev/null || true
 wait "$serve_pid" || true
 serve_pid=""
 
-echo "== helm uninstall leaves nothing"
+echo "== helm uninstall leaves nothing but the policies"
 check "helm uninstall" "$HELM" uninstall "$release" -n "$ns" --wait
 crds_gone() { ! kubectl get crd "${crds[@]}" -o name 2>/dev/null | grep -q .; }
-check "helm uninstall deletes the policy CRDs (crds.keep off)" wait_until 60 crds_gone
+check "helm uninstall keeps the policy CRDs (crds.keep, the default)" test "$(kubectl get crd "${crds[@]}" -o name | wc -l)" -eq 2
+# Removing them, and every policy, is the explicit step docs/upgrade.md gives.
+check "kubectl delete crd removes them" kubectl delete crd "${crds[@]}" --wait
+check "the policy CRDs are gone" wait_until 60 crds_gone
 if wait_until 90 release_gone "$ns" "$full"; then
 	pass "nothing of the release is left (Leases, Secrets, webhook configurations, RBAC, PriorityClass)"
 else

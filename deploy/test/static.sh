@@ -465,7 +465,9 @@ crds_current() {
 }
 check "files/crds matches api/v1alpha1 (make generate)" crds_current
 check "the CRDs render as templates (helm upgrade updates them)" test "$(docs CustomResourceDefinition <"$tmp/default.yaml" | grep -c '^kind: CustomResourceDefinition$')" -eq 2
-check_not "no keep annotation by default (helm uninstall leaves nothing)" contains "$(cat "$tmp/default.yaml")" 'helm.sh/resource-policy'
+check "the CRDs are kept by default (helm uninstall leaves the policies)" test "$(grep -c 'helm.sh/resource-policy: keep' "$tmp/default.yaml")" -eq 2
+check "helm template --set crds.keep=false" render crds-not-kept --set crds.keep=false
+check_not "crds.keep=false: no keep annotation (helm uninstall leaves nothing)" contains "$(cat "$tmp/crds-not-kept.yaml")" 'helm.sh/resource-policy'
 check "ClusterRole: policies list+watch" matches "$(tr -d '\n' <"$tmp/default.yaml")" 'resources: \["placementpolicies", "clusterplacementpolicies"\] +verbs: \["list", "watch"\]'
 check "ClusterRole: namespaces list+watch" matches "$(tr -d '\n' <"$tmp/default.yaml")" 'resources: \["namespaces"\] +verbs: \["list", "watch"\]'
 
