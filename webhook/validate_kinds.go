@@ -51,6 +51,11 @@ func jobStrategy(raw []byte, kind, name string) (strategy.Source, bool) {
 	if json.Unmarshal(raw, &obj) != nil {
 		return strategy.Source{}, false
 	}
+	if ref := metav1.GetControllerOfNoCopy(&obj); ref != nil && ref.Kind == "CronJob" {
+		// A CronJob's Job: its CronJob got the warning at apply; its controller (the
+		// one writing the Job) cannot act on it.
+		return strategy.Source{}, false
+	}
 	chain := []strategy.AnnotatedObject{{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations}}
 	if kind == "CronJob" {
 		chain = []strategy.AnnotatedObject{

@@ -114,6 +114,11 @@ func TestJobsAreWarnedNotSplit(t *testing.T) {
 			}
 		}
 	}
+	scheduled := withAnnotations(good, map[string]any{"template": podTemplateWith(nil)})
+	scheduled["metadata"].(map[string]any)["ownerReferences"] = []any{map[string]any{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly", "uid": "c1", "controller": true}}
+	if resp := v.Admit(ctx, kindRequest(t, "batch", "Job", scheduled, nil)); !resp.Allowed || len(resp.Warnings) != 0 {
+		t.Errorf("a CronJob's Job (its CronJob was warned at apply): want a plain admission, got %+v", resp)
+	}
 	off := map[string]string{strategy.AnnotationStrategy: burstStrategy, strategy.AnnotationOptIn: "false"}
 	for name, obj := range map[string]map[string]any{
 		"no strategy":  withAnnotations(nil, map[string]any{"template": podTemplateWith(nil)}),
