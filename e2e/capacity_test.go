@@ -210,7 +210,8 @@ func TestNumericRequirementsAndApplyTimeWarnings(t *testing.T) {
 }
 
 // An invalid strategy makes `kubectl apply` fail with the parser's message, and a
-// label no capacity carries (a typo) is a warning, not a rejection.
+// label no capacity carries (a typo) is a warning, not a rejection; a Job carrying a
+// strategy is applied with a warning that Jobs are not split yet.
 func TestApplyTimeValidation(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-validate")
@@ -230,5 +231,27 @@ func TestApplyTimeValidation(t *testing.T) {
 	}
 	if !strings.Contains(stderr, `term 2 (karpenter.sh/capacity-typo=spot)`) || !strings.Contains(stderr, "served by no NodePool") {
 		t.Fatalf("kubectl printed no warning naming term 2:\n%s", stderr)
+	}
+
+	// Jobs are not split yet: one carrying a strategy (even an invalid one) is applied,
+	// with a warning that says so.
+	job := fmt.Sprintf(`apiVersion: batch/v1
+kind: Job
+metadata:
+  name: nightly
+  namespace: %s
+  annotations: {CustomPodScheduleStrategy: "karpenter.sh/capacity-type=spot,weight=x"}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: registry.k8s.io/pause:3.10}]
+`, ns)
+	_, stderr, err = kubectl(ctx, job, "apply", "--dry-run=server", "-f", "-")
+	if err != nil {
+		t.Fatalf("a Job with a strategy must be applied (with a warning): %v\n%s", err, stderr)
+	}
+	if want := "Jobs are not split yet: the strategy on Job " + ns + "/nightly is ignored; its pods are placed by the scheduler alone"; !strings.Contains(stderr, want) {
+		t.Fatalf("kubectl apply of a Job with a strategy printed no warning %q:\n%s", want, stderr)
 	}
 }
