@@ -340,6 +340,9 @@ func TestE2EWebhookSelectors(t *testing.T) {
 		{"job-strategy", &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job-strategy", Annotations: strat}, Spec: batchv1.JobSpec{Template: withTemplate(nil)}}, true},
 		{"job-template-strategy", &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job-template-strategy"}, Spec: batchv1.JobSpec{Template: withTemplate(strat)}}, true},
 		{"job-no-strategy", &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job-no-strategy"}, Spec: batchv1.JobSpec{Template: withTemplate(nil)}}, false},
+		{"cronjob-own-job", &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cronjob-own-job", Annotations: strat,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "CronJob", Name: "nightly", UID: "00000000-0000-0000-0000-000000000002", Controller: ptr.To(true)}}},
+			Spec: batchv1.JobSpec{Template: withTemplate(nil)}}, false},
 	} {
 		if _, err := cs.BatchV1().Jobs(ns).Create(ctx, c.job, dry); err != nil {
 			t.Fatalf("dry-run create job %s: %v", c.name, err)
