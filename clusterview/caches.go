@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unique"
 
@@ -42,9 +43,14 @@ type Caches struct {
 	podIndex  cache.Indexer
 	Resolver  *ListerResolver
 	resync    time.Duration
-	// rollouts watches Argo Rollouts' metadata (nil until WatchRollouts: not served).
+	// mu guards what WatchRollouts may set after Start: rollouts watches Argo Rollouts'
+	// metadata (nil until WatchRollouts: not served); rolloutHandlers are the handlers
+	// OnRevisionChange registered, for an informer made later; started is Start's ctx.
+	mu              sync.Mutex
 	rollouts        metadatainformer.SharedInformerFactory
 	rolloutInformer cache.SharedIndexInformer
+	rolloutHandlers []cache.ResourceEventHandler
+	started         context.Context
 }
 
 // NewCaches builds the informers; call Start, then WaitForSync.
@@ -79,6 +85,9 @@ func NewCaches(client kubernetes.Interface, resync time.Duration) (*Caches, erro
 func (c *Caches) Start(ctx context.Context) {
 	c.workloads.Start(ctx.Done())
 	c.pods.Start(ctx.Done())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.started = ctx
 	if c.rollouts != nil {
 		c.rollouts.Start(ctx.Done())
 	}
@@ -93,8 +102,11 @@ func (c *Caches) WaitForSync(ctx context.Context) error {
 			}
 		}
 	}
-	if c.rollouts != nil {
-		for gvr, ok := range c.rollouts.WaitForCacheSync(ctx.Done()) {
+	c.mu.Lock()
+	rollouts := c.rollouts
+	c.mu.Unlock()
+	if rollouts != nil {
+		for gvr, ok := range rollouts.WaitForCacheSync(ctx.Done()) {
 			if !ok {
 				return fmt.Errorf("cache of %v did not sync", gvr)
 			}

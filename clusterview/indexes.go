@@ -131,16 +131,24 @@ func (c *Caches) OnRevisionChange(changed func(uid types.UID)) (cache.InformerSy
 		{"StatefulSets", apps.StatefulSets().Informer(), revisionChanged},
 		{"Deployments", apps.Deployments().Informer(), ownerObjectChanged},
 	}
+	handlerOf := func(changed func(obj any)) cache.ResourceEventHandler {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    changed,
+			UpdateFunc: func(_, obj any) { changed(obj) },
+			DeleteFunc: changed,
+		}
+	}
+	c.mu.Lock()
 	if c.rolloutInformer != nil {
 		handlers = append(handlers, watched{"Rollouts", c.rolloutInformer, ownerObjectChanged})
+	} else {
+		// Rollouts watched later (WatchRollouts after Start) get the handler then.
+		c.rolloutHandlers = append(c.rolloutHandlers, handlerOf(ownerObjectChanged))
 	}
+	c.mu.Unlock()
 	var synced []cache.InformerSynced
 	for _, h := range handlers {
-		reg, err := h.informer.AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
-			AddFunc:    h.changed,
-			UpdateFunc: func(_, obj any) { h.changed(obj) },
-			DeleteFunc: h.changed,
-		}, 0)
+		reg, err := h.informer.AddEventHandlerWithResyncPeriod(handlerOf(h.changed), 0)
 		if err != nil {
 			return nil, fmt.Errorf("watch %s for changed revisions: %w", h.name, err)
 		}

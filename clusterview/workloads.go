@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -73,9 +74,10 @@ type ListerResolver struct {
 	LiveSlots chan struct{}
 	// Policies appends a workload's policy and namespace-default links (nil: none).
 	Policies PolicyLinks
-	// Rollouts reads Argo Rollouts (nil: not served; a ReplicaSet a Rollout controls
-	// then counts as a bare ReplicaSet, as before Rollouts were supported).
-	Rollouts *RolloutReader
+	// rollouts reads Argo Rollouts (nil: not served; a ReplicaSet a Rollout controls
+	// then counts as a bare ReplicaSet, as before Rollouts were supported). Set by
+	// Caches.WatchRollouts, possibly while admissions run (the CRD installed later).
+	rollouts atomic.Pointer[RolloutReader]
 }
 
 // PolicyLinks tells the strategy links that follow a workload's own annotations
@@ -117,8 +119,8 @@ func (r *ListerResolver) ResolveRevision(ctx context.Context, ns, kind, name str
 		}
 		rsObj := strategy.AnnotatedObject{Name: "ReplicaSet " + ns + "/" + rs.Name, Annotations: rs.Annotations}
 		ctrl := metav1.GetControllerOf(rs)
-		if r.Rollouts != nil && IsRollout(ctrl) {
-			return r.rolloutWorkload(ctx, w, rsObj, ns, ctrl)
+		if ro := r.rollouts.Load(); ro != nil && IsRollout(ctrl) {
+			return r.rolloutWorkload(ctx, ro, w, rsObj, ns, ctrl)
 		}
 		if ctrl != nil && ctrl.Kind == "Deployment" {
 			dep, err := r.deployment(ctx, ns, ctrl.Name)

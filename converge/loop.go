@@ -309,7 +309,7 @@ func (l *Loop) replicaSetRevision(rs *appsv1.ReplicaSet) (revision, bool) {
 			return revision{}, false
 		}
 		rolling = l.activeSiblings(rs.Namespace, owner.UID) > 1
-	case l.cfg.Caches.Resolver.Rollouts != nil && clusterview.IsRollout(owner):
+	case l.cfg.Caches.Resolver.FollowsRollouts() && clusterview.IsRollout(owner):
 		// Every ReplicaSet of a Rollout with replicas is a revision of its own (a
 		// canary's stable and canary sets both run for as long as its steps last); while
 		// more than one has replicas the Rollout controller is moving pods, as a

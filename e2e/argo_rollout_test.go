@@ -4,8 +4,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +34,9 @@ var rollouts = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alp
 
 // TestRolloutReplicaSetsSplit: ReplicaSets an Argo Rollout controls are split by the
 // Rollout's own annotation, and an un-annotated Rollout's by a PlacementPolicy for kind
-// Rollout (a policy for Deployments only, of higher priority, is passed over).
+// Rollout (a policy for Deployments only, of higher priority, is passed over). On the
+// way: a Rollout with an invalid strategy is refused at apply, and `spread rollout/NAME`
+// reports a Rollout before it has a ReplicaSet.
 //
 // The cluster serves the real Rollout CRD but runs no Argo Rollouts controller (its
 // build does not fit the suite's budget): the test creates the Rollout objects and, as
@@ -48,8 +53,20 @@ func TestRolloutReplicaSetsSplit(t *testing.T) {
 	ns := policyNamespace(ctx, t, "e2e-argo-rollouts", nil, "")
 	const replicas = 10
 
-	// 1. The Rollout's annotation.
+	// 0. An invalid strategy on a Rollout is refused at apply, as on a Deployment.
+	broken := rolloutObject(t, ns, "broken", nil, map[string]string{strategy.AnnotationStrategy: "karpenter.sh/capacity-type=spot,weight=x"}, 1)
+	_, err := dyn.Resource(rollouts).Namespace(ns).Create(ctx, broken, metav1.CreateOptions{})
+	if want := `CustomPodScheduleStrategy on Rollout ` + ns + `/broken is invalid: term 1 ("karpenter.sh/capacity-type=spot,weight=x")`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("creating a Rollout with an invalid strategy: %v, want refused with %q", err, want)
+	}
+
+	// 1. The Rollout's annotation. Before its ReplicaSet exists, spread reports it with
+	// its strategy, 0 pods and why.
 	annotated := createRollout(ctx, t, dyn, ns, "canary", nil, map[string]string{strategy.AnnotationStrategy: seedStrategy}, replicas)
+	early := spreadRolloutJSON(ctx, t, ns, "canary")
+	if why, _ := early["noRevision"].(string); !strings.Contains(why, "no ReplicaSet yet") || early["strategy"] != seedStrategy || early["exact"] == true {
+		t.Errorf("spread rollout/canary before its ReplicaSet: %v; want its strategy, not exact, no ReplicaSet yet", early)
+	}
 	createRolloutReplicaSet(ctx, t, annotated, replicas)
 
 	// 2. A policy for kind Rollout; one for Deployments only, of higher priority, must not
@@ -84,6 +101,17 @@ func TestRolloutReplicaSetsSplit(t *testing.T) {
 // strategy) with the given labels and annotations, and returns it as created.
 func createRollout(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name string, lbls, annotations map[string]string, replicas int) *unstructured.Unstructured {
 	t.Helper()
+	created, err := dyn.Resource(rollouts).Namespace(ns).Create(ctx, rolloutObject(t, ns, name, lbls, annotations, replicas), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating Rollout %s/%s: %v", ns, name, err)
+	}
+	return created
+}
+
+// rolloutObject is Rollout ns/name (replicas pods of podTemplate(name), canary
+// strategy) with the given labels and annotations.
+func rolloutObject(t *testing.T, ns, name string, lbls, annotations map[string]string, replicas int) *unstructured.Unstructured {
+	t.Helper()
 	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ptr(podTemplate(name, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -105,11 +133,29 @@ func createRollout(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns,
 			"strategy": map[string]any{"canary": map[string]any{}},
 		},
 	}}
-	created, err := dyn.Resource(rollouts).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating Rollout %s/%s: %v", ns, name, err)
+	return obj
+}
+
+// spreadRolloutJSON runs `spread rollout/NAME -o json` and returns its one workload;
+// the exit status must agree with its verdict (0 exact, 3 not).
+func spreadRolloutJSON(ctx context.Context, t *testing.T, ns, name string) map[string]any {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, env.webhook.Bin, "spread", "--kubeconfig", env.hc.Kubeconfig(), "-n", ns, "rollout/"+name, "-o", "json")
+	out, err := cmd.Output()
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code != 3 {
+		t.Fatalf("spread rollout/%s: %v\n%s", name, err, out)
 	}
-	return created
+	var doc struct {
+		Workloads []map[string]any `json:"workloads"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil || len(doc.Workloads) != 1 {
+		t.Fatalf("spread rollout/%s: want one workload, got %v:\n%s", name, err, out)
+	}
+	if exact := doc.Workloads[0]["exact"] == true; exact != (code == 0) {
+		t.Fatalf("spread exited %d for a workload with exact=%v", code, exact)
+	}
+	return doc.Workloads[0]
 }
 
 func toAny(m map[string]string) map[string]any {

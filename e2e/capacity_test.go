@@ -211,7 +211,8 @@ func TestNumericRequirementsAndApplyTimeWarnings(t *testing.T) {
 
 // An invalid strategy makes `kubectl apply` fail with the parser's message, and so does
 // a label key no capacity carries that is one letter off a key that exists (a likely
-// typo), naming that key; a key far from any is a warning.
+// typo), naming that key; a key far from any is a warning; a Job carrying a strategy is
+// applied with a warning that Jobs are not split yet.
 func TestApplyTimeValidation(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-validate")
@@ -232,5 +233,27 @@ func TestApplyTimeValidation(t *testing.T) {
 	stderr, err = applyDryRun(ctx, t, ns, "unknown", "karpenter.sh/capacity-type=on-demand,base=1:example.com/accelerator=gpu")
 	if err != nil || !strings.Contains(stderr, `term 2 (example.com/accelerator=gpu)`) || !strings.Contains(stderr, "served by no NodePool") {
 		t.Fatalf("a label key far from any must warn, not reject: %v\n%s", err, stderr)
+	}
+
+	// Jobs are not split yet: one carrying a strategy (even an invalid one) is applied,
+	// with a warning that says so.
+	job := fmt.Sprintf(`apiVersion: batch/v1
+kind: Job
+metadata:
+  name: nightly
+  namespace: %s
+  annotations: {CustomPodScheduleStrategy: "karpenter.sh/capacity-type=spot,weight=x"}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: registry.k8s.io/pause:3.10}]
+`, ns)
+	_, stderr, err = kubectl(ctx, job, "apply", "--dry-run=server", "-f", "-")
+	if err != nil {
+		t.Fatalf("a Job with a strategy must be applied (with a warning): %v\n%s", err, stderr)
+	}
+	if want := "Jobs are not split yet: the strategy on Job " + ns + "/nightly is ignored; its pods are placed by the scheduler alone"; !strings.Contains(stderr, want) {
+		t.Fatalf("kubectl apply of a Job with a strategy printed no warning %q:\n%s", want, stderr)
 	}
 }

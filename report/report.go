@@ -65,6 +65,9 @@ type WorkloadReport struct {
 	NotEnabled string `json:"notEnabled,omitempty"`
 	// Cost is the terms' costs added up; set by AddCost.
 	Cost *Cost `json:"cost,omitempty"`
+	// NoRevision says why no revision's pods are counted (a Rollout with no
+	// ReplicaSet yet).
+	NoRevision string `json:"noRevision,omitempty"`
 }
 
 // TermReport is one term's row.
@@ -163,7 +166,10 @@ type State struct {
 	// Rollouts holds the metadata of Argo Rollouts (nil when not served): their
 	// ReplicaSets are reported under them, as the webhook places them.
 	Rollouts []metav1.ObjectMeta
-	Pods     []corev1.Pod
+	// RolloutSpecs holds a Rollout's replicas and pod template annotations by UID, read
+	// for one that has no ReplicaSet yet (nil: unknown).
+	RolloutSpecs map[types.UID]RolloutSpec
+	Pods         []corev1.Pod
 	// PodsOf, when set, is read instead of Pods: it calls fn with each pod of the
 	// namespace whose controller is owner, on a term of s (nil: the term is not read).
 	// serve's cost metrics read its pod cache so, instead of listing every pod and
@@ -225,7 +231,11 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 	for i := range st.Rollouts {
 		ro := &st.Rollouts[i]
 		current, others := currentRevision(rsByRollout[ro.UID], rolloutRevisionAnnotation)
-		if current == nil || !keep("Rollout", ro.Name) {
+		if !keep("Rollout", ro.Name) {
+			continue
+		}
+		if current == nil {
+			report.addRolloutWithoutReplicaSet(st, ro, podsByOwner)
 			continue
 		}
 		// The newest ReplicaSet is counted, for its own replicas (each of a Rollout's

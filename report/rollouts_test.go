@@ -1,6 +1,7 @@
 package report
 
 import (
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -65,5 +66,35 @@ func TestBuildReportsRollouts(t *testing.T) {
 	// Not served: bare ReplicaSets, which the kind-Rollout policy does not select.
 	if ws := Build(state(nil, false), keepAll).Workloads; len(ws) != 0 {
 		t.Errorf("without Rollouts: %+v, want nothing (no strategy for bare ReplicaSets)", ws)
+	}
+}
+
+// A Rollout its controller has not given a ReplicaSet yet is reported: its strategy
+// (from its pod template here) and target for its replicas, 0 pods, and why; not exact.
+// One without an active strategy is not reported.
+func TestBuildReportsRolloutWithoutReplicaSet(t *testing.T) {
+	keepAll := func(string, string) bool { return true }
+	st := &State{
+		Rollouts: []metav1.ObjectMeta{{Namespace: "demo", Name: "web", UID: "ro-uid"}, {Namespace: "demo", Name: "plain", UID: "plain-uid"}},
+		RolloutSpecs: map[types.UID]RolloutSpec{
+			"ro-uid":    {Replicas: ptr.To(int32(4)), TemplateAnnotations: map[string]string{strategy.AnnotationStrategy: reportStrategy}},
+			"plain-uid": {Replicas: ptr.To(int32(2))},
+		},
+	}
+	r := Build(st, keepAll)
+	if len(r.Workloads) != 1 {
+		t.Fatalf("workloads %+v, want Rollout web alone", r.Workloads)
+	}
+	w := r.Workloads[0]
+	placed := 0
+	for _, term := range w.Terms {
+		placed += term.Placed
+	}
+	if w.Kind != "Rollout" || w.Name != "web" || w.Replicas != 4 || w.Revision != "" || placed != 0 || w.Exact ||
+		w.Source != "the pod template of Rollout demo/web" || !strings.Contains(w.NoRevision, "no ReplicaSet yet") {
+		t.Errorf("got %+v; want Rollout web, 4 replicas, 0 pods, not exact, from its pod template, no ReplicaSet yet", w)
+	}
+	if got := Build(st, func(kind, _ string) bool { return kind == "Deployment" }).Workloads; len(got) != 0 {
+		t.Errorf("kept only Deployments, got %+v", got)
 	}
 }

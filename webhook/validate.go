@@ -20,7 +20,8 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// WorkloadValidator checks the strategy of Deployments, StatefulSets and ReplicaSets, of
+// WorkloadValidator checks the strategy of Deployments, StatefulSets, ReplicaSets and
+// Argo Rollouts (and warns that Jobs' and CronJobs' are not served yet), of
 // PlacementPolicies and ClusterPlacementPolicies, and a Namespace's default, at apply
 // time, so a typo is caught by `kubectl apply` instead of stranding pods later.
 type WorkloadValidator struct {
@@ -65,6 +66,9 @@ type workloadMeta struct {
 			metav1.ObjectMeta `json:"metadata"`
 			Spec              corev1.PodSpec `json:"spec"`
 		} `json:"template"`
+		// WorkloadRef is an Argo Rollout's reference to the workload whose pod template
+		// it uses instead of its own (non-nil: it has no template to check).
+		WorkloadRef *json.RawMessage `json:"workloadRef,omitempty"`
 	} `json:"spec"`
 }
 
@@ -90,7 +94,9 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 		return v.admitPolicy(req)
 	case req.Kind.Group == "" && req.Kind.Kind == "Namespace":
 		return v.admitNamespace(req)
-	case req.Kind.Kind == "Deployment", req.Kind.Kind == "StatefulSet", req.Kind.Kind == "ReplicaSet":
+	case req.Kind.Kind == "Deployment", req.Kind.Kind == "StatefulSet", req.Kind.Kind == "ReplicaSet", isRolloutKind(req.Kind):
+	case isJobKind(req.Kind):
+		return admitJob(req)
 	default:
 		return allow()
 	}
@@ -132,7 +138,7 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 	if len(typos) > 0 {
 		return v.refuseWith(req, name, warnings, typos, v.unchanged(req, src.Raw))
 	}
-	if v.Images != nil {
+	if v.Images != nil && obj.Spec.WorkloadRef == nil {
 		// A failed lookup says nothing here: admission looks again.
 		faults, doubts, _ := v.Images.Check(ctx, req.Namespace, &obj.Spec.Template.Spec, s, name)
 		warnings = append(warnings, doubts...)
@@ -164,6 +170,9 @@ func (v *WorkloadValidator) unchangedImages(req *admissionv1.AdmissionRequest, r
 // gets a warning that says so and names the label.
 func (v *WorkloadValidator) AdmitNotEnabled(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	v.Metrics.admissions.WithLabelValues("validate", OutcomeAllowed).Inc()
+	if isJobKind(req.Kind) {
+		return admitJob(req) // ignored in every namespace: say that, not the label
+	}
 	var obj workloadMeta
 	if req.Object.Raw == nil || json.Unmarshal(req.Object.Raw, &obj) != nil {
 		return allow()

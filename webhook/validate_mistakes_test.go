@@ -100,6 +100,7 @@ func TestApplyTimeMistakes(t *testing.T) {
 	// The messages of the other apply-time faults, for the catalogue.
 	said = append(said, v.Admit(context.Background(), deploymentRequest(t, admissionv1.Create, ann("spot=1,weight=x"), nil, nil)).Result.Message)
 	said = append(said, v.AdmitNotEnabled(context.Background(), deploymentRequest(t, admissionv1.Create, ann(burstStrategy), nil, nil)).Warnings...)
+	said = append(said, v.Admit(context.Background(), kindRequest(t, "batch", "Job", withAnnotations(ann(burstStrategy), nil), nil)).Warnings...)
 	s, _ := strategy.Parse(burstStrategy)
 	said = append(said, cannotRunMessage(0, s.Terms[0], "Deployment shop/web", []string{"arm64"}, []string{"amd64"}, true, "its pods' images"))
 	checkCatalogue(t, said)

@@ -223,7 +223,7 @@ func (r *replica) startCaches(ctx context.Context) error {
 	r.caches.Resolver.Client = liveClient
 	r.caches.Resolver.CacheGrace = cacheGrace
 	r.caches.Resolver.LiveSlots = make(chan struct{}, r.cfg.LiveLookups)
-	if err := r.watchRollouts(liveCfg); err != nil {
+	if err := r.watchRollouts(ctx, liveCfg); err != nil {
 		return err
 	}
 	if r.policies, err = newPolicyCache(r.restCfg, r.client, r.entry); err != nil {
@@ -241,19 +241,17 @@ func (r *replica) startCaches(ctx context.Context) error {
 	return nil
 }
 
+// rolloutLookInterval is how often a replica looks whether Argo Rollouts has been
+// installed, while it is not: one small discovery GET (a 404) per look.
+const rolloutLookInterval = 30 * time.Second
+
 // watchRollouts has the caches follow a ReplicaSet's Argo Rollout when the API server
-// serves Rollouts; they are looked for once, at start, as the policy CRDs are. Without
-// them a ReplicaSet a Rollout controls counts as a bare ReplicaSet. Live lookups use
-// liveCfg, as the other workloads' do.
-func (r *replica) watchRollouts(liveCfg *rest.Config) error {
-	served, err := policy.RolloutsServed(r.client.Discovery())
-	if err != nil {
-		return err
-	}
-	if !served {
-		r.entry.Infof("%s is not served (Argo Rollouts not installed?): ReplicaSets of Rollouts count as bare ReplicaSets", clusterview.RolloutResource.GroupResource())
-		return nil
-	}
+// serves Rollouts. Not served at start, it looks again every rolloutLookInterval (on
+// ctx) and follows them from when they are, without a restart: discovery, not a watch
+// of CustomResourceDefinitions, which the chart's RBAC does not grant and which would
+// keep every CRD of the cluster in memory. Until then a ReplicaSet a Rollout controls
+// counts as a bare ReplicaSet. Live lookups use liveCfg, as the other workloads' do.
+func (r *replica) watchRollouts(ctx context.Context, liveCfg *rest.Config) error {
 	watch, err := metadata.NewForConfig(r.restCfg)
 	if err != nil {
 		return fmt.Errorf("create metadata client for Rollouts: %w", err)
@@ -262,7 +260,18 @@ func (r *replica) watchRollouts(liveCfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("create live metadata client for Rollouts: %w", err)
 	}
-	r.caches.WatchRollouts(watch, live)
+	disc := r.client.Discovery()
+	served, err := policy.RolloutsServed(disc)
+	if err != nil {
+		return err
+	}
+	if served {
+		r.caches.WatchRollouts(watch, live)
+		return nil
+	}
+	r.entry.Infof("%s is not served (Argo Rollouts not installed?): ReplicaSets of Rollouts count as bare ReplicaSets; looking again every %s",
+		clusterview.RolloutResource.GroupResource(), rolloutLookInterval)
+	go r.caches.WatchRolloutsWhenServed(ctx, func() (bool, error) { return policy.RolloutsServed(disc) }, rolloutLookInterval, watch, live, r.entry)
 	return nil
 }
 

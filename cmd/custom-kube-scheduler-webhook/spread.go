@@ -206,6 +206,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		if wl.NotEnabled != "" {
 			fmt.Fprintf(w, "  not enabled: %s\n", wl.NotEnabled)
 		}
+		if wl.NoRevision != "" {
+			fmt.Fprintf(w, "  %s\n", wl.NoRevision)
+		}
 		if wl.Error != "" {
 			fmt.Fprintf(w, "  invalid strategy: %s\n", wl.Error)
 			continue

@@ -35,6 +35,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -320,6 +321,52 @@ func TestE2EWebhookSelectors(t *testing.T) {
 		createDeployment(deployment(ns, c.name, c.meta, c.template))
 		if got := rec.called("/validate", ns, c.name); got != c.call {
 			t.Errorf("deployment %s: webhook called = %v, want %v", c.name, got, c.call)
+		}
+	}
+	// Jobs and CronJobs carrying a strategy, on the object, a CronJob's job template or
+	// the pod template, are sent (to be warned that they are not split yet); others not.
+	podSpec := corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+	withTemplate := func(ann map[string]string) corev1.PodTemplateSpec {
+		t := *podSpec.DeepCopy()
+		t.Annotations = ann
+		return t
+	}
+	for _, c := range []struct {
+		name string
+		job  *batchv1.Job
+		call bool
+	}{
+		{"job-strategy", &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job-strategy", Annotations: strat}, Spec: batchv1.JobSpec{Template: withTemplate(nil)}}, true},
+		{"job-template-strategy", &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job-template-strategy"}, Spec: batchv1.JobSpec{Template: withTemplate(strat)}}, true},
+		{"job-no-strategy", &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job-no-strategy"}, Spec: batchv1.JobSpec{Template: withTemplate(nil)}}, false},
+		{"cronjob-own-job", &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cronjob-own-job", Annotations: strat,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "CronJob", Name: "nightly", UID: "00000000-0000-0000-0000-000000000002", Controller: ptr.To(true)}}},
+			Spec: batchv1.JobSpec{Template: withTemplate(nil)}}, false},
+	} {
+		if _, err := cs.BatchV1().Jobs(ns).Create(ctx, c.job, dry); err != nil {
+			t.Fatalf("dry-run create job %s: %v", c.name, err)
+		}
+		if got := rec.called("/validate", ns, c.name); got != c.call {
+			t.Errorf("job %s: webhook called = %v, want %v", c.name, got, c.call)
+		}
+	}
+	for _, c := range []struct {
+		name          string
+		job, template map[string]string
+		call          bool
+	}{
+		{"cronjob-job-template-strategy", strat, nil, true},
+		{"cronjob-pod-template-strategy", nil, strat, true},
+		{"cronjob-no-strategy", nil, nil, false},
+	} {
+		cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.name}, Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *",
+			JobTemplate: batchv1.JobTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: c.job}, Spec: batchv1.JobSpec{Template: withTemplate(c.template)}}}}
+		if _, err := cs.BatchV1().CronJobs(ns).Create(ctx, cj, dry); err != nil {
+			t.Fatalf("dry-run create cronjob %s: %v", c.name, err)
+		}
+		if got := rec.called("/validate", ns, c.name); got != c.call {
+			t.Errorf("cronjob %s: webhook called = %v, want %v", c.name, got, c.call)
 		}
 	}
 	createDeployment(deployment("kube-system", "kube-system-deployment", strat, nil))

@@ -101,7 +101,9 @@ $(chart_match_conditions 1)"
 fi
 
 POD_RULES='      - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"], scope: Namespaced}'
-WORKLOAD_RULES='      - {apiGroups: ["apps"], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["deployments", "statefulsets", "replicasets"], scope: Namespaced}'
+WORKLOAD_RULES='      - {apiGroups: ["apps"], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["deployments", "statefulsets", "replicasets"], scope: Namespaced}
+      - {apiGroups: ["argoproj.io"], apiVersions: ["v1alpha1"], operations: ["CREATE", "UPDATE"], resources: ["rollouts"], scope: Namespaced}
+      - {apiGroups: ["batch"], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["jobs", "cronjobs"], scope: Namespaced}'
 # entry NAME PATH RULES TERMS FILTERS [reinvocation]: one webhook entry.
 entry() {
 	cat <<EOF
