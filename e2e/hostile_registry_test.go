@@ -60,7 +60,7 @@ func startHostileRegistry(t *testing.T) *hostileServer {
 	}
 	stop := make(chan struct{})
 	chunk := bytes.Repeat([]byte(`{"message":"`+hostileMarker+`"}`), 2048)
-	index := hostileIndex(48 << 20)
+	index := testregistry.HugeIndex(48 << 20)
 	// write sends chunk until n bytes are out (n < 0: for ever), the client goes or the
 	// test ends.
 	write := func(w http.ResponseWriter, n int) {
@@ -120,21 +120,6 @@ func startHostileRegistry(t *testing.T) *hostileServer {
 	t.Cleanup(func() { close(stop) })
 	h.host = srv.Listener.Addr().String()
 	return h
-}
-
-// hostileIndex is a valid image index of about size bytes.
-func hostileIndex(size int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[`)
-	entry := `{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:` + strings.Repeat("a", 64) + `","size":1,"platform":{"os":"linux","architecture":"amd64"}}`
-	for i := 0; b.Len() < size; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(entry)
-	}
-	b.WriteString(`]}`)
-	return b.Bytes()
 }
 
 // chartMemory is the chart's resources.limits.memory and gcPercent (deploy/chart values).

@@ -51,7 +51,7 @@ var chunk = bytes.Repeat([]byte("x"), 64<<10)
 func newHostileRegistry(t *testing.T) *hostileRegistry {
 	t.Helper()
 	h := &hostileRegistry{stop: make(chan struct{})}
-	index := hugeIndex(48 << 20)
+	index := testregistry.HugeIndex(48 << 20)
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/v2/" {
 			w.WriteHeader(http.StatusOK)
@@ -108,21 +108,6 @@ func newHostileRegistry(t *testing.T) *hostileRegistry {
 	t.Cleanup(func() { close(h.stop) })
 	h.host = strings.TrimPrefix(h.srv.URL, "http://")
 	return h
-}
-
-// hugeIndex is a valid image index of about size bytes.
-func hugeIndex(size int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[`)
-	entry := `{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:` + strings.Repeat("a", 64) + `","size":1,"platform":{"os":"linux","architecture":"amd64"}}`
-	for i := 0; b.Len() < size; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(entry)
-	}
-	b.WriteString(`]}`)
-	return b.Bytes()
 }
 
 // allocated runs f and returns the bytes the process allocated meanwhile.

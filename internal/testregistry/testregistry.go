@@ -225,3 +225,19 @@ func Htpasswd(t testing.TB, user, pass string) string {
 	}
 	return path
 }
+
+// HugeIndex is a valid OCI image index of about size bytes (amd64 entries repeated):
+// what a hostile registry answers to exhaust a reader's memory.
+func HugeIndex(size int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[`)
+	entry := `{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:` + strings.Repeat("a", 64) + `","size":1,"platform":{"os":"linux","architecture":"amd64"}}`
+	for i := 0; b.Len() < size; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(entry)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
