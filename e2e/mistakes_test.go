@@ -13,9 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
@@ -39,16 +37,7 @@ const (
 // sent are warned at apply.
 func TestMistakesAreLoud(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := clientcmd.BuildConfigFromFlags("", env.hc.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	warned := &warnings{}
-	cfg.WarningHandler = warned
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, warned, cfg := warningClient(t)
 	dyn := dynamicClient(t)
 	ns := policyNamespace(ctx, t, "e2e-mistakes", nil, "")
 	off := newNamespaceLabelled(ctx, t, "e2e-mistakes-off", map[string]string{"e2e-mistakes": "off"})
@@ -56,7 +45,7 @@ func TestMistakesAreLoud(t *testing.T) {
 
 	// Apply time: refused, naming the closest key that exists.
 	typo := deployment(ns, "typo", typoStrategy, 0, true)
-	_, err = client.AppsV1().Deployments(ns).Create(ctx, typo, metav1.CreateOptions{})
+	_, err := client.AppsV1().Deployments(ns).Create(ctx, typo, metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), didYouMean) || !strings.Contains(err.Error(), typoTerm) {
 		t.Fatalf("a typo'd label key at apply: want a refusal naming %q, got %v", didYouMean, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
@@ -28,6 +29,22 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.text = append(w.text, text)
+}
+
+// warningClient is a client of the cluster whose warnings are collected, with its config.
+func warningClient(t *testing.T) (kubernetes.Interface, *warnings, *rest.Config) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.hc.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	warned := &warnings{}
+	cfg.WarningHandler = warned
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, warned, cfg
 }
 
 func (w *warnings) all() string {
@@ -58,16 +75,7 @@ func TestScopeOptIn(t *testing.T) {
 	if err := env.register(ctx, "full"); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", env.hc.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	warned := &warnings{}
-	cfg.WarningHandler = warned
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, warned, _ := warningClient(t)
 
 	off := newNamespaceLabelled(ctx, t, "e2e-scope-off", nil)
 	on := newNamespace(ctx, t, "e2e-scope-on")
