@@ -17,19 +17,29 @@ CHART_DIR=$DEPLOY_DIR/chart/$CHART_NAME
 TOOLS_BIN=${TOOLS_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/custom-kube-scheduler-webhook/bin}
 
 # ensure_helm sets HELM to a helm binary: $HELM, helm on PATH, the cached one, or a fresh
-# `go install` of HELM_VERSION (a few minutes on a small machine).
+# `go install` of HELM_VERSION (a few minutes on a small machine), linked as Helm's
+# releases are: without --kube-version, `helm template` assumes the Kubernetes version of
+# its client-go (1.N for v0.N), not v1.20.0, so the chart renders as Argo CD and CI
+# render it with a released helm.
 ensure_helm() {
 	if [[ -n ${HELM:-} ]]; then return 0; fi
 	if command -v helm >/dev/null 2>&1; then
 		HELM=$(command -v helm)
 		return 0
 	fi
-	if [[ ! -x $TOOLS_BIN/helm ]]; then
-		echo "installing helm $HELM_VERSION into $TOOLS_BIN" >&2
-		mkdir -p "$TOOLS_BIN"
-		(cd "$TOOLS_BIN" && GOBIN=$TOOLS_BIN go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
+	local dir=$TOOLS_BIN/helm-$HELM_VERSION minor gomod flags pkg
+	if [[ ! -x $dir/helm ]]; then
+		echo "installing helm $HELM_VERSION into $dir" >&2
+		mkdir -p "$dir"
+		gomod=$(cd "$dir" && GOFLAGS=-mod=mod go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | jq -r .GoMod)
+		minor=$(awk '$1 == "k8s.io/client-go" { split($2, v, "."); print v[2]; exit }' "$gomod")
+		flags=""
+		for pkg in chartutil lint/rules; do
+			flags+=" -X helm.sh/helm/v3/pkg/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/$pkg.k8sVersionMinor=$minor"
+		done
+		(cd "$dir" && GOBIN=$dir go install -ldflags "$flags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
 	fi
-	HELM=$TOOLS_BIN/helm
+	HELM=$dir/helm
 }
 
 # The chart requires image.repository (no public image is published). Renders that are not
