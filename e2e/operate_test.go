@@ -92,6 +92,7 @@ var liveOnly = map[string]bool{
 	"custom_kube_scheduler_webhook_placements_total":                                 true,
 	"custom_kube_scheduler_webhook_unserved_terms_total":                             true,
 	"custom_kube_scheduler_webhook_terms_unavailable":                                true,
+	"custom_kube_scheduler_webhook_terms_unserved":                                   true,
 	"custom_kube_scheduler_webhook_terms_marked_unavailable_total":                   true,
 	"custom_kube_scheduler_webhook_terms_kept_launching_total":                       true,
 	"custom_kube_scheduler_webhook_term_target_pods":                                 true,

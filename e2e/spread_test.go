@@ -83,10 +83,15 @@ func TestRollingUpdate(t *testing.T) {
 	assertExactSpread(ctx, t, seedStrategy, updated)
 }
 
-// A pod deleted by hand is replaced by a pod on the same seat, hence the same term.
+// A pod deleted by hand is replaced by a pod on the same seat, hence the same term. The
+// ReplicaSet controller may create the replacement before the webhook's pod cache sees
+// the deletion (under load): the replacement then takes the next free seat, above the
+// replica count, and the convergence loop moves it onto the freed seat. Either way the
+// seat is refilled on its term.
 func TestDeletedPodReplacedOnSameTerm(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-replace")
+	startConverger(ctx, t, "replace", 10)
 	d := deployment(ns, "svc", seedStrategy, 10, true)
 	createDeployment(ctx, t, d)
 	before := settled(ctx, t, ns, d.Name, 10)
@@ -109,6 +114,7 @@ func TestDeletedPodReplacedOnSameTerm(t *testing.T) {
 			t.Fatalf("deleting pod %s: %v", p.Name, err)
 		}
 	}
+	waitExact(ctx, t, ns, d.Name, seedStrategy, 10, 2*time.Minute)
 	after := settled(ctx, t, ns, d.Name, 10)
 	assertExactSpread(ctx, t, seedStrategy, after)
 	afterBySeat := podsBySeat(after)
