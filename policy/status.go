@@ -122,11 +122,7 @@ func unservedTerms(s *strategy.Strategy, unserved Unserved) []string {
 	var out []string
 	for i, t := range s.Terms {
 		if hint, u := unserved(t.LabelMap()); u {
-			msg := fmt.Sprintf("term %d (%s) is served by no NodePool, node group or node", i+1, t.LabelString())
-			if hint != "" {
-				msg += ": " + hint
-			}
-			out = append(out, msg)
+			out = append(out, strategy.UnservedReason(i, t, hint))
 		}
 	}
 	return out

@@ -69,11 +69,7 @@ func Judge(s *Strategy, t Tally, c Conditions) Verdict {
 			continue
 		}
 		if hint, u := c.Unserved(i); u {
-			msg := fmt.Sprintf("term %d (%s) is served by no NodePool, node group or node", i+1, s.Terms[i].LabelString())
-			if hint != "" {
-				msg += ": " + hint
-			}
-			unserved = append(unserved, msg)
+			unserved = append(unserved, UnservedReason(i, s.Terms[i], hint))
 		}
 	}
 	placedOn := func(i int) int {
@@ -108,6 +104,16 @@ func Judge(s *Strategy, t Tally, c Conditions) Verdict {
 		}
 	}
 	return Verdict{StateOffTarget, "the pods are not on their terms"}
+}
+
+// UnservedReason says that term (0-based index i) is served by nothing, with what is
+// likely wrong with its labels (hint; "": nothing to add).
+func UnservedReason(i int, t Term, hint string) string {
+	msg := fmt.Sprintf("term %d (%s) is served by no NodePool, node group or node", i+1, t.LabelString())
+	if hint != "" {
+		msg += ": " + hint
+	}
+	return msg
 }
 
 // equalCounts reports whether want[i] == got(i) for every term.

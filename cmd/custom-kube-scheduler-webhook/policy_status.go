@@ -119,9 +119,7 @@ func replicasOf(r *int32) int {
 // convergence loop's records of unavailable terms and what serves a term (nil: unknown).
 type termFacts struct {
 	unavailable func(revision types.UID) map[int]string
-	served      func(labels map[string]string) bool
-	// hint names the likely typo of a term nothing serves (nil: not said).
-	hint func(labels map[string]string) (string, bool)
+	unserved    policy.Unserved
 }
 
 // exactNow judges the live placed pods of revision against s for replicas pods
@@ -145,18 +143,8 @@ func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replica
 		unavailable := terms.unavailable(revision.UID)
 		c.Unavailable = func(i int) (string, bool) { why, ok := unavailable[i]; return why, ok }
 	}
-	if terms.served != nil {
-		c.Unserved = func(i int) (string, bool) {
-			labels := s.Terms[i].LabelMap()
-			if terms.served(labels) {
-				return "", false
-			}
-			if terms.hint == nil {
-				return "", true
-			}
-			hint, _ := terms.hint(labels)
-			return hint, true
-		}
+	if terms.unserved != nil {
+		c.Unserved = func(i int) (string, bool) { return terms.unserved(s.Terms[i].LabelMap()) }
 	}
 	v := strategy.Judge(s, t, c)
 	if v.Exact() {

@@ -448,14 +448,9 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 			return
 		}
 		// The elected replica also writes the policies' status, at most every 30s.
-		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry, Unserved: func(labels map[string]string) (string, bool) {
-			if termServed(catalog)(labels) {
-				return "", false
-			}
-			hint, _ := catalog.Hint(labels)
-			return hint, true
-		},
-			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, served: termServed(catalog), hint: catalog.Hint})}
+		unserved := termUnserved(catalog)
+		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry, Unserved: unserved,
+			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, unserved: unserved})}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -626,5 +621,18 @@ func termServed(c *karpenter.Catalog) func(labels map[string]string) bool {
 	return func(labels map[string]string) bool {
 		_, served := c.Tolerations(labels)
 		return served
+	}
+}
+
+// termUnserved tells whether nothing serves a term's labels, and then the likely typo
+// (policy status and its exact counts).
+func termUnserved(c *karpenter.Catalog) policy.Unserved {
+	served := termServed(c)
+	return func(labels map[string]string) (string, bool) {
+		if served(labels) {
+			return "", false
+		}
+		hint, _ := c.Hint(labels)
+		return hint, true
 	}
 }
