@@ -388,10 +388,14 @@ func (l *Loop) judge(snap *snapshot) (map[termSource]int, strategy.State) {
 	t := strategy.Tally{Replicas: snap.rev.replicas, Placed: snap.survey.placedOn, Unplaced: len(snap.unplaced)}
 	c := strategy.Conditions{Unavailable: func(i int) (string, bool) { st, ok := snap.active[i]; return st.Reason, ok }}
 	if l.cfg.Served != nil {
-		target := snap.s.Target(snap.rev.replicas)
-		c.Unserved = func(i int) (string, bool) { return "", !l.cfg.Served(snap.s.Terms[i].LabelMap()) }
-		for i, want := range target {
-			if _, u := c.Unserved(i); want > 0 && u {
+		// Asked once per term: Judge and the gauge read the same answers.
+		notServed := make([]bool, len(snap.s.Terms))
+		for i, term := range snap.s.Terms {
+			notServed[i] = !l.cfg.Served(term.LabelMap())
+		}
+		c.Unserved = func(i int) (string, bool) { return "", notServed[i] }
+		for i, want := range snap.s.Target(snap.rev.replicas) {
+			if want > 0 && notServed[i] {
 				if unserved == nil {
 					unserved = map[termSource]int{}
 				}
