@@ -34,7 +34,10 @@ ARG VERSION=dev
 ARG REVISION=unknown
 ARG BUILD_DATE=unknown
 # With vendor/ the module proxy is switched off: nothing is fetched during the build.
+# Go's build and module caches are cache mounts: the second platform's build and every
+# rebuild reuse them (/go is GOPATH in the golang images).
 RUN --mount=type=cache,target=/root/.cache/go-build \
+    --mount=type=cache,target=/go/pkg/mod \
     if [ -f vendor/modules.txt ]; then export GOFLAGS=-mod=vendor GOPROXY=off; else go mod download; fi && \
     GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION} -X main.buildDate=${BUILD_DATE}" -o /out/custom-kube-scheduler-webhook ./cmd/custom-kube-scheduler-webhook

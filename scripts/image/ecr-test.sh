@@ -65,6 +65,7 @@ if [[ -n ${ECR_TEST_BASES:-} ]]; then
 else
 	own_store=true
 	img_private_store "$work"
+	img_share_go_caches "$TMPDIR"
 	echo "== make image-bases (an image store of the test's own)"
 	bases=$(bash "$here/bases.sh")
 	builder_image=$(sed -n 's/^BUILDER_IMAGE=//p' <<<"$bases")

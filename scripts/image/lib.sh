@@ -110,3 +110,22 @@ img_private_store() {
 	printf '[storage]\ndriver = "vfs"\ngraphroot = "%s"\nrunroot = "%s"\n' "$1/storage" "$1/run" >"$1/storage.conf"
 	export CONTAINERS_STORAGE_CONF=$1/storage.conf TMPDIR=$1/tmp
 }
+
+# img_share_go_caches TMPDIR: the Dockerfile's Go cache mounts (build cache, module cache)
+# become this machine's own Go caches. buildah keeps a cache mount at
+# TMPDIR/buildah-cache/<target> (1.28, Debian 12's) or TMPDIR/buildah-cache-<uid>/<target>
+# (newer); a symlink there is mounted as its target. The image build then compiles only
+# what this machine has not compiled with the Dockerfile's flags (make test-deploy builds
+# them for both platforms), and downloads no module twice. Both caches are content
+# addressed, so nothing stale is used; removing TMPDIR removes only the links.
+img_share_go_caches() {
+	local gocache gomodcache parent
+	gocache=$(go env GOCACHE)
+	gomodcache=$(go env GOMODCACHE)
+	mkdir -p "$gocache" "$gomodcache"
+	for parent in "$1/buildah-cache" "$1/buildah-cache-$(id -u)"; do
+		mkdir -p "$parent/root/.cache" "$parent/go/pkg"
+		ln -sfn "$gocache" "$parent/root/.cache/go-build"
+		ln -sfn "$gomodcache" "$parent/go/pkg/mod"
+	done
+}

@@ -65,6 +65,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 img_private_store "$work"
+img_share_go_caches "$TMPDIR"
 
 img_registry_start "$work/registry"
 # The commit being built, read before the build (a commit made meanwhile is not in it).

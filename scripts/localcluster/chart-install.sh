@@ -41,13 +41,12 @@ fi
 path=$REGISTRY/test
 image=$path/$CHART_NAME
 
-# A private image store, removed at the end; the Dockerfile's Go build cache (buildah keeps
-# RUN cache mounts in TMPDIR) stays in the binary cache, so a second build is quick.
+# A private image store, removed at the end; the Dockerfile's Go caches are this machine's,
+# so the build compiles only what changed.
 work=$(mktemp -d "${TMPDIR:-/tmp}/cksw-chart-install.XXXXXX")
 trap 'buildah rm --all >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 img_private_store "$work"
-export TMPDIR=$LOCALCLUSTER_CACHE/image-build-tmp
-mkdir -p "$TMPDIR"
+img_share_go_caches "$TMPDIR"
 lc_log "building the image (linux/$(go env GOARCH)) and the chart $version, pushing them to $path"
 bases=$(bash "$REPO_ROOT/scripts/image/bases.sh")
 builder_image=$(sed -n 's/^BUILDER_IMAGE=//p' <<<"$bases")

@@ -64,10 +64,7 @@ if [[ ! -s $cache/image.tar ]]; then
 	git clone -q --shared --no-checkout "$REPO_ROOT" "$work/src"
 	git -C "$work/src" -c advice.detachedHead=false checkout -q "$commit"
 	img_private_store "$work"
-	# The Dockerfile's Go build cache (buildah keeps RUN cache mounts in TMPDIR) is shared
-	# with this tree's builds.
-	export TMPDIR=$LOCALCLUSTER_CACHE/image-build-tmp
-	mkdir -p "$TMPDIR"
+	img_share_go_caches "$TMPDIR"
 	bases=$(bash "$REPO_ROOT/scripts/image/bases.sh")
 	if ! (cd "$work/src" && ./build_and_push.sh --engine buildah --registry "$path" --tls-verify=false \
 		--version "$version" --platforms "linux/$arch" \
