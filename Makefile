@@ -53,15 +53,14 @@ vet:
 
 ## test-unit: unit tests under the race detector (the nested scripts/localcluster/kbin
 ## module is not part of ./...), again without it the memory measurements it would
-## inflate, then bounded runs of the admission, image platform, witnessed answers and
-## streamed pod list fuzz tests (FUZZTIME; their seed corpora run in ./...)
+## inflate, then bounded runs of the admission, image platform and streamed pod list
+## fuzz tests (FUZZTIME; their seed corpora run in ./...)
 FUZZTIME ?= 20s
 test-unit:
 	$(GO) test -race ./...
 	$(GO) test -count=1 -run 'TestCachedPodHeap|TestMaxBodyLoadStaysUnderMemoryLimit' ./clusterview ./webhook
 	$(GO) test ./webhook -run XXX -fuzz FuzzAdmit -fuzztime $(FUZZTIME)
 	$(GO) test ./imagearch -run XXX -fuzz FuzzArchitectures -fuzztime $(FUZZTIME)
-	$(GO) test ./ledger -run XXX -fuzz FuzzDecodeAnswers -fuzztime $(FUZZTIME)
 	$(GO) test ./clusterview -run XXX -fuzz FuzzDecodePodStream -fuzztime $(FUZZTIME)
 
 ## test-e2e: bring up a dedicated cluster, run e2e/ against it, always tear it down.

@@ -53,17 +53,18 @@ func replicasBehindBalancer(ctx context.Context, t *testing.T, n int) ([]*harnes
 // Two webhook replicas behind round-robin take a 500-pod burst; the one owning the
 // ReplicaSet's seats (the holder of its seat record) is SIGKILLed in the middle of it
 // and started again at once, as the kubelet restarts a crashed container (and marks the
-// pod NotReady until the new process is ready). Both have run for their witness
-// warm-up, as replicas that have served for a while: the other is the owner's witness
-// and, finding its address refused or answered by a new process, takes the revision
-// over at once; the killed one's in-flight admissions are retried on it (same admission
-// UID). Measured (logged, not asserted: under load a claim can outwait the admission
-// deadline, and the pod is admitted unplaced for the loop to replace): the API server's
-// admission latency over the burst and the pods admitted unplaced. The result is exact.
+// pod NotReady until the new process is ready). The other, finding the owner's address
+// refused or answered by a new process, takes the revision over half an ownership
+// duration later, from its record and the pods it sees; the killed one's in-flight
+// admissions are retried on it (same admission UID). A seat the dead owner answered
+// whose pod was not visible by then may be handed out twice: the convergence loop
+// moves the second holder. Asserted: no pod admitted unplaced, and the result exact.
+// Measured (logged, not asserted: a shared machine's timings are noise): the API
+// server's admission latency over the burst, the time to exact and the pods the loop
+// moved.
 func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 	ctx := context.Background()
 	procs, lb := replicasBehindBalancer(ctx, t, 2)
-	waitOfferWitness(ctx, t, procs)
 	// As a Service: only Ready replicas get calls, so the restarted process gets none
 	// before it is ready (before that it would answer 404: its admission token unread).
 	lb.watchReadiness(t, 100*time.Millisecond)
@@ -74,16 +75,9 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := deployment(ns, "burst", capacityStrategy, 500, true)
-	createDeployment(ctx, t, d)
-	// Kill the owner once about a third of the burst went through.
 	start := lb.total()
-	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return lb.total()-start >= 150, nil
-	})
-	if err != nil {
-		t.Fatalf("the burst did not reach 150 admissions: %v", err)
-	}
-	owner := seatOwner(ctx, t, procs, ns, d.Name)
+	createDeployment(ctx, t, d)
+	owner := ownerMidBurst(ctx, t, lb, start, procs, ns, d.Name)
 	if err := owner.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -103,19 +97,24 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 	h := admissionLatencySince(ctx, t, before)
 	t.Logf("MEASURED owner killed mid-burst: %.0f admissions at the API server, p50 %s, p99 %s, %d pods admitted unplaced, %d balancer retries",
 		h.Count(), h.FormatQuantile(0.5), h.FormatQuantile(0.99), unplaced(), lb.Failed())
-	// The killed owner's reservations in flight are held as phantoms until their pods
-	// could have appeared, so pods admitted meanwhile take seats above them, and its
-	// admissions cut short admit pods unplaced: the ledger alone cannot be exact after a
-	// crash, the convergence loop repairs it (as in production, where every replica may
-	// run it). One runs from now on; wait for the exact target, then check it whole.
-	startConverger(ctx, t, "converge-kill", 10)
+	// Seats the dead owner answered whose pods the survivor did not see in time may be
+	// held twice: the ledger alone is not exact after a crash, the convergence loop
+	// repairs it (as in production, where every replica may run it). One runs from
+	// now on; wait for the exact target, then check it whole.
+	conv := startConverger(ctx, t, "converge-kill", 10)
 	took := waitExact(ctx, t, ns, d.Name, capacityStrategy, 500, 4*time.Minute)
-	t.Logf("MEASURED owner killed -> exact: %s", took.Round(time.Second))
+	t.Logf("MEASURED owner killed -> exact: %s (target 30s)", took.Round(time.Second))
+	if ms, err := conv.Metrics(ctx); err == nil {
+		t.Logf("MEASURED pods the loop moved: %v", ms.SumBy("custom_kube_scheduler_webhook_converge_evictions_total", "reason", harness.Labels{"result": "evicted"}))
+	}
+	if n := unplaced(); n != 0 {
+		t.Errorf("%d pods admitted unplaced while the seat owner was killed, want 0", n)
+	}
 	assertExactSpread(ctx, t, capacityStrategy, settled(ctx, t, ns, d.Name, 500))
 	t.Logf("admissions per replica (including canaries): %v", lb.served())
 	// The takeover shows in the metrics of the replica that did it (the killed
 	// process's counters died with it).
-	taken, witness := map[string]float64{}, map[string]float64{}
+	taken := map[string]float64{}
 	for _, p := range procs {
 		ms, err := p.Metrics(ctx)
 		if err != nil {
@@ -124,9 +123,6 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 		for from, v := range ms.SumBy("custom_kube_scheduler_webhook_seat_revisions_taken_total", "from", nil) {
 			taken[from] += v
 		}
-		for event, v := range ms.SumBy("custom_kube_scheduler_webhook_seat_witness_total", "event", nil) {
-			witness[event] += v
-		}
 		// The replica's own time per admission (from reading the request to writing the
 		// answer): the survivor's includes the takeover; the rest of the API server's
 		// figure is the API server's own queueing on a saturated machine.
@@ -134,25 +130,61 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 		t.Logf("MEASURED at the replica on port %d (restarted: %v): %.0f admissions, p50 %s, p99 %s",
 			p.Port, p == owner, own.Count(), own.FormatQuantile(0.5), own.FormatQuantile(0.99))
 	}
-	t.Logf("revisions taken, summed over the running replicas: %v; witnessing: %v", taken, witness)
+	t.Logf("revisions taken, summed over the running replicas: %v", taken)
 	if taken["owner_gone"]+taken["lapsed"] < 1 {
 		t.Errorf("no running replica counts a takeover of the killed owner's revision: %v", taken)
 	}
 }
 
-// waitOfferWitness waits until every replica has run for its witness warm-up: its
-// forwarded claims name it, so that the owner makes it its witness.
-func waitOfferWitness(ctx context.Context, t *testing.T, procs []*harness.Serve) {
-	t.Helper()
-	for _, p := range procs {
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			ms, err := p.Metrics(ctx)
-			return err == nil && ms.Sum("custom_kube_scheduler_webhook_seat_witness_offered", nil) == 1, nil
-		})
-		if err != nil {
-			t.Fatalf("the replica on port %d does not offer itself as a seat witness: %v", p.Port, err)
-		}
+// A graceful stop of the seat owner mid-burst, as a drain, a rolling update or a node
+// rotation does every day: SIGTERM (readiness drops, it serves through its drain, then
+// hands its revisions over), and a successor on its port. The other replica takes the
+// revision over at once from the released record, knowing every seat. Asserted: no pod
+// admitted unplaced, and the result exact without the convergence loop. Measured
+// (logged, not asserted): the API server's admission latency over the burst.
+func TestTwoReplicasBurst500OwnerStopped(t *testing.T) {
+	ctx := context.Background()
+	procs, lb := replicasBehindBalancer(ctx, t, 2)
+	lb.watchReadiness(t, 100*time.Millisecond)
+	ns := newNamespace(ctx, t, "e2e-ledger-stop")
+	unplaced := countUnplacedCreations(ctx, t, ns)
+	before, err := harness.APIServerMetrics(ctx, env.client)
+	if err != nil {
+		t.Fatal(err)
 	}
+	d := deployment(ns, "burst", capacityStrategy, 500, true)
+	start := lb.total()
+	createDeployment(ctx, t, d)
+	owner := ownerMidBurst(ctx, t, lb, start, procs, ns, d.Name)
+	at := lb.total() - start
+	if _, err := owner.Terminate(30 * time.Second); err != nil {
+		t.Fatalf("stopping the seat owner: %v", err)
+	}
+	t.Logf("the seat owner (port %d) got SIGTERM after %d admissions and exited after %d", owner.Port, at, lb.total()-start)
+	if err := owner.Start(ctx); err != nil {
+		t.Fatalf("starting the stopped replica again: %v", err)
+	}
+	pods := settled(ctx, t, ns, d.Name, 500)
+	h := admissionLatencySince(ctx, t, before)
+	t.Logf("MEASURED owner stopped gracefully mid-burst: %.0f admissions at the API server, p50 %s, p99 %s, %d pods admitted unplaced, %d balancer retries",
+		h.Count(), h.FormatQuantile(0.5), h.FormatQuantile(0.99), unplaced(), lb.Failed())
+	if n := unplaced(); n != 0 {
+		t.Errorf("%d pods admitted unplaced while the seat owner stopped, want 0", n)
+	}
+	assertExactSpread(ctx, t, capacityStrategy, pods)
+}
+
+// ownerMidBurst waits until about a third of a 500-pod burst went through the balancer
+// (150 admissions since start) and returns the process owning the Deployment's seats.
+func ownerMidBurst(ctx context.Context, t *testing.T, lb *balancer, start int64, procs []*harness.Serve, ns, deployment string) *harness.Serve {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return lb.total()-start >= 150, nil
+	})
+	if err != nil {
+		t.Fatalf("the burst did not reach 150 admissions: %v", err)
+	}
+	return seatOwner(ctx, t, procs, ns, deployment)
 }
 
 // countUnplacedCreations watches the pods of ns from now on until the test ends and

@@ -45,6 +45,10 @@ func TestWebhookRolloutLeavesNoPodUnplaced(t *testing.T) {
 		}
 	})
 	baseline := lb.total() // the registration canaries
+	before, err := harness.APIServerMetrics(ctx, env.client)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	ns := newNamespace(ctx, t, "e2e-rollout")
 	d := deployment(ns, "rollout", capacityStrategy, replicas, true)
@@ -90,6 +94,9 @@ func TestWebhookRolloutLeavesNoPodUnplaced(t *testing.T) {
 			unplaced++
 		}
 	}
+	h := admissionLatencySince(ctx, t, before)
+	t.Logf("MEASURED graceful stop mid-burst: %.0f admissions at the API server, p50 %s, p99 %s",
+		h.Count(), h.FormatQuantile(0.5), h.FormatQuantile(0.99))
 	t.Logf("rollout: SIGTERM after %d admissions, old replica exited %v later; %d admissions per backend %v, %d failed at the balancer; unplaced pods %d of %d",
 		atSignal, exited.Round(time.Millisecond), lb.total()-baseline, lb.served(), lb.Failed(), unplaced, len(list.Items))
 	if unplaced != 0 || lb.Failed() != 0 {

@@ -541,12 +541,12 @@ func (s *soak) quiescentPoint(ctx context.Context) {
 	fmt.Printf("soak: quiescent point %d after %.1fs of settling (%d operations so far)\n", s.points, time.Since(start).Seconds(), sum(s.done))
 	// Placement may converge after the pods run (a repair loop): the product's verdict
 	// and the seats get SOAK_CONVERGE_TIMEOUT (default 3m) to become right. What the
-	// product promises after a replica is killed is that long: the seat ledger holds the
-	// seats of pods gone since as phantoms for up to the record's half duration and a
-	// reservation TTL (about a minute), so a replacement may take a seat above the
-	// replica count; the loop moves it, and while the phantom holds it comes back on the
-	// same seat, so the repeat guard holds the moves 20 s, then 40 s. The loop breaks as
-	// soon as everything is right.
+	// product promises after a replica is killed is that long: a seat the killed owner
+	// answered whose pod the next owner did not see in time can be handed out twice, and
+	// a reservation it listed holds its seat until the reservation TTL, so a replacement
+	// may take a seat above the replica count; the loop moves it, and a move that comes
+	// back in the same state is held by the repeat guard 20 s, then 40 s. The loop breaks
+	// as soon as everything is right.
 	converge := 3 * time.Minute
 	if v, err := time.ParseDuration(os.Getenv("SOAK_CONVERGE_TIMEOUT")); err == nil {
 		converge = v

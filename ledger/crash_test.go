@@ -9,7 +9,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -21,79 +20,9 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// The owner answers seat 5 after its last write and crashes before the next one; the
-// pod of seat 5 is slow to appear (a validating webhook after this one, a lagging
-// watch). The replica taking over must not hand out seat 5 again: it holds every seat
-// up to the dead owner's mark that no pod it sees holds, until that pod appears or
-// could have. New claims meanwhile take the held seats from the top (the dead owner
-// handed out the lowest first), so the range fills without a gap; the seat just above
-// the highest pod seen goes last.
-func TestCrashAfterAnswerHandsNoSeatTwice(t *testing.T) {
-	_, clock, owner, other, crash := renewedOwner(t)
-	for i, id := range []types.UID{"before-0", "before-1", "before-2", "renewing"} {
-		other.PodVisible(placed(fmt.Sprint("p", i+1), shopRS, i+1, id))
-	}
-	if s := claim(t, owner, shopRS, "answered-then-crashed"); s != 5 {
-		t.Fatalf("the owner answered %d, want 5", s)
-	}
-	if n := len(decodeReservations(seenRecord(t, other, shopRS).Annotations[strategy.AnnotationReservations])); n != 4 {
-		t.Fatalf("the record lists %d reservations: seat 5 must be unlisted for this test", n)
-	}
-	mark := seenMark(t, other, shopRS)
-	if mark < 7 {
-		t.Fatalf("the owner's mark %d leaves no room for this test (want 7 or more)", mark)
-	}
-	crash()
-	other.peers = &http.Client{Transport: connRefused{}}
-	clock.Step(DefaultOwnership)
-
-	next := claim(t, other, shopRS, "next")
-	if next == 5 {
-		t.Fatal("seat 5 handed out twice: to the crashed owner's last claim and to the next")
-	}
-	if next != mark {
-		t.Fatalf("the new owner handed out %d, want %d (the top of the dead owner's mark)", next, mark)
-	}
-	// The pods of the new claim and of seat 5 appear: the next claim goes on down from
-	// the top (the new pod's seat says nothing of what the dead owner answered).
-	other.PodVisible(placed("next", shopRS, next, "next"))
-	other.PodVisible(placed("late", shopRS, 5, "answered-then-crashed"))
-	if s := claim(t, other, shopRS, "held"); s != mark-1 {
-		t.Fatalf("within the window got %d, want %d", s, mark-1)
-	}
-	clock.Step(time.Minute) // the TTL of these ledgers: the holds end
-	if s := claim(t, other, shopRS, "after-window"); s != 6 {
-		t.Fatalf("after the window got %d, want 6: the seats nobody took are free again", s)
-	}
-}
-
-// Within the window after a crash, a pod seen going frees no seat up to the mark: the
-// crashed owner may have seen it go first and handed its seat to a pod not seen yet.
-func TestPodGoneAfterACrashKeepsItsSeatHeld(t *testing.T) {
-	_, clock, _, other, crash := renewedOwner(t)
-	ids := []types.UID{"before-0", "before-1", "before-2", "renewing"}
-	pods := make([]*corev1.Pod, len(ids))
-	for i, id := range ids {
-		pods[i] = placed(fmt.Sprint("p", i+1), shopRS, i+1, id)
-		other.PodVisible(pods[i])
-	}
-	crash()
-	other.peers = &http.Client{Transport: connRefused{}}
-	clock.Step(DefaultOwnership)
-	first := claim(t, other, shopRS, "first")
-	other.PodGone(pods[1]) // seat 2
-	if s := claim(t, other, shopRS, "second"); s == 2 || s != first-1 {
-		t.Fatalf("after seat 2's pod went, within the window, got %d, want %d", s, first-1)
-	}
-	clock.Step(time.Minute)
-	if s := claim(t, other, shopRS, "after-window"); s != 2 {
-		t.Fatalf("after the window got %d, want 2", s)
-	}
-}
-
 // An owner whose claims stopped releases its record once its ownership ends, listing
 // every seat it answered: the next claim on another replica takes the revision at once
-// (no lapse to wait for) and holds nothing beyond those seats (no mark).
+// (no lapse to wait for) knowing those seats.
 func TestIdleOwnerReleasesItsRecord(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
@@ -111,8 +40,8 @@ func TestIdleOwnerReleasesItsRecord(t *testing.T) {
 	owner.releaseIdle(context.Background())
 	waitForHolder(t, other, shopRS, "")
 	rec := seenRecord(t, other, shopRS)
-	if recordMark(rec) != 0 || len(decodeReservations(rec.Annotations[strategy.AnnotationReservations])) != 2 {
-		t.Fatalf("released record: mark %q, reservations %q; want no mark and 2", rec.Annotations[strategy.AnnotationSeatMark], rec.Annotations[strategy.AnnotationReservations])
+	if len(decodeReservations(rec.Annotations[strategy.AnnotationReservations])) != 2 {
+		t.Fatalf("released record: reservations %q, want 2", rec.Annotations[strategy.AnnotationReservations])
 	}
 	other.peers = &http.Client{Transport: refusing{}} // no forwarding: it must own
 	if s := claim(t, other, shopRS, "c"); s != 3 {
@@ -120,9 +49,9 @@ func TestIdleOwnerReleasesItsRecord(t *testing.T) {
 	}
 }
 
-// A burst raises the mark by doubling blocks: a few writes per burst, not one per
-// claim (at most 1 per 100 claims, with the takeover).
-func TestBurstWritesFewMarks(t *testing.T) {
+// A burst is answered from memory: a few record writes per burst, not one per claim (at
+// most 1 per 100 claims, with the takeover).
+func TestBurstWritesFewRecords(t *testing.T) {
 	client := fake.NewClientset()
 	writes := fakeleases.WithOptimisticConcurrency(client)
 	l := ledgers(t, client, ledgerNS, 1, Options{})[0]

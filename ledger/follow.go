@@ -24,7 +24,6 @@ func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
 	}
 	if holderOf(record) != l.identity {
 		s.ownedUntil = time.Time{}
-		s.witnessing.reset()
 	}
 	s.record = record
 	s.rv = 0
@@ -97,11 +96,10 @@ func (l *Ledger) PodVisible(pod *corev1.Pod) {
 			if old == seat {
 				return
 			}
-			s.untakeByPod(old)
+			s.seats.untake(old)
 		}
 		s.pods[pod.UID] = seat
-		s.takeByPod(seat)
-		s.dropPhantom(seat)
+		s.seats.take(seat)
 	})
 }
 
@@ -111,22 +109,10 @@ func (l *Ledger) PodGone(pod *corev1.Pod) {
 	l.podEvent(pod, func(s *revState, _ int) {
 		if seat, held := s.pods[pod.UID]; held {
 			delete(s.pods, pod.UID)
-			s.untakeByPod(seat)
-			l.holdPhantom(s, seat)
+			s.seats.untake(seat)
 		}
 		l.forget(s)
 	})
-}
-
-// holdPhantom holds a seat a pod gave up, while the seats a crashed owner may have
-// answered are held (takeOver): the pod this replica saw go may be one the crashed
-// owner saw go before it gave the seat to another pod.
-func (l *Ledger) holdPhantom(s *revState, seat int) {
-	now := l.clock.Now()
-	if seat > s.phantomMark || !now.Before(s.phantomUntil) || s.reserved[phantomHash(seat)] != nil {
-		return
-	}
-	l.hold(s, phantomHash(seat), &entry{seat: seat, expires: s.phantomUntil, claims: 1, phantom: true})
 }
 
 // podEvent applies an informer event of a placed pod to its revision's state, under

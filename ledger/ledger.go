@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -52,9 +52,6 @@ var ErrRecordFull = errors.New("too many seat reservations in flight for this re
 // the revision: it is stopping.
 var errHandedOver = errors.New("the seat ledger is stopping and takes no revision")
 
-// errBeyondMark is reserve's error where the next seat is above the owner's mark.
-var errBeyondMark = errors.New("the next seat is above the seat mark")
-
 // errNotOwner is a peer's answer when it does not own the revision (any more).
 var errNotOwner = errors.New("the peer does not own the revision")
 
@@ -67,18 +64,17 @@ var errNotOwner = errors.New("the peer does not own the revision")
 // (from the pod informer, which every replica runs) and its reservations for pods
 // admitted but not seen yet. Another replica forwards its claims to the owner over
 // HTTPS (the address is on the record). So a burst costs one record write to take the
-// revision, a renewal every OwnershipDuration/4 while claims keep coming, one per
-// doubling of its seat mark, and a release once it is idle; an idle record is swept.
+// revision, a renewal every OwnershipDuration/4 while claims keep coming, and a release
+// once it is idle; an idle record is swept.
 //
 // A replica that stops releases its revisions, writing its live reservations into their
 // records, so another takes over at once knowing them; so does an owner whose claims
-// stopped, once its ownership ends. One that dies stops answering claims a quarter of
-// the duration before its ownership lapses (a renewal that did not land is no renewal),
-// and another takes over only after seeing the record unchanged for the whole duration.
-// The seats the dead owner answered after its last write are all at most the record's
-// mark (the owner never answers above the mark of a landed write), so the new owner
-// holds every seat up to the mark that no visible pod holds, until those pods could
-// have appeared.
+// stopped, once its ownership ends. One that dies stops answering claims half the
+// duration after its last renewal began, and another takes over only after seeing the
+// record unchanged for the whole duration, or half of it after finding the owner's
+// process gone. It counts the reservations the record lists and the pods it sees: a
+// seat the dead owner answered after its last write whose pod is not visible yet can
+// be handed out again, and the convergence loop moves the second holder.
 //
 // A reservation counts until the owner sees a pod carrying its id (the
 // custom-kube-scheduler-webhook.io/reservation annotation; the pod then holds the seat
@@ -91,11 +87,6 @@ type Ledger struct {
 	identity  string
 	peerURL   string
 	peers     *http.Client // nil: claims are never forwarded
-	// witnessTimeout bounds a witness's acknowledgement (witness.go).
-	witnessTimeout time.Duration
-	// offersWitnessAt is when this replica first names itself in its forwarded
-	// claims, so that owners may make it their witness (witness.go).
-	offersWitnessAt time.Time
 	// secret proves an answer at the peer address came from this process (the
 	// self-check's nonce is answered with an HMAC under it); peerShared is set once
 	// another process answered there, and fails every later self-check.
@@ -104,7 +95,6 @@ type Ledger struct {
 	clock      clock.Clock
 	owner      ownership.Owner
 	log        logrus.FieldLogger
-	factory    informers.SharedInformerFactory
 	records    toolscache.SharedIndexInformer
 	metrics    *ledgerMetrics
 
@@ -113,9 +103,6 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	revs map[clusterview.Revision]*revState
-	// forwardsDone is signalled (on mu) when a revision's forwarded claims in flight
-	// have all come back (revState.forwarding).
-	forwardsDone *sync.Cond
 	// writeLatency is the slowest recent record write (noteWriteLatency); latencyKnown
 	// once a write has come back.
 	writeLatency time.Duration
@@ -135,12 +122,6 @@ type Options struct {
 	PeerClient *http.Client
 	// Ownership is the record's Lease duration (DefaultOwnership).
 	Ownership time.Duration
-	// WitnessTimeout bounds a witness's acknowledgement of the owner's answers
-	// (DefaultWitnessTimeout).
-	WitnessTimeout time.Duration
-	// WitnessWarmUp is how long after New this replica first offers itself as a
-	// witness (DefaultWitnessWarmUp; negative: at once).
-	WitnessWarmUp time.Duration
 	// Clock decides expiry (the real clock).
 	Clock clock.Clock
 	// Owner owns the seat records this replica writes (the webhook's Deployment), so
@@ -156,30 +137,18 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 	l := &Ledger{
 		client: client, namespace: namespace, ttl: ttl, duration: opts.Ownership, identity: opts.Identity,
 		peerURL: opts.PeerURL, peers: opts.PeerClient, clock: opts.Clock, log: log, owner: opts.Owner,
-		witnessTimeout: opts.WitnessTimeout,
-		ctx:            context.Background(),
-		revs:           map[clusterview.Revision]*revState{},
-		factory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.LabelSelector = labels.Set{strategy.LabelSeatRecord: recordKindSeats}.String()
-			})),
+		ctx:     context.Background(),
+		revs:    map[clusterview.Revision]*revState{},
+		metrics: newLedgerMetrics(),
+		records: coordinationinformers.NewFilteredLeaseInformer(client, namespace, 0, toolscache.Indexers{}, func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{strategy.LabelSeatRecord: recordKindSeats}.String()
+		}),
 	}
-	l.forwardsDone = sync.NewCond(&l.mu)
-	l.metrics = newLedgerMetrics(l.offersWitness)
 	if l.duration <= 0 {
 		l.duration = DefaultOwnership
 	}
-	if l.witnessTimeout <= 0 {
-		l.witnessTimeout = DefaultWitnessTimeout
-	}
 	if l.clock == nil {
 		l.clock = clock.RealClock{}
-	}
-	switch {
-	case opts.WitnessWarmUp == 0:
-		l.offersWitnessAt = l.clock.Now().Add(DefaultWitnessWarmUp)
-	case opts.WitnessWarmUp > 0:
-		l.offersWitnessAt = l.clock.Now().Add(opts.WitnessWarmUp)
 	}
 	if l.identity == "" {
 		return nil, errors.New("seat ledger: an identity is required")
@@ -188,7 +157,6 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 	if _, err := rand.Read(l.secret); err != nil {
 		return nil, fmt.Errorf("seat ledger: a secret for the peer self-check: %w", err)
 	}
-	l.records = l.factory.Coordination().V1().Leases().Informer()
 	_, err := l.records.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { l.recordSeen(obj) },
 		UpdateFunc: func(_, obj any) { l.recordSeen(obj) },
@@ -206,7 +174,7 @@ func (l *Ledger) Start(ctx context.Context) {
 	l.mu.Lock()
 	l.ctx = ctx
 	l.mu.Unlock()
-	l.factory.Start(ctx.Done())
+	go l.records.RunWithContext(ctx)
 	go every(ctx, l.ttl, l.Sweep)
 	// Records whose ownership ended unrenewed are released soon after.
 	go every(ctx, l.duration/8, l.releaseIdle)
@@ -242,8 +210,6 @@ func (l *Ledger) Claim(ctx context.Context, rev clusterview.Revision, admission 
 type claimRequest struct {
 	hash     uint64
 	replicas int
-	// from is the replica that forwarded the claim ("": none, or unnamed).
-	from string
 }
 
 // claim reserves a seat for the admission whose id hashes to req.hash, and tells
@@ -254,35 +220,20 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 	for {
 		l.mu.Lock()
 		s := l.state(rev)
-		s.wanted = max(s.wanted, req.replicas)
 		now := l.clock.Now()
 		if l.owns(s, now) {
-			l.adoptWitness(s, now)
-			var seat int
-			err := errBeyondMark
-			if s.witnessSettled() {
-				seat, err = l.reserve(s, req, now)
-			}
-			if !errors.Is(err, errBeyondMark) {
-				l.renewIfDue(s, now)
-				var batch *witnessBatch
-				// The witness learns the answers to its own forwarded claims from
-				// the answer itself (claim records them).
-				if err == nil && s.witnessing.witness != "" && req.from != s.witnessing.witness {
-					batch = l.witnessAnswer(s, req.hash, seat)
-				}
+			seat, err := l.reserve(s, req, now)
+			l.renewIfDue(s, now)
+			l.mu.Unlock()
+			return seat, false, err
+		}
+		holder, peer := l.liveHolder(s, now)
+		if holder == "" || holder == l.identity {
+			// Nobody owns it, or this replica's ownership lapsed: take it.
+			if l.handedOver {
 				l.mu.Unlock()
-				if batch == nil {
-					return seat, false, err
-				}
-				ok, err := l.awaitWitness(ctx, s, batch, req.hash, seat)
-				if ok || err != nil {
-					return seat, false, err
-				}
-				continue // no longer the owner, or the seat was given up meanwhile
+				return 0, false, errHandedOver
 			}
-			// Raise the mark before answering above it, or name the witness that
-			// acknowledges the answers (a write in flight may do).
 			write := l.acquire(s)
 			l.mu.Unlock()
 			if err := waitWrite(ctx, write, rev); err != nil {
@@ -290,35 +241,11 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 			}
 			continue
 		}
-		holder, peer := l.liveHolder(s, now)
-		var write *ownershipWrite
-		if holder == "" || holder == l.identity {
-			if l.handedOver {
-				l.mu.Unlock()
-				return 0, false, errHandedOver
-			}
-			write = l.acquire(s) // nobody owns it, or this replica's ownership lapsed
-		} else if forward {
-			// Counted with the decision to forward, under the same lock: a takeover as
-			// the witness waits for every forward decided before it (awaitForwards).
-			s.forwarding++
-		}
 		l.mu.Unlock()
-
-		if write != nil {
-			if err := waitWrite(ctx, write, rev); err != nil {
-				return 0, false, err
-			}
-			continue
-		}
-		// Another replica owns the revision.
 		if !forward {
 			return 0, false, errNotOwner
 		}
-		seat, err := l.forward(ctx, holder, peer, rev, req, "")
-		l.mu.Lock()
-		l.forwarded(s, holder, req.hash, seat, err)
-		l.mu.Unlock()
+		seat, err := l.forward(ctx, holder, peer, rev, req)
 		switch {
 		case err == nil:
 			return seat, true, nil
@@ -330,24 +257,10 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 				return 0, false, err
 			}
 			continue
-		}
-		if errors.Is(err, errOwnerGone) {
+		case errors.Is(err, errOwnerGone):
 			l.mu.Lock()
 			l.ownerGone(s, holder, l.clock.Now())
-			next, _ := l.liveHolder(s, l.clock.Now())
-			witness, witnessPeer := l.namedWitness(s, holder)
 			l.mu.Unlock()
-			if next != holder {
-				continue // this replica witnessed the owner: it takes over at once
-			}
-			if witness != "" {
-				// The owner's witness can take over at once: ask it.
-				seat, werr := l.forward(ctx, witness, witnessPeer, rev, req, holder)
-				if werr == nil || errors.Is(werr, errPeerRefused) {
-					return seat, true, werr
-				}
-				err = fmt.Errorf("%w; its witness %s: %w", err, witness, werr)
-			}
 		}
 		// The owner is unreachable or gone: retry until it answers, or until its
 		// record lapses or it has been gone long enough for the pods of its last
@@ -377,10 +290,8 @@ func (l *Ledger) state(rev clusterview.Revision) *revState {
 	s := l.revs[rev]
 	if s == nil {
 		s = &revState{
-			rev: rev, reserved: map[uint64]*entry{},
-			fulfilled: newRecentIDs(),
-			pods:      map[types.UID]int{}, taken: map[int]int{}, inFree: map[int]bool{}, low: 1,
-			free:     newMinHeap(func(a, b int) bool { return a < b }),
+			rev: rev, reserved: map[uint64]*entry{}, fulfilled: newRecentIDs(),
+			pods: map[types.UID]int{}, seats: newSeatSet(),
 			expiries: newMinHeap(func(a, b expiry) bool { return a.at.Before(b.at) }),
 		}
 		if l.metrics != nil {
@@ -440,11 +351,7 @@ func (l *Ledger) Reservations() int {
 	n := 0
 	for _, s := range l.revs {
 		s.expire(now)
-		for _, e := range s.reserved {
-			if e.counted {
-				n++
-			}
-		}
+		n += s.open
 	}
 	return n
 }

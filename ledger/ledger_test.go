@@ -66,9 +66,6 @@ func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n in
 		// an earlier call in the same test must not take these records for their own.
 		o.Identity = fmt.Sprintf("replica-%d-%s", i, rand.Text()[:6])
 		o.PeerURL, o.PeerClient = srv.URL, srv.Client()
-		if o.WitnessWarmUp == 0 {
-			o.WitnessWarmUp = -1 // replicas that have run a while
-		}
 		l, err := New(client, ns, time.Minute, quietLog(), o)
 		if err != nil {
 			t.Fatal(err)
@@ -316,10 +313,13 @@ func renewedOwner(t *testing.T) (client *fake.Clientset, clock *clocktesting.Fak
 			t.Fatalf("claim %d got %d", i, s)
 		}
 	}
-	// The claims may have started a write raising the seat mark: once it lands, a
-	// claim a quarter of the duration later renews the record.
+	// Once the write taking the revision landed, a claim a quarter of its term later
+	// renews the record (a cold start's first term is longer).
 	waitForWrites(t, owner, shopRS)
-	clock.Step(DefaultOwnership / 4)
+	owner.mu.Lock()
+	term := owner.state(shopRS).term
+	owner.mu.Unlock()
+	clock.Step(term / 4)
 	claim(t, owner, shopRS, "renewing")
 	waitFor(t, "the other replica to see the renewal listing 4 reservations", func() bool {
 		other.mu.Lock()
@@ -330,22 +330,9 @@ func renewedOwner(t *testing.T) (client *fake.Clientset, clock *clocktesting.Fak
 	return client, clock, owner, other, crashes[0]
 }
 
-// seenMark is the seat mark of the record of rev that replica l sees; it fails the test
-// when the record has none.
-func seenMark(t testing.TB, l *Ledger, rev clusterview.Revision) int {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.revs[rev]
-	if s == nil || s.record == nil || recordMark(s.record) == 0 {
-		t.Fatalf("%s sees no record of %s with a seat mark", l.identity, rev.UID)
-	}
-	return recordMark(s.record)
-}
-
 // The owner dies without a handover: the others forward to it in vain until its record
 // is unchanged for the ownership duration, then one takes over with the reservations
-// its last write listed, and holds the seats up to its mark.
+// its last write listed.
 func TestOwnerDiesAnotherTakesOver(t *testing.T) {
 	client, clock, _, other, crash := renewedOwner(t)
 	ctx := context.Background()
@@ -360,11 +347,9 @@ func TestOwnerDiesAnotherTakesOver(t *testing.T) {
 		t.Fatal("a replica took over a live owner's revision")
 	}
 	clock.Step(DefaultOwnership)
-	// The dead owner's reservations of seats 1..4 count, and the seats up to its mark,
-	// which it may have answered after its last write, are handed out from the top.
-	mark := seenMark(t, other, shopRS)
-	if s := claim(t, other, shopRS, "after"); s != mark {
-		t.Fatalf("the new owner handed out %d, want %d (the top of the dead owner's mark)", s, mark)
+	// The dead owner's reservations of seats 1..4 count.
+	if s := claim(t, other, shopRS, "after"); s != 5 {
+		t.Fatalf("the new owner handed out %d, want 5", s)
 	}
 	got, _ := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
 	if holderOf(got) != other.identity {
@@ -389,9 +374,8 @@ func TestRefusedOwnerIsTakenOverSooner(t *testing.T) {
 	clock.Step(DefaultOwnership / 2)
 	bounded, cancel2 := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel2()
-	mark := seenMark(t, other, shopRS)
-	if s, err := other.Claim(bounded, shopRS, "after", -1); err != nil || s != mark {
-		t.Fatalf("the new owner handed out %d (%v), want %d", s, err, mark)
+	if s, err := other.Claim(bounded, shopRS, "after", -1); err != nil || s != 5 {
+		t.Fatalf("the new owner handed out %d (%v), want 5", s, err)
 	}
 }
 
@@ -403,17 +387,17 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
 	caller := &Ledger{peers: srv.Client(), clock: clock.RealClock{}}
-	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 42, replicas: -1}, "")
+	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 42, replicas: -1})
 	if !errors.Is(err, errOwnerGone) {
 		t.Fatalf("a claim for another process: %v, want errOwnerGone", err)
 	}
-	if seat, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, claimRequest{hash: 42, replicas: -1}, ""); err != nil || seat != 1 {
+	if seat, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, claimRequest{hash: 42, replicas: -1}); err != nil || seat != 1 {
 		t.Fatalf("a claim for the process itself: seat %d, %v; want 1", seat, err)
 	}
 	// The owner's address leads back to the caller: the caller is the owner's
 	// container restarted, the owner is gone.
 	restarted := &Ledger{identity: l.identity, peers: caller.peers, clock: caller.clock}
-	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 43, replicas: -1}, ""); !errors.Is(err, errOwnerGone) {
+	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, claimRequest{hash: 43, replicas: -1}); !errors.Is(err, errOwnerGone) {
 		t.Fatalf("an address leading back to the caller: %v, want errOwnerGone", err)
 	}
 }
@@ -523,18 +507,18 @@ func BenchmarkLowestFreeSeat(b *testing.B) {
 		b.Run(fmt.Sprint("held=", n), func(b *testing.B) {
 			s := (&Ledger{revs: map[clusterview.Revision]*revState{}, clock: clocktesting.NewFakeClock(time.Now()), ttl: time.Minute}).state(shopRS)
 			for i := 1; i <= n; i++ {
-				s.take(i)
+				s.seats.take(i)
 			}
 			now := time.Now()
 			i := 0
 			for b.Loop() {
 				i++
 				freed := 1 + (i*7919)%n
-				s.untake(freed)
+				s.seats.untake(freed)
 				if got := s.lowest(now); got != freed {
 					b.Fatalf("lowest = %d, want %d", got, freed)
 				}
-				s.take(freed)
+				s.seats.take(freed)
 			}
 		})
 	}
@@ -865,45 +849,5 @@ func TestColdStartOnSlowRecordWritesPlacesWithinTheDeadline(t *testing.T) {
 			t.Errorf("claim %d got seat %d twice or out of 1..%d", i, seats[i], replicas)
 		}
 		seen[seats[i]] = true
-	}
-}
-
-// Every record write lets the owner answer as far as the ReplicaSet still wants (up to
-// maxSeatBlock ahead), not only twice the claims since the last write: under a burst
-// the writes are frequent, the claims between two of them few, and the controller's
-// next batch of creations would otherwise outrun the mark and wait for a write.
-func TestMarkCoversWhatTheReplicaSetStillWants(t *testing.T) {
-	client := fake.NewClientset()
-	fakeleases.WithOptimisticConcurrency(client)
-	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	l := ledgers(t, client, ledgerNS, 1, Options{Clock: clock})[0]
-	const wanted = 500
-	claimN := func(from, n int) {
-		t.Helper()
-		for i := from; i < from+n; i++ {
-			if s, err := l.Claim(context.Background(), shopRS, types.UID(fmt.Sprint("c", i)), wanted); err != nil || s != i {
-				t.Fatalf("claim %d: seat %d, %v", i, s, err)
-			}
-		}
-	}
-	next := 1
-	renewed := func() int {
-		t.Helper()
-		waitForWrites(t, l, shopRS)
-		clock.Step(DefaultOwnership / 4) // the next claim renews the record
-		claimN(next, 1)
-		next++
-		waitForWrites(t, l, shopRS)
-		return seenMark(t, l, shopRS)
-	}
-	claimN(next, 100)
-	next += 100
-	renewed()
-	claimN(next, 10)
-	next += 10
-	// Ten claims since the last write would give a block of 20: the mark would be
-	// about lowest + 20.
-	if mark, want := renewed(), next+maxSeatBlock/2; mark < want {
-		t.Fatalf("after a renewal at seat %d the mark is %d, want at least %d (what the ReplicaSet still wants, up to %d ahead)", next-1, mark, want, maxSeatBlock)
 	}
 }

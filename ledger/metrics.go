@@ -18,11 +18,6 @@ const (
 	ownedReleased = "released"   // its owner handed it over (stopping)
 	ownedLapsed   = "lapsed"     // its owner's record went unrenewed for the ownership duration
 	ownedGone     = "owner_gone" // its owner's address refused, or another process answered there
-
-	// witnessing (witness.go)
-	witnessAcknowledged = "acknowledged" // a batch of this owner's answers acknowledged by its witness
-	witnessGivenUp      = "given_up"     // a witness that did not acknowledge, given up
-	witnessTakeover     = "takeover"     // a revision taken over knowing its owner's every answer
 )
 
 // ledgerMetrics count what the seat ledger does; they exist whether or not anything
@@ -36,14 +31,10 @@ type ledgerMetrics struct {
 	unfulfilled prometheus.Counter
 	// displaced counts reservations that gave their seat to a claim (displaceStale).
 	displaced prometheus.Counter
-	witness   *prometheus.CounterVec
-	// offered is 1 once the replica offers itself as a witness (offersWitness).
-	offered prometheus.GaugeFunc
 }
 
-// newLedgerMetrics returns the ledger's metrics; offers tells whether the replica
-// offers itself as a witness.
-func newLedgerMetrics(offers func() bool) *ledgerMetrics {
+// newLedgerMetrics returns the ledger's metrics.
+func newLedgerMetrics() *ledgerMetrics {
 	m := &ledgerMetrics{
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seat_claims_total",
@@ -65,28 +56,12 @@ func newLedgerMetrics(offers func() bool) *ledgerMetrics {
 			Name: "seat_reservations_displaced_total",
 			Help: "Seat reservations whose pod had not shown up after a second that gave their seat to a new claim, their revision having more in flight than its ReplicaSet can be creating: pods rejected after the webhook, or forged AdmissionReviews.",
 		}),
-		witness: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "seat_witness_total",
-			Help: "Seat witnessing by this replica: acknowledged (a batch of its answers as an owner acknowledged by its witness), given_up (a witness that did not acknowledge), takeover (a revision taken over as its dead owner's witness, without waiting).",
-		}, []string{"event"}),
-		offered: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "seat_witness_offered",
-			Help: "1 once this replica has run for its witness warm-up and offers itself as a witness in the claims it forwards, 0 before.",
-		}, func() float64 {
-			if offers() {
-				return 1
-			}
-			return 0
-		}),
 	}
 	for _, a := range []string{claimOwner, claimForwarded, claimFailed} {
 		m.claims.WithLabelValues(a)
 	}
 	for _, f := range []string{ownedNew, ownedReleased, ownedLapsed, ownedGone} {
 		m.ownership.WithLabelValues(f)
-	}
-	for _, e := range []string{witnessAcknowledged, witnessGivenUp, witnessTakeover} {
-		m.witness.WithLabelValues(e)
 	}
 	return m
 }
@@ -95,7 +70,7 @@ func newLedgerMetrics(offers func() bool) *ledgerMetrics {
 // namespace and "_" (the product's metric namespace, which its binary decides).
 func (l *Ledger) RegisterMetrics(reg prometheus.Registerer, namespace string) error {
 	reg = prometheus.WrapRegistererWithPrefix(namespace+"_", reg)
-	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced, l.metrics.witness, l.metrics.offered} {
+	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register seat ledger metrics: %w", err)
 		}

@@ -6,7 +6,6 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -34,9 +33,8 @@ func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 	if !now.Before(s.observed.Add(dur)) {
 		return "", ""
 	}
-	if h := *r.Spec.HolderIdentity; s.goneHolder == h && (!now.Before(s.goneSince.Add(dur/2)) || l.witnessedBy(s, h)) {
-		// Gone, and the pods of its last answers have had time to show, or this
-		// replica witnessed every one of them.
+	if h := *r.Spec.HolderIdentity; s.goneHolder == h && !now.Before(s.goneSince.Add(dur/2)) {
+		// Gone, and the pods of its last answers have had time to show.
 		return "", ""
 	}
 	return *r.Spec.HolderIdentity, r.Annotations[strategy.AnnotationPeer]
@@ -64,41 +62,11 @@ func (l *Ledger) acquire(s *revState) *ownershipWrite {
 
 // renewIfDue renews the owner's record in the background once a quarter of the
 // ownership duration passed since the last renewal; claims go on meanwhile. Only claims
-// renew: an idle revision's record is released (releaseIdle). It also raises the mark
-// ahead of a burst, once three quarters of the last block are handed out, so claims
-// rarely wait for it.
+// renew: an idle revision's record is released (releaseIdle).
 func (l *Ledger) renewIfDue(s *revState, now time.Time) {
-	if s.writing != nil {
-		return
-	}
-	if now.Sub(s.renewedAt) >= max(s.term, l.duration)/4 || s.lowest(now)+s.block/4 > s.mark {
+	if s.writing == nil && now.Sub(s.renewedAt) >= max(s.term, l.duration)/4 {
 		l.acquire(s)
 	}
-}
-
-// Seat marks: how far ahead of the lowest free seat a write lets the owner answer.
-const (
-	minSeatBlock = 4
-	// maxSeatBlock bounds the seats a new owner holds after a crash (takeOver), which
-	// pods admitted meanwhile skip: a burst's writes stay under 1 per 100 claims.
-	maxSeatBlock = 256
-)
-
-// nextBlock sizes the next write's block: twice the claims answered since the last
-// write, and at least twice the last block when claims are pressing on the mark, so a
-// burst needs a write per doubling, not per claim. l.mu is held.
-func (s *revState) nextBlock(now time.Time) int {
-	b := 2 * s.claimsSinceWrite
-	lowest := s.lowest(now)
-	// Every write covers the pods the ReplicaSet still wants: their claims arrive in
-	// the controller's batches (up to hundreds at once), and a block sized by the
-	// claims since the last write, frequent under a burst, ran out within a batch and
-	// held it until the next write landed.
-	b = max(b, s.wanted-lowest+1)
-	if s.mark > 0 && lowest+s.block/4 > s.mark {
-		b = max(b, 2*s.block)
-	}
-	return min(max(b, minSeatBlock), maxSeatBlock)
 }
 
 // recordDuration is how long a record's holder owns its revision after a write: the
@@ -151,7 +119,6 @@ func (l *Ledger) noteWriteLatency(d time.Duration) {
 // leaves time to answer in, on the next write if not this one.
 func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
 	l.mu.Lock()
-	l.awaitForwards(s)
 	start := l.clock.Now()
 	// The claim that started this write judged an older view: the record may have
 	// shown up since (the informer, a refresh), held by another live replica. Taking
@@ -163,60 +130,26 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	}
 	prev := s.record
 	term := l.termFor()
-	// Taking over: hold the previous holder's reservations, and the seats it may have
-	// answered unlisted, before listing them in this write (undone if it fails).
+	// Taking over: hold the previous holder's listed reservations before listing them
+	// in this write (undone if it fails).
 	var inherited []uint64
-	var phantomUntil time.Time
-	witnessed := false
 	if prev != nil && holderOf(prev) != l.identity {
-		inherited, phantomUntil, witnessed = l.takeOver(s, prev, start)
-		s.witnessing.reset()
+		inherited = l.takeOver(s, prev, start)
 	}
 	// Why the revision is taken, decided now: by the time the write lands, the
 	// informer may have applied it already, which clears the evidence of a gone owner.
 	from := takenFrom(s, holderOf(prev), prev != nil)
-	block := s.nextBlock(start)
-	s.claimsSinceWrite = 0
-	mark := s.lowest(start) + block - 1
 	record := l.ownedRecord(s, start, term)
-	record.Annotations[strategy.AnnotationSeatMark] = strconv.Itoa(mark)
-	w.witness = s.witnessing.witness
-	if w.witness != "" {
-		record.Annotations[strategy.AnnotationSeatWitness] = w.witness
-		record.Annotations[strategy.AnnotationSeatWitnessPeer] = s.witnessing.peer
-	} else {
-		delete(record.Annotations, strategy.AnnotationSeatWitness)
-		delete(record.Annotations, strategy.AnnotationSeatWitnessPeer)
-	}
-	s.pendingMark = mark
 	l.mu.Unlock()
 
-	// A write of its own timeout: one hung connection must not hold the revision.
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	leases := l.client.CoordinationV1().Leases(l.namespace)
-	var (
-		written *coordinationv1.Lease
-		err     error
-	)
-	if err = ctx.Err(); err != nil {
-		// Stopped: a write now could name no witness after the answers it acknowledged.
-	} else if prev == nil {
-		written, err = leases.Create(ctx, record, metav1.CreateOptions{})
-	} else {
-		written, err = leases.Update(ctx, record, metav1.UpdateOptions{})
-	}
-	l.mu.Lock()
-	s.pendingMark = 0
-	if err != nil {
-		l.dropInherited(s, inherited)
-	}
-	l.mu.Unlock()
+	written, err := l.putRecord(ctx, record, prev == nil)
 	if err != nil && (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)) {
 		// Another replica wrote first, or the sweep deleted the record: read it again and
 		// let the claims decide anew.
-		err = l.refresh(ctx, s.rev)
-		l.finishWrite(s, w, err)
+		l.mu.Lock()
+		l.dropInherited(s, inherited)
+		l.mu.Unlock()
+		l.finishWrite(s, w, l.refresh(ctx, s.rev))
 		return
 	}
 	l.mu.Lock()
@@ -224,39 +157,28 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	if err == nil {
 		if prev == nil || holderOf(prev) != l.identity {
 			l.metrics.ownership.WithLabelValues(from).Inc()
-			if witnessed {
-				l.metrics.witness.WithLabelValues(witnessTakeover).Inc()
-				s.witnessed = witnessView{} // held as reservations now
-			}
-			s.phantomUntil, s.phantomMark = phantomUntil, 0
-			if !phantomUntil.IsZero() {
-				s.phantomMark = recordMark(prev)
-				s.podSeats, s.fromHold = map[int]int{}, nil
-				for _, seat := range s.pods {
-					s.podSeats[seat]++
-				}
-			}
 		}
 		l.apply(s, written)
 		s.renewedAt, s.term = start, term
 		s.ownedUntil = start.Add(term / 2)
-		s.mark, s.block = mark, block
-		s.witnessing.recorded = w.witness
 	} else {
+		l.dropInherited(s, inherited)
 		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
 	}
 	l.mu.Unlock()
 	l.finishWrite(s, w, err)
-	if err == nil {
-		l.mu.Lock()
-		// A witness adopted while this write was in flight is named by the next one, so
-		// that it can take over at once from then on; one given up meanwhile is taken
-		// out of the record by it.
-		if ws := &s.witnessing; ws.witness != ws.recorded && l.owns(s, l.clock.Now()) {
-			l.acquire(s)
-		}
-		l.mu.Unlock()
+}
+
+// putRecord creates or updates a record, within a timeout of its own: one hung
+// connection must not hold the revision.
+func (l *Ledger) putRecord(ctx context.Context, record *coordinationv1.Lease, create bool) (*coordinationv1.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	leases := l.client.CoordinationV1().Leases(l.namespace)
+	if create {
+		return leases.Create(ctx, record, metav1.CreateOptions{})
 	}
+	return leases.Update(ctx, record, metav1.UpdateOptions{})
 }
 
 func (l *Ledger) finishWrite(s *revState, w *ownershipWrite, err error) {
@@ -269,17 +191,13 @@ func (l *Ledger) finishWrite(s *revState, w *ownershipWrite, err error) {
 	close(w.done)
 }
 
-// takeOver holds what the record another replica held (or released) says it may have
-// handed out: its live reservations, claims whose pods this replica may not see yet.
-// A holder that did not release the record (it crashed, or its release did not land)
-// may also have answered seats after its last write. When the record names this
-// replica its witness, those are the answers it acknowledged (witnessed reports so),
-// held as reservations. Otherwise they are all at most the record's mark: each such
-// seat that no pod this replica sees holds is held as well, until the pod of a claim
-// answered at the end of that holder's ownership could have appeared (half the
-// record's duration, then the TTL), or a pod is seen on it. It returns the holds added
-// and when the phantom ones end (zero: none).
-func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) (added []uint64, phantomUntil time.Time, witnessed bool) {
+// takeOver holds the live reservations that the record another replica held (or
+// released) lists: claims whose pods this replica may not see yet. A holder that
+// crashed may also have answered seats after its last write; their pods have had the
+// wait before the takeover to become visible, and a seat handed out twice meanwhile
+// is the convergence loop's to move. It returns the holds added.
+func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) []uint64 {
+	var added []uint64
 	for h, e := range observedReservations(prev, s.observed) {
 		if now.Before(e.expires) && s.reserved[h] == nil {
 			e.claims = 1
@@ -287,32 +205,7 @@ func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time
 			added = append(added, h)
 		}
 	}
-	holder := holderOf(prev)
-	if holder == "" {
-		return added, time.Time{}, false
-	}
-	if l.witnessedBy(s, holder) {
-		for h, e := range s.witnessed.answers {
-			if now.Before(e.expires) && s.reserved[h] == nil {
-				l.hold(s, h, &entry{seat: e.seat, expires: e.expires, claims: 1})
-				added = append(added, h)
-			}
-		}
-		return added, time.Time{}, true
-	}
-	until := s.observed.Add(l.recordDuration(prev)/2 + l.ttl)
-	mark := recordMark(prev)
-	if !now.Before(until) || mark == 0 {
-		return added, time.Time{}, false
-	}
-	for seat := 1; seat <= mark; seat++ {
-		if s.taken[seat] == 0 {
-			h := phantomHash(seat)
-			l.hold(s, h, &entry{seat: seat, expires: until, claims: 1, phantom: true})
-			added = append(added, h)
-		}
-	}
-	return added, until, false
+	return added
 }
 
 // dropInherited undoes takeOver's holds when the write taking the record failed: the
@@ -429,9 +322,8 @@ func (l *Ledger) Handover(ctx context.Context) {
 }
 
 // releaseIdle releases the records this replica holds but no longer answers claims for
-// (no claim renewed them): listing every seat it answered, with no mark, so that the
-// next owner takes the revision at once and holds nothing beyond those. Only a record
-// whose holder crashed lapses.
+// (no claim renewed them): listing every seat it answered, so that the next owner takes
+// the revision at once knowing them. Only a record whose holder crashed lapses.
 func (l *Ledger) releaseIdle(ctx context.Context) {
 	now := l.clock.Now()
 	var idle []*revState
@@ -462,9 +354,6 @@ func (l *Ledger) release(ctx context.Context, s *revState, w *ownershipWrite) bo
 	}
 	record := l.nextRecord(s, l.clock.Now())
 	record.Spec.HolderIdentity = ptr.To("")
-	delete(record.Annotations, strategy.AnnotationSeatMark)
-	delete(record.Annotations, strategy.AnnotationSeatWitness)
-	delete(record.Annotations, strategy.AnnotationSeatWitnessPeer)
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()

@@ -30,12 +30,10 @@ import (
 // PeerClaimPath is where a replica answers the claims other replicas forward to it.
 const PeerClaimPath = "/ledger/v1/claim"
 
-// maxPeerBody bounds a peer call's body: a forwarded claim is about 200 bytes, a
-// witness's batch (maxWitnessBatch answers) about 40 KiB.
+// maxPeerBody bounds a peer call's body: a forwarded claim is about 200 bytes.
 const maxPeerBody = 64 << 10
 
-// peerRequest is a forwarded claim, or release, of one admission's seat; or, with
-// Answers, the owner's answers for its witness to acknowledge.
+// peerRequest is a forwarded claim, or release, of one admission's seat.
 type peerRequest struct {
 	Namespace string    `json:"namespace"`
 	Revision  types.UID `json:"revision"`
@@ -49,17 +47,6 @@ type peerRequest struct {
 	Owner string `json:"owner,omitempty"`
 	// Nonce asks for a Proof (the self-check).
 	Nonce string `json:"nonce,omitempty"`
-	// From names the calling replica, and FromPeer the URL it answers peers at: the
-	// owner may make a forwarding replica its witness. Both are absent until the caller
-	// has run for its witness warm-up.
-	From     string `json:"from,omitempty"`
-	FromPeer string `json:"fromPeer,omitempty"`
-	// Answers are the seats the owner From answered, for its witness to acknowledge
-	// ("seat:id-hash" items, encodeAnswers).
-	Answers string `json:"answers,omitempty"`
-	// OwnerGone, on a claim sent to the witness of that owner's record, says the caller
-	// found it gone: the witness takes the revision over.
-	OwnerGone string `json:"ownerGone,omitempty"`
 }
 
 // peerResponse is the owner's answer.
@@ -93,7 +80,7 @@ var errPeerRefused = errors.New("the seat owner refused the claim")
 func (l *Ledger) PeerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req peerRequest
-		if err := json.NewDecoder(io.LimitReader(r.Body, maxPeerBody)).Decode(&req); err != nil || req.Revision == "" || (req.ID == 0 && req.Answers == "") {
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxPeerBody)).Decode(&req); err != nil || req.Revision == "" || req.ID == 0 {
 			writePeer(w, http.StatusBadRequest, peerResponse{Error: "want a JSON claim with namespace, revision and id"})
 			return
 		}
@@ -110,17 +97,6 @@ func (l *Ledger) PeerHandler() http.Handler {
 			return
 		}
 		rev := clusterview.Revision{Namespace: req.Namespace, UID: req.Revision}
-		if req.Answers != "" {
-			switch err := l.acknowledge(rev, req.From, req.Answers); {
-			case errors.Is(err, errNotOwner):
-				writePeer(w, http.StatusConflict, peerResponse{Error: "this replica owns the revision, or is taking it over"})
-			case err != nil || req.From == "":
-				writePeer(w, http.StatusBadRequest, peerResponse{Error: fmt.Sprintf("want answers from a named owner: %v", err)})
-			default:
-				writePeer(w, http.StatusOK, peerResponse{})
-			}
-			return
-		}
 		if req.Release {
 			l.mu.Lock()
 			if s := l.revs[rev]; s != nil {
@@ -134,11 +110,7 @@ func (l *Ledger) PeerHandler() http.Handler {
 		if req.Replicas != nil {
 			replicas = *req.Replicas
 		}
-		l.witnessCandidate(rev, req.From, req.FromPeer)
-		if req.OwnerGone != "" {
-			l.toldOwnerGone(rev, req.OwnerGone)
-		}
-		seat, _, err := l.claim(r.Context(), rev, claimRequest{hash: req.ID, replicas: replicas, from: req.From}, false)
+		seat, _, err := l.claim(r.Context(), rev, claimRequest{hash: req.ID, replicas: replicas}, false)
 		switch {
 		case err == nil:
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})
@@ -158,15 +130,11 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-// forward asks the replica to at peer for a seat: the owner, or, with ownerGone, the
-// witness of that owner, which another call found gone (the witness then takes the
-// revision over). errNotOwner: it does not own the revision (any more);
-// errPeerRefused: a definitive refusal; any other error: it could not answer now.
-func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, req claimRequest, ownerGone string) (int, error) {
-	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: to, OwnerGone: ownerGone}
-	if l.offersWitness() {
-		call.From, call.FromPeer = l.identity, l.peerURL
-	}
+// forward asks the owner to, at peer, for a seat. errNotOwner: it does not own the
+// revision (any more); errPeerRefused: a definitive refusal; any other error: it could
+// not answer now.
+func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, req claimRequest) (int, error) {
+	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: to}
 	if req.replicas >= 0 {
 		call.Replicas = &req.replicas
 	}
@@ -210,7 +178,7 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	}
 	switch {
 	case httpResp.StatusCode == http.StatusOK:
-		if !req.Release && req.Answers == "" && resp.Seat < 1 {
+		if !req.Release && resp.Seat < 1 {
 			return peerResponse{}, fmt.Errorf("%w: seat %d from %s", errPeerRefused, resp.Seat, peer)
 		}
 		return resp, nil

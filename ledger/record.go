@@ -23,22 +23,6 @@ func recordRevision(record *coordinationv1.Lease) (clusterview.Revision, bool) {
 	return clusterview.Revision{Namespace: record.Labels[strategy.LabelRevisionNamespace], UID: types.UID(uid)}, uid != ""
 }
 
-// recordMark reads a record's seat mark (0: none, as on a released record).
-func recordMark(record *coordinationv1.Lease) int {
-	mark, err := strconv.Atoi(record.Annotations[strategy.AnnotationSeatMark])
-	if err != nil || mark < 0 {
-		return 0
-	}
-	return mark
-}
-
-// phantomHash keys the reservation holding a seat that a crashed owner may have handed
-// out (takeOver): no admission UID hashes to it (UIDs carry no NUL), and a pod seen on
-// the seat finds it from the seat alone.
-func phantomHash(seat int) uint64 {
-	return idHash(types.UID("\x00seat-" + strconv.Itoa(seat)))
-}
-
 // resourceVersion reads an object's resourceVersion as the number etcd makes it; an
 // unreadable one reads as 0 (older than anything).
 func resourceVersion(record *coordinationv1.Lease) uint64 {
@@ -112,7 +96,7 @@ func decodeReservations(s string) map[uint64]*entry {
 		if err1 != nil || err2 != nil || err3 != nil || seat < 1 || h == 0 {
 			continue
 		}
-		out[h] = &entry{seat: seat, expires: time.Unix(exp, 0), phantom: h == phantomHash(seat)}
+		out[h] = &entry{seat: seat, expires: time.Unix(exp, 0)}
 	}
 	return out
 }

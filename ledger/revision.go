@@ -15,10 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// revState is what one replica knows of a revision. taken counts, per seat, the visible
-// pods holding it plus the live reservations on it; the lowest free seat is the top of
-// free (seats freed below low) or else the first untaken seat from low, so a claim
-// costs O(log N) amortized, never a copy of the held seats.
+// revState is what one replica knows of a revision: its record, its owner, the
+// reservations this replica holds and the seats taken.
 type revState struct {
 	rev clusterview.Revision
 
@@ -34,35 +32,17 @@ type revState struct {
 	renewedAt  time.Time
 	term       time.Duration // the ownership duration of this replica's last landed write
 	writing    *ownershipWrite
-	// mark is the highest seat this replica may hand out as the owner: the mark of its
-	// last landed write, and while a write is in flight no more than that write's
-	// (pendingMark), so that every seat answered is listed in, or below the mark of,
-	// the record another replica would take over. block is how far ahead of the lowest
-	// free seat the last write set it; claimsSinceWrite sizes the next block.
-	mark, pendingMark int
-	block             int
-	claimsSinceWrite  int
-	// wanted is the most replicas a claim said the ReplicaSet wants (-1: unknown).
-	wanted int
-	// phantomUntil and phantomMark: after taking over a record whose holder did not
-	// release it, a seat up to phantomMark that a pod gives up before phantomUntil is
-	// held too (this replica's pod informer may show that pod's end before the pod the
-	// crashed owner gave the seat to).
-	phantomUntil time.Time
-	phantomMark  int
 	// goneHolder is a holder found gone (ownerGone) since goneSince.
 	goneHolder string
 	goneSince  time.Time
 
 	// reserved holds this replica's reservations (its own, and those it took over),
-	// by id hash; open counts those whose pod is not seen yet (counted).
-	reserved map[uint64]*entry
-	open     int
-	// openPhantoms counts the phantom holds among open; queue lists the reservations
-	// in the order they were made, from queueHead (displaceOldest).
-	openPhantoms int
-	queue        []queued
-	queueHead    int
+	// by id hash; open counts those whose pod is not seen yet (counted). queue lists
+	// the reservations in the order they were made, from queueHead (displaceOldest).
+	reserved  map[uint64]*entry
+	open      int
+	queue     []queued
+	queueHead int
 	// unfulfilled counts the counted reservations that expire (the ledger's metric).
 	unfulfilled prometheus.Counter
 	expiries    *minHeap[expiry]
@@ -71,26 +51,53 @@ type revState struct {
 	fulfilled  *recentIDs
 	lastFulfil time.Time
 
-	// witnessing is this replica's side as the owner (witness.go); witnessed its side
-	// as another owner's witness.
-	witnessing ownerWitness
-	witnessed  witnessView
-	// forwarding counts this replica's claims of the revision forwarded to its owner
-	// and not back yet: a takeover as the witness waits for them (witness.go).
-	forwarding int
+	pods  map[types.UID]int // visible pod -> the seat it holds
+	seats seatSet
+}
 
-	pods map[types.UID]int // visible pod -> the seat it holds
-	// podSeats counts the visible pods per seat, while phantom holds last (the highest
-	// seat a pod holds bounds what a crashed owner answered: topPhantom).
-	podSeats map[int]int
-	// fromHold lists the held seats this replica has handed out since (their pods say
-	// nothing of what the crashed owner answered).
-	fromHold map[int]bool
-
+// seatSet counts, per seat, the visible pods holding it plus the live reservations on
+// it. The lowest free seat is the top of free (seats freed below low) or else the first
+// untaken seat from low, so a claim costs O(log N) amortized, never a copy of the held
+// seats.
+type seatSet struct {
 	taken  map[int]int
 	free   *minHeap[int]
 	inFree map[int]bool
 	low    int
+}
+
+func newSeatSet() seatSet {
+	return seatSet{taken: map[int]int{}, inFree: map[int]bool{}, low: 1, free: newMinHeap(func(a, b int) bool { return a < b })}
+}
+
+func (t *seatSet) take(seat int) { t.taken[seat]++ }
+
+func (t *seatSet) untake(seat int) {
+	if t.taken[seat]--; t.taken[seat] > 0 {
+		return
+	}
+	delete(t.taken, seat)
+	if seat < t.low && !t.inFree[seat] {
+		t.free.push(seat)
+		t.inFree[seat] = true
+	}
+}
+
+// lowest returns the lowest free seat. Every free seat below low is in free (stale
+// entries, taken again since, are dropped on the way).
+func (t *seatSet) lowest() int {
+	for t.free.Len() > 0 {
+		top := t.free.peek()
+		if t.taken[top] == 0 {
+			return top
+		}
+		t.free.pop()
+		delete(t.inFree, top)
+	}
+	for t.taken[t.low] > 0 {
+		t.low++
+	}
+	return t.low
 }
 
 type entry struct {
@@ -101,8 +108,6 @@ type entry struct {
 	// with the same admission UID while an earlier attempt is still running, and the
 	// release of the attempt it abandoned must not free the retry's seat.
 	claims int
-	// phantom marks a hold on a seat a crashed owner may have answered (takeOver).
-	phantom bool
 }
 
 // queued is a reservation in the order reservations were made (displaceOldest).
@@ -116,8 +121,6 @@ type queued struct {
 type ownershipWrite struct {
 	done chan struct{}
 	err  error
-	// witness is the witness the write names.
-	witness string
 }
 
 // forget drops a revision's state once it holds nothing.
@@ -125,14 +128,6 @@ func (l *Ledger) forget(s *revState) {
 	now := l.clock.Now()
 	s.expire(now)
 	s.shrink()
-	for h, e := range s.witnessed.answers {
-		if !now.Before(e.expires) {
-			delete(s.witnessed.answers, h)
-		}
-	}
-	if len(s.witnessed.answers) == 0 {
-		s.witnessed.answers = nil // a burst's map keeps its size
-	}
 	if now.After(s.lastFulfil.Add(2*l.ttl)) && s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
 		delete(l.revs, s.rev)
 	}
@@ -152,102 +147,23 @@ func (s *revState) shrink() {
 	}
 }
 
-func (s *revState) take(seat int) { s.taken[seat]++ }
-
-// takeByPod and untakeByPod are take and untake for a visible pod's seat.
-func (s *revState) takeByPod(seat int) {
-	s.take(seat)
-	if s.phantomMark > 0 {
-		if s.podSeats == nil {
-			s.podSeats = map[int]int{}
-		}
-		s.podSeats[seat]++
-	}
-}
-
-func (s *revState) untakeByPod(seat int) {
-	s.untake(seat)
-	if s.podSeats == nil {
-		return
-	}
-	if s.podSeats[seat]--; s.podSeats[seat] <= 0 {
-		delete(s.podSeats, seat)
-	}
-}
-
-// topPhantom returns the highest seat held for a crashed owner (takeOver) above the
-// highest seat a visible pod holds in the held range, while the holds last. The crashed
-// owner handed out the lowest free seats first, and the pods of its answers mostly
-// show up in that order: the top of the held range is the part it most likely never
-// reached, so new claims take it first (not seats above the mark, which would leave
-// the range empty once the holds end), and a late pod's seat, just above the highest
-// pod seen, goes last.
-func (s *revState) topPhantom(now time.Time) (int, bool) {
-	if s.phantomMark == 0 {
-		return 0, false
-	}
-	if !now.Before(s.phantomUntil) {
-		s.phantomMark, s.podSeats, s.fromHold = 0, nil, nil // the holds are over
-		return 0, false
-	}
-	// Down from the mark: the first held seat found, unless a pod's seat comes first.
-	for seat := s.phantomMark; seat > 0; seat-- {
-		if s.podSeats[seat] > 0 && !s.fromHold[seat] {
-			return 0, false
-		}
-		if e := s.reserved[phantomHash(seat)]; e != nil && e.phantom && e.counted {
-			return seat, true
-		}
-	}
-	return 0, false
-}
-
 // count makes reservation e hold its seat until its pod is seen (uncount).
 func (s *revState) count(e *entry) {
 	e.counted = true
 	s.open++
-	if e.phantom {
-		s.openPhantoms++
-	}
-	s.take(e.seat)
+	s.seats.take(e.seat)
 }
 
 func (s *revState) uncount(e *entry) {
 	e.counted = false
 	s.open--
-	if e.phantom {
-		s.openPhantoms--
-	}
-	s.untake(e.seat)
+	s.seats.untake(e.seat)
 }
 
-func (s *revState) untake(seat int) {
-	if s.taken[seat]--; s.taken[seat] > 0 {
-		return
-	}
-	delete(s.taken, seat)
-	if seat < s.low && !s.inFree[seat] {
-		s.free.push(seat)
-		s.inFree[seat] = true
-	}
-}
-
-// lowest returns the lowest free seat. Every free seat below low is in free (stale
-// entries, taken again since, are dropped on the way).
+// lowest returns the lowest free seat at now.
 func (s *revState) lowest(now time.Time) int {
 	s.expire(now)
-	for s.free.Len() > 0 {
-		top := s.free.peek()
-		if s.taken[top] == 0 {
-			return top
-		}
-		s.free.pop()
-		delete(s.inFree, top)
-	}
-	for s.taken[s.low] > 0 {
-		s.low++
-	}
-	return s.low
+	return s.seats.lowest()
 }
 
 // expire stops counting the reservations that expired by now, and forgets them.
@@ -261,7 +177,7 @@ func (s *revState) expire(now time.Time) {
 		}
 		if e.counted {
 			s.uncount(e)
-			if s.unfulfilled != nil && !e.phantom {
+			if s.unfulfilled != nil {
 				s.unfulfilled.Inc()
 			}
 		}
@@ -277,17 +193,8 @@ func (s *revState) liveReservations(now time.Time) int {
 	return len(s.reserved)
 }
 
-// answerLimit is the highest seat the owner may hand out now (mark).
-func (s *revState) answerLimit() int {
-	if s.pendingMark > 0 {
-		return min(s.mark, s.pendingMark)
-	}
-	return s.mark
-}
-
 // reserve hands out the lowest free seat for the admission hash, the same one again to
-// a retried admission. errBeyondMark: the seat is above the mark, and a write must
-// raise it first.
+// a retried admission.
 func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) (int, error) {
 	hash := req.hash
 	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
@@ -307,22 +214,8 @@ func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) (int, err
 	if s.open >= maxReservations {
 		return 0, ErrRecordFull
 	}
-	seat, fromHold := s.topPhantom(now)
-	if !fromHold {
-		seat = s.lowest(now)
-	}
-	if seat > s.answerLimit() {
-		return 0, errBeyondMark
-	}
-	if fromHold {
-		s.dropPhantom(seat)
-		if s.fromHold == nil {
-			s.fromHold = map[int]bool{}
-		}
-		s.fromHold[seat] = true
-	}
+	seat := s.lowest(now)
 	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})
-	s.claimsSinceWrite++
 	return seat, nil
 }
 
@@ -336,7 +229,7 @@ func (l *Ledger) hold(s *revState, hash uint64, e *entry) {
 	}
 	s.reserved[hash] = e
 	s.expiries.push(expiry{at: e.expires, hash: hash})
-	if e.counted && !e.phantom {
+	if e.counted {
 		s.queue = append(s.queue, queued{hash, e})
 	}
 }
@@ -353,13 +246,13 @@ const staleReservation = time.Second
 // gives up its seat. So forged reviews cannot keep the lowest seats, and the retry of
 // a pod rejected after this webhook gets the seat of its first attempt back. Young
 // reservations stay whatever the count, so a ReplicaSet cache lagging behind a scale-up
-// takes nothing from pods on their way. Phantom holds (takeOver) never give way.
+// takes nothing from pods on their way.
 func (l *Ledger) displaceStale(s *revState, room int, now time.Time) {
-	l.displaceOldest(s, s.open-s.openPhantoms-room+1, staleReservation, now)
+	l.displaceOldest(s, s.open-room+1, staleReservation, now)
 }
 
 // displaceOldest drops up to n unfulfilled reservations made at least minAge ago,
-// oldest first (phantom holds never); their seats are free at once. The queue holds
+// oldest first; their seats are free at once. The queue holds
 // them in the order they were made, so this costs O(1) per reservation over its life.
 func (l *Ledger) displaceOldest(s *revState, n int, minAge time.Duration, now time.Time) {
 	for n > 0 && s.queueHead < len(s.queue) {
@@ -396,14 +289,6 @@ func (s *revState) compactQueue() {
 	}
 }
 
-// dropPhantom ends the hold on seat taken over from a crashed owner: a pod holds it.
-func (s *revState) dropPhantom(seat int) {
-	h := phantomHash(seat)
-	if e := s.reserved[h]; e != nil && e.phantom {
-		s.remove(h, e)
-	}
-}
-
 // unreserve gives back one attempt's claim of the reservation of admission hash; once
 // no attempt holds it, it goes and its seat is free at once.
 func (l *Ledger) unreserve(s *revState, hash uint64) {
@@ -429,7 +314,6 @@ func (l *Ledger) fulfil(s *revState, hash uint64) {
 	now := l.clock.Now()
 	s.fulfilled.add(hash, now, now.Add(2*l.ttl))
 	s.lastFulfil = now
-	delete(s.witnessed.answers, hash)
 	if e := s.reserved[hash]; e != nil && e.counted {
 		s.uncount(e)
 	}

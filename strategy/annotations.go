@@ -68,17 +68,6 @@ const (
 	LabelRevisionNamespace = "custom-kube-scheduler-webhook.io/revision-namespace"
 	// AnnotationReservations lists a seat record's reservations.
 	AnnotationReservations = "custom-kube-scheduler-webhook.io/reservations"
-	// AnnotationSeatMark is the highest seat a seat record's holder may hand out
-	// before its next write: after a crash, the seats up to it whose pods are not seen
-	// are held until those pods could have appeared.
-	AnnotationSeatMark = "custom-kube-scheduler-webhook.io/seat-mark"
-	// AnnotationSeatWitness names the replica that acknowledges each seat a record's
-	// holder answers before the answer goes out: it knows every seat answered since,
-	// and takes the revision over at once when the holder is found gone.
-	AnnotationSeatWitness = "custom-kube-scheduler-webhook.io/seat-witness"
-	// AnnotationSeatWitnessPeer is the base URL at which the seat witness answers: a
-	// replica finding the holder gone sends its claims there.
-	AnnotationSeatWitnessPeer = "custom-kube-scheduler-webhook.io/seat-witness-peer"
 	// AnnotationPeer is the base URL at which a seat record's holder answers the
 	// claims other replicas forward to it.
 	AnnotationPeer = "custom-kube-scheduler-webhook.io/peer"
