@@ -203,6 +203,7 @@ func (l *Loop) Run(ctx context.Context, leading func() bool) {
 		// stays beside its own (the alerts take the maximum over the replicas).
 		l.cfg.Metrics.leader.Set(0)
 		l.cfg.Metrics.queueDepth.Set(0)
+		l.cfg.Metrics.Audited(0, 0)
 		l.reset()
 		l.publish(time.Now())
 	}()

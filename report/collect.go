@@ -81,6 +81,9 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	told := map[string]bool{}
 	for i := range r.Workloads {
 		wl := &r.Workloads[i]
+		if wl.State == StateAudit {
+			continue // nothing places its pods, in scope or not
+		}
 		msg, why, err := scope.NotEnabled(ctx, wl.Namespace, fmt.Sprintf("%s %s/%s", wl.Kind, wl.Namespace, wl.Name))
 		if err != nil {
 			return Report{}, err

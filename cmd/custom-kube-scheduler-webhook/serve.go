@@ -450,6 +450,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		// The elected replica also writes the policies' status, at most every 30s.
 		unserved := termUnserved(catalog)
 		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry, Unserved: unserved,
+			Audited:   func(a policy.Audited) { m.Audited(a.Workloads, a.WouldMove) },
 			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, unserved: unserved})}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)

@@ -128,7 +128,7 @@ const (
 // exitFor is the exit status of a workload in state (report.WorkloadReport.State).
 func exitFor(state string) int {
 	switch state {
-	case string(strategy.StateExact):
+	case string(strategy.StateExact), report.StateAudit:
 		return 0
 	case string(strategy.StateFallback):
 		return exitFallback
@@ -208,6 +208,16 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		}
 		if wl.NoRevision != "" {
 			fmt.Fprintf(w, "  %s\n", wl.NoRevision)
+		}
+		if a := wl.Audit; a != nil {
+			if a.Error != "" {
+				fmt.Fprintf(w, "  audit: %s (audit mode) has an invalid strategy: %s\n", a.Source, a.Error)
+			} else {
+				fmt.Fprintf(w, "  audit: %s (audit mode) would place it by %s, target %v: would move %d pods\n", a.Source, a.Strategy, a.Target, a.WouldMove)
+			}
+		}
+		if wl.State == report.StateAudit {
+			continue
 		}
 		if wl.Error != "" {
 			fmt.Fprintf(w, "  invalid strategy: %s\n", wl.Error)
