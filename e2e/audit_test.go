@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,5 +161,126 @@ func TestPolicyAudit(t *testing.T) {
 	t.Logf("MEASURED enforce evicted %v pods for the strategy (the audit said %d), %v in all (%v)", e, want, all(after)-all(evictedBefore), after)
 	if e != float64(want) {
 		t.Errorf("enforcing evicted %v pods for the strategy, the audit said %d would move", e, want)
+	}
+}
+
+// TestPolicyPauseAndStop: a policy enforced while suspended moves nothing (each
+// Deployment says why); resumed, its moves start, and the cluster-wide stop switch (the
+// converge annotation on the webhook's namespace) halts them mid-way, said by the metric,
+// spread and an Event; lifted, the moves finish exact, with as many strategy moves as
+// the audit named. MAX_EVICTIONS_PER_MINUTE=2 paces the moves so the stop lands mid-way.
+func TestPolicyPauseAndStop(t *testing.T) {
+	ctx := context.Background()
+	dyn := dynamicClient(t)
+	ns := policyNamespace(ctx, t, "e2e-policy-pause", nil, capacityStrategy)
+	conv := startConverger(ctx, t, "converge-pause", 42, "MAX_EVICTIONS_PER_MINUTE=2")
+	const next = "karpenter.sh/capacity-type=on-demand,weight=1:karpenter.sh/capacity-type=spot,weight=1"
+	const replicas = 8
+	names := []string{"pause-a", "pause-b"}
+	for _, name := range names {
+		createDeployment(ctx, t, unannotated(ns, name, replicas))
+	}
+	want := 0
+	for _, name := range names {
+		pods := settled(ctx, t, ns, name, replicas)
+		assertExactSpread(ctx, t, capacityStrategy, pods)
+		want += wouldMove(t, next, pods, replicas)
+	}
+	if want <= 3 {
+		t.Fatalf("the strategies move %d pods: too few for the stop to land mid-way", want)
+	}
+	strategyEvictions := func() float64 {
+		ms, err := conv.Metrics(ctx)
+		if err != nil {
+			t.Fatalf("fetching metrics: %v", err)
+		}
+		by := ms.SumBy("custom_kube_scheduler_webhook_converge_evictions_total", "reason", harness.Labels{"result": "evicted"})
+		return by["drift"] + by["unplaced"]
+	}
+	before := strategyEvictions()
+	blockedWith := func(name, text string) {
+		t.Helper()
+		var seen []string
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			seen = eventsWith(ctx, t, ns, name, "ConvergeBlocked")
+			for _, m := range seen {
+				if strings.Contains(m, text) {
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			t.Fatalf("%s: no ConvergeBlocked Event saying %q: %q", name, text, seen)
+		}
+	}
+
+	// Enforced but suspended: placed by it, moved by nothing.
+	if err := createPolicy(ctx, t, dyn, ns, "paced", map[string]any{"strategy": next, "suspend": true}); err != nil {
+		t.Fatalf("creating the suspended policy: %v", err)
+	}
+	for _, name := range names {
+		blockedWith(name, "PlacementPolicy "+ns+"/paced is suspended")
+	}
+	if e := strategyEvictions() - before; e != 0 {
+		t.Fatalf("%v evictions while the policy was suspended", e)
+	}
+
+	// Resumed: the moves start; the stop switch halts them.
+	patchPolicy := func(body string) {
+		t.Helper()
+		if _, err := dyn.Resource(v1alpha1.PlacementPolicies).Namespace(ns).Patch(ctx, "paced", types.MergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("patching the policy: %v", err)
+		}
+	}
+	patchPolicy(`{"spec":{"suspend":false}}`)
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return strategyEvictions()-before >= 1, nil
+	}); err != nil {
+		t.Fatal("no move after the policy was resumed")
+	}
+	patchNamespace(ctx, t, webhookNamespace, map[string]any{"annotations": map[string]any{strategy.AnnotationConverge: "false"}})
+	lifted := false
+	lift := func() {
+		if !lifted {
+			lifted = true
+			patchNamespace(ctx, t, webhookNamespace, map[string]any{"annotations": map[string]any{strategy.AnnotationConverge: nil}})
+		}
+	}
+	t.Cleanup(lift)
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return metricOf(ctx, t, conv, "custom_kube_scheduler_webhook_converge_moves_stopped") == 1, nil
+	}); err != nil {
+		t.Fatal("converge_moves_stopped never 1 after the stop switch was set")
+	}
+	atStop := strategyEvictions() - before
+	t.Logf("MEASURED stop switch: %v of %d strategy moves done when the loop said it stopped", atStop, want)
+	if atStop >= float64(want) {
+		t.Fatalf("every move was done before the stop (%v of %d): nothing to halt", atStop, want)
+	}
+	var offTarget string
+	for _, name := range names {
+		if ok, _ := exactNow(ctx, ns, name, next, replicas); !ok {
+			offTarget = name
+		}
+	}
+	if offTarget == "" {
+		t.Fatal("both Deployments are exact though moves are left")
+	}
+	blockedWith(offTarget, "every move of the convergence loop is stopped")
+	if wl := spreadJSON(ctx, t, ns, offTarget); !strings.Contains(fmt.Sprint(wl["held"]), "every move of the convergence loop is stopped") {
+		t.Errorf("spread of %s does not say moves are stopped: held %v", offTarget, wl["held"])
+	}
+	if e := strategyEvictions() - before; e != atStop {
+		t.Errorf("%v strategy moves after the loop said it stopped (%v at the stop)", e-atStop, atStop)
+	}
+
+	// Lifted: the moves finish exact, as many as the audit's count.
+	lift()
+	for _, name := range names {
+		took := waitExact(ctx, t, ns, name, next, replicas, 6*time.Minute)
+		t.Logf("MEASURED resumed -> %s exact: %s", name, took.Round(time.Second))
+	}
+	if e := strategyEvictions() - before; e != float64(want) {
+		t.Errorf("%v strategy moves in all, the count of what the policy moves is %d", e, want)
 	}
 }

@@ -75,3 +75,33 @@ func TestAudit(t *testing.T) {
 		t.Errorf("Governing of the audited policy: %+v", g)
 	}
 }
+
+// TestSuspendAndStop: a suspended policy's link carries the converge opt-out, which
+// strategy.Held reads only for the workloads it governs; the converge annotation on the
+// webhook's namespace stops every move, on another namespace that namespace's.
+func TestSuspendAndStop(t *testing.T) {
+	p := pp("shop", "paused", "a=1", 0, nil)
+	p.Spec.Suspend = true
+	stopped := namespace("ops", nil, "")
+	stopped.Annotations = map[string]string{strategy.AnnotationConverge: "false"}
+	idx := NewIndex([]v1alpha1.PlacementPolicy{p}, nil, []corev1.Namespace{namespace("shop", nil, ""), stopped})
+	w := Workload{Namespace: "shop", Kind: "Deployment"}
+	chain := idx.AppendLinks([]strategy.AnnotatedObject{{Name: "Deployment shop/web"}}, w)
+	src := strategy.Resolve(chain...)
+	if got := strategy.Held(chain, src.Object); got != "PlacementPolicy shop/paused is suspended (spec.suspend)" {
+		t.Errorf("held %q", got)
+	}
+	own := idx.AppendLinks([]strategy.AnnotatedObject{{Name: "Deployment shop/own", Annotations: map[string]string{strategy.AnnotationStrategy: "b=1"}}}, w)
+	if got := strategy.Held(own, strategy.Resolve(own...).Object); got != "" {
+		t.Errorf("a workload with its own strategy is held by a policy that does not govern it: %q", got)
+	}
+	if got := Stopped(idx.MovesOff, "cksw")("ops"); !strings.Contains(got, "moves in namespace ops are stopped") {
+		t.Errorf("namespace stop: %q", got)
+	}
+	if got := Stopped(idx.MovesOff, "cksw")("shop"); got != "" {
+		t.Errorf("shop is not stopped: %q", got)
+	}
+	if got := Stopped(idx.MovesOff, "ops")(""); !strings.Contains(got, "every move of the convergence loop is stopped") {
+		t.Errorf("cluster-wide stop: %q", got)
+	}
+}

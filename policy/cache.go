@@ -137,7 +137,7 @@ func (c *Cache) OnChange(changed func(namespace string)) error {
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*cachedNamespace)
 			n, ok2 := newObj.(*cachedNamespace)
-			if ok1 && ok2 && (!maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Link.Annotations, n.Link.Annotations) || o.Audit != n.Audit) {
+			if ok1 && ok2 && (!maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Link.Annotations, n.Link.Annotations) || o.Audit != n.Audit || o.MovesOff != n.MovesOff) {
 				changed(n.meta.Name)
 			}
 		},
@@ -182,6 +182,12 @@ func (c *Cache) AppendAuditLinks(dst []strategy.AnnotatedObject, w Workload) []s
 		return dst
 	}
 	return appendLinks(dst, c.view.Load(), w, c.namespace(w.Namespace), true)
+}
+
+// MovesOff reports whether namespace ns is annotated converge "false" (Stopped).
+func (c *Cache) MovesOff(ns string) bool {
+	n := c.namespace(ns)
+	return n != nil && n.MovesOff
 }
 
 // Match tells which policy governs w and which it won against.

@@ -41,7 +41,10 @@ type Compiled struct {
 	Generation int64
 	// Audit: spec.mode is Audit. The policy governs nothing (admission, the loop, plan
 	// and spread resolve past it) but is reported as if it did.
-	Audit      bool
+	Audit bool
+	// Suspended: spec.suspend. Its link carries the converge "false" annotation, so the
+	// loop moves none of its workloads' pods, as for a workload that opted out.
+	Suspended  bool
 	kinds      kindSet
 	selector   labels.Selector // nil: matches nothing (SelectorErr says why)
 	namespaces labels.Selector // cluster policies; nil: every namespace
@@ -97,6 +100,10 @@ func compile(kind string, meta metav1.ObjectMeta, spec v1alpha1.PlacementPolicyS
 		name = kind + " " + meta.Namespace + "/" + meta.Name
 	}
 	c.Link = strategy.AnnotatedObject{Name: name, Annotations: map[string]string{strategy.AnnotationStrategy: spec.Strategy}, Origin: strategy.Origin(kind)}
+	if spec.Suspend {
+		c.Suspended = true
+		c.Link.Annotations[strategy.AnnotationConverge] = "false"
+	}
 	for _, k := range spec.Kinds {
 		bit := kindBit(string(k))
 		if bit == 0 {
@@ -151,12 +158,16 @@ type Namespace struct {
 	// Audit: the namespace's mode annotation says Audit, so its default is reported,
 	// never applied.
 	Audit bool
+	// MovesOff: the namespace's converge annotation is "false": the loop moves no pod
+	// of its workloads (on the webhook's own namespace: no pod anywhere).
+	MovesOff bool
 }
 
 // NamespaceOf keeps what a lookup needs of ns. Only the strategy annotations go into its
 // link: UseCustomKubeScheduler on a namespace is not a switch (a workload opts out).
 func NamespaceOf(ns *corev1.Namespace) *Namespace {
-	out := &Namespace{Labels: ns.Labels, Audit: strings.EqualFold(strings.TrimSpace(ns.Annotations[v1alpha1.AnnotationMode]), string(v1alpha1.ModeAudit))}
+	out := &Namespace{Labels: ns.Labels, Audit: strings.EqualFold(strings.TrimSpace(ns.Annotations[v1alpha1.AnnotationMode]), string(v1alpha1.ModeAudit)),
+		MovesOff: strings.EqualFold(strings.TrimSpace(ns.Annotations[strategy.AnnotationConverge]), "false")}
 	for _, k := range []string{strategy.AnnotationStrategy, strategy.AnnotationStrategyAlias} {
 		if v, ok := ns.Annotations[k]; ok {
 			if out.Link.Annotations == nil {
@@ -309,4 +320,30 @@ func (x *Index) Match(w Workload) Match {
 		return Match{}
 	}
 	return x.p.match(w, x.namespaces[w.Namespace], false)
+}
+
+// MovesOff reports whether namespace ns is annotated converge "false" (Stopped).
+func (x *Index) MovesOff(ns string) bool {
+	if x == nil {
+		return false
+	}
+	n := x.namespaces[ns]
+	return n != nil && n.MovesOff
+}
+
+// Stopped is the loop's stop switch as every reader reads it: the converge annotation
+// "false" on the webhook's namespace stops every move, on another namespace that
+// namespace's. It returns why moves in namespace ns (with "": anywhere) are stopped, ""
+// when they are not. An annotation the loop watches, not a setting: during an incident
+// it takes effect within seconds, with no rollout of the webhook.
+func Stopped(movesOff func(ns string) bool, webhookNamespace string) func(ns string) string {
+	return func(ns string) string {
+		switch {
+		case movesOff(webhookNamespace):
+			return fmt.Sprintf("every move of the convergence loop is stopped: namespace %s is annotated %s=false", webhookNamespace, strategy.AnnotationConverge)
+		case ns != "" && movesOff(ns):
+			return fmt.Sprintf("moves in namespace %s are stopped: it is annotated %s=false", ns, strategy.AnnotationConverge)
+		}
+		return ""
+	}
 }

@@ -57,6 +57,10 @@ type Status struct {
 	// workloads it would govern, and WouldMove the pods enforcing it would move.
 	Audit     bool
 	WouldMove int32
+	// Suspended: spec.suspend; Stopped says why every move of the loop is stopped ("":
+	// it is not). Either way the loop moves none of its workloads' pods.
+	Suspended bool
+	Stopped   string
 }
 
 // Audited sums up what the sources in audit mode (policies and namespace defaults)
@@ -77,7 +81,7 @@ func Statuses(p *policies, workloads []Governable, namespace func(string) *Names
 	get := func(c *Compiled) *Status {
 		s := out[c]
 		if s == nil {
-			s = &Status{Generation: c.Generation, Audit: c.Audit}
+			s = &Status{Generation: c.Generation, Audit: c.Audit, Suspended: c.Suspended}
 			parsed, err := strategy.Parse(c.Link.Annotations[strategy.AnnotationStrategy])
 			switch {
 			case c.SelectorErr != nil:
@@ -206,6 +210,12 @@ func (s *Status) conditions(prev []metav1.Condition, now metav1.Time) []metav1.C
 	case s.Workloads > 0 && s.Audit:
 		governing.Reason = "Audit"
 		governing.Message = fmt.Sprintf("audit: would govern %d workloads; enforcing it would move %d pods (it places and moves none while spec.mode is Audit)", s.Workloads, s.WouldMove)
+	case s.Workloads > 0 && s.Stopped != "":
+		governing.Reason = "MovesStopped"
+		governing.Message = fmt.Sprintf("governs %d workloads; the loop moves none of their pods: %s", s.Workloads, s.Stopped)
+	case s.Workloads > 0 && s.Suspended:
+		governing.Reason = "Suspended"
+		governing.Message = fmt.Sprintf("governs %d workloads and places their new pods; the loop moves none of their pods while spec.suspend is true", s.Workloads)
 	case s.Workloads > 0:
 	case len(s.OutOfScope) > 0:
 		governing.Status, governing.Reason, governing.Message = metav1.ConditionFalse, "OutOfScope", "every workload it selects is out of the webhook's scope: "+firstOf(s.OutOfScope)
@@ -246,6 +256,8 @@ type StatusWriter struct {
 	Workloads func() []Governable
 	// Unserved tells which terms nothing serves (nil: not said).
 	Unserved Unserved
+	// Stopped says why every move of the loop is stopped ("": it is not; nil: not said).
+	Stopped func() string
 	// Audited, when set, is told after each round what the sources in audit mode
 	// would do (the metrics).
 	Audited func(Audited)
@@ -290,6 +302,10 @@ func (w *StatusWriter) round(ctx context.Context, written map[policyKey]string, 
 	}
 	now := metav1.Now()
 	statuses, audited := Statuses(w.Cache.view.Load(), w.Workloads(), w.Cache.namespace, w.Unserved)
+	stopped := ""
+	if w.Stopped != nil {
+		stopped = w.Stopped()
+	}
 	if w.Audited != nil {
 		w.Audited(audited)
 	}
@@ -300,8 +316,11 @@ func (w *StatusWriter) round(ctx context.Context, written map[policyKey]string, 
 	slices.SortFunc(keys, func(a, b *Compiled) int { return strings.Compare(a.Link.Name, b.Link.Name) })
 	for _, c := range keys {
 		s := statuses[c]
+		if !s.Audit {
+			s.Stopped = stopped
+		}
 		key := policyKey{c.Namespace, c.Name, c.UID}
-		sum := fmt.Sprintf("%d|%d|%d|%v|%s|%s|%s|%s|%v|%d", s.Generation, s.Workloads, s.Exact, s.NotExact, s.Invalid, strings.Join(s.Conflicts, "\n"), strings.Join(s.OutOfScope, "\n"), strings.Join(s.Unserved, "\n"), s.Audit, s.WouldMove)
+		sum := fmt.Sprintf("%d|%d|%d|%v|%s|%s|%s|%s|%v|%d|%v|%s", s.Generation, s.Workloads, s.Exact, s.NotExact, s.Invalid, strings.Join(s.Conflicts, "\n"), strings.Join(s.OutOfScope, "\n"), strings.Join(s.Unserved, "\n"), s.Audit, s.WouldMove, s.Suspended, s.Stopped)
 		if written[key] == sum {
 			continue
 		}

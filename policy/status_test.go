@@ -118,6 +118,8 @@ func TestConditionCatalogue(t *testing.T) {
 	statuses := []*Status{
 		{Workloads: 2},
 		{Workloads: 2, Audit: true, WouldMove: 3},
+		{Workloads: 2, Suspended: true},
+		{Workloads: 2, Stopped: "every move is stopped"},
 		{Invalid: "spec.strategy: bad", Conflicts: []string{"x"}, OutOfScope: []string{"y"}, Unserved: []string{"z"}},
 		{OutOfScope: []string{"y"}},
 		{},

@@ -24,6 +24,8 @@ import (
 // Report is the `spread` document: one entry per workload that carries a strategy.
 type Report struct {
 	Workloads []WorkloadReport `json:"workloads"`
+	// Stopped says why every move of the convergence loop is stopped ("": it is not).
+	Stopped string `json:"stopped,omitempty"`
 	// Unseen says what the report could not read (a user who may read only one
 	// namespace cannot list nodes or NodePools) and what it leaves out for that.
 	Unseen []string `json:"unseen,omitempty"`
@@ -72,6 +74,9 @@ type WorkloadReport struct {
 	// workload if it were enforced: what it would change. A workload that only such a
 	// source would govern is reported with State "audit" (nothing places its pods now).
 	Audit *AuditReport `json:"audit,omitempty"`
+	// Held says why the convergence loop moves none of its pods now: it opted out, its
+	// policy is suspended, or moves are stopped in its namespace or everywhere.
+	Held string `json:"held,omitempty"`
 }
 
 // AuditReport is what a source in audit mode would do to a workload.
@@ -206,6 +211,9 @@ type State struct {
 	// Policies gives workloads without a strategy of their own their policy's or
 	// namespace default's (nil: none).
 	Policies Policies
+	// Stopped says why the loop's moves in a namespace are stopped (policy.Stopped; nil:
+	// not known).
+	Stopped func(ns string) string
 }
 
 // Build computes the report for every workload in st that carries an active strategy;
@@ -358,8 +366,12 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	if auditing {
 		w.Audit = auditOf(audited, w.Replicas, uid, meta.Namespace, pods)
 	}
+	w.Held = strategy.Held(chain, src.Object)
+	if w.Held == "" && st.Stopped != nil {
+		w.Held = st.Stopped(meta.Namespace)
+	}
 	if !src.Active() {
-		w.State, w.Exact = StateAudit, true
+		w.State, w.Exact, w.Held = StateAudit, true, ""
 		w.Why = "no strategy applies now: " + w.Audit.Source + " is in audit mode"
 		r.Workloads = append(r.Workloads, w)
 		return

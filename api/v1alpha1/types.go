@@ -101,6 +101,11 @@ type PlacementPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Enforce
 	Mode PolicyMode `json:"mode,omitempty"`
+	// Suspend pauses the policy's moves: admission keeps placing new pods by it, but
+	// the convergence loop moves none of the pods of the workloads it governs until it
+	// is false again (then it finishes the moves).
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // Audit reports whether the policy is in audit mode.
@@ -193,6 +198,7 @@ type WorkloadState struct {
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy`
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Suspend",type=boolean,JSONPath=`.spec.suspend`,priority=1
 // +kubebuilder:printcolumn:name="Workloads",type=integer,JSONPath=`.status.workloads`
 // +kubebuilder:printcolumn:name="Exact",type=integer,JSONPath=`.status.exact`
 // +kubebuilder:printcolumn:name="WouldMove",type=integer,JSONPath=`.status.wouldMove`
@@ -225,6 +231,7 @@ type PlacementPolicyList struct {
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy`
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Suspend",type=boolean,JSONPath=`.spec.suspend`,priority=1
 // +kubebuilder:printcolumn:name="Workloads",type=integer,JSONPath=`.status.workloads`
 // +kubebuilder:printcolumn:name="Exact",type=integer,JSONPath=`.status.exact`
 // +kubebuilder:printcolumn:name="WouldMove",type=integer,JSONPath=`.status.wouldMove`

@@ -198,6 +198,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		}
 		return writeUnseen(w, r.Unseen)
 	}
+	if r.Stopped != "" {
+		fmt.Fprintf(w, "%s\n\n", r.Stopped)
+	}
 	for i, wl := range r.Workloads {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -218,6 +221,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		}
 		if wl.State == report.StateAudit {
 			continue
+		}
+		if wl.Held != "" {
+			fmt.Fprintf(w, "  moves held: %s\n", wl.Held)
 		}
 		if wl.Error != "" {
 			fmt.Fprintf(w, "  invalid strategy: %s\n", wl.Error)
