@@ -84,7 +84,7 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 		res.pending = len(p.moves)
 		return res
 	case len(p.moves) == 0:
-	case snap.optOut:
+	case snap.hold != "":
 		res.pending = len(p.moves)
 	default:
 		var why string
@@ -190,6 +190,9 @@ func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPla
 			if snap.rev.rolling {
 				why = "a rollout is in progress"
 			}
+		case l.stopped(snap.rev.namespace) != "":
+			// Stopped within this pass: honoured before the next eviction.
+			why = l.stopped(snap.rev.namespace)
 		case l.leading != nil && !l.leading():
 			// No longer sure to be the only one moving pods: leave the rest to the leader.
 			why = "this replica is no longer sure to lead the convergence loop"
@@ -213,6 +216,14 @@ func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPla
 		}
 	}
 	return left, blockedBy
+}
+
+// stopped says why moves in namespace ns are stopped (Config.Stopped), "" when they are not.
+func (l *Loop) stopped(ns string) string {
+	if l.cfg.Stopped == nil {
+		return ""
+	}
+	return l.cfg.Stopped(ns)
 }
 
 // evictionFailed is move's answer for an eviction that failed for a reason of its own

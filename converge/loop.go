@@ -109,6 +109,11 @@ type Config struct {
 	// to the fallback) until a cool-down after its last signal, and its pods on
 	// signalled nodes move there within the budget.
 	Interruptions Interruptions
+	// Stopped (optional) says why the loop must move no pod of namespace ns now ("":
+	// it may), and with ns "" whether every move is stopped: the switches an operator
+	// flips during an incident (the converge annotation on the webhook's namespace, or on
+	// ns). Read before every eviction.
+	Stopped func(ns string) string
 	// MoveSignalledNodes: pods on a signalled node of a term not at risk move too (their
 	// replacement is placed on the same term); off by default.
 	MoveSignalledNodes bool
@@ -203,6 +208,7 @@ func (l *Loop) Run(ctx context.Context, leading func() bool) {
 		// stays beside its own (the alerts take the maximum over the replicas).
 		l.cfg.Metrics.leader.Set(0)
 		l.cfg.Metrics.queueDepth.Set(0)
+		l.cfg.Metrics.Audited(0, 0)
 		l.reset()
 		l.publish(time.Now())
 	}()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -744,5 +745,51 @@ func TestStrikeReportsNominations(t *testing.T) {
 	rec := w.record(t, "no unavailability record")
 	if st := rec.Terms[1]; !strings.Contains(st.Reason, "Karpenter nominated 2 of the 4 pending pods") {
 		t.Errorf("the record's reason %q does not say how many pending pods were nominated", st.Reason)
+	}
+}
+
+// The stop switch (Config.Stopped) keeps every pod where it is, also when it is flipped
+// within a pass (it is read before every eviction), and the moves finish once it is
+// lifted; the gauge says it is on.
+func TestStopSwitch(t *testing.T) {
+	// Seats 2..6 belong to spot but stand on on-demand: five drift moves.
+	pods := []*corev1.Pod{pod(1, 1, "on-demand", true, 0)}
+	for seat := 2; seat <= 6; seat++ {
+		pods = append(pods, pod(seat, 1, "on-demand", true, 0))
+	}
+	w := newWorld(t, 6, pods)
+	stop := ""
+	reads := 0
+	w.loop.cfg.Stopped = func(string) string { return stop }
+	w.loop.cfg.MaxUnavailable = intstr.FromInt32(3)
+	ctx := context.Background()
+	stop = "every move is stopped"
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v while stopped", got)
+	}
+	if v := testutil.ToFloat64(w.loop.cfg.Metrics.stopped); v != 1 {
+		t.Errorf("converge_moves_stopped %v while stopped, want 1", v)
+	}
+	// Flipped on after the pass's first eviction: no second one.
+	stop = ""
+	w.loop.cfg.Stopped = func(string) string {
+		reads++
+		if reads > 2 { // observe's and the first eviction's reads
+			return "stopped mid-pass"
+		}
+		return ""
+	}
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 1 {
+		t.Fatalf("evicted %v; want the one before the switch was flipped", got)
+	}
+	w.loop.cfg.Stopped = func(string) string { return "" }
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) < 2 {
+		t.Fatalf("evicted %v after the switch was lifted; want the moves to go on", got)
+	}
+	if v := testutil.ToFloat64(w.loop.cfg.Metrics.stopped); v != 0 {
+		t.Errorf("converge_moves_stopped %v once lifted, want 0", v)
 	}
 }

@@ -26,6 +26,18 @@ type Metrics struct {
 	termPods    *prometheus.GaugeVec
 	holds       *prometheus.CounterVec
 	held        prometheus.Gauge
+	// auditWorkloads and auditMoves: what the policies and namespace defaults in audit
+	// mode would do (the policy status writer's count).
+	auditWorkloads, auditMoves prometheus.Gauge
+	// stopped is 1 while every move is stopped (Config.Stopped).
+	stopped prometheus.Gauge
+}
+
+// Audited sets what the sources in audit mode would do: the workloads they would govern
+// and the pods enforcing them would move.
+func (m *Metrics) Audited(workloads, wouldMove int) {
+	m.auditWorkloads.Set(float64(workloads))
+	m.auditMoves.Set(float64(wouldMove))
 }
 
 // NewMetrics creates the metrics and registers them on reg, their names prefixed with
@@ -101,6 +113,18 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Name: "converge_held_workloads",
 			Help: "Workload revisions whose moves the repeat guard held since they were last at their target: their moved pods came back in the same state.",
 		}),
+		stopped: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "converge_moves_stopped",
+			Help: "1 while every move of the convergence loop is stopped (the webhook's namespace is annotated custom-kube-scheduler-webhook.io/converge=false): it evicts nothing until the annotation goes.",
+		}),
+		auditWorkloads: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "audit_workloads",
+			Help: "Workloads that a policy or namespace default in audit mode would govern if it were enforced; set by the replica running the loop, with the policies' status.",
+		}),
+		auditMoves: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "audit_would_move_pods",
+			Help: "Pods that enforcing the policies and namespace defaults in audit mode would move (off their target, or without a seat); they place and move none while in audit mode.",
+		}),
 	}
 	// The eviction, pass and state series exist from the start, at 0, for rates and alerts.
 	for _, state := range []strategy.State{strategy.StateExact, strategy.StateFallback, strategy.StateOffTarget} {
@@ -117,7 +141,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			m.holds.WithLabelValues(reason)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.unserved, m.states, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held} {
+	for _, c := range []prometheus.Collector{m.unavailable, m.unserved, m.states, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held, m.auditWorkloads, m.auditMoves, m.stopped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -6,7 +6,6 @@ package converge
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,10 +26,12 @@ type snapshot struct {
 	s   *strategy.Strategy
 	// origin is where the strategy came from (the term gauges' source label).
 	origin strategy.Origin
-	// optOut: the workload's converge annotation is "false" (detect and say, move nothing).
-	optOut bool
-	now    time.Time
-	rec    *unavailability.Record
+	// hold says why none of its pods are moved ("": they may be): its converge
+	// annotation is "false", its policy is suspended, or moves are stopped in its
+	// namespace or cluster-wide (Config.Stopped). The loop still detects and says.
+	hold string
+	now  time.Time
+	rec  *unavailability.Record
 	// active holds the terms unavailable now (those of rec the strategy still has).
 	active map[int]unavailability.TermState
 	// pods are the revision's cached placed pods, terminating ones included; unplaced,
@@ -66,11 +67,7 @@ func (l *Loop) observe(ctx context.Context, rev revision, now time.Time) (*snaps
 		return nil, false
 	}
 	snap := &snapshot{rev: rev, w: w, s: src.Strategy, origin: src.Origin, now: now, signals: map[int]capacitySignal{}}
-	for _, o := range w.Chain {
-		if v, ok := o.Annotations[strategy.AnnotationConverge]; ok && strings.EqualFold(strings.TrimSpace(v), "false") {
-			snap.optOut = true
-		}
-	}
+	snap.hold = l.holdOf(w.Chain, src.Object, rev.namespace)
 	snap.rec = l.cfg.Records.Get(rev.uid)
 	snap.active = snap.rec.Active(now)
 	for t := range snap.active {
@@ -99,6 +96,16 @@ func (l *Loop) observe(ctx context.Context, rev revision, now time.Time) (*snaps
 		}
 	}
 	return snap, true
+}
+
+// holdOf says why the loop moves none of a revision's pods ("": it may): its chain says
+// so (strategy.Held: its workload opted out, or its policy is suspended), or
+// Config.Stopped for its namespace.
+func (l *Loop) holdOf(chain []strategy.AnnotatedObject, source, namespace string) string {
+	if why := strategy.Held(chain, source); why != "" {
+		return why
+	}
+	return l.stopped(namespace)
 }
 
 // readSignals asks Karpenter about the terms whose pods wait for a node: stranded ones

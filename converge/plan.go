@@ -573,8 +573,8 @@ func (p *passPlan) planEvictions(snap *snapshot, mem *memory, cfg planConfig, re
 	switch {
 	case len(p.strikes) > 0, len(p.moves) == 0:
 		return
-	case snap.optOut:
-		p.blocked = fmt.Sprintf("%d pods off their placement; not moved: %s is %q", len(p.moves), strategy.AnnotationConverge, "false")
+	case snap.hold != "":
+		p.blocked = fmt.Sprintf("%d pods off their placement; not moved: %s", len(p.moves), snap.hold)
 		return
 	}
 	budget, err := Budget(cfg.maxUnavailable, snap.rev.replicas)

@@ -63,7 +63,7 @@ func TestPlan(t *testing.T) {
 		{name: "a rollout's budget is 0", replicas: 10, pods: drifted(10, 9), edit: func(s *snapshot) { s.rev.rolling = true },
 			evict: []string{"web-10", "web-9"}, budget: 0},
 		{name: "an opted-out workload moves nothing and says why", replicas: 10, pods: drifted(10, 9),
-			edit: func(s *snapshot) { s.optOut = true }, blocked: true},
+			edit: func(s *snapshot) { s.hold = "a policy is suspended" }, blocked: true},
 		{name: "a return starts with a canary per term", replicas: 4, pods: fallbackPods(4), max: intstr.FromString("50%"),
 			edit: func(s *snapshot) {
 				s.rec = &unavailability.Record{Terms: map[int]unavailability.TermState{1: {Until: s.now.Add(-time.Second)}}}

@@ -197,6 +197,11 @@ func (l *Loop) publish(now time.Time) {
 	}
 	m.lag.Set(lag.Seconds())
 	m.held.Set(float64(l.mem.heldRevisions()))
+	stopped := 0.0
+	if l.stopped("") != "" {
+		stopped = 1
+	}
+	m.stopped.Set(stopped)
 	m.termTarget.Reset()
 	m.termPods.Reset()
 	for k, n := range s.target {

@@ -137,7 +137,7 @@ func (c *Cache) OnChange(changed func(namespace string)) error {
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*cachedNamespace)
 			n, ok2 := newObj.(*cachedNamespace)
-			if ok1 && ok2 && (!maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Link.Annotations, n.Link.Annotations)) {
+			if ok1 && ok2 && (!maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Link.Annotations, n.Link.Annotations) || o.Audit != n.Audit || o.MovesOff != n.MovesOff) {
 				changed(n.meta.Name)
 			}
 		},
@@ -172,7 +172,22 @@ func (c *Cache) AppendLinks(dst []strategy.AnnotatedObject, w Workload) []strate
 	if c == nil {
 		return dst
 	}
-	return appendLinks(dst, c.view.Load(), w, c.namespace(w.Namespace))
+	return appendLinks(dst, c.view.Load(), w, c.namespace(w.Namespace), false)
+}
+
+// AppendAuditLinks is AppendLinks as if every policy and namespace default in audit
+// mode were enforced.
+func (c *Cache) AppendAuditLinks(dst []strategy.AnnotatedObject, w Workload) []strategy.AnnotatedObject {
+	if c == nil {
+		return dst
+	}
+	return appendLinks(dst, c.view.Load(), w, c.namespace(w.Namespace), true)
+}
+
+// MovesOff reports whether namespace ns is annotated converge "false" (Stopped).
+func (c *Cache) MovesOff(ns string) bool {
+	n := c.namespace(ns)
+	return n != nil && n.MovesOff
 }
 
 // Match tells which policy governs w and which it won against.
@@ -180,7 +195,7 @@ func (c *Cache) Match(w Workload) Match {
 	if c == nil {
 		return Match{}
 	}
-	return c.view.Load().match(w, c.namespace(w.Namespace))
+	return c.view.Load().match(w, c.namespace(w.Namespace), false)
 }
 
 // cachedPolicy is what the policy stores hold: identity for the informer, and the

@@ -37,8 +37,8 @@ func FuzzDecode(f *testing.F) {
 		}
 		p := newPolicies([]*Compiled{c})
 		ns := &Namespace{Labels: map[string]string{"tier": "batch"}}
-		links := appendLinks(nil, p, Workload{Namespace: c.Namespace, Kind: "Deployment", Labels: map[string]string{"app": "web"}}, ns)
+		links := appendLinks(nil, p, Workload{Namespace: c.Namespace, Kind: "Deployment", Labels: map[string]string{"app": "web"}}, ns, true)
 		_ = strategy.Resolve(links...)
-		_ = p.match(Workload{Namespace: c.Namespace, Kind: "Rollout"}, nil)
+		_ = p.match(Workload{Namespace: c.Namespace, Kind: "Rollout"}, nil, false)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +39,12 @@ type Compiled struct {
 	Priority int32
 	// Generation is the policy's metadata.generation (for its status).
 	Generation int64
+	// Audit: spec.mode is Audit. The policy governs nothing (admission, the loop, plan
+	// and spread resolve past it) but is reported as if it did.
+	Audit bool
+	// Suspended: spec.suspend. Its link carries the converge "false" annotation, so the
+	// loop moves none of its workloads' pods, as for a workload that opted out.
+	Suspended  bool
 	kinds      kindSet
 	selector   labels.Selector // nil: matches nothing (SelectorErr says why)
 	namespaces labels.Selector // cluster policies; nil: every namespace
@@ -87,12 +94,16 @@ func (c *Compiled) matches(w Workload, nsLabels map[string]string) bool {
 
 // compile builds a Compiled from a policy's metadata and spec.
 func compile(kind string, meta metav1.ObjectMeta, spec v1alpha1.PlacementPolicySpec, nsSelector *metav1.LabelSelector) *Compiled {
-	c := &Compiled{Namespace: meta.Namespace, Name: meta.Name, UID: meta.UID, Priority: spec.Priority, Generation: meta.Generation}
+	c := &Compiled{Namespace: meta.Namespace, Name: meta.Name, UID: meta.UID, Priority: spec.Priority, Generation: meta.Generation, Audit: spec.Audit()}
 	name := kind + " " + meta.Name
 	if meta.Namespace != "" {
 		name = kind + " " + meta.Namespace + "/" + meta.Name
 	}
 	c.Link = strategy.AnnotatedObject{Name: name, Annotations: map[string]string{strategy.AnnotationStrategy: spec.Strategy}, Origin: strategy.Origin(kind)}
+	if spec.Suspend {
+		c.Suspended = true
+		c.Link.Annotations[strategy.AnnotationConverge] = "false"
+	}
 	for _, k := range spec.Kinds {
 		bit := kindBit(string(k))
 		if bit == 0 {
@@ -144,12 +155,19 @@ type Namespace struct {
 	Labels map[string]string
 	// Link is set (Link.Name != "") when the namespace carries a strategy annotation.
 	Link strategy.AnnotatedObject
+	// Audit: the namespace's mode annotation says Audit, so its default is reported,
+	// never applied.
+	Audit bool
+	// MovesOff: the namespace's converge annotation is "false": the loop moves no pod
+	// of its workloads (on the webhook's own namespace: no pod anywhere).
+	MovesOff bool
 }
 
 // NamespaceOf keeps what a lookup needs of ns. Only the strategy annotations go into its
 // link: UseCustomKubeScheduler on a namespace is not a switch (a workload opts out).
 func NamespaceOf(ns *corev1.Namespace) *Namespace {
-	out := &Namespace{Labels: ns.Labels}
+	out := &Namespace{Labels: ns.Labels, Audit: strings.EqualFold(strings.TrimSpace(ns.Annotations[v1alpha1.AnnotationMode]), string(v1alpha1.ModeAudit)),
+		MovesOff: strings.EqualFold(strings.TrimSpace(ns.Annotations[strategy.AnnotationConverge]), "false")}
 	for _, k := range []string{strategy.AnnotationStrategy, strategy.AnnotationStrategyAlias} {
 		if v, ok := ns.Annotations[k]; ok {
 			if out.Link.Annotations == nil {
@@ -191,25 +209,6 @@ func newPolicies(all []*Compiled) *policies {
 	return p
 }
 
-// winner returns the policy that governs w (nil: none).
-func (p *policies) winner(w Workload, ns *Namespace) *Compiled {
-	var nsLabels map[string]string
-	if ns != nil {
-		nsLabels = ns.Labels
-	}
-	for _, c := range p.namespaced[w.Namespace] {
-		if c.matches(w, nil) {
-			return c
-		}
-	}
-	for _, c := range p.cluster {
-		if c.matches(w, nsLabels) {
-			return c
-		}
-	}
-	return nil
-}
-
 // Match is the whole answer for a workload: the governing policy, the policies of the
 // same scope and priority it won against by name (a conflict its status reports), and
 // the namespace default.
@@ -220,7 +219,9 @@ type Match struct {
 	Namespace *Namespace
 }
 
-func (p *policies) match(w Workload, ns *Namespace) Match {
+// match finds the policy that governs w: policies in audit mode are passed over unless
+// audit is set (the answer as if every policy were enforced).
+func (p *policies) match(w Workload, ns *Namespace, audit bool) Match {
 	m := Match{Namespace: ns}
 	var nsLabels map[string]string
 	if ns != nil {
@@ -228,7 +229,7 @@ func (p *policies) match(w Workload, ns *Namespace) Match {
 	}
 	for _, list := range [][]*Compiled{p.namespaced[w.Namespace], p.cluster} {
 		for _, c := range list {
-			if !c.matches(w, nsLabels) {
+			if (c.Audit && !audit) || !c.matches(w, nsLabels) {
 				continue
 			}
 			if m.Policy == nil {
@@ -244,13 +245,30 @@ func (p *policies) match(w Workload, ns *Namespace) Match {
 	return m
 }
 
+// winner is match's Policy without the conflicts: a lookup on every admission, it
+// allocates nothing.
+func (p *policies) winner(w Workload, ns *Namespace, audit bool) *Compiled {
+	var nsLabels map[string]string
+	if ns != nil {
+		nsLabels = ns.Labels
+	}
+	for _, list := range [][]*Compiled{p.namespaced[w.Namespace], p.cluster} {
+		for _, c := range list {
+			if (!c.Audit || audit) && c.matches(w, nsLabels) {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
 // appendLinks appends the links after w's own chain: its policy, then its namespace's
-// default.
-func appendLinks(dst []strategy.AnnotatedObject, p *policies, w Workload, ns *Namespace) []strategy.AnnotatedObject {
-	if c := p.winner(w, ns); c != nil {
+// default. Sources in audit mode are left out unless audit is set.
+func appendLinks(dst []strategy.AnnotatedObject, p *policies, w Workload, ns *Namespace, audit bool) []strategy.AnnotatedObject {
+	if c := p.winner(w, ns, audit); c != nil {
 		dst = append(dst, c.Link)
 	}
-	if ns != nil && ns.Link.Name != "" {
+	if ns != nil && ns.Link.Name != "" && (audit || !ns.Audit) {
 		dst = append(dst, ns.Link)
 	}
 	return dst
@@ -284,7 +302,16 @@ func (x *Index) AppendLinks(dst []strategy.AnnotatedObject, w Workload) []strate
 	if x == nil {
 		return dst
 	}
-	return appendLinks(dst, x.p, w, x.namespaces[w.Namespace])
+	return appendLinks(dst, x.p, w, x.namespaces[w.Namespace], false)
+}
+
+// AppendAuditLinks is AppendLinks as if every policy and namespace default in audit
+// mode were enforced: what a reader resolves to say what they would do.
+func (x *Index) AppendAuditLinks(dst []strategy.AnnotatedObject, w Workload) []strategy.AnnotatedObject {
+	if x == nil {
+		return dst
+	}
+	return appendLinks(dst, x.p, w, x.namespaces[w.Namespace], true)
 }
 
 // Match tells which policy governs w and which it won against.
@@ -292,5 +319,31 @@ func (x *Index) Match(w Workload) Match {
 	if x == nil {
 		return Match{}
 	}
-	return x.p.match(w, x.namespaces[w.Namespace])
+	return x.p.match(w, x.namespaces[w.Namespace], false)
+}
+
+// MovesOff reports whether namespace ns is annotated converge "false" (Stopped).
+func (x *Index) MovesOff(ns string) bool {
+	if x == nil {
+		return false
+	}
+	n := x.namespaces[ns]
+	return n != nil && n.MovesOff
+}
+
+// Stopped is the loop's stop switch as every reader reads it: the converge annotation
+// "false" on the webhook's namespace stops every move, on another namespace that
+// namespace's. It returns why moves in namespace ns (with "": anywhere) are stopped, ""
+// when they are not. An annotation the loop watches, not a setting: during an incident
+// it takes effect within seconds, with no rollout of the webhook.
+func Stopped(movesOff func(ns string) bool, webhookNamespace string) func(ns string) string {
+	return func(ns string) string {
+		switch {
+		case movesOff(webhookNamespace):
+			return fmt.Sprintf("every move of the convergence loop is stopped: namespace %s is annotated %s=false", webhookNamespace, strategy.AnnotationConverge)
+		case ns != "" && movesOff(ns):
+			return fmt.Sprintf("moves in namespace %s are stopped: it is annotated %s=false", ns, strategy.AnnotationConverge)
+		}
+		return ""
+	}
 }

@@ -31,6 +31,8 @@ type Governable struct {
 	// OutOfScope says why the API server does not send the workload's pods to the
 	// webhook ("" when it does): a policy that selects it does not govern it.
 	OutOfScope string
+	// Moves counts the pods enforcing s would move (strategy.Moves; nil: not known).
+	Moves func(s *strategy.Strategy) int
 }
 
 // Status is what a policy's status says.
@@ -51,19 +53,35 @@ type Status struct {
 	OutOfScope []string
 	// Unserved says, per term that nothing serves, which and the likely typo.
 	Unserved []string
+	// Audit: the policy is in audit mode; Workloads, Exact and NotExact count the
+	// workloads it would govern, and WouldMove the pods enforcing it would move.
+	Audit     bool
+	WouldMove int32
+	// Suspended: spec.suspend; Stopped says why every move of the loop is stopped ("":
+	// it is not). Either way the loop moves none of its workloads' pods.
+	Suspended bool
+	Stopped   string
+}
+
+// Audited sums up what the sources in audit mode (policies and namespace defaults)
+// would do: the workloads they would govern and the pods enforcing them would move.
+type Audited struct {
+	Workloads, WouldMove int
 }
 
 // Unserved tells whether nothing serves a term's labels, and the likely typo
 // (karpenter.Catalog.Hint); nil: not known.
 type Unserved func(labels map[string]string) (hint string, unserved bool)
 
-// Statuses computes every policy's status over workloads.
-func Statuses(p *policies, workloads []Governable, namespace func(string) *Namespace, unserved Unserved) map[*Compiled]*Status {
+// Statuses computes every policy's status over workloads, and what the sources in
+// audit mode would do.
+func Statuses(p *policies, workloads []Governable, namespace func(string) *Namespace, unserved Unserved) (map[*Compiled]*Status, Audited) {
 	out := map[*Compiled]*Status{}
+	var audited Audited
 	get := func(c *Compiled) *Status {
 		s := out[c]
 		if s == nil {
-			s = &Status{Generation: c.Generation}
+			s = &Status{Generation: c.Generation, Audit: c.Audit, Suspended: c.Suspended}
 			parsed, err := strategy.Parse(c.Link.Annotations[strategy.AnnotationStrategy])
 			switch {
 			case c.SelectorErr != nil:
@@ -89,32 +107,58 @@ func Statuses(p *policies, workloads []Governable, namespace func(string) *Names
 		if w.Own {
 			continue
 		}
-		m := p.match(w.Workload, namespace(w.Namespace))
-		if m.Policy == nil {
-			continue
+		ns := namespace(w.Namespace)
+		m := p.match(w.Workload, ns, false)
+		if m.Policy != nil {
+			count(get, m, w)
 		}
-		st := get(m.Policy)
-		if w.OutOfScope != "" {
-			st.OutOfScope = append(st.OutOfScope, w.OutOfScope)
-			continue
-		}
-		st.Workloads++
-		if w.Exact != nil && st.Invalid == "" {
-			if s, err := parsed(m.Policy); err == nil {
-				if ok, why := w.Exact(s); ok {
-					st.Exact++
-				} else if len(st.NotExact) < v1alpha1.MaxNotExact {
-					st.NotExact = append(st.NotExact, v1alpha1.WorkloadState{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, Reason: why})
+		// What the sources in audit mode would do: the policy, or failing one the
+		// namespace default, that would govern w if they were all enforced.
+		a := p.match(w.Workload, ns, true)
+		switch {
+		case a.Policy != nil && a.Policy.Audit:
+			if st := count(get, a, w); st != nil && w.Moves != nil && st.Invalid == "" {
+				if s, err := parsed(a.Policy); err == nil {
+					n := w.Moves(s)
+					st.WouldMove += int32(n)
+					audited.Workloads++
+					audited.WouldMove += n
 				}
 			}
-		}
-		ref := w.Kind + " " + w.Namespace + "/" + w.Name
-		for _, other := range m.Conflicts {
-			get(m.Policy).Conflicts = append(get(m.Policy).Conflicts, fmt.Sprintf("%s: also matched by %s (same priority; this one wins by name)", ref, other.Link.Name))
-			get(other).Conflicts = append(get(other).Conflicts, fmt.Sprintf("%s: %s wins (same priority, first by name)", ref, m.Policy.Link.Name))
+		case a.Policy == nil && m.Policy == nil && ns != nil && ns.Audit && ns.Link.Name != "" && w.OutOfScope == "" && w.Moves != nil:
+			if src := strategy.Resolve(ns.Link); src.Err == nil && src.Strategy != nil {
+				audited.Workloads++
+				audited.WouldMove += w.Moves(src.Strategy)
+			}
 		}
 	}
-	return out
+	return out, audited
+}
+
+// count counts w in the status of m's policy, and the conflicts of m; it returns that
+// status, nil when w is out of scope.
+func count(get func(*Compiled) *Status, m Match, w Governable) *Status {
+	st := get(m.Policy)
+	if w.OutOfScope != "" {
+		st.OutOfScope = append(st.OutOfScope, w.OutOfScope)
+		return nil
+	}
+	st.Workloads++
+	if w.Exact != nil && st.Invalid == "" {
+		if s, err := parsed(m.Policy); err == nil {
+			if ok, why := w.Exact(s); ok {
+				st.Exact++
+			} else if len(st.NotExact) < v1alpha1.MaxNotExact {
+				st.NotExact = append(st.NotExact, v1alpha1.WorkloadState{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, Reason: why})
+			}
+		}
+	}
+	ref := w.Kind + " " + w.Namespace + "/" + w.Name
+	for _, other := range m.Conflicts {
+		st.Conflicts = append(st.Conflicts, fmt.Sprintf("%s: also matched by %s (same priority; this one wins by name)", ref, other.Link.Name))
+		get(other).Conflicts = append(get(other).Conflicts, fmt.Sprintf("%s: %s wins (same priority, first by name)", ref, m.Policy.Link.Name))
+	}
+	return st
 }
 
 // unservedTerms says, per term of s that nothing serves, which and the likely typo.
@@ -163,6 +207,15 @@ func (s *Status) conditions(prev []metav1.Condition, now metav1.Time) []metav1.C
 	}
 	governing := metav1.Condition{Type: v1alpha1.ConditionGoverning, Status: metav1.ConditionTrue, Reason: "Governing", Message: fmt.Sprintf("governs %d workloads", s.Workloads), ObservedGeneration: s.Generation}
 	switch {
+	case s.Workloads > 0 && s.Audit:
+		governing.Reason = "Audit"
+		governing.Message = fmt.Sprintf("audit: would govern %d workloads; enforcing it would move %d pods (it places and moves none while spec.mode is Audit)", s.Workloads, s.WouldMove)
+	case s.Workloads > 0 && s.Stopped != "":
+		governing.Reason = "MovesStopped"
+		governing.Message = fmt.Sprintf("governs %d workloads; the loop moves none of their pods: %s", s.Workloads, s.Stopped)
+	case s.Workloads > 0 && s.Suspended:
+		governing.Reason = "Suspended"
+		governing.Message = fmt.Sprintf("governs %d workloads and places their new pods; the loop moves none of their pods while spec.suspend is true", s.Workloads)
 	case s.Workloads > 0:
 	case len(s.OutOfScope) > 0:
 		governing.Status, governing.Reason, governing.Message = metav1.ConditionFalse, "OutOfScope", "every workload it selects is out of the webhook's scope: "+firstOf(s.OutOfScope)
@@ -203,6 +256,11 @@ type StatusWriter struct {
 	Workloads func() []Governable
 	// Unserved tells which terms nothing serves (nil: not said).
 	Unserved Unserved
+	// Stopped says why every move of the loop is stopped ("": it is not; nil: not said).
+	Stopped func() string
+	// Audited, when set, is told after each round what the sources in audit mode
+	// would do (the metrics).
+	Audited func(Audited)
 	// Every is the least time between two rounds of writes (default 30s).
 	Every time.Duration
 	Log   logrus.FieldLogger
@@ -243,7 +301,14 @@ func (w *StatusWriter) round(ctx context.Context, written map[policyKey]string, 
 		return
 	}
 	now := metav1.Now()
-	statuses := Statuses(w.Cache.view.Load(), w.Workloads(), w.Cache.namespace, w.Unserved)
+	statuses, audited := Statuses(w.Cache.view.Load(), w.Workloads(), w.Cache.namespace, w.Unserved)
+	stopped := ""
+	if w.Stopped != nil {
+		stopped = w.Stopped()
+	}
+	if w.Audited != nil {
+		w.Audited(audited)
+	}
 	keys := make([]*Compiled, 0, len(statuses))
 	for c := range statuses {
 		keys = append(keys, c)
@@ -251,16 +316,23 @@ func (w *StatusWriter) round(ctx context.Context, written map[policyKey]string, 
 	slices.SortFunc(keys, func(a, b *Compiled) int { return strings.Compare(a.Link.Name, b.Link.Name) })
 	for _, c := range keys {
 		s := statuses[c]
+		if !s.Audit {
+			s.Stopped = stopped
+		}
 		key := policyKey{c.Namespace, c.Name, c.UID}
-		sum := fmt.Sprintf("%d|%d|%d|%v|%s|%s|%s|%s", s.Generation, s.Workloads, s.Exact, s.NotExact, s.Invalid, strings.Join(s.Conflicts, "\n"), strings.Join(s.OutOfScope, "\n"), strings.Join(s.Unserved, "\n"))
+		sum := fmt.Sprintf("%d|%d|%d|%v|%s|%s|%s|%s|%v|%d|%v|%s", s.Generation, s.Workloads, s.Exact, s.NotExact, s.Invalid, strings.Join(s.Conflicts, "\n"), strings.Join(s.OutOfScope, "\n"), strings.Join(s.Unserved, "\n"), s.Audit, s.WouldMove, s.Suspended, s.Stopped)
 		if written[key] == sum {
 			continue
 		}
 		conds := s.conditions(prevConditions[key], now)
-		body, err := json.Marshal(map[string]any{"status": map[string]any{
+		status := map[string]any{
 			"observedGeneration": s.Generation, "workloads": s.Workloads, "conditions": conds,
-			"exact": s.Exact, "notExact": s.NotExact,
-		}})
+			"exact": s.Exact, "notExact": s.NotExact, "wouldMove": nil, // a merge patch's null removes it
+		}
+		if s.Audit {
+			status["wouldMove"] = s.WouldMove
+		}
+		body, err := json.Marshal(map[string]any{"status": status})
 		if err != nil {
 			continue
 		}

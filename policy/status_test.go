@@ -29,7 +29,8 @@ func TestStatuses(t *testing.T) {
 		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}, Name: "own", Own: true},
 	}
 	got := map[string]*Status{}
-	for c, s := range Statuses(idx.p, ws, func(string) *Namespace { return nil }, nil) {
+	statuses, _ := Statuses(idx.p, ws, func(string) *Namespace { return nil }, nil)
+	for c, s := range statuses {
 		got[c.Name] = s
 	}
 	if s := got["aa"]; s.Workloads != 2 || len(s.Conflicts) != 1 || !strings.Contains(s.Conflicts[0], "Deployment shop/web: also matched by PlacementPolicy shop/zz") {
@@ -77,7 +78,8 @@ func TestStatusConditionsOfMistakes(t *testing.T) {
 	}
 	now := metav1.NewTime(time.Unix(1000, 0))
 	cond := map[string]map[string]metav1.Condition{}
-	for c, s := range Statuses(idx.p, ws, func(string) *Namespace { return nil }, unserved) {
+	statuses, _ := Statuses(idx.p, ws, func(string) *Namespace { return nil }, unserved)
+	for c, s := range statuses {
 		cond[c.Name] = map[string]metav1.Condition{}
 		for _, cd := range s.conditions(nil, now) {
 			cond[c.Name][cd.Type] = cd
@@ -115,6 +117,9 @@ func TestConditionCatalogue(t *testing.T) {
 	}
 	statuses := []*Status{
 		{Workloads: 2},
+		{Workloads: 2, Audit: true, WouldMove: 3},
+		{Workloads: 2, Suspended: true},
+		{Workloads: 2, Stopped: "every move is stopped"},
 		{Invalid: "spec.strategy: bad", Conflicts: []string{"x"}, OutOfScope: []string{"y"}, Unserved: []string{"z"}},
 		{OutOfScope: []string{"y"}},
 		{},

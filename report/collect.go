@@ -62,8 +62,8 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	}
 	unseen = append(unseen, rolloutsUnseen...)
 	unseen = append(unseen, readRecords(ctx, client, o.WebhookNamespace, st)...)
-	var policyGaps []string
-	st.Policies, policyGaps = ReadPolicies(ctx, client, dyn, o.Namespace)
+	policies, policyGaps := ReadPolicies(ctx, client, dyn, o.Namespace)
+	st.Policies, st.Stopped = policies, policy.Stopped(policies.MovesOff, o.WebhookNamespace)
 	unseen = append(unseen, policyGaps...)
 	if !o.SkipServing {
 		serving, err := readServing(ctx, client, dyn, nodesSeen, st)
@@ -73,6 +73,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		unseen = append(unseen, serving...)
 	}
 	r := Build(st, o.Keep)
+	r.Stopped = st.Stopped("")
 	scope, err := ReadScope(ctx, client)
 	if err != nil {
 		return Report{}, err
@@ -81,6 +82,9 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	told := map[string]bool{}
 	for i := range r.Workloads {
 		wl := &r.Workloads[i]
+		if wl.State == StateAudit {
+			continue // nothing places its pods, in scope or not
+		}
 		msg, why, err := scope.NotEnabled(ctx, wl.Namespace, fmt.Sprintf("%s %s/%s", wl.Kind, wl.Namespace, wl.Name))
 		if err != nil {
 			return Report{}, err

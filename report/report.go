@@ -24,6 +24,8 @@ import (
 // Report is the `spread` document: one entry per workload that carries a strategy.
 type Report struct {
 	Workloads []WorkloadReport `json:"workloads"`
+	// Stopped says why every move of the convergence loop is stopped ("": it is not).
+	Stopped string `json:"stopped,omitempty"`
 	// Unseen says what the report could not read (a user who may read only one
 	// namespace cannot list nodes or NodePools) and what it leaves out for that.
 	Unseen []string `json:"unseen,omitempty"`
@@ -68,6 +70,26 @@ type WorkloadReport struct {
 	// NoRevision says why no revision's pods are counted (a Rollout with no
 	// ReplicaSet yet).
 	NoRevision string `json:"noRevision,omitempty"`
+	// Audit is set when a policy or namespace default in audit mode would govern the
+	// workload if it were enforced: what it would change. A workload that only such a
+	// source would govern is reported with State "audit" (nothing places its pods now).
+	Audit *AuditReport `json:"audit,omitempty"`
+	// Held says why the convergence loop moves none of its pods now: it opted out, its
+	// policy is suspended, or moves are stopped in its namespace or everywhere.
+	Held string `json:"held,omitempty"`
+}
+
+// AuditReport is what a source in audit mode would do to a workload.
+type AuditReport struct {
+	// Source names it ("PlacementPolicy shop/next", "Namespace shop").
+	Source   string `json:"source"`
+	Strategy string `json:"strategy"`
+	// Target is its target per term of its strategy; Error its parser's message.
+	Target []int  `json:"target,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// WouldMove counts the pods enforcing it would move (strategy.Moves): pods whose
+	// seat it places on another term, and seats no placed pod holds.
+	WouldMove int `json:"wouldMove"`
 }
 
 // TermReport is one term's row.
@@ -118,6 +140,8 @@ type NodeReport struct {
 // *policy.Index (listed) or serve's *policy.Cache (watched).
 type Policies interface {
 	AppendLinks(dst []strategy.AnnotatedObject, w policy.Workload) []strategy.AnnotatedObject
+	// AppendAuditLinks is AppendLinks as if every source in audit mode were enforced.
+	AppendAuditLinks(dst []strategy.AnnotatedObject, w policy.Workload) []strategy.AnnotatedObject
 }
 
 // Pod is what the report reads of one pod of a workload: a few values, so that a
@@ -187,6 +211,9 @@ type State struct {
 	// Policies gives workloads without a strategy of their own their policy's or
 	// namespace default's (nil: none).
 	Policies Policies
+	// Stopped says why the loop's moves in a namespace are stopped (policy.Stopped; nil:
+	// not known).
+	Stopped func(ns string) string
 }
 
 // Build computes the report for every workload in st that carries an active strategy;
@@ -321,16 +348,33 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 		{Name: name, Annotations: meta.Annotations},
 	}, more...)
 	chain := own
+	var audited strategy.Resolved
 	if st.Policies != nil {
-		chain = st.Policies.AppendLinks(own, policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels})
+		pw := policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}
+		chain = st.Policies.AppendLinks(own, pw)
+		audited = strategy.Resolve(st.Policies.AppendAuditLinks(slices.Clip(own), pw)...)
 	}
 	src := strategy.Resolve(chain...)
-	if !src.Active() {
+	auditing := audited.Active() && audited.Object != src.Object
+	if !src.Active() && !auditing {
 		return
 	}
 	w := WorkloadReport{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Replicas: 1, Revision: revision, Strategy: src.Raw, Source: src.Object, OtherRevisions: older}
 	if replicas != nil {
 		w.Replicas = int(*replicas)
+	}
+	if auditing {
+		w.Audit = auditOf(audited, w.Replicas, uid, meta.Namespace, pods)
+	}
+	w.Held = strategy.Held(chain, src.Object)
+	if w.Held == "" && st.Stopped != nil {
+		w.Held = st.Stopped(meta.Namespace)
+	}
+	if !src.Active() {
+		w.State, w.Exact, w.Held = StateAudit, true, ""
+		w.Why = "no strategy applies now: " + w.Audit.Source + " is in audit mode"
+		r.Workloads = append(r.Workloads, w)
+		return
 	}
 	s, err := src.Strategy, src.Err
 	if err != nil {
@@ -354,6 +398,26 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	}
 	w.finish(st, s, &t, unavailable)
 	r.Workloads = append(r.Workloads, w)
+}
+
+// auditOf is what the audited source src would do to the revision uid of replicas pods.
+func auditOf(src strategy.Resolved, replicas int, uid types.UID, namespace string, pods eachPod) *AuditReport {
+	a := &AuditReport{Source: src.Object, Strategy: src.Raw}
+	if src.Err != nil {
+		a.Error = src.Err.Error()
+		return a
+	}
+	a.Target = src.Strategy.Target(replicas)
+	var held []strategy.SeatTerm
+	if uid != "" {
+		pods(namespace, uid, src.Strategy, func(p Pod) {
+			if p.Seat > 0 {
+				held = append(held, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIndex})
+			}
+		})
+	}
+	a.WouldMove = strategy.Moves(src.Strategy, replicas, held)
+	return a
 }
 
 // termRows are a workload's term rows before its pods are counted.
@@ -469,6 +533,9 @@ const (
 	StateNotEnabled = "not-enabled"
 	// StateInvalid: the strategy does not parse.
 	StateInvalid = "invalid"
+	// StateAudit: no strategy applies; only a source in audit mode would govern the
+	// workload (Audit says what it would do). Nothing is off: spread exits 0 for it.
+	StateAudit = "audit"
 )
 
 // pendingReason is the scheduler's word on a pending pod, if it said anything.

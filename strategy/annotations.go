@@ -217,3 +217,22 @@ func NotEnabled(ns, what string) string {
 	return fmt.Sprintf("namespace %s is not enabled for custom-kube-scheduler-webhook, so nothing will place the pods of %s: "+
 		"kubectl label namespace %s %s=true", ns, what, ns, LabelNamespaceEnabled)
 }
+
+// Held says why the convergence loop moves none of a workload's pods, from its chain
+// ("": it may): the converge annotation "false" on a link up to source, the link its
+// strategy came from (links after it do not govern the workload). A policy carries it
+// when suspended.
+func Held(chain []AnnotatedObject, source string) string {
+	for _, o := range chain {
+		if v, ok := o.Annotations[AnnotationConverge]; ok && strings.EqualFold(strings.TrimSpace(v), "false") {
+			if o.Origin == OriginPlacementPolicy || o.Origin == OriginClusterPlacementPolicy {
+				return o.Name + " is suspended (spec.suspend)"
+			}
+			return fmt.Sprintf("%s is %q on %s", AnnotationConverge, "false", o.Name)
+		}
+		if o.Name == source {
+			break
+		}
+	}
+	return ""
+}

@@ -54,6 +54,25 @@ const (
 	KindRollout     WorkloadKind = "Rollout"
 )
 
+// PolicyMode says whether a policy acts.
+// +kubebuilder:validation:Enum=Enforce;Audit
+type PolicyMode string
+
+// The modes of a policy.
+const (
+	// ModeEnforce: admission places new pods by the policy and the convergence loop
+	// moves its workloads' pods onto its target.
+	ModeEnforce PolicyMode = "Enforce"
+	// ModeAudit: the policy is resolved, counted and reported (status, spread, metrics)
+	// as if it were enforced, but it places no pod and moves none: the source after it
+	// in precedence applies, or none.
+	ModeAudit PolicyMode = "Audit"
+)
+
+// AnnotationMode on a Namespace set to "Audit" puts its default strategy (its
+// CustomPodScheduleStrategy annotation) in audit mode, as spec.mode does a policy's.
+const AnnotationMode = Group + "/mode"
+
 // PlacementPolicySpec is what a policy applies, and to which workloads.
 type PlacementPolicySpec struct {
 	// Strategy is the strategy, in the CustomPodScheduleStrategy annotation's grammar,
@@ -76,7 +95,21 @@ type PlacementPolicySpec struct {
 	// conflict.
 	// +optional
 	Priority int32 `json:"priority,omitempty"`
+	// Mode is Enforce (the default: the policy places and moves pods) or Audit (it is
+	// resolved and reported as if enforced, status.wouldMove counting the pods enforcing
+	// it would move, but it places and moves nothing).
+	// +optional
+	// +kubebuilder:default=Enforce
+	Mode PolicyMode `json:"mode,omitempty"`
+	// Suspend pauses the policy's moves: admission keeps placing new pods by it, but
+	// the convergence loop moves none of the pods of the workloads it governs until it
+	// is false again (then it finishes the moves).
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 }
+
+// Audit reports whether the policy is in audit mode.
+func (s PlacementPolicySpec) Audit() bool { return s.Mode == ModeAudit }
 
 // ClusterPlacementPolicySpec is a PlacementPolicySpec that also selects namespaces.
 type ClusterPlacementPolicySpec struct {
@@ -137,6 +170,12 @@ type PolicyStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
 	NotExact []WorkloadState `json:"notExact,omitempty"`
+	// WouldMove counts, for a policy in audit mode, the pods of the workloads it would
+	// govern that enforcing it would move: pods on another term than its target places
+	// their seat, and pods without a seat. Workloads, Exact and NotExact then describe
+	// those workloads against its target.
+	// +optional
+	WouldMove *int32 `json:"wouldMove,omitempty"`
 }
 
 // WorkloadState names a workload and why it is not exact.
@@ -158,8 +197,11 @@ type WorkloadState struct {
 // +kubebuilder:resource:scope=Namespaced,shortName=ppol,categories=custom-kube-scheduler-webhook
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy`
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Suspend",type=boolean,JSONPath=`.spec.suspend`,priority=1
 // +kubebuilder:printcolumn:name="Workloads",type=integer,JSONPath=`.status.workloads`
 // +kubebuilder:printcolumn:name="Exact",type=integer,JSONPath=`.status.exact`
+// +kubebuilder:printcolumn:name="WouldMove",type=integer,JSONPath=`.status.wouldMove`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -188,8 +230,11 @@ type PlacementPolicyList struct {
 // +kubebuilder:resource:scope=Cluster,shortName=cppol,categories=custom-kube-scheduler-webhook
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy`
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Suspend",type=boolean,JSONPath=`.spec.suspend`,priority=1
 // +kubebuilder:printcolumn:name="Workloads",type=integer,JSONPath=`.status.workloads`
 // +kubebuilder:printcolumn:name="Exact",type=integer,JSONPath=`.status.exact`
+// +kubebuilder:printcolumn:name="WouldMove",type=integer,JSONPath=`.status.wouldMove`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -36,6 +36,13 @@ func governable(caches *clusterview.Caches, skip func(namespace string) bool, sc
 					}
 					return exactNow(caches, clusterview.Revision{Namespace: meta.Namespace, UID: uid}, replicas, s, terms)
 				}
+				g.Moves = func(s *strategy.Strategy) int {
+					uid, replicas, why := revision()
+					if why != "" {
+						return 0
+					}
+					return movesNow(caches, clusterview.Revision{Namespace: meta.Namespace, UID: uid}, replicas, s)
+				}
 			}
 			out = append(out, g)
 		}
@@ -151,4 +158,16 @@ func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replica
 		return true, ""
 	}
 	return false, string(v.State) + ": " + v.Why
+}
+
+// movesNow counts the pods of revision that enforcing s would move (strategy.Moves):
+// its placed pods off s's target, and the seats no placed pod holds.
+func movesNow(caches *clusterview.Caches, revision clusterview.Revision, replicas int, s *strategy.Strategy) int {
+	var pods []strategy.SeatTerm
+	caches.EachPodOf(revision, func(p clusterview.PlacedPod) {
+		if p.HoldsSeat() && p.Placed() {
+			pods = append(pods, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIn(s)})
+		}
+	})
+	return strategy.Moves(s, replicas, pods)
 }

@@ -424,6 +424,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	if signals != nil {
 		convergeCfg.Interruptions, convergeCfg.MoveSignalledNodes = signals.tracker, cfg.MoveSignalledNodes
 	}
+	convergeCfg.Stopped = policy.Stopped(policies.MovesOff, cfg.Namespace)
 	loop, err := converge.NewLoop(convergeCfg)
 	if err != nil {
 		return err
@@ -434,7 +435,13 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	}
 	// A policy change is a strategy change for the workloads it governs; a namespace's
 	// labels (policies.OnChange) and the webhook configuration (scope) change the scope.
-	if err := policies.OnChange(loop.PoliciesChanged); err != nil {
+	// The stop switch on the webhook's namespace concerns every workload.
+	if err := policies.OnChange(func(ns string) {
+		if ns == cfg.Namespace {
+			ns = ""
+		}
+		loop.PoliciesChanged(ns)
+	}); err != nil {
 		return err
 	}
 	if err := scope.OnChange(func() { loop.PoliciesChanged("") }); err != nil {
@@ -450,6 +457,8 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		// The elected replica also writes the policies' status, at most every 30s.
 		unserved := termUnserved(catalog)
 		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry, Unserved: unserved,
+			Audited:   func(a policy.Audited) { m.Audited(a.Workloads, a.WouldMove) },
+			Stopped:   func() string { return convergeCfg.Stopped("") },
 			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, unserved: unserved})}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)

@@ -128,7 +128,7 @@ const (
 // exitFor is the exit status of a workload in state (report.WorkloadReport.State).
 func exitFor(state string) int {
 	switch state {
-	case string(strategy.StateExact):
+	case string(strategy.StateExact), report.StateAudit:
 		return 0
 	case string(strategy.StateFallback):
 		return exitFallback
@@ -198,6 +198,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		}
 		return writeUnseen(w, r.Unseen)
 	}
+	if r.Stopped != "" {
+		fmt.Fprintf(w, "%s\n\n", r.Stopped)
+	}
 	for i, wl := range r.Workloads {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -208,6 +211,19 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		}
 		if wl.NoRevision != "" {
 			fmt.Fprintf(w, "  %s\n", wl.NoRevision)
+		}
+		if a := wl.Audit; a != nil {
+			if a.Error != "" {
+				fmt.Fprintf(w, "  audit: %s (audit mode) has an invalid strategy: %s\n", a.Source, a.Error)
+			} else {
+				fmt.Fprintf(w, "  audit: %s (audit mode) would place it by %s, target %v: would move %d pods\n", a.Source, a.Strategy, a.Target, a.WouldMove)
+			}
+		}
+		if wl.State == report.StateAudit {
+			continue
+		}
+		if wl.Held != "" {
+			fmt.Fprintf(w, "  moves held: %s\n", wl.Held)
 		}
 		if wl.Error != "" {
 			fmt.Fprintf(w, "  invalid strategy: %s\n", wl.Error)
