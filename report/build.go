@@ -1,0 +1,401 @@
+package report
+
+// Build: the Report of what the API server listed (State), each workload judged by
+// strategy.Judge.
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
+)
+
+// State is what a report is computed from, as listed from the API server.
+type State struct {
+	Deployments  []appsv1.Deployment
+	StatefulSets []appsv1.StatefulSet
+	ReplicaSets  []appsv1.ReplicaSet
+	// Rollouts holds the metadata of Argo Rollouts (nil when not served): their
+	// ReplicaSets are reported under them, as the webhook places them.
+	Rollouts []metav1.ObjectMeta
+	// RolloutSpecs holds a Rollout's replicas and pod template annotations by UID, read
+	// for one that has no ReplicaSet yet (nil: unknown).
+	RolloutSpecs map[types.UID]RolloutSpec
+	Pods         []corev1.Pod
+	// PodsOf, when set, is read instead of Pods: it calls fn with each pod of the
+	// namespace whose controller is owner, on a term of s (nil: the term is not read).
+	// serve's cost metrics read its pod cache so, instead of listing every pod and
+	// holding them all.
+	PodsOf func(namespace string, owner types.UID, s *strategy.Strategy, fn func(Pod))
+	Nodes  map[string]*corev1.Node
+	// ServedBy names the capacity serving a term's labels; nil leaves it out.
+	ServedBy func(labels map[string]string) []string
+	// Hint names, for a term nothing serves, the likely typo in its labels
+	// (karpenter.Catalog.Hint); nil: not said.
+	Hint func(labels map[string]string) (hint string, likely bool)
+	// Unavailable returns the terms of a revision (ReplicaSet or StatefulSet UID)
+	// unavailable now, from the convergence loop's records; nil when unknown.
+	Unavailable func(revision types.UID) map[int]unavailability.TermState
+	// Policies gives workloads without a strategy of their own their policy's or
+	// namespace default's (nil: none).
+	Policies Policies
+	// Stopped says why the loop's moves in a namespace are stopped (policy.Stopped; nil:
+	// not known).
+	Stopped func(ns string) string
+}
+
+// Build computes the report for every workload in st that carries an active strategy;
+// only names the workload filter keeps are reported.
+func Build(st *State, keep func(kind, name string) bool) Report {
+	podsByOwner := st.podsOf()
+	rsByDeployment := map[types.UID][]*appsv1.ReplicaSet{}
+	rsByRollout := map[types.UID][]*appsv1.ReplicaSet{}
+	rollouts := map[types.UID]bool{}
+	for i := range st.Rollouts {
+		rollouts[st.Rollouts[i].UID] = true
+	}
+	var report Report
+	for i := range st.ReplicaSets {
+		rs := &st.ReplicaSets[i]
+		ref := metav1.GetControllerOf(rs)
+		if ref != nil && ref.Kind == "Deployment" {
+			rsByDeployment[ref.UID] = append(rsByDeployment[ref.UID], rs)
+			continue
+		}
+		if isRollout(ref) && rollouts[ref.UID] {
+			rsByRollout[ref.UID] = append(rsByRollout[ref.UID], rs)
+			continue
+		}
+		if keep("ReplicaSet", rs.Name) {
+			report.add(st, "ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, rs.Spec.Replicas, rs.Name, rs.UID, podsByOwner, 0)
+		}
+	}
+	for i := range st.Deployments {
+		d := &st.Deployments[i]
+		if !keep("Deployment", d.Name) {
+			continue
+		}
+		current, others := currentRevision(rsByDeployment[d.UID], deploymentRevisionAnnotation)
+		revision := ""
+		var uid types.UID
+		if current != nil {
+			revision, uid = current.Name, current.UID
+		}
+		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, uid, podsByOwner, countPods(podsByOwner, others))
+	}
+	for i := range st.Rollouts {
+		ro := &st.Rollouts[i]
+		current, others := currentRevision(rsByRollout[ro.UID], rolloutRevisionAnnotation)
+		if !keep("Rollout", ro.Name) {
+			continue
+		}
+		if current == nil {
+			report.addRolloutWithoutReplicaSet(st, ro, podsByOwner)
+			continue
+		}
+		// The newest ReplicaSet is counted, for its own replicas (each of a Rollout's
+		// ReplicaSets is a seat sequence of its own); the others' pods are a total.
+		rsLink := strategy.AnnotatedObject{Name: "ReplicaSet " + current.Namespace + "/" + current.Name, Annotations: current.Annotations}
+		report.add(st, "Rollout", *ro, current.Spec.Template.Annotations, current.Spec.Replicas, current.Name, current.UID, podsByOwner, countPods(podsByOwner, others), rsLink)
+	}
+	for i := range st.StatefulSets {
+		s := &st.StatefulSets[i]
+		if keep("StatefulSet", s.Name) {
+			report.add(st, "StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, s.Spec.Replicas, s.Name, s.UID, podsByOwner, 0)
+		}
+	}
+	sort.Slice(report.Workloads, func(i, j int) bool {
+		a, b := report.Workloads[i], report.Workloads[j]
+		return a.Namespace+"/"+a.Kind+"/"+a.Name < b.Namespace+"/"+b.Kind+"/"+b.Name
+	})
+	return report
+}
+
+// deploymentRevisionAnnotation is the Deployment controller's revision on its
+// ReplicaSets.
+const deploymentRevisionAnnotation = "deployment.kubernetes.io/revision"
+
+// eachPod calls fn with each pod that holds a seat of the namespace whose controller
+// is owner, on a term of s (nil: the term is not read).
+type eachPod func(namespace string, owner types.UID, s *strategy.Strategy, fn func(Pod))
+
+// podsOf is how Build reads the pods that hold a seat: PodsOf, or an index of Pods.
+func (st *State) podsOf() eachPod {
+	if st.PodsOf != nil {
+		return func(namespace string, owner types.UID, s *strategy.Strategy, fn func(Pod)) {
+			st.PodsOf(namespace, owner, s, func(p Pod) {
+				if p.HoldsSeat {
+					fn(p)
+				}
+			})
+		}
+	}
+	byOwner := map[types.UID][]*corev1.Pod{}
+	for i := range st.Pods {
+		pod := &st.Pods[i]
+		if ref := metav1.GetControllerOf(pod); ref != nil && strategy.HoldsSeat(pod) {
+			byOwner[ref.UID] = append(byOwner[ref.UID], pod)
+		}
+	}
+	return func(_ string, owner types.UID, s *strategy.Strategy, fn func(Pod)) {
+		for _, p := range byOwner[owner] {
+			fn(PodOf(p, s))
+		}
+	}
+}
+
+// countPods counts the pods of the ReplicaSets sets.
+func countPods(pods eachPod, sets []*appsv1.ReplicaSet) int {
+	n := 0
+	for _, rs := range sets {
+		pods(rs.Namespace, rs.UID, nil, func(Pod) { n++ })
+	}
+	return n
+}
+
+// currentRevision picks the newest of a Deployment's or Rollout's ReplicaSets by the
+// revision annotation key.
+func currentRevision(sets []*appsv1.ReplicaSet, key string) (*appsv1.ReplicaSet, []*appsv1.ReplicaSet) {
+	revision := func(rs *appsv1.ReplicaSet) int {
+		n, _ := strconv.Atoi(rs.Annotations[key])
+		return n
+	}
+	sort.Slice(sets, func(i, j int) bool { return revision(sets[i]) > revision(sets[j]) })
+	if len(sets) == 0 {
+		return nil, nil
+	}
+	return sets[0], sets[1:]
+}
+
+// add reports one workload; more are links after its own annotations and before its
+// policies (a Rollout's ReplicaSet), as the webhook's chain has them.
+func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods eachPod, older int, more ...strategy.AnnotatedObject) {
+	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
+	own := append([]strategy.AnnotatedObject{
+		{Name: "the pod template of " + name, Annotations: template},
+		{Name: name, Annotations: meta.Annotations},
+	}, more...)
+	chain := own
+	var audited strategy.Resolved
+	if st.Policies != nil {
+		pw := policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}
+		chain = st.Policies.AppendLinks(own, pw)
+		audited = strategy.Resolve(st.Policies.AppendAuditLinks(slices.Clip(own), pw)...)
+	}
+	src := strategy.Resolve(chain...)
+	auditing := audited.Active() && audited.Object != src.Object
+	if !src.Active() && !auditing {
+		return
+	}
+	w := WorkloadReport{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Replicas: 1, Revision: revision, Strategy: src.Raw, Source: src.Object, OtherRevisions: older}
+	if replicas != nil {
+		w.Replicas = int(*replicas)
+	}
+	if auditing {
+		w.Audit = auditOf(audited, w.Replicas, uid, meta.Namespace, pods)
+	}
+	w.Held = strategy.Held(chain, src.Object)
+	if w.Held == "" && st.Stopped != nil {
+		w.Held = st.Stopped(meta.Namespace)
+	}
+	if !src.Active() {
+		w.State, w.Exact, w.Held = StateAudit, true, ""
+		w.Why = "no strategy applies now: " + w.Audit.Source + " is in audit mode"
+		r.Workloads = append(r.Workloads, w)
+		return
+	}
+	s, err := src.Strategy, src.Err
+	if err != nil {
+		w.Error = err.Error()
+		w.State, w.Why = StateInvalid, "invalid strategy: "+w.Error
+		r.Workloads = append(r.Workloads, w)
+		return
+	}
+	var unavailable map[int]unavailability.TermState
+	if st.Unavailable != nil && uid != "" {
+		unavailable = st.Unavailable(uid)
+	}
+	placement := s.Place(w.Replicas, func(t int) bool { _, ok := unavailable[t]; return ok })
+	w.Terms = termRows(st, s, s.Target(w.Replicas), placement.Counts(len(s.Terms)), unavailable)
+	t := tally{nodes: make([]map[string]int, len(s.Terms)), requested: make([]map[string]requests, len(s.Terms)), held: map[int]bool{}}
+	for i := range s.Terms {
+		t.nodes[i], t.requested[i] = map[string]int{}, map[string]requests{}
+	}
+	if uid != "" {
+		pods(meta.Namespace, uid, s, func(pod Pod) { w.count(s, placement, pod, &t) })
+	}
+	w.finish(st, s, &t, unavailable)
+	r.Workloads = append(r.Workloads, w)
+}
+
+// auditOf is what the audited source src would do to the revision uid of replicas pods.
+func auditOf(src strategy.Resolved, replicas int, uid types.UID, namespace string, pods eachPod) *AuditReport {
+	a := &AuditReport{Source: src.Object, Strategy: src.Raw}
+	if src.Err != nil {
+		a.Error = src.Err.Error()
+		return a
+	}
+	a.Target = src.Strategy.Target(replicas)
+	var held []strategy.SeatTerm
+	if uid != "" {
+		pods(namespace, uid, src.Strategy, func(p Pod) {
+			if p.Seat > 0 {
+				held = append(held, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIndex})
+			}
+		})
+	}
+	a.WouldMove = strategy.Moves(src.Strategy, replicas, held)
+	return a
+}
+
+// termRows are a workload's term rows before its pods are counted.
+func termRows(st *State, s *strategy.Strategy, target, expected []int, unavailable map[int]unavailability.TermState) []TermReport {
+	rows := make([]TermReport, 0, len(s.Terms))
+	for i, t := range s.Terms {
+		row := TermReport{Term: i + 1, Labels: t.LabelMap(), Target: target[i], Expected: expected[i], ServedBy: []string{}, Nodes: []NodeReport{}}
+		if u, ok := unavailable[i]; ok {
+			row.UnavailableUntil, row.UnavailableReason = u.Until.UTC().Format(time.RFC3339), u.Reason
+		}
+		if st.ServedBy != nil {
+			row.ServedBy = st.ServedBy(t.LabelMap())
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// tally is what counting a workload's pods gathers beside its rows: per term the pods
+// on each node and what they request there, the seats held, the pods above the
+// replica count.
+type tally struct {
+	nodes     []map[string]int
+	requested []map[string]requests
+	held      map[int]bool
+	above     int
+}
+
+// count adds one pod of the workload to its term's row.
+func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placement, pod Pod, t *tally) {
+	i := pod.TermIndex
+	if pod.Seat <= 0 || i < 0 || i >= len(s.Terms) {
+		w.Unplaced++
+		return
+	}
+	if from := pod.FallbackFrom; from >= 1 && from <= len(s.Terms) && from-1 != i {
+		w.Terms[from-1].FallbackPods++
+	}
+	if seat := pod.Seat; seat > 0 {
+		t.held[seat] = true
+		switch {
+		case seat > w.Replicas:
+			t.above++
+		case placement.Terms[seat-1] != i:
+			w.PendingRepairs++
+		}
+	}
+	row := &w.Terms[i]
+	row.Placed++
+	if why := pod.CannotRun; why != "" {
+		row.CannotRun++
+		if row.CannotRunReason == "" {
+			row.CannotRunReason = why
+		}
+	}
+	switch pod.Phase {
+	case corev1.PodRunning:
+		row.Running++
+	case corev1.PodPending:
+		row.Pending++
+		if reason := pod.PendingReason; reason != "" && !slices.Contains(row.PendingReasons, reason) {
+			row.PendingReasons = append(row.PendingReasons, reason)
+		}
+	}
+	if pod.NodeName != "" {
+		t.nodes[i][pod.NodeName]++
+		r := t.requested[i][pod.NodeName]
+		r.cpuMilli += pod.CPUMilli
+		r.memoryBytes += pod.MemoryBytes
+		t.requested[i][pod.NodeName] = r
+	}
+}
+
+// finish counts the repairs pending and the verdict (strategy.Judge), and lists each
+// term's nodes.
+func (w *WorkloadReport) finish(st *State, s *strategy.Strategy, t *tally, unavailable map[int]unavailability.TermState) {
+	free := 0
+	for seat := 1; seat <= w.Replicas; seat++ {
+		if !t.held[seat] {
+			free++
+		}
+	}
+	w.PendingRepairs += w.Unplaced + min(t.above, free)
+	tl := strategy.Tally{Replicas: w.Replicas, Unplaced: w.Unplaced, Placed: make([]int, len(w.Terms))}
+	for i := range w.Terms {
+		row := &w.Terms[i]
+		tl.Placed[i], tl.CannotRun = row.Placed, tl.CannotRun+row.CannotRun
+		for name, count := range t.nodes[i] {
+			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, t.requested[i][name].list()))
+		}
+		sort.Slice(row.Nodes, func(a, b int) bool { return row.Nodes[a].Name < row.Nodes[b].Name })
+	}
+	c := strategy.Conditions{Unavailable: func(i int) (string, bool) { u, ok := unavailable[i]; return u.Reason, ok }}
+	if st.ServedBy != nil {
+		c.Unserved = func(i int) (string, bool) {
+			if len(w.Terms[i].ServedBy) > 0 {
+				return "", false
+			}
+			if st.Hint == nil {
+				return "", true
+			}
+			hint, _ := st.Hint(w.Terms[i].Labels)
+			return hint, true
+		}
+	}
+	v := strategy.Judge(s, tl, c)
+	w.State, w.Why, w.Exact = string(v.State), v.Why, v.Exact()
+}
+
+// The states of a workload beside strategy.Judge's.
+const (
+	// StateNotEnabled: the API server does not send the workload's pods to the webhook.
+	StateNotEnabled = "not-enabled"
+	// StateInvalid: the strategy does not parse.
+	StateInvalid = "invalid"
+	// StateAudit: no strategy applies; only a source in audit mode would govern the
+	// workload (Audit says what it would do). Nothing is off: spread exits 0 for it.
+	StateAudit = "audit"
+)
+
+// pendingReason is the scheduler's word on a pending pod, if it said anything.
+func pendingReason(pod *corev1.Pod) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return strings.TrimSpace(c.Reason + ": " + c.Message)
+		}
+	}
+	return ""
+}
+
+// capacityType reads a node's capacity type from Karpenter's or EKS's label.
+func capacityType(n *corev1.Node) string {
+	if n == nil {
+		return ""
+	}
+	if v, ok := n.Labels[karpv1.CapacityTypeLabelKey]; ok {
+		return v
+	}
+	return strings.ToLower(strings.ReplaceAll(n.Labels[nodegroups.LabelCapacityType], "_", "-"))
+}
