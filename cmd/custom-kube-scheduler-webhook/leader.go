@@ -1,0 +1,180 @@
+package main
+
+// The leader's jobs: the convergence loop and the interruption signals it reads.
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+)
+
+// startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
+// leader Lease, once the caches have synced, and the cost refresher (nil: off) beside
+// it; with CONVERGE=off there is no election and every replica refreshes the costs.
+func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, scope *clusterview.Scope, catalog *karpenter.Catalog, policies *policy.Cache, records *unavailability.Records,
+	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger, costs *report.CostRefresher,
+	signals *interruptionSignals,
+) error {
+	entry := log.WithField("component", "converge")
+	if !cfg.Converge {
+		entry.Info("convergence loop switched off (CONVERGE=off)")
+		if costs != nil {
+			go costs.Run(ctx)
+		}
+		return nil
+	}
+	// What Karpenter is launching: a term whose pods wait is not called unavailable
+	// while NodeClaims for it are on their way.
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("create dynamic client: %w", err)
+	}
+	claims, err := karpenter.NewNodeClaims(dyn, client.Discovery(), entry)
+	if err != nil {
+		return err
+	}
+	// The loop's reads and evictions get a client and rate of their own: a pass over
+	// hundreds of short revisions must not slow the informers, Events or seat records
+	// that share the main client, nor be slowed by them.
+	loopCfg := rest.CopyConfig(restCfg)
+	loopCfg.QPS, loopCfg.Burst = 20, 40
+	// Its own user agent too, so the API server's audit log and metrics tell its
+	// requests from admission's.
+	loopCfg.UserAgent = restCfg.UserAgent + "/converge"
+	loopClient, err := kubernetes.NewForConfig(loopCfg)
+	if err != nil {
+		return fmt.Errorf("create the convergence loop's client: %w", err)
+	}
+	convergeCfg := converge.Config{
+		Client: loopClient, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
+		Namespaces: cfg.namespaces(),
+		Scope:      scope, MaxEvictionsPerMinute: cfg.MaxEvictions,
+		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
+		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
+		Signals:  converge.NewKarpenterSignals(loopClient, catalog, claims),
+		Launches: claims,
+		Served:   termServed(catalog),
+		Log:      entry,
+	}
+	if signals != nil {
+		convergeCfg.Interruptions, convergeCfg.MoveSignalledNodes = signals.tracker, cfg.MoveSignalledNodes
+	}
+	convergeCfg.Stopped = policy.Stopped(policies.MovesOff, cfg.Namespace)
+	loop, err := converge.NewLoop(convergeCfg)
+	if err != nil {
+		return err
+	}
+	if signals != nil {
+		// A new signal passes every revision again (the poller starts only with the loop).
+		signals.changed.Store(loop)
+	}
+	// A policy change is a strategy change for the workloads it governs; a namespace's
+	// labels (policies.OnChange) and the webhook configuration (scope) change the scope.
+	// The stop switch on the webhook's namespace concerns every workload.
+	if err := policies.OnChange(func(ns string) {
+		if ns == cfg.Namespace {
+			ns = ""
+		}
+		loop.PoliciesChanged(ns)
+	}); err != nil {
+		return err
+	}
+	if err := scope.OnChange(func() { loop.PoliciesChanged("") }); err != nil {
+		return err
+	}
+	go claims.Run(ctx)
+	go func() {
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return
+		}
+		// The elected replica also writes the policies' status, at most every 30s.
+		unserved := termUnserved(catalog)
+		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry, Unserved: unserved,
+			Audited:   func(a policy.Audited) { m.Audited(a.Workloads, a.WouldMove) },
+			Stopped:   func() string { return convergeCfg.Stopped("") },
+			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, unserved: unserved})}
+		run := func(ctx context.Context, leading func() bool) {
+			statusCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go status.Run(statusCtx)
+			if costs != nil {
+				go costs.Run(statusCtx)
+			}
+			if signals != nil {
+				// Only the leader reads the queue: the loop acts on what it reads, and
+				// admission never waits on it.
+				go signals.tracker.Run(statusCtx, 10*time.Second)
+				go signals.poller.Run(statusCtx)
+			}
+			loop.Run(ctx, leading)
+		}
+		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, owner, entry, run); err != nil {
+			entry.WithError(err).Error("convergence loop not started")
+		}
+	}()
+	return nil
+}
+
+// interruptionSignals are the parts that read EC2's interruption signals
+// (INTERRUPTION_QUEUE): the tracker the loop asks, and the queue's poller.
+type interruptionSignals struct {
+	tracker *interruption.Tracker
+	poller  *interruption.Poller
+	// changed is the loop to tell of a new signal, once it exists.
+	changed atomic.Pointer[converge.Loop]
+}
+
+// newInterruptionSignals builds them when INTERRUPTION_QUEUE is set (nil otherwise),
+// reading nodes (the catalog's, which startViews runs); the poller and the tracker's
+// refresh run on the elected replica (startConverge). A queue that is missing or denies
+// access does not stop serve: the poller logs, counts and retries.
+func newInterruptionSignals(ctx context.Context, cfg *serveConfig, nodes interruption.Nodes, reg prometheus.Registerer, log logrus.FieldLogger) (*interruptionSignals, error) {
+	if cfg.InterruptionQueue == "" {
+		return nil, nil
+	}
+	metrics, err := interruption.NewMetrics(reg, webhook.MetricsNamespace)
+	if err != nil {
+		return nil, err
+	}
+	sqsClient, region, err := interruption.NewSQSClient(ctx, cfg.InterruptionQueue)
+	if err != nil {
+		return nil, err
+	}
+	s := &interruptionSignals{}
+	s.tracker, err = interruption.NewTracker(interruption.TrackerConfig{
+		Nodes: nodes, Rule: cfg.InterruptionRule, Metrics: metrics, Log: log,
+		Changed: func() {
+			if loop := s.changed.Load(); loop != nil {
+				loop.InterruptionSignalled()
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.poller = &interruption.Poller{Queue: sqsClient, Name: cfg.InterruptionQueue, Region: region,
+		Handle: s.tracker.Handle, Metrics: metrics, Log: log}
+	log.WithFields(logrus.Fields{"queue": cfg.InterruptionQueue, "region": region, "moveSignalledNodes": cfg.MoveSignalledNodes}).
+		Info("interruption signals on: " + cfg.InterruptionRule.String())
+	return s, nil
+}
