@@ -111,8 +111,8 @@ test-ecr:
 
 ## test-install: the chart installed for real on a local cluster with a real node (a kubelet
 ## with containerd, runc and the bridge CNI; needs root and cgroups): this tree's image and
-## chart and the previous release's (0.1.0, built from its commit 347e33c, cached) pushed
-## to a local registry; helm install of 0.1.0 / upgrade to this one mid-burst / a webhook
+## chart and the previous release's (0.2.0, built from its commit 2836be0, cached) pushed
+## to a local registry; helm install of 0.2.0 / upgrade to this one mid-burst / a webhook
 ## pod deleted mid-burst / helm rollback mid-burst / a last burst / upgrade again / helm
 ## uninstall, exact placement checked through the chart's Service and the seat and
 ## unavailability records read across versions; then everything stopped by PID

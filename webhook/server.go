@@ -70,21 +70,11 @@ func (h *Handlers) Mux() http.Handler {
 		notEnabled = h.admission("validate", h.NotEnabled, decodeReview, gate)
 	}
 	if h.Door != nil {
-		// The plain paths only while door-less replicas serve beside this one (an
-		// upgrade from or a rollback to a release without the door).
-		mux.Handle("POST /mutate", h.whilePlain("mutate", mutate))
-		mux.Handle("POST /validate", h.whilePlain("validate", validate))
-		if notEnabled != nil {
-			mux.Handle("POST /validate/not-enabled", h.whilePlain("validate", notEnabled))
-		}
 		mux.Handle("POST /{token}/mutate", h.behindDoor("mutate", mutate))
 		mux.Handle("POST /{token}/validate", h.behindDoor("validate", validate))
 		if notEnabled != nil {
-			// The token writer keeps only the last segment of a webhook's own path
-			// (admissiontoken.setPath: /<token>/not-enabled); a registration that puts
-			// the token in front of the whole path says /<token>/validate/not-enabled.
+			// The token writer names the path by the entry (admissiontoken.Endpoint).
 			mux.Handle("POST /{token}/not-enabled", h.behindDoor("validate", notEnabled))
-			mux.Handle("POST /{token}/validate/not-enabled", h.behindDoor("validate", notEnabled))
 		}
 	} else {
 		mux.Handle("POST /mutate", mutate)
@@ -134,20 +124,6 @@ func (h *Handlers) MetricsMux() http.Handler {
 func (h *Handlers) behindDoor(name string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.Door.Allows(r.PathValue("token")) {
-			h.Metrics.refused.WithLabelValues(name, strconv.Itoa(http.StatusNotFound)).Inc()
-			http.NotFound(w, r)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// whilePlain serves next at a plain path only while the door says so (PlainNow:
-// door-less replicas serve beside this one, and the configurations carry plain paths);
-// otherwise it is 404 like any unknown path.
-func (h *Handlers) whilePlain(name string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p, ok := h.Door.(interface{ PlainNow(context.Context) bool }); !ok || !p.PlainNow(r.Context()) {
 			h.Metrics.refused.WithLabelValues(name, strconv.Itoa(http.StatusNotFound)).Inc()
 			http.NotFound(w, r)
 			return

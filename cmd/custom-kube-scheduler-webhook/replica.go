@@ -166,10 +166,6 @@ func (r *replica) startDoor(ctx context.Context) error {
 		MutatingConfig: cfg.MutatingConfig, ValidatingConfig: cfg.ValidatingConfig,
 		Certificate: r.certs.GetCertificate, Log: r.log.WithField("component", "admissiontoken"),
 	}
-	if cfg.OwnerDeployment != "" {
-		// Rolling from or to a release without the door: plain paths meanwhile.
-		tokenCfg.Doorless = admissiontoken.DeploymentDoorless(r.client, cfg.Namespace, cfg.OwnerDeployment)
-	}
 	r.door, err = admissiontoken.New(tokenCfg)
 	if err != nil {
 		return err

@@ -33,6 +33,12 @@
 #  7. `helm upgrade` to this tree's chart again; the first workloads still exact; `helm
 #     uninstall` leaves nothing of the release (webhook configurations, Leases, Secrets,
 #     RBAC, PriorityClass);
+#  GitOps drift: after the upgrade, after a certificate rotation (which rotates the
+#     admission token) and after the upgrade again, `helm template` of this tree's chart
+#     with the release's values is compared with the live objects by Flux's drift
+#     detection (fluxcd/pkg/ssa, its own code) and by Argo CD's default diff
+#     (re-implemented: deploy/test/gitopsdiff says why): nothing may differ, and the
+#     same check of a rendering that sets the webhooks' path must fail;
 #  8. the cluster and the real node are stopped by PID, and checked gone: no process, no
 #     mount under the state dir, no bridge.
 # Env: INSTALL_CLUSTER_DIR (default <repo>/.localcluster/install), INSTALL_PORT_OFFSET
@@ -62,10 +68,10 @@ release=cksw
 full=$release-$CHART_NAME
 apps=install-apps
 version=$(<VERSION)-install
-# The previous release: 0.1.0, the end of the previous round of work. Its commit must be
-# in the clone (not a shallow one); prev-release.sh says so when it is not.
-prev_commit=347e33c
-prev_version=0.1.0
+# The previous release: 0.2.0. Its commit must be in the clone (not a shallow one);
+# prev-release.sh says so when it is not.
+prev_commit=2836be0
+prev_version=0.2.0
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cksw-install-test.XXXXXX")
 # dump_logs: on a failed check, what the API server said about its webhook calls, and the
@@ -102,6 +108,10 @@ export KUBECONFIG=$KUBECONFIG_FILE
 
 # The previous release's commit first: a shallow clone lacks it, and says so at once.
 bash "$LC_SCRIPTS/prev-release.sh" --check "$prev_commit" "$prev_version"
+
+echo "== the GitOps diff tool (deploy/test/gitopsdiff, a module of its own)"
+(cd "$here/gitopsdiff" && go build -o "$work/gitopsdiff" .) || lc_die "building deploy/test/gitopsdiff failed"
+tool_built=$(date +%s)
 
 echo "== the local cluster with a real node"
 bash "$LC_SCRIPTS/build.sh"
@@ -141,8 +151,8 @@ converge:
 VALUES
 
 echo "== helm install of the previous release $prev_version"
-# webhook-rbac.sh applied the policy CRDs; a cluster running $prev_version has none (it
-# brings none), and the upgrade creates them.
+# webhook-rbac.sh applied the policy CRDs; $prev_version's chart creates them, which it
+# cannot while they exist outside the release.
 lc_kubectl delete crd placementpolicies.custom-kube-scheduler-webhook.io clusterplacementpolicies.custom-kube-scheduler-webhook.io \
 	--ignore-not-found >/dev/null
 if "$HELM" install "$release" "oci://$path/charts/$CHART_NAME" --version "$prev_version" --plain-http \
@@ -322,6 +332,7 @@ admitted_once() {
 	fi
 }
 pod_count() { lc_kubectl -n "$apps" get pods -l "app=$1" -o name | wc -l; }
+pods_at_least() { (($(pod_count "$1") >= $2)); }
 
 # rs_uid NAME: the UID of the Deployment NAME's (only) ReplicaSet: its seat record is
 # seats-<UID>, its unavailability record cksw-unavailable-<UID>.
@@ -414,11 +425,22 @@ paced() {
 		lc_kubectl -n "$apps" scale deployment "$name" --replicas="$r" >/dev/null
 		sleep 0.5
 	done
+	# 0.2.0's chart renders the webhooks' paths (/mutate), this one none: helm's three-way
+	# patch between the two resets or removes the token path once, until a replica writes
+	# it back (within 2 s). Reviews sent meanwhile are 404 and fail open (docs/upgrade.md).
+	# So no pod is created across that moment: the first 40 exist before COMMAND, the
+	# next once the paths carry a token again.
+	wait_until 120 pods_at_least "$name" 40 || fail "$name: 40 pods not created before $what"
 	if "$@" >"$work/helm.log" 2>&1; then
 		pass "$what at $(pod_count "$name") of 200 pods"
 	else
 		cat "$work/helm.log" >&2
 		fail "$what"
+	fi
+	if wait_until 60 token_paths; then
+		pass "after $what every webhook entry's path carries a token again"
+	else
+		fail "after $what, paths without a token: $(entry_paths | tr '\n' ' ')"
 	fi
 	while ((r < 190)) && ! rolled "$to"; do
 		r=$((r + 10))
@@ -431,6 +453,35 @@ paced() {
 		fail "webhook pods after $what: $(webhook_pods | tr '\t\n' ' ;')"
 	fi
 	lc_kubectl -n "$apps" scale deployment "$name" --replicas=200 >/dev/null
+}
+# entry_paths: the clientConfig path of every entry of both webhook configurations.
+entry_paths() {
+	lc_kubectl get mutatingwebhookconfiguration,validatingwebhookconfiguration "$full" -o json |
+		jq -r '.items[].webhooks[] | "\(.name) \(.clientConfig.service.path // "none")"'
+}
+# token_paths: every entry's path is /<token>/<endpoint> (no plain or missing path).
+token_paths() { ! entry_paths | grep -vqE ' /[a-z0-9]{20,}/(mutate|validate|not-enabled)$'; }
+# gitops_diff WHEN: helm template of this tree's chart with the release's values, compared
+# with the live objects as Flux and Argo CD compare them: nothing differs. Then the same
+# rendering with a path set on the first entry of each webhook configuration (what the
+# chart rendered up to 0.2.0) must be found out of sync by both: the check can fail.
+gitops_diff() {
+	"$HELM" template "$release" "oci://$path/charts/$CHART_NAME" --version "$version" --plain-http -n "$ns" \
+		-f "$work/values.yaml" >"$work/rendered.yaml" 2>"$work/template.err" || {
+		fail "$1: helm template: $(cat "$work/template.err")"
+		return
+	}
+	if "$work/gitopsdiff" -n "$ns" -f "$work/rendered.yaml" >"$work/gitopsdiff.out" 2>&1; then
+		pass "$1: Flux's and Argo CD's diffs find the $(grep -c '^flux ' "$work/gitopsdiff.out") rendered objects in sync with the live ones"
+	else
+		fail "$1: drift: $(grep -v 'in sync' "$work/gitopsdiff.out" | cut -c1-400 | tr '\n' ';')"
+	fi
+	awk '/^---/ { kind = "" } /^kind: (Mutating|Validating)WebhookConfiguration$/ { kind = $2 }
+		kind != "" && /^ +service:$/ && !done[kind]++ { print; sub(/service:.*/, "  path: /mutate"); print; next } { print }' \
+		"$work/rendered.yaml" >"$work/rendered-path.yaml"
+	"$work/gitopsdiff" -n "$ns" -f "$work/rendered-path.yaml" >"$work/gitopsdiff-path.out" 2>&1 || true
+	check "$1: a rendered path would be drift to Flux" grep -q '^flux  DRIFT    MutatingWebhookConfiguration' "$work/gitopsdiff-path.out"
+	check "$1: a rendered path would be drift to Argo CD" grep -q '^argo  DRIFT    MutatingWebhookConfiguration' "$work/gitopsdiff-path.out"
 }
 crds_present() { lc_kubectl get crd placementpolicies.custom-kube-scheduler-webhook.io clusterplacementpolicies.custom-kube-scheduler-webhook.io >/dev/null 2>&1; }
 
@@ -468,7 +519,8 @@ exact up 200
 admitted_once up 200 "$before"
 seat_watch_stop
 handed up "$from" "$(webhook_pods | cut -f1 | tr '\n' ' ')" "$prev_version" "$version"
-check "the upgrade created the policy CRDs" crds_present
+check "the upgrade kept the policy CRDs" crds_present
+gitops_diff "after the upgrade"
 
 echo "== this version reads the previous one's unavailability record, and writes its own"
 record_read strand-prev "$rec_prev" "$version"
@@ -511,6 +563,29 @@ if wait_until 120 pods_ready "$image:$version"; then
 else
 	fail "webhook pods after the delete: $(webhook_pods | tr '\t\n' ' ;')"
 fi
+
+echo "== the certificate rotated, and with it the admission token: still no drift"
+certs=$full-certs
+ca_of() { lc_kubectl -n "$ns" get secret "$certs" -o jsonpath='{.data.ca\.crt}'; }
+old_ca=$(ca_of)
+old_token=$(lc_kubectl -n "$ns" get secret "$full-admission-token" -o jsonpath='{.data.token}' | base64 -d)
+# Without its data the Secret is invalid: the webhook issues a new CA and serving
+# certificate, writes the caBundle, and rotates the token with the certificate.
+lc_kubectl -n "$ns" patch secret "$certs" --type=json -p '[{"op": "remove", "path": "/data"}]' >/dev/null
+rotated() {
+	local ca tok
+	ca=$(ca_of)
+	tok=$(lc_kubectl -n "$ns" get secret "$full-admission-token" -o jsonpath='{.data.token}' | base64 -d)
+	[[ -n $ca && $ca != "$old_ca" && -n $tok && $tok != "$old_token" ]] &&
+		[[ $(lc_kubectl get mutatingwebhookconfiguration "$full" -o jsonpath='{.webhooks[0].clientConfig.caBundle}') == "$ca" ]] &&
+		! entry_paths | grep -vqF " /$tok/"
+}
+if wait_until 180 rotated; then
+	pass "a new CA in the Secret and every caBundle, a new token in every path"
+else
+	fail "no rotation seen: paths $(entry_paths | tr '\n' ' ')"
+fi
+gitops_diff "after the certificate and token rotation"
 upgraded=$(date +%s)
 
 echo "== helm rollback to $prev_version in the middle of a 200-pod burst"
@@ -522,10 +597,7 @@ exact back 200
 admitted_once back 200 "$before"
 seat_watch_stop
 handed back "$from" "$(webhook_pods | cut -f1 | tr '\n' ' ')" "$version" "$prev_version"
-# Helm removes what the revision rolled back to does not have, but not what is annotated
-# helm.sh/resource-policy: keep: $prev_version has no policy CRDs, and crds.keep (the
-# default) keeps them, and every policy, through the rollback (docs/upgrade.md).
-check "the rollback keeps the policy CRDs ($prev_version has none; crds.keep)" crds_present
+check "the rollback keeps the policy CRDs" crds_present
 
 echo "== the previous release reads this version's unavailability record"
 record_read strand-cur "$rec_cur" "$prev_version"
@@ -545,7 +617,9 @@ else
 	cat "$work/helm.log" >&2
 	fail "helm upgrade to $version after the rollback: $(webhook_pods | tr '\t\n' ' ;')"
 fi
-check "the upgrade created the policy CRDs again" crds_present
+check "the upgrade kept the policy CRDs again" crds_present
+check "after the upgrade again every webhook entry's path carries a token" wait_until 60 token_paths
+gitops_diff "after the upgrade again"
 # Placed by $prev_version before the upgrade, kept through both rollouts.
 exact mixed 10
 exact split 12
@@ -586,7 +660,7 @@ check_not "bridge $REAL_NODE_BRIDGE deleted" ip link show "$REAL_NODE_BRIDGE"
 check "nothing mounted under $REAL_NODE_DIR" test -z "$(findmnt -rn -o TARGET | grep -F "$REAL_NODE_DIR/" || true)"
 check_not "the real node's state removed" test -e "$REAL_NODE_DIR"
 
-echo "cluster $((cluster_up - start))s, this tree's image and chart $((pushed - cluster_up))s, the previous release's $((prev_pushed - pushed))s," \
+echo "the diff tool $((tool_built - start))s, cluster $((cluster_up - tool_built))s, this tree's image and chart $((pushed - cluster_up))s, the previous release's $((prev_pushed - pushed))s," \
 	"its install and the first checks $((upgrade_start - prev_pushed))s, the upgrade (burst, records, deleted pod) $((upgraded - upgrade_start))s," \
 	"the rollback and the last burst $((rolled_back - upgraded))s, the upgrade again $((upgraded_again - rolled_back))s," \
 	"uninstall $((installed - upgraded_again))s, total $(($(date +%s) - start))s"

@@ -263,7 +263,9 @@ check "self mode: empty Secret created" matches "$(docs Secret <<<"$d")" '^type:
 check_not "self mode: Secret carries no data" matches "$(docs Secret <<<"$d")" '^data:'
 
 echo "-- default values: webhook configurations"
-check "pods webhook: path /mutate" contains "$mwc" "path: /mutate"
+# No path: the webhook writes /<token>/mutate (admissiontoken.Endpoint names it by the
+# entry), so neither Argo CD's nor Flux's diff nor helm upgrade sees or resets it.
+check_not "webhooks: no clientConfig path rendered (the webhook owns it)" matches "$mwc$vwc" '^ +path:'
 check "pods webhook: failurePolicy Ignore" contains "$mwc" "failurePolicy: Ignore"
 check "pods webhook: timeoutSeconds 5" contains "$mwc" "timeoutSeconds: 5"
 check "pods webhook: sideEffects NoneOnDryRun" contains "$mwc" "sideEffects: NoneOnDryRun"
@@ -279,7 +281,6 @@ check "pods webhook: objectSelector" contains "$mwc" "objectSelector:"
 check "pods webhook: skips seated pods" contains "$mwc" "'custom-kube-scheduler-webhook.io/seat' in object.metadata.annotations"
 check "pods webhook: skips DaemonSet pods" contains "$mwc" "r.kind == 'DaemonSet'"
 check "pods webhook: skips mirror pods" contains "$mwc" "kubernetes.io/config.mirror"
-check "workloads webhook: path /validate" contains "$vwc" "path: /validate"
 check "workloads webhook: failurePolicy Ignore" contains "$vwc" "failurePolicy: Ignore"
 check "workloads webhook: CREATE and UPDATE" contains "$vwc" 'operations: ["CREATE", "UPDATE"]'
 check "workloads webhook: deployments, statefulsets, replicasets" contains "$vwc" 'resources: ["deployments", "statefulsets", "replicasets"]'
@@ -303,10 +304,10 @@ for kind in pods workloads; do
 	check "scope opt-in by default: $kind webhook sends namespaces labelled custom-kube-scheduler-webhook=enabled (and not the other)" matches "$flat" \
 		"- name: original-label.$kind.custom-kube-scheduler-webhook.io .*$sel_orig"
 done
-check "scope opt-in: two pod webhook entries" test "$(grep -c 'path: /mutate' <<<"$mwc")" -eq 2
+check "scope opt-in: two pod webhook entries" test "$(grep -c -- '- name: .*pods.custom-kube-scheduler-webhook.io' <<<"$mwc")" -eq 2
 nev=$(tr -d '\n' <<<"$(awk '/- name: not-enabled.workloads/,0' <<<"$vwc")")
-check "scope opt-in: annotated workloads of other namespaces are sent to /validate/not-enabled" matches "$nev" \
-	'path: /validate/not-enabled.*failurePolicy: Ignore.*sideEffects: NoneOnDryRun.*key: custom-kube-scheduler-webhook.io/enabled +operator: NotIn +values: +- "true" +- key: custom-kube-scheduler-webhook +operator: NotIn +values: +- enabled.*- name: has-strategy'
+check "scope opt-in: annotated workloads of other namespaces are sent to the not-enabled entry (admissiontoken.NotEnabledPrefix: /<token>/not-enabled)" matches "$nev" \
+	'failurePolicy: Ignore.*sideEffects: NoneOnDryRun.*key: custom-kube-scheduler-webhook.io/enabled +operator: NotIn +values: +- "true" +- key: custom-kube-scheduler-webhook +operator: NotIn +values: +- enabled.*- name: has-strategy'
 check "helm template --set scope=all" render scope-all --set scope=all
 for kind in MutatingWebhookConfiguration ValidatingWebhookConfiguration; do
 	all=$(docs "$kind" <"$tmp/scope-all.yaml")
@@ -319,6 +320,23 @@ done
 check "helm template --set scope=opt-in --set matchConditions=false" render optin-nomc --set scope=opt-in --set matchConditions=false
 check_not "without matchConditions, no not-enabled entry (it would see every workload write)" contains "$(cat "$tmp/optin-nomc.yaml")" "not-enabled.workloads"
 check_not "scope=everything is refused" render bad-scope --set scope=everything
+
+echo "-- the fleet: deploy/examples/applicationset.yaml rendered for three clusters"
+# deploy/test/applicationset_test.go renders the ApplicationSet's template as Argo CD's
+# cluster generator does (goTemplate) and writes each cluster's Helm values; the chart
+# must render with each, and the per-cluster values land in the Deployment.
+mkdir -p "$tmp/appset"
+check "the ApplicationSet renders an Application per cluster (go test -run TestApplicationSetRendersPerCluster)" \
+	env APPSET_OUT="$tmp/appset" go test -count=1 -run TestApplicationSetRendersPerCluster ./deploy/test/
+for f in "$tmp"/appset/*.yaml; do
+	c=$(basename "$f" .yaml)
+	if check "helm template with cluster $c's values" render "appset-$c" -f "$f"; then
+		appdep=$(tr -d '\n' <<<"$(docs Deployment <"$tmp/appset-$c.yaml")")
+		check "cluster $c: EKS_CLUSTER_NAME is $c" matches "$appdep" "name: EKS_CLUSTER_NAME +value: \"$c\""
+		check "cluster $c: its IAM role on the ServiceAccount" matches "$(docs ServiceAccount <"$tmp/appset-$c.yaml")" "eks.amazonaws.com/role-arn: arn:aws:iam::[0-9]+:role/"
+	fi
+done
+check "three clusters rendered" test "$(find "$tmp/appset" -name '*.yaml' | wc -l)" -eq 3
 
 echo "-- node affinity, Service annotations, extra volumes"
 check "default affinity: soft preference for managed node groups" matches "$(tr -d '\n' <<<"$dep")" \

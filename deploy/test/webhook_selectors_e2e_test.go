@@ -44,6 +44,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/admissiontoken"
 )
 
 const (
@@ -232,12 +234,14 @@ func TestE2EWebhookSelectors(t *testing.T) {
 	m.ObjectMeta = metav1.ObjectMeta{Name: "deploytest-" + suffix}
 	v.ObjectMeta = metav1.ObjectMeta{Name: "deploytest-" + suffix}
 	// Every entry (one per opt-in label, and the validating not-enabled one) to the
-	// recorder, at its own path.
+	// recorder, at the path the webhook gives it after its token (the chart renders none).
 	for i := range m.Webhooks {
-		m.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + *m.Webhooks[i].ClientConfig.Service.Path), CABundle: ca}
+		path := "/" + admissiontoken.Endpoint(false, m.Webhooks[i].Name)
+		m.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + path), CABundle: ca}
 	}
 	for i := range v.Webhooks {
-		v.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + *v.Webhooks[i].ClientConfig.Service.Path), CABundle: ca}
+		path := "/" + admissiontoken.Endpoint(true, v.Webhooks[i].Name)
+		v.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + path), CABundle: ca}
 	}
 	api := cs.AdmissionregistrationV1()
 	if _, err := api.MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
@@ -370,12 +374,12 @@ func TestE2EWebhookSelectors(t *testing.T) {
 		}
 	}
 	createDeployment(deployment("kube-system", "kube-system-deployment", strat, nil))
-	if rec.called("/validate", "kube-system", "kube-system-deployment") || rec.called("/validate/not-enabled", "kube-system", "kube-system-deployment") {
+	if rec.called("/validate", "kube-system", "kube-system-deployment") || rec.called("/not-enabled", "kube-system", "kube-system-deployment") {
 		t.Error("deployment in kube-system: webhook called")
 	}
 
 	// Scope opt-in: either label, each pod once; an unlabelled namespace's pods never,
-	// its annotated workloads only to /validate/not-enabled (which warns).
+	// its annotated workloads only to /not-enabled (which warns).
 	for _, n := range []string{nsOriginal, nsBoth, nsOff} {
 		createPod(pod(n, "scoped", strat, nil, "ReplicaSet"))
 		createDeployment(deployment(n, "scoped", strat, nil))
@@ -390,8 +394,8 @@ func TestE2EWebhookSelectors(t *testing.T) {
 		{nsBoth, 1, 1, 0},
 		{nsOff, 0, 0, 1},
 	} {
-		if m, v, o := calls("/mutate", c.ns), calls("/validate", c.ns), calls("/validate/not-enabled", c.ns); m != c.mutate || v != c.validate || o != c.notEnable {
-			t.Errorf("namespace %s: calls /mutate %d, /validate %d, /validate/not-enabled %d; want %d, %d, %d", c.ns, m, v, o, c.mutate, c.validate, c.notEnable)
+		if m, v, o := calls("/mutate", c.ns), calls("/validate", c.ns), calls("/not-enabled", c.ns); m != c.mutate || v != c.validate || o != c.notEnable {
+			t.Errorf("namespace %s: calls /mutate %d, /validate %d, /not-enabled %d; want %d, %d, %d", c.ns, m, v, o, c.mutate, c.validate, c.notEnable)
 		}
 	}
 	rec.mu.Unlock()

@@ -51,7 +51,7 @@ func TestImportsFollowTheLayout(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		pkg, ok := strings.CutPrefix(fields[0], module)
-		if !ok || isTestOnly(pkg) || strings.HasPrefix(pkg, "bench/") || strings.HasPrefix(pkg, "scripts/") || pkg == "deploy/test" {
+		if !ok || isTestOnly(pkg) || strings.HasPrefix(pkg, "bench/") || strings.HasPrefix(pkg, "scripts/") || pkg == "deploy/test" || pkg == "e2e" {
 			continue // tests, benchmarks and tooling import what they test
 		}
 		may, known := allowed[pkg]

@@ -9,9 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,33 +61,15 @@ type Config struct {
 	// previous token stays accepted (DefaultOverlap: the API server has seen the new
 	// paths by then).
 	Interval, Propagation, Overlap time.Duration
-	// Doorless (optional) reports whether replicas that do not know the door may be
-	// serving behind the configurations: the webhook's Deployment rolls from or to a
-	// release without it (DeploymentDoorless). While it does, the configurations carry
-	// plain paths (/mutate, /validate), which such a replica serves, and Plain is true,
-	// so this replica answers them too; the token goes into the paths once it no longer
-	// does. An upgrade from, or a rollback to, a release without the door then admits no
-	// pod unplaced.
-	Doorless func(ctx context.Context) (bool, error)
 	// Now is the clock (time.Now).
 	Now func() time.Time
 	Log logrus.FieldLogger
 }
 
-// LabelDoor on the webhook's pod template says that its pods serve the door (value
-// "token"): the chart sets it; a release without the door has no such label.
-const LabelDoor = "custom-kube-scheduler-webhook.io/admission-door"
-
 // Keeper holds the tokens this replica accepts.
 type Keeper struct {
 	cfg      Config
 	accepted atomic.Pointer[[]string]
-	// plainUntil (Unix nanoseconds) is until when plain paths are answered: while the
-	// configurations carry them, and Propagation after.
-	plainUntil atomic.Int64
-	// checkMu serialises PlainNow's checks, lastCheck rate-limits them.
-	checkMu   sync.Mutex
-	lastCheck time.Time
 }
 
 // New checks cfg and returns a Keeper that accepts nothing until its first Sync.
@@ -126,37 +106,6 @@ func (k *Keeper) Allows(token string) bool {
 		ok |= subtle.ConstantTimeCompare([]byte(t), []byte(token))
 	}
 	return ok == 1
-}
-
-// Plain reports whether the plain paths (/mutate, /validate) are answered now, without
-// a token: while replicas without the door serve beside this one (Config.Doorless).
-func (k *Keeper) Plain() bool { return k.cfg.Now().UnixNano() < k.plainUntil.Load() }
-
-// PlainNow is Plain, or, when it is not, whether door-less replicas serve now (one
-// check of Config.Doorless at most every second, a second at most): a plain-path call
-// may come from the API server right after another replica wrote the plain paths,
-// before this one's next Sync saw why.
-func (k *Keeper) PlainNow(ctx context.Context) bool {
-	if k.Plain() {
-		return true
-	}
-	if k.cfg.Doorless == nil {
-		return false
-	}
-	k.checkMu.Lock()
-	defer k.checkMu.Unlock()
-	now := k.cfg.Now()
-	if k.Plain() || now.Sub(k.lastCheck) < time.Second {
-		return k.Plain()
-	}
-	k.lastCheck = now
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	if doorless, err := k.cfg.Doorless(ctx); err != nil || !doorless {
-		return false
-	}
-	k.plainUntil.Store(now.Add(k.cfg.Propagation).UnixNano())
-	return true
 }
 
 // Synced reports whether the tokens have been read once: a replica is not ready before.
@@ -213,58 +162,10 @@ func (k *Keeper) Sync(ctx context.Context) error {
 		accepted = append(accepted, prev)
 	}
 	k.accepted.Store(&accepted)
-	if k.cfg.Doorless != nil {
-		doorless, err := k.cfg.Doorless(ctx)
-		switch {
-		case err != nil && k.Plain():
-			// Unknown while plain: nothing changes, plain paths stay answered.
-			k.plainUntil.Store(now.Add(k.cfg.Propagation).UnixNano())
-			return fmt.Errorf("admission token: %w", err)
-		case err != nil:
-			// Unknown otherwise: as without door-less replicas (a cluster whose RBAC
-			// hides the Deployment must still get its token).
-			k.cfg.Log.WithError(err).Debug("admission token: cannot tell whether door-less replicas serve")
-		case doorless:
-			k.plainUntil.Store(now.Add(k.cfg.Propagation).UnixNano())
-			return k.inject(ctx, "")
-		}
-	}
 	if now.Before(parseTime(s.Data[KeySwitchAfter])) {
 		return nil
 	}
 	return k.inject(ctx, string(s.Data[KeyToken]))
-}
-
-// DeploymentDoorless is a Config.Doorless for the webhook's Deployment name in
-// namespace: door-less replicas may serve while its pod template lacks LabelDoor (a
-// rollback to a release without the door) or any of its pods that still exist lacks it
-// (an upgrade from one, until its last pod is gone: a terminating pod drains, still
-// answering).
-func DeploymentDoorless(client kubernetes.Interface, namespace, name string) func(ctx context.Context) (bool, error) {
-	return func(ctx context.Context) (bool, error) {
-		d, err := client.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, fmt.Errorf("reading Deployment %s/%s: %w", namespace, name, err)
-		}
-		if d.Spec.Template.Labels[LabelDoor] == "" {
-			return true, nil
-		}
-		selector, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-		if err != nil {
-			return false, fmt.Errorf("selector of Deployment %s/%s: %w", namespace, name, err)
-		}
-		pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
-		if err != nil {
-			return false, fmt.Errorf("listing the pods of Deployment %s/%s: %w", namespace, name, err)
-		}
-		for _, p := range pods.Items {
-			done := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-			if !done && p.Labels[LabelDoor] == "" {
-				return true, nil
-			}
-		}
-		return false, nil
-	}
 }
 
 // next is the Secret's data after filling in or rotating its token, and why; nil when
@@ -326,12 +227,8 @@ func (k *Keeper) leaf() *x509.Certificate {
 }
 
 // inject writes token into the clientConfig path of every webhook of both
-// configurations; an empty token writes the plain paths.
+// configurations.
 func (k *Keeper) inject(ctx context.Context, token string) error {
-	what := "admission token written into"
-	if token == "" {
-		what = "plain path (no admission token: door-less replicas serve) written into"
-	}
 	reg := k.cfg.Client.AdmissionregistrationV1()
 	if name := k.cfg.MutatingConfig; name != "" {
 		c, err := reg.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -342,13 +239,13 @@ func (k *Keeper) inject(ctx context.Context, token string) error {
 		default:
 			changed := false
 			for i := range c.Webhooks {
-				changed = setPath(&c.Webhooks[i].ClientConfig, token, "mutate") || changed
+				changed = setPath(&c.Webhooks[i].ClientConfig, token, Endpoint(false, c.Webhooks[i].Name)) || changed
 			}
 			if changed {
 				if _, err := reg.MutatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 					return fmt.Errorf("admission token: writing MutatingWebhookConfiguration %s: %w", name, err)
 				}
-				k.cfg.Log.WithField("configuration", name).Info(what + " the mutating webhook's path")
+				k.cfg.Log.WithField("configuration", name).Info("admission token written into the mutating webhook's path")
 			}
 		}
 	}
@@ -361,59 +258,54 @@ func (k *Keeper) inject(ctx context.Context, token string) error {
 		default:
 			changed := false
 			for i := range c.Webhooks {
-				changed = setPath(&c.Webhooks[i].ClientConfig, token, "validate") || changed
+				changed = setPath(&c.Webhooks[i].ClientConfig, token, Endpoint(true, c.Webhooks[i].Name)) || changed
 			}
 			if changed {
 				if _, err := reg.ValidatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 					return fmt.Errorf("admission token: writing ValidatingWebhookConfiguration %s: %w", name, err)
 				}
-				k.cfg.Log.WithField("configuration", name).Info(what + " the validating webhook's path")
+				k.cfg.Log.WithField("configuration", name).Info("admission token written into the validating webhook's path")
 			}
 		}
 	}
 	return nil
 }
 
-// setPath makes cc's path /<token>/<endpoint>, endpoint being the path's last segment
-// (def when the path has none), or with an empty token the plain path a release without
-// the door serves (/mutate, /validate, /validate/not-enabled); it reports whether it
-// changed anything.
-func setPath(cc *admissionregistrationv1.WebhookClientConfig, token, def string) bool {
-	want := func(old string) string {
-		last := path.Base(old)
-		if last == "/" || last == "." || last == "" {
-			last = def
-		}
-		switch {
-		case token != "":
-			return "/" + token + "/" + last
-		case last == "not-enabled":
-			return "/validate/not-enabled"
-		}
-		return "/" + last
+// NotEnabledPrefix begins the name of the validating webhook that only warns about
+// workloads in namespaces that are not enabled (the chart's not-enabled.workloads...).
+const NotEnabledPrefix = "not-enabled."
+
+// Endpoint is the last segment of the path a webhook entry is served at, after the
+// token: "mutate" for a mutating entry, "not-enabled" for the not-enabled warning,
+// "validate" for the other validating ones. It follows from the entry's name, not
+// from its path: the chart renders no path (the webhook owns the field, so a GitOps
+// tool sees no drift), and a path some other writer left must not decide it.
+func Endpoint(validating bool, webhookName string) string {
+	switch {
+	case !validating:
+		return "mutate"
+	case strings.HasPrefix(webhookName, NotEnabledPrefix):
+		return "not-enabled"
 	}
+	return "validate"
+}
+
+// setPath makes cc's path /<token>/<endpoint>; it reports whether it changed anything.
+func setPath(cc *admissionregistrationv1.WebhookClientConfig, token, endpoint string) bool {
+	want := "/" + token + "/" + endpoint
 	switch {
 	case cc.Service != nil:
-		old := ""
-		if cc.Service.Path != nil {
-			old = *cc.Service.Path
-		}
-		p := want(old)
-		if p == old {
+		if cc.Service.Path != nil && *cc.Service.Path == want {
 			return false
 		}
-		cc.Service.Path = &p
+		cc.Service.Path = &want
 		return true
 	case cc.URL != nil:
 		u, err := url.Parse(*cc.URL)
-		if err != nil {
+		if err != nil || u.Path == want {
 			return false
 		}
-		p := want(u.Path)
-		if p == u.Path {
-			return false
-		}
-		u.Path = p
+		u.Path = want
 		s := u.String()
 		cc.URL = &s
 		return true

@@ -11,8 +11,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
@@ -52,7 +50,9 @@ func configurations() (*admissionregistrationv1.MutatingWebhookConfiguration, *a
 			Service: &admissionregistrationv1.ServiceReference{Namespace: ns, Name: "hook", Path: ptr.To("/mutate")}}}}}
 	v := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "hook"},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "workloads.x", ClientConfig: admissionregistrationv1.WebhookClientConfig{
-			URL: ptr.To("https://127.0.0.1:9443/validate")}}}}
+			URL: ptr.To("https://127.0.0.1:9443/validate")}}, {Name: "not-enabled.workloads.x", ClientConfig: admissionregistrationv1.WebhookClientConfig{
+			Service: &admissionregistrationv1.ServiceReference{Namespace: ns, Name: "hook"}}}, {Name: "policies.x", ClientConfig: admissionregistrationv1.WebhookClientConfig{
+			Service: &admissionregistrationv1.ServiceReference{Namespace: ns, Name: "hook", Path: ptr.To("/validate/not-enabled")}}}}}
 	return m, v
 }
 
@@ -188,101 +188,25 @@ func TestEmptySecretIsFilledIn(t *testing.T) {
 	}
 }
 
-// While the webhook's Deployment rolls from or to a release without the door, the
-// configurations carry plain paths and the keeper answers them (Plain); once only pods
-// with the door are left, the token goes into the paths, and plain paths are still
-// answered for the propagation delay, then no more.
-func TestDoorlessReplicasKeepThePathsPlain(t *testing.T) {
+// The chart renders no path (the webhook owns the field): the keeper names each entry's
+// path by its name, whatever path, if any, the entry had.
+func TestPathFollowsTheEntryNotItsPath(t *testing.T) {
 	m, v := configurations()
-	withDoor := func(name string, door bool) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "hook"}}}
-		if door {
-			p.Labels[LabelDoor] = "token"
-		}
-		return p
-	}
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "hook", Namespace: ns}}
-	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "hook"}}
-	d.Spec.Template.Labels = map[string]string{"app": "hook", LabelDoor: "token"}
-	old := withDoor("old-0", false)
-	client := fake.NewClientset(m, v, d, old, withDoor("new-0", true))
-	c := &clock{now: time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)}
-	k := newKeeper(t, client, c, &serving{})
-	k.cfg.Doorless = DeploymentDoorless(client, ns, "hook")
+	m.Webhooks[0].ClientConfig.Service.Path = nil
+	client := fake.NewClientset(m, v)
+	k := newKeeper(t, client, &clock{now: time.Now()}, &serving{})
 	ctx := context.Background()
-
-	// An upgrade from a door-less release: its pod is still there.
-	if err := k.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if mp, vu := paths(t, client); mp != "/mutate" || vu != "https://127.0.0.1:9443/validate" || !k.Plain() {
-		t.Fatalf("a door-less pod serves: paths %s, %s, plain %v; want plain", mp, vu, k.Plain())
-	}
-	// Its last pod is gone: the token goes in; plain answered for the propagation delay.
-	if err := client.CoreV1().Pods(ns).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c.add(5 * time.Second)
 	if err := k.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	tok := token(t, client, KeyToken)
-	if mp, _ := paths(t, client); mp != "/"+tok+"/mutate" || !k.Plain() {
-		t.Fatalf("only pods with the door: path %s, plain %v; want the token, plain for a while", mp, k.Plain())
-	}
-	c.add(20 * time.Second)
-	if k.Plain() {
-		t.Fatal("plain paths still answered after the propagation delay")
-	}
-	// A rollback to the door-less release: its template has no door label.
-	d.Spec.Template.Labels = map[string]string{"app": "hook"}
-	if _, err := client.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+	mp, _ := paths(t, client)
+	got, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "hook", metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := k.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if mp, vu := paths(t, client); mp != "/mutate" || vu != "https://127.0.0.1:9443/validate" || !k.Plain() {
-		t.Fatalf("rolling back to a door-less release: paths %s, %s, plain %v; want plain", mp, vu, k.Plain())
-	}
-}
-
-// A keeper that cannot tell whether door-less replicas serve (its Deployment unreadable)
-// writes the token as without them: a fresh install must not stay at plain paths.
-func TestDoorlessUnknownStillWritesTheToken(t *testing.T) {
-	m, v := configurations()
-	client := fake.NewClientset(m, v)
-	c := &clock{now: time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)}
-	k := newKeeper(t, client, c, &serving{})
-	k.cfg.Doorless = DeploymentDoorless(client, ns, "missing")
-	if err := k.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if mp, _ := paths(t, client); mp != "/"+token(t, client, KeyToken)+"/mutate" || k.Plain() {
-		t.Fatalf("Deployment unreadable: path %s, plain %v; want the token", mp, k.Plain())
-	}
-}
-
-// A plain-path call that comes before this replica's next Sync saw why (another replica
-// wrote the plain paths) is answered once a check finds door-less replicas; checks are
-// at most one a second.
-func TestPlainNowChecksAtOnce(t *testing.T) {
-	m, v := configurations()
-	client := fake.NewClientset(m, v)
-	c := &clock{now: time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)}
-	k := newKeeper(t, client, c, &serving{})
-	checks, doorless := 0, false
-	k.cfg.Doorless = func(context.Context) (bool, error) { checks++; return doorless, nil }
-	ctx := context.Background()
-	if k.PlainNow(ctx) || checks != 1 {
-		t.Fatalf("no door-less replica: PlainNow true or %d checks", checks)
-	}
-	doorless = true
-	if k.PlainNow(ctx) || checks != 1 {
-		t.Fatalf("within a second of the last check: PlainNow true or %d checks, want no new check", checks)
-	}
-	c.add(time.Second)
-	if !k.PlainNow(ctx) || checks != 2 || !k.Plain() {
-		t.Fatalf("door-less replicas serve: PlainNow false or %d checks", checks)
+	notEnabled, policies := *got.Webhooks[1].ClientConfig.Service.Path, *got.Webhooks[2].ClientConfig.Service.Path
+	if mp != "/"+tok+"/mutate" || notEnabled != "/"+tok+"/not-enabled" || policies != "/"+tok+"/validate" {
+		t.Fatalf("paths %s, %s, %s: want /<token>/mutate, /<token>/not-enabled, /<token>/validate", mp, notEnabled, policies)
 	}
 }

@@ -177,15 +177,18 @@ annotations:
 {{- end }}
 {{- end }}
 
-{{/* clientConfig of a webhook; $path is /mutate or /validate. */}}
+{{/* clientConfig of a webhook. No path and, unless certMode is secret-provided, no
+caBundle: the webhook writes the path (/<token>/mutate, named by the entry) and, in
+self mode, the caBundle; cert-manager's cainjector writes it in cert-manager mode. What
+the chart does not render, Argo CD's and Flux's diffs do not compare, and helm upgrade
+does not reset (docs/fleet.md#gitops-argo-cd-and-flux). Until the path is written the
+API server calls /, which answers 404: failurePolicy decides, as for a webhook down. */}}
 {{- define "cksw.clientConfig" -}}
 {{- $ := index . 0 }}
-{{- $path := index . 1 }}
 clientConfig:
   service:
     name: {{ include "cksw.fullname" $ }}
     namespace: {{ $.Release.Namespace }}
-    path: {{ $path }}
     port: {{ $.Values.service.port }}
   {{- if eq $.Values.certMode "secret-provided" }}
   caBundle: {{ $.Values.certs.caBundle }}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// obj decodes a YAML object.
+func obj(t *testing.T, s string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(s), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+const cfg = `
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: x, labels: {a: b}}
+webhooks:
+- name: pods.x
+  admissionReviewVersions: [v1]
+  clientConfig: {service: {name: s, namespace: n, port: 443%s}}
+  sideEffects: None
+`
+
+// argoDiff ignores what only the live object has (the webhook's path and caBundle, the
+// API server's defaults, Helm's annotations), finds a rendered path that differs, and
+// compares quantities in canonical form, as gitops-engine's diff does.
+func TestArgoDiff(t *testing.T) {
+	live := obj(t, `
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: x, labels: {a: b}, annotations: {meta.helm.sh/release-name: r}, resourceVersion: "5", uid: u}
+webhooks:
+- name: pods.x
+  admissionReviewVersions: [v1]
+  clientConfig: {caBundle: Zm9v, service: {name: s, namespace: n, port: 443, path: /abcdefghijklmnopqrstuvwxyz/mutate}}
+  sideEffects: None
+  timeoutSeconds: 10
+  failurePolicy: Fail
+`)
+	for _, c := range []struct {
+		extra string
+		drift bool
+	}{{"", false}, {", path: /mutate", true}} {
+		changed, patch, err := argoDiff(obj(t, fmt.Sprintf(cfg, c.extra)), live)
+		if err != nil || changed != c.drift {
+			t.Errorf("extra %q: changed %v (%s), err %v", c.extra, changed, patch, err)
+		}
+	}
+	// Deployment quantities
+	d := `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d}
+spec:
+  selector: {matchLabels: {a: b}}
+  template:
+    metadata: {labels: {a: b}}
+    spec:
+      containers:
+      - name: c
+        image: i
+        resources: {requests: {cpu: %s}}
+`
+	changed, patch, err := argoDiff(obj(t, fmt.Sprintf(d, "1")), obj(t, fmt.Sprintf(d, "\"1000m\"")))
+	if err != nil || changed {
+		t.Errorf("quantities: %v %s %v", changed, patch, err)
+	}
+	changed, _, _ = argoDiff(obj(t, fmt.Sprintf(d, "2")), obj(t, fmt.Sprintf(d, "\"1\"")))
+	if !changed {
+		t.Error("cpu 2 vs 1 not drift")
+	}
+}
