@@ -193,7 +193,11 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	if st.Policies != nil {
 		pw := policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}
 		chain = st.Policies.AppendLinks(own, pw)
-		audited = strategy.Resolve(st.Policies.AppendAuditLinks(slices.Clip(own), pw)...)
+		// Resolved again only when an audited source joins the chain: resolving parses
+		// the strategy, which every workload of a cost refresh would pay for nothing.
+		if auditChain := st.Policies.AppendAuditLinks(slices.Clip(own), pw); !sameLinks(auditChain, chain) {
+			audited = strategy.Resolve(auditChain...)
+		}
 	}
 	src := strategy.Resolve(chain...)
 	auditing := audited.Active() && audited.Object != src.Object
@@ -239,6 +243,11 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	}
 	w.finish(st, s, &t, unavailable)
 	r.Workloads = append(r.Workloads, w)
+}
+
+// sameLinks reports whether a and b name the same objects in the same order.
+func sameLinks(a, b []strategy.AnnotatedObject) bool {
+	return slices.EqualFunc(a, b, func(x, y strategy.AnnotatedObject) bool { return x.Name == y.Name })
 }
 
 // auditOf is what the audited source src would do to the revision uid of replicas pods.
