@@ -264,8 +264,8 @@ func heldDuring(fn func()) uint64 {
 // 1 KiB per pod; listing held
 // 5 to 8 KiB through the API server (12 KiB through the fake client, which copies).
 func TestCostRefreshHeap(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds thousands of pods")
+	if testing.Short() || raceEnabled {
+		t.Skip("builds thousands of pods and measures the heap: not in -short mode, nor under the race detector (make test-unit runs it without)")
 	}
 	n := 2000
 	if v, err := strconv.Atoi(os.Getenv("COST_REFRESH_PODS")); err == nil && v > 0 {
