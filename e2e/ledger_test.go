@@ -282,11 +282,16 @@ func TestScaleUpDownUpWithinSeconds(t *testing.T) {
 }
 
 // Five random pods of a fresh 41-replica Deployment are deleted a few seconds after it
-// settled, well within the reservation TTL: the replacements take the freed seats.
+// settled, well within the reservation TTL: the replacements take the freed seats. A
+// replacement the ReplicaSet controller creates before the webhook's pod cache sees its
+// predecessor's deletion takes the next free seat, above the replica count (CI saw it
+// once, for seat 41); the convergence loop moves it onto the freed seat, as in
+// TestDeletedPodReplacedOnSameTerm.
 func TestReplacementsTakeFreedSeatsWithinTTL(t *testing.T) {
 	ctx := context.Background()
 	replicasBehindBalancer(ctx, t, 2)
 	ns := newNamespace(ctx, t, "e2e-ledger-replace")
+	startConverger(ctx, t, "replace-ttl", 22)
 	d := deployment(ns, "svc", seedStrategy, 41, true)
 	createDeployment(ctx, t, d)
 	before := settled(ctx, t, ns, d.Name, 41)
@@ -300,6 +305,7 @@ func TestReplacementsTakeFreedSeatsWithinTTL(t *testing.T) {
 			t.Fatalf("deleting the pod of seat %d: %v", victims[i], err)
 		}
 	}
+	waitExact(ctx, t, ns, d.Name, seedStrategy, 41, 2*time.Minute)
 	after := settled(ctx, t, ns, d.Name, 41)
 	assertExactSpread(ctx, t, seedStrategy, after)
 	afterBySeat := podsBySeat(after)
