@@ -168,12 +168,13 @@ func TestPolicyAudit(t *testing.T) {
 // Deployment says why); resumed, its moves start, and the cluster-wide stop switch (the
 // converge annotation on the webhook's namespace) halts them mid-way, said by the metric,
 // spread and an Event; lifted, the moves finish exact, with as many strategy moves as
-// the audit named. MAX_EVICTIONS_PER_MINUTE=2 paces the moves so the stop lands mid-way.
+// the audit named. MAX_EVICTIONS_PER_MINUTE=4 paces the moves so the stop lands mid-way
+// (at most two at once: each Deployment moves one pod at a time, its budget).
 func TestPolicyPauseAndStop(t *testing.T) {
 	ctx := context.Background()
 	dyn := dynamicClient(t)
 	ns := policyNamespace(ctx, t, "e2e-policy-pause", nil, capacityStrategy)
-	conv := startConverger(ctx, t, "converge-pause", 42, "MAX_EVICTIONS_PER_MINUTE=2")
+	conv := startConverger(ctx, t, "converge-pause", 42, "MAX_EVICTIONS_PER_MINUTE=4")
 	const next = "karpenter.sh/capacity-type=on-demand,weight=1:karpenter.sh/capacity-type=spot,weight=1"
 	const replicas = 8
 	names := []string{"pause-a", "pause-b"}
