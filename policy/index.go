@@ -184,6 +184,9 @@ func NamespaceOf(ns *corev1.Namespace) *Namespace {
 type policies struct {
 	namespaced map[string][]*Compiled
 	cluster    []*Compiled
+	// audited: some policy is in audit mode (otherwise a match as if every policy were
+	// enforced is the plain match).
+	audited bool
 }
 
 func byPrecedence(a, b *Compiled) int {
@@ -196,6 +199,7 @@ func byPrecedence(a, b *Compiled) int {
 func newPolicies(all []*Compiled) *policies {
 	p := &policies{namespaced: map[string][]*Compiled{}}
 	for _, c := range all {
+		p.audited = p.audited || c.Audit
 		if c.Cluster() {
 			p.cluster = append(p.cluster, c)
 		} else {

@@ -114,7 +114,10 @@ func Statuses(p *policies, workloads []Governable, namespace func(string) *Names
 		}
 		// What the sources in audit mode would do: the policy, or failing one the
 		// namespace default, that would govern w if they were all enforced.
-		a := p.match(w.Workload, ns, true)
+		a := m
+		if p.audited {
+			a = p.match(w.Workload, ns, true)
+		}
 		switch {
 		case a.Policy != nil && a.Policy.Audit:
 			if st := count(get, a, w); st != nil && w.Moves != nil && st.Invalid == "" {
