@@ -26,9 +26,8 @@ type movePlanner struct {
 	unavailable     map[int]bool
 	live, ready     int
 	heldSeats       []int
-	above           map[int]clusterview.PlacedPod   // pods of seats above the replica count
-	bySeat          map[int][]clusterview.PlacedPod // pods of each seat up to it
-	landed, landing map[int]bool                    // terms a returning pod landed on, or is on its way to
+	above           map[int]clusterview.PlacedPod // pods of seats above the replica count
+	landed, landing map[int]bool                  // terms a returning pod landed on, or is on its way to
 	heldForFallback int
 	moveSignalled   bool // planConfig.moveSignalled
 }
