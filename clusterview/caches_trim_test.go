@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
@@ -267,6 +268,24 @@ func TestPositive(t *testing.T) {
 	for in, want := range map[string]int{"": 0, "0": 0, "1": 1, "42": 42, "-3": 0, "+3": 0, "x": 0, "1x": 0, "999999999": 999999999, "1000000000": 0} {
 		if got := positive(in); got != want {
 			t.Errorf("positive(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// Karpenter's do-not-disrupt survives the trim as a bit: "true" only, as Karpenter
+// reads it.
+func TestTrimPodKeepsDoNotDisrupt(t *testing.T) {
+	for value, want := range map[string]bool{"true": true, "false": false, "": false, "True": false} {
+		pod := decodedPod(t, "web-d", 3)
+		if value != "" {
+			pod.Annotations[karpv1.DoNotDisruptAnnotationKey] = value
+		}
+		cp := trimmed(t, pod)
+		if got := cp.placed().DoNotDisrupt; got != want {
+			t.Errorf("do-not-disrupt %q: DoNotDisrupt %v, want %v", value, got, want)
+		}
+		if got := podOf(cp).Annotations[karpv1.DoNotDisruptAnnotationKey] == "true"; got != want {
+			t.Errorf("do-not-disrupt %q: rebuilt pod says %v, want %v", value, got, want)
 		}
 	}
 }

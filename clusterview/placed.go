@@ -25,6 +25,9 @@ type PlacedPod struct {
 	Created                  time.Time
 	Terminating              bool // a deletion timestamp is set
 	Ready                    bool // condition Ready is True
+	// DoNotDisrupt: the pod carries karpenter.sh/do-not-disrupt: "true"; the loop
+	// never evicts it, its seat counts as held where it is.
+	DoNotDisrupt bool
 	// Unschedulable is the reason of a PodScheduled False condition ("": none), which
 	// holds since UnschedulableSince (zero when the API server gave no time).
 	Unschedulable      string
@@ -107,7 +110,7 @@ func (p *cachedPod) placed() PlacedPod {
 		Name: p.name, Namespace: p.namespace(), UID: p.uid,
 		Seat: p.seatNumber(), Term: positive(placement.term), FallbackFrom: positive(placement.fallbackFrom),
 		NodeName: value(p.nodeName), Phase: status.phase,
-		Terminating: p.deletion != nil, Ready: p.ready,
+		Terminating: p.deletion != nil, Ready: p.ready, DoNotDisrupt: p.doNotDisrupt,
 		Unschedulable: status.unschedulable, nodeSelector: placement.nodeSelector,
 	}
 	if p.requests != (unique.Handle[podRequests]{}) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
@@ -50,6 +51,8 @@ type cachedPod struct {
 	deletion                    *metav1.Time // nil while the pod is not terminating
 	seat                        int32
 	ready                       bool // Ready is True
+	// doNotDisrupt: karpenter.sh/do-not-disrupt is "true" (the loop never evicts it).
+	doNotDisrupt bool
 }
 
 // oddPod holds the values of a cached pod that have no packed form: a resource version
@@ -210,6 +213,9 @@ func (p *cachedPod) pod() *corev1.Pod {
 			pod.Annotations[kv[0]] = kv[1]
 		}
 	}
+	if p.doNotDisrupt {
+		pod.Annotations[karpv1.DoNotDisruptAnnotationKey] = "true"
+	}
 	if placement.nodeSelector != "" {
 		pod.Spec.NodeSelector = map[string]string{}
 		decodeSelector(placement.nodeSelector, pod.Spec.NodeSelector)
@@ -238,11 +244,12 @@ func podOf(obj any) *corev1.Pod {
 
 // cachedAnnotations are the annotations of a placed pod that are read from the cache:
 // the seat and term (ledger, convergence loop), the reservation the pod fulfils
-// (ledger) and the term it fell back from (convergence loop).
+// (ledger) and the term it fell back from (convergence loop). Karpenter's
+// do-not-disrupt is kept as a bit (cachedPod.doNotDisrupt).
 var cachedAnnotations = []string{strategy.AnnotationSeat, strategy.AnnotationTerm, strategy.AnnotationReservation, strategy.AnnotationFallbackFrom}
 
 // trimPod keeps, in a cachedPod, what the ledger and the convergence loop read:
-// identity, controller, the cachedAnnotations, node name and selector (a few labels:
+// identity, controller, the cachedAnnotations and do-not-disrupt, node name and selector (a few labels:
 // the term it is on), phase, deletion, and whether it is Ready and since when it is
 // unschedulable (the loop's readiness and stranded-pod checks); and its CPU and memory
 // requests (serve's cost metrics). Everything else
@@ -253,7 +260,8 @@ func trimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	p := &cachedPod{name: pod.Name, uid: pod.UID, nodeName: handle(pod.Spec.NodeName), deletion: pod.DeletionTimestamp}
+	p := &cachedPod{name: pod.Name, uid: pod.UID, nodeName: handle(pod.Spec.NodeName), deletion: pod.DeletionTimestamp,
+		doNotDisrupt: pod.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true"}
 	var odd oddPod
 	var packed bool
 	if p.resourceVersion, packed = packDecimal(pod.ResourceVersion, math.MaxUint64); !packed {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -47,7 +48,7 @@ func (mp *movePlanner) consider(pod clusterview.PlacedPod) {
 		// A pod whose own nodeSelector contradicts a term was left unplaced on purpose;
 		// its replacement would be too, so moving it would only churn.
 		if !selectorConflicts(mp.snap.s, pod.NodeSelector()) {
-			mp.plan.moves = append(mp.plan.moves, move{pod: pod, reason: MoveUnplaced, why: "it was admitted without a seat (the webhook was unreachable)"})
+			mp.add(move{pod: pod, reason: MoveUnplaced, why: "it was admitted without a seat (the webhook was unreachable)"})
 		}
 		return
 	}
@@ -55,15 +56,30 @@ func (mp *movePlanner) consider(pod clusterview.PlacedPod) {
 		mp.plan.res.fallbackPods++
 	}
 	if pod.Seat > mp.snap.rev.replicas {
-		mp.above[pod.Seat] = pod
+		if !pod.DoNotDisrupt {
+			mp.above[pod.Seat] = pod
+		}
 		return
 	}
 	mp.heldSeats = append(mp.heldSeats, pod.Seat)
 	if m, ok := mp.moveOff(pod); ok {
-		mp.plan.moves = append(mp.plan.moves, m)
+		mp.add(m)
 	} else if m, ok := mp.moveOffSignalledNode(pod); ok {
-		mp.plan.moves = append(mp.plan.moves, m)
+		mp.add(m)
 	}
+}
+
+// add plans m, unless its pod carries Karpenter's do-not-disrupt: such a pod is never
+// evicted by the loop (Karpenter keeps it through voluntary disruption too); it stays
+// where it is, holding its seat there, and the workload is told once. Nor does it keep
+// the revision off its placement (the lag, its alert): that is the user's choice.
+func (mp *movePlanner) add(m move) {
+	if !m.pod.DoNotDisrupt {
+		mp.plan.moves = append(mp.plan.moves, m)
+		return
+	}
+	mp.plan.notes = append(mp.plan.notes, note{key: noteKey{revision: mp.snap.rev.uid, kind: notePinned, pod: m.pod.UID}, reason: ReasonConvergeBlocked,
+		msg: fmt.Sprintf("pod %s stays where it is (%s=true), though %s", m.pod.Name, karpv1.DoNotDisruptAnnotationKey, m.why)})
 }
 
 // signalledNode says what EC2 said of the pod's node, if it is a signalled node of the
@@ -195,8 +211,9 @@ func (mp *movePlanner) moveSeatsAbove() {
 }
 
 // secondHolders returns, for each of the seats twice (held by more than one pod), all
-// its holders but the one that stays (Ready first, then the oldest), skipping pods that
-// move for another reason; in seat order. Rare: the common pass pays nothing for it.
+// its holders but the one that stays (do-not-disrupt first, then Ready, then the
+// oldest), skipping pods that move for another reason or must not be evicted; in seat
+// order. Rare: the common pass pays nothing for it.
 func (mp *movePlanner) secondHolders(twice map[int]bool) []clusterview.PlacedPod {
 	moving := map[types.UID]bool{}
 	for _, m := range mp.plan.moves {
@@ -213,6 +230,12 @@ func (mp *movePlanner) secondHolders(twice map[int]bool) []clusterview.PlacedPod
 		pods := bySeat[seat]
 		slices.SortFunc(pods, func(a, b clusterview.PlacedPod) int {
 			switch {
+			case a.DoNotDisrupt != b.DoNotDisrupt:
+				// The one that stays: never a pod the loop must not evict.
+				if a.DoNotDisrupt {
+					return -1
+				}
+				return 1
 			case a.Ready != b.Ready:
 				if a.Ready {
 					return -1
@@ -224,7 +247,7 @@ func (mp *movePlanner) secondHolders(twice map[int]bool) []clusterview.PlacedPod
 			return strings.Compare(a.Name, b.Name)
 		})
 		for _, pod := range pods[1:] {
-			if !moving[pod.UID] {
+			if !moving[pod.UID] && !pod.DoNotDisrupt {
 				out = append(out, pod)
 			}
 		}

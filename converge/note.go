@@ -29,6 +29,7 @@ const (
 	noteCanary                        // one pod goes back to a term first
 	noteLaunching                     // pods wait, yet their term is not unavailable: Karpenter launches for it
 	noteSignal                        // pods run on a node EC2 signalled
+	notePinned                        // a pod that would move carries do-not-disrupt
 )
 
 // noteKey names a note said once: its revision, term and kind, and what makes it new
@@ -39,7 +40,8 @@ type noteKey struct {
 	kind      noteKind
 	until     int64 // Unix nanoseconds (a signal's time, for noteSignal)
 	launching int
-	node      string // the signalled node (noteSignal)
+	node      string    // the signalled node (noteSignal)
+	pod       types.UID // the pod that stays (notePinned)
 }
 
 // note is a line plan wants said once per key: an Event on the workload (and a log

@@ -64,6 +64,14 @@ func TestPlan(t *testing.T) {
 			evict: []string{"web-10", "web-9"}, budget: 0},
 		{name: "an opted-out workload moves nothing and says why", replicas: 10, pods: drifted(10, 9),
 			edit: func(s *snapshot) { s.hold = "a policy is suspended" }, blocked: true},
+		{name: "a do-not-disrupt pod stays, the next drifted pod moves", replicas: 10, pods: drifted(10, 9), max: intstr.FromInt32(1),
+			edit: func(s *snapshot) { s.pods[9].DoNotDisrupt = true }, evict: []string{"web-9"}, budget: 1, notes: []noteKind{notePinned}},
+		{name: "a seat held twice keeps its do-not-disrupt holder", replicas: 5, pods: drifted(4, 5), max: intstr.FromInt32(1),
+			edit: func(s *snapshot) {
+				twin := clusterview.PlacedPodOf(pod(2, 2, "spot", true, 0))
+				twin.Name, twin.UID, twin.DoNotDisrupt = "web-2b", "pod-2b", true
+				s.pods = append(s.pods, twin)
+			}, evict: []string{"web-2"}, budget: 1},
 		{name: "a return starts with a canary per term", replicas: 4, pods: fallbackPods(4), max: intstr.FromString("50%"),
 			edit: func(s *snapshot) {
 				s.rec = &unavailability.Record{Terms: map[int]unavailability.TermState{1: {Until: s.now.Add(-time.Second)}}}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
@@ -152,6 +154,9 @@ func TestPolicyEditConverges(t *testing.T) {
 	}
 
 	const next = "karpenter.sh/capacity-type=on-demand,base=1,weight=1:karpenter.sh/capacity-type=spot,weight=1"
+	// One of beta's pods that the edit moves carries Karpenter's do-not-disrupt: the
+	// loop moves the others and leaves it where it is until the annotation goes.
+	pinned := pinMovingPod(ctx, t, ns, "beta", capacityStrategy, next, replicas)
 	var watchers []*budgetWatcher
 	for _, name := range names {
 		watchers = append(watchers, watchBudget(ctx, ns, name, replicas))
@@ -161,6 +166,10 @@ func TestPolicyEditConverges(t *testing.T) {
 		t.Fatalf("editing the policy: %v", err)
 	}
 	for i, name := range names {
+		if name == "beta" {
+			waitStaying(ctx, t, ns, name, pinned)
+			setDoNotDisrupt(ctx, t, pinned, "")
+		}
 		took := waitExact(ctx, t, ns, name, next, replicas, 4*time.Minute)
 		maxUnavailable, at := watchers[i].stop()
 		t.Logf("MEASURED policy edited -> %s exact: %s; most pods unavailable at once: %d", name, took.Round(time.Second), maxUnavailable)
@@ -304,5 +313,68 @@ func TestPolicyStatusConflictAndInvalid(t *testing.T) {
 		return len(ev) > 0 && strings.Contains(ev[0], "PlacementPolicy "+ns+"/broken"), nil
 	}); err != nil {
 		t.Errorf("no InvalidStrategy Event naming the policy on Deployment api: %q", ev)
+	}
+}
+
+// pinMovingPod gives karpenter.sh/do-not-disrupt=true to one settled pod of the
+// Deployment whose seat strategy from places on another term than strategy to.
+func pinMovingPod(ctx context.Context, t *testing.T, ns, name, from, to string, replicas int) corev1.Pod {
+	t.Helper()
+	was, err := strategy.Parse(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	will, err := strategy.Parse(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := was.Place(replicas, nil), will.Place(replicas, nil)
+	for _, p := range settled(ctx, t, ns, name, replicas) {
+		seat, ok := strategy.SeatOf(&p)
+		if ok && seat <= replicas && before.Terms[seat-1] != after.Terms[seat-1] {
+			setDoNotDisrupt(ctx, t, p, "true")
+			return p
+		}
+	}
+	t.Fatalf("no pod of %s/%s changes term from %q to %q", ns, name, from, to)
+	return corev1.Pod{}
+}
+
+// setDoNotDisrupt sets Karpenter's do-not-disrupt annotation on p to value ("": removed).
+func setDoNotDisrupt(ctx context.Context, t *testing.T, p corev1.Pod, value string) {
+	t.Helper()
+	v := "null"
+	if value != "" {
+		v = `"` + value + `"`
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + karpv1.DoNotDisruptAnnotationKey + `":` + v + `}}}`)
+	if _, err := env.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("annotating pod %s: %v", p.Name, err)
+	}
+}
+
+// waitStaying waits until spread counts the pinned pod as the one pod the loop leaves
+// off its term and no repair is pending, then checks the pod was never evicted and the
+// workload was told why.
+func waitStaying(ctx context.Context, t *testing.T, ns, name string, pinned corev1.Pod) {
+	t.Helper()
+	var last map[string]any
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = spreadJSON(ctx, t, ns, name)
+		return last["doNotDisrupt"] == float64(1) && last["pendingRepairs"] == float64(0), nil
+	})
+	if err != nil {
+		t.Fatalf("%s/%s: spread never showed the do-not-disrupt pod as the only one off its term: %v", ns, name, last)
+	}
+	p, err := env.client.CoreV1().Pods(ns).Get(ctx, pinned.Name, metav1.GetOptions{})
+	if err != nil || p.UID != pinned.UID || p.DeletionTimestamp != nil {
+		t.Fatalf("the do-not-disrupt pod %s was evicted (%v)", pinned.Name, err)
+	}
+	said := false
+	for _, msg := range eventsWith(ctx, t, ns, name, "ConvergeBlocked") {
+		said = said || strings.Contains(msg, pinned.Name) && strings.Contains(msg, karpv1.DoNotDisruptAnnotationKey)
+	}
+	if !said {
+		t.Errorf("%s/%s: no ConvergeBlocked Event names the do-not-disrupt pod %s", ns, name, pinned.Name)
 	}
 }

@@ -294,6 +294,8 @@ type tally struct {
 	requested []map[string]requests
 	held      map[int]bool
 	above     int
+	// unplacedStaying counts the unplaced pods that carry do-not-disrupt.
+	unplacedStaying int
 }
 
 // count adds one pod of the workload to its term's row.
@@ -301,6 +303,9 @@ func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placemen
 	i := pod.TermIndex
 	if pod.Seat <= 0 || i < 0 || i >= len(s.Terms) {
 		w.Unplaced++
+		if pod.DoNotDisrupt {
+			t.unplacedStaying++
+		}
 		return
 	}
 	if from := pod.FallbackFrom; from >= 1 && from <= len(s.Terms) && from-1 != i {
@@ -309,6 +314,8 @@ func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placemen
 	if seat := pod.Seat; seat > 0 {
 		t.held[seat] = true
 		switch {
+		case (seat > w.Replicas || placement.Terms[seat-1] != i) && pod.DoNotDisrupt:
+			w.DoNotDisrupt++
 		case seat > w.Replicas:
 			t.above++
 		case placement.Terms[seat-1] != i:
@@ -350,7 +357,8 @@ func (w *WorkloadReport) finish(st *State, s *strategy.Strategy, t *tally, unava
 			free++
 		}
 	}
-	w.PendingRepairs += w.Unplaced + min(t.above, free)
+	w.PendingRepairs += w.Unplaced - t.unplacedStaying + min(t.above, free)
+	w.DoNotDisrupt += t.unplacedStaying
 	tl := strategy.Tally{Replicas: w.Replicas, Unplaced: w.Unplaced, Placed: make([]int, len(w.Terms))}
 	for i := range w.Terms {
 		row := &w.Terms[i]

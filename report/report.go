@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/utils/resources"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
@@ -69,6 +70,10 @@ type WorkloadReport struct {
 	// Held says why the convergence loop moves none of its pods now: it opted out, its
 	// policy is suspended, or moves are stopped in its namespace or everywhere.
 	Held string `json:"held,omitempty"`
+	// DoNotDisrupt counts the pods off their seat's term (or unplaced, or above the
+	// replica count) that the loop leaves where they are: they carry Karpenter's
+	// karpenter.sh/do-not-disrupt. They are not among PendingRepairs.
+	DoNotDisrupt int `json:"doNotDisrupt,omitempty"`
 }
 
 // AuditReport is what a source in audit mode would do to a workload.
@@ -147,7 +152,9 @@ type Pod struct {
 	TermIndex int
 	// HoldsSeat: not terminating, not finished (strategy.HoldsSeat).
 	HoldsSeat bool
-	Phase     corev1.PodPhase
+	// DoNotDisrupt: karpenter.sh/do-not-disrupt is "true" (the loop never moves it).
+	DoNotDisrupt bool
+	Phase        corev1.PodPhase
 	// PendingReason is the scheduler's word on a pending pod ("": none).
 	PendingReason string
 	// CannotRun is admission's word on a pod whose images its term cannot run.
@@ -161,7 +168,8 @@ type Pod struct {
 // PodOf is the Pod of a pod read from the API server, on a term of s (nil: no term).
 func PodOf(pod *corev1.Pod, s *strategy.Strategy) Pod {
 	p := Pod{HoldsSeat: strategy.HoldsSeat(pod), Phase: pod.Status.Phase, PendingReason: pendingReason(pod),
-		CannotRun: pod.Annotations[strategy.AnnotationCannotRun], NodeName: pod.Spec.NodeName, TermIndex: -1}
+		CannotRun: pod.Annotations[strategy.AnnotationCannotRun], NodeName: pod.Spec.NodeName, TermIndex: -1,
+		DoNotDisrupt: pod.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true"}
 	if seat, ok := strategy.SeatOf(pod); ok {
 		p.Seat = seat
 		if s != nil {

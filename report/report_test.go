@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
@@ -93,6 +94,18 @@ func TestBuild(t *testing.T) {
 		t.Fatalf("a pod that cannot run: %+v", w)
 	}
 	delete(st.Pods[1].Annotations, strategy.AnnotationCannotRun)
+
+	// A pod off its seat's term: a repair, unless it carries do-not-disrupt (the loop
+	// leaves it there); not exact either way.
+	st.Pods[2].Spec.NodeSelector["capacity"] = "on-demand"
+	if w := Build(st, func(string, string) bool { return true }).Workloads[0]; w.Exact || w.PendingRepairs != 1 || w.DoNotDisrupt != 0 {
+		t.Fatalf("a pod off its term: %+v", w)
+	}
+	st.Pods[2].Annotations[karpv1.DoNotDisruptAnnotationKey] = "true"
+	if w := Build(st, func(string, string) bool { return true }).Workloads[0]; w.Exact || w.PendingRepairs != 0 || w.DoNotDisrupt != 1 {
+		t.Fatalf("a do-not-disrupt pod off its term: %+v", w)
+	}
+	st.Pods[2] = placedPod("p3", "new", 3, "spot", corev1.PodRunning, "n2")
 
 	// One pod missing from its term: not exact, and said so.
 	st.Pods = st.Pods[1:]

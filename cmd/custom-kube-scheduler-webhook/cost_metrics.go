@@ -107,7 +107,7 @@ func (v costViews) podsOf(namespace string, owner types.UID, s *strategy.Strateg
 		}
 		fn(report.Pod{
 			Seat: p.Seat, FallbackFrom: p.FallbackFrom, TermIndex: term,
-			HoldsSeat: p.HoldsSeat(), Phase: p.Phase, PendingReason: p.Unschedulable, NodeName: p.NodeName,
+			HoldsSeat: p.HoldsSeat(), DoNotDisrupt: p.DoNotDisrupt, Phase: p.Phase, PendingReason: p.Unschedulable, NodeName: p.NodeName,
 			CPUMilli: p.CPUMilli, MemoryBytes: p.MemoryBytes,
 		})
 	})

@@ -225,6 +225,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		if wl.Held != "" {
 			fmt.Fprintf(w, "  moves held: %s\n", wl.Held)
 		}
+		if wl.DoNotDisrupt > 0 {
+			fmt.Fprintf(w, "  do-not-disrupt: %d pods stay off their seat's term (karpenter.sh/do-not-disrupt); the loop does not move them\n", wl.DoNotDisrupt)
+		}
 		if wl.Error != "" {
 			fmt.Fprintf(w, "  invalid strategy: %s\n", wl.Error)
 			continue
