@@ -771,6 +771,42 @@ func TestReleaseOfAnAbandonedAttemptKeepsTheRetrysSeat(t *testing.T) {
 	}
 }
 
+// The owner hands over when its drain begins, while it still answers: a peer that
+// forwards to it is told to read the record again and takes the revision at once with
+// its reservations, and the old owner's own claims are forwarded to the new one. A last
+// replica (none takes the revision) takes it back after half the ownership duration, and
+// its hand-over once its server stopped releases it again.
+func TestHandoverAtDrainStart(t *testing.T) {
+	client := fake.NewClientset()
+	fakeleases.WithOptimisticConcurrency(client)
+	ls := ledgers(t, client, ledgerNS, 2, Options{})
+	old, next := ls[0], ls[1]
+	if s := claim(t, old, shopRS, "r1"); s != 1 {
+		t.Fatalf("first claim got %d", s)
+	}
+	waitForHolder(t, next, shopRS, old.identity)
+	old.Handover(context.Background())
+	if _, _, err := old.claim(context.Background(), shopRS, claimRequest{hash: idHash("peer"), replicas: -1}, false); !errors.Is(err, errHandedOver) {
+		t.Fatalf("a peer's claim at the handed-over owner: %v, want errHandedOver", err)
+	}
+	if s := claim(t, next, shopRS, "r2"); s != 2 {
+		t.Fatalf("the claim forwarded to the old owner got seat %d, want 2 (seat 1 is its reservation)", s)
+	}
+	if s := claim(t, old, shopRS, "r3"); s != 3 {
+		t.Fatalf("the old owner's own claim got seat %d, want 3 from the new owner", s)
+	}
+	waitForHolder(t, next, shopRS, next.identity)
+
+	alone := clusterview.Revision{Namespace: testNS, UID: "rs-alone"}
+	last := ledgers(t, client, ledgerNS, 1, Options{Ownership: 200 * time.Millisecond})[0]
+	last.Handover(context.Background())
+	if s := claim(t, last, alone, "alone"); s != 1 {
+		t.Fatalf("the last replica's claim through its drain got seat %d, want 1", s)
+	}
+	last.Handover(context.Background())
+	waitForHolder(t, last, alone, "")
+}
+
 // A replica whose clock runs two minutes behind hands a revision over; the replica
 // taking it reads the reservations' time left from the record's own renew time, not by
 // comparing the two clocks, so the handed-over seat stays taken.

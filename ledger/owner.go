@@ -287,10 +287,16 @@ func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 
 // Handover releases every revision this replica owns, writing its live reservations
 // into their records, so that other replicas take them over at once: call it when the
-// server has stopped taking admissions. Revisions whose write fails lapse instead.
+// drain begins, while this replica still answers (a peer's claim then gets 409 and
+// reads the record again, where a stopped server looks like a crash), and again once
+// the server has stopped. Revisions whose write fails lapse instead. From the first
+// call on, this replica forwards its claims to the revisions' new owners
+// (leavesToSuccessor).
 func (l *Ledger) Handover(ctx context.Context) {
 	l.mu.Lock()
-	l.handedOver = true
+	if l.handedOver.IsZero() {
+		l.handedOver = l.clock.Now()
+	}
 	var owned []*revState
 	for _, s := range l.revs {
 		if holderOf(s.record) == l.identity {

@@ -403,14 +403,25 @@ func (r *replica) run(ctx, stop context.Context, start func() bool) error {
 	plainCtx, stopPlain := context.WithCancel(ctx)
 	plainDone := plain.serve(plainCtx, entry)
 	go checkPeerAddress(ctx, r.seats, &r.peerChecked, entry)
-	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() { r.draining.Store(true) }}
+	// The drain begins with the hand-over, while this replica still answers: the other
+	// replicas take its revisions over at once, with its reservations, and its own
+	// admissions are forwarded to them. Once the server has stopped, a second hand-over
+	// releases what it took back meanwhile (no other replica claimed it).
+	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() {
+		r.draining.Store(true)
+		r.handover(ctx)
+	}}
 	err = webhook.ServeDrain(stop, ln, r.handlers.Mux(), r.certs.GetCertificate, drain, entry)
 	stopPlain()
 	<-plainDone
-	// No admission reaches this replica any more: the other replicas take its
-	// revisions over at once, with its reservations.
-	handover, cancelHandover := context.WithTimeout(ctx, 5*time.Second)
-	defer cancelHandover()
-	r.seats.Handover(handover)
+	r.handover(ctx)
 	return err
+}
+
+// handover hands the revisions this replica owns over to the others (Ledger.Handover),
+// within 5 s.
+func (r *replica) handover(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r.seats.Handover(ctx)
 }
