@@ -5,7 +5,7 @@
 // Events and the admission metrics.
 //
 // It reads the cluster through clusterview and claims seats through a SeatLedger (the
-// ledger package's Ledger, wired by cmd; it imports ledger for the peer path only). It
+// ledger package's Ledger, wired by cmd, which also hands it the ledger's peer handler and path). It
 // may import strategy, karpenter to merge tolerations, and imagearch for the request
 // type of the image architecture lookup (ImageArchitectures); what serves a term it
 // asks through the Capacity and ArchitectureCapacity interfaces. Nothing but cmd imports it (internal/layout checks

@@ -347,6 +347,7 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 		Log:        r.entry,
 		Limits:     cfg.Limits,
 		Peer:       ledger.RequirePeerCertificate(r.peerTrust, r.seats.PeerHandler()),
+		PeerPath:   ledger.PeerClaimPath,
 		Profiling:  cfg.Profiling,
 	}
 	if r.door != nil {

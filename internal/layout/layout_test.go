@@ -21,7 +21,7 @@ var allowed = map[string][]string{
 	"karpenter":                         {"karpenter/nodegroups", "strategy", "providerid"},
 	"clusterview":                       {"strategy", "policy"},
 	"ledger":                            {"strategy", "clusterview", "ownership"},
-	"webhook":                           {"strategy", "clusterview", "ledger", "karpenter", "policy", "api/v1alpha1", "imagearch"},
+	"webhook":                           {"strategy", "clusterview", "karpenter", "policy", "api/v1alpha1", "imagearch"},
 	"webhook/selfcert":                  nil,
 	"webhook/admissiontoken":            nil,
 	"unavailability":                    {"strategy", "ownership"},
