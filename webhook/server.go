@@ -232,7 +232,7 @@ func (h *Handlers) safeAdmit(ctx context.Context, name string, admit AdmitFunc, 
 	defer func() {
 		if p := recover(); p != nil {
 			h.Log.WithFields(logrus.Fields{"webhook": name, "uid": req.UID, "panic": p, "stack": string(debug.Stack())}).Error("admission handler panicked")
-			h.Metrics.admissions.WithLabelValues(name, OutcomeError).Inc()
+			h.Metrics.Admitted(name, OutcomeError)
 			resp = allow("internal error; admitted unchanged")
 		}
 	}()

@@ -34,6 +34,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/admissiontoken"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/validation"
 )
 
 // replica is one serve process's parts, made in the order they depend on each other.
@@ -333,8 +334,8 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 	if r.images != nil {
 		mutator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
 	}
-	validator := &webhook.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry,
-		Scope: &webhook.NamespaceScope{WhyNot: r.scope.WhyNotLabels, Each: r.policies.EachNamespace}}
+	validator := &validation.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry,
+		Scope: &validation.NamespaceScope{WhyNot: r.scope.WhyNotLabels, Each: r.policies.EachNamespace}}
 	if r.images != nil {
 		validator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
 	}
