@@ -44,9 +44,9 @@ const (
 	DefaultOwnership = 5 * time.Second
 )
 
-// ErrRecordFull is returned by Claim when a revision has more reservations in flight
+// errRecordFull is Claim's error when a revision has more reservations in flight
 // than its record can hold.
-var ErrRecordFull = errors.New("too many seat reservations in flight for this revision")
+var errRecordFull = errors.New("too many seat reservations in flight for this revision")
 
 // errHandedOver is a peer's answer after Handover where it would have to take the
 // revision: it is stopping.
@@ -175,7 +175,7 @@ func (l *Ledger) Start(ctx context.Context) {
 	l.ctx = ctx
 	l.mu.Unlock()
 	go l.records.RunWithContext(ctx)
-	go every(ctx, l.ttl, l.Sweep)
+	go every(ctx, l.ttl, l.sweep)
 	// Records whose ownership ended unrenewed are released soon after.
 	go every(ctx, l.duration/8, l.releaseIdle)
 }

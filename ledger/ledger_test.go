@@ -457,7 +457,7 @@ func TestIdleRecordIsSwept(t *testing.T) {
 	l := ledgers(t, client, ledgerNS, 1, Options{Clock: clock})[0]
 	ctx := context.Background()
 	burst(t, []*Ledger{l}, shopRS, 20)
-	l.Sweep(ctx)
+	l.sweep(ctx)
 	if _, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{}); err != nil {
 		t.Fatalf("a fresh record was swept: %v", err)
 	}
@@ -469,7 +469,7 @@ func TestIdleRecordIsSwept(t *testing.T) {
 	})
 	clock.Step(2*time.Minute + time.Second)
 	before := writes.OK.Load()
-	l.Sweep(ctx)
+	l.sweep(ctx)
 	if _, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{}); err == nil {
 		t.Fatal("an idle record was kept")
 	}

@@ -398,11 +398,11 @@ func observedReservations(record *coordinationv1.Lease, observed time.Time) map[
 	return view
 }
 
-// Sweep deletes the records this replica has seen unrenewed for twice the TTL whose
+// sweep deletes the records this replica has seen unrenewed for twice the TTL whose
 // reservations all expired, so no record outlives its burst for long. Deletion is
 // conditioned on the version seen: a record written meanwhile stays. Times are this
 // replica's own: when it observed the record, not the writer's RenewTime.
-func (l *Ledger) Sweep(ctx context.Context) {
+func (l *Ledger) sweep(ctx context.Context) {
 	now := l.clock.Now()
 	var idle []*coordinationv1.Lease
 	l.mu.Lock()
