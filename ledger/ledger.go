@@ -244,8 +244,14 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 		case l.leavesToSuccessor(now, forward):
 			// Handed over: another replica takes the revision at its next claim, and
 			// this one forwards to it meanwhile.
+			release := s.writing
 			l.mu.Unlock()
 			if !forward {
+				// The peer reads the record again on this answer: once the release
+				// has landed, so that one read shows it.
+				if release != nil {
+					_ = waitWrite(ctx, release, rev)
+				}
 				return 0, false, errHandedOver
 			}
 		default:

@@ -807,6 +807,51 @@ func TestHandoverAtDrainStart(t *testing.T) {
 	waitForHolder(t, last, alone, "")
 }
 
+// A handed-over owner tells a peer to read the record again only once its release has
+// landed, so that the peer's one read shows it.
+func TestHandedOverAnswerFollowsTheRelease(t *testing.T) {
+	client := fake.NewClientset()
+	fakeleases.WithOptimisticConcurrency(client)
+	old := ledgers(t, client, ledgerNS, 1, Options{Ownership: time.Minute})[0]
+	ctx := context.Background()
+	claim(t, old, shopRS, "r1")
+	waitForWrites(t, old, shopRS)
+	unblock := make(chan struct{})
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-unblock
+		return false, nil, nil
+	})
+	go old.Handover(ctx)
+	waitFor(t, "the release to start", func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		return old.revs[shopRS].writing != nil
+	})
+	answered := make(chan error, 1)
+	go func() {
+		_, _, err := old.claim(ctx, shopRS, claimRequest{hash: idHash("peer"), replicas: -1}, false)
+		answered <- err
+	}()
+	// Before the release lands there is no answer: a wrong one shows here, and a right
+	// one cannot (so this wait can only miss a fault, never fail a correct ledger).
+	select {
+	case err := <-answered:
+		t.Fatalf("the peer was answered (%v) before the release landed", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(unblock)
+	if err := <-answered; !errors.Is(err, errHandedOver) {
+		t.Fatalf("a peer's claim at the handed-over owner: %v, want errHandedOver", err)
+	}
+	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holderOf(rec) != "" {
+		t.Fatalf("the peer was answered while the record still names %q", holderOf(rec))
+	}
+}
+
 // A replica whose clock runs two minutes behind hands a revision over; the replica
 // taking it reads the reservations' time left from the record's own renew time, not by
 // comparing the two clocks, so the handed-over seat stays taken.
