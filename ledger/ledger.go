@@ -44,12 +44,12 @@ const (
 	DefaultOwnership = 5 * time.Second
 )
 
-// ErrRecordFull is returned by Claim when a revision has more reservations in flight
+// errRecordFull is Claim's error when a revision has more reservations in flight
 // than its record can hold.
-var ErrRecordFull = errors.New("too many seat reservations in flight for this revision")
+var errRecordFull = errors.New("too many seat reservations in flight for this revision")
 
-// errHandedOver is Claim's error after Handover where this replica would have to take
-// the revision: it is stopping.
+// errHandedOver is a peer's answer after Handover where it would have to take the
+// revision: it is stopping.
 var errHandedOver = errors.New("the seat ledger is stopping and takes no revision")
 
 // errNotOwner is a peer's answer when it does not own the revision (any more).
@@ -107,8 +107,8 @@ type Ledger struct {
 	// once a write has come back.
 	writeLatency time.Duration
 	latencyKnown bool
-	// handedOver is set by Handover: this replica takes no revision any more.
-	handedOver bool
+	// handedOver is when Handover first ran (zero: not yet); see leavesToSuccessor.
+	handedOver time.Time
 }
 
 // Options tunes a Ledger; zero values take the defaults.
@@ -175,7 +175,7 @@ func (l *Ledger) Start(ctx context.Context) {
 	l.ctx = ctx
 	l.mu.Unlock()
 	go l.records.RunWithContext(ctx)
-	go every(ctx, l.ttl, l.Sweep)
+	go every(ctx, l.ttl, l.sweep)
 	// Records whose ownership ended unrenewed are released soon after.
 	go every(ctx, l.duration/8, l.releaseIdle)
 }
@@ -228,12 +228,34 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 			return seat, false, err
 		}
 		holder, peer := l.liveHolder(s, now)
-		if holder == "" || holder == l.identity {
-			// Nobody owns it, or this replica's ownership lapsed: take it.
-			if l.handedOver {
-				l.mu.Unlock()
+		switch {
+		case holder != "" && holder != l.identity:
+			l.mu.Unlock()
+			if !forward {
+				return 0, false, errNotOwner
+			}
+			seat, err := l.forward(ctx, holder, peer, rev, req)
+			if err == nil || errors.Is(err, errPeerRefused) {
+				return seat, true, err
+			}
+			if err := l.ownerMissed(ctx, s, holder, err); err != nil {
+				return 0, false, err
+			}
+		case l.leavesToSuccessor(now, forward):
+			// Handed over: another replica takes the revision at its next claim, and
+			// this one forwards to it meanwhile.
+			release := s.writing
+			l.mu.Unlock()
+			if !forward {
+				// The peer reads the record again on this answer: once the release
+				// has landed, so that one read shows it.
+				if release != nil {
+					_ = waitWrite(ctx, release, rev)
+				}
 				return 0, false, errHandedOver
 			}
+		default:
+			// Nobody owns it, or this replica's ownership lapsed: take it.
 			write := l.acquire(s)
 			l.mu.Unlock()
 			if err := waitWrite(ctx, write, rev); err != nil {
@@ -241,38 +263,41 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 			}
 			continue
 		}
-		l.mu.Unlock()
-		if !forward {
-			return 0, false, errNotOwner
-		}
-		seat, err := l.forward(ctx, holder, peer, rev, req)
-		switch {
-		case err == nil:
-			return seat, true, nil
-		case errors.Is(err, errPeerRefused):
-			return 0, true, err
-		case errors.Is(err, errNotOwner):
-			// The record this replica knows is stale: read it again.
-			if err := l.refresh(ctx, rev); err != nil {
-				return 0, false, err
-			}
-			continue
-		case errors.Is(err, errOwnerGone):
-			l.mu.Lock()
-			l.ownerGone(s, holder, l.clock.Now())
-			l.mu.Unlock()
-		}
-		// The owner is unreachable or gone: retry until it answers, or until its
-		// record lapses or it has been gone long enough for the pods of its last
-		// answers to be visible.
-		l.log.WithError(err).WithField("owner", holder).Debug("seat owner unreachable; retrying")
 		select {
 		case <-l.clock.After(backoff):
 		case <-ctx.Done():
-			return 0, true, fmt.Errorf("waiting for the seat owner %s of revision %s: %w (last: %v)", holder, rev.UID, ctx.Err(), err)
+			return 0, forward, fmt.Errorf("waiting for the seat owner %q of revision %s: %w", holder, rev.UID, ctx.Err())
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
+}
+
+// ownerMissed handles a forward to holder that got no seat: a stale record is read
+// again, a gone owner noted (ownerGone); the claim then retries until the owner answers,
+// or its record lapses, or it has been gone long enough for the pods of its last
+// answers to be visible.
+func (l *Ledger) ownerMissed(ctx context.Context, s *revState, holder string, err error) error {
+	switch {
+	case errors.Is(err, errNotOwner):
+		if err := l.refresh(ctx, s.rev); err != nil {
+			return err
+		}
+	case errors.Is(err, errOwnerGone):
+		l.mu.Lock()
+		l.ownerGone(s, holder, l.clock.Now())
+		l.mu.Unlock()
+	}
+	l.log.WithError(err).WithField("owner", holder).Debug("seat owner did not answer; retrying")
+	return nil
+}
+
+// leavesToSuccessor reports whether this replica, having handed its revisions over,
+// leaves a revision nobody owns to the others: always for a peer's claim, for half the
+// ownership duration after Handover for its own. Then it takes it again (a last replica
+// must go on answering through its drain), and its next Handover releases it. l.mu is
+// held.
+func (l *Ledger) leavesToSuccessor(now time.Time, forward bool) bool {
+	return !l.handedOver.IsZero() && (!forward || now.Before(l.handedOver.Add(l.duration/2)))
 }
 
 // waitWrite waits for a write of rev's record and returns its error.

@@ -287,10 +287,16 @@ func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 
 // Handover releases every revision this replica owns, writing its live reservations
 // into their records, so that other replicas take them over at once: call it when the
-// server has stopped taking admissions. Revisions whose write fails lapse instead.
+// drain begins, while this replica still answers (a peer's claim then gets 409 and
+// reads the record again, where a stopped server looks like a crash), and again once
+// the server has stopped. Revisions whose write fails lapse instead. From the first
+// call on, this replica forwards its claims to the revisions' new owners
+// (leavesToSuccessor).
 func (l *Ledger) Handover(ctx context.Context) {
 	l.mu.Lock()
-	l.handedOver = true
+	if l.handedOver.IsZero() {
+		l.handedOver = l.clock.Now()
+	}
 	var owned []*revState
 	for _, s := range l.revs {
 		if holderOf(s.record) == l.identity {
@@ -392,11 +398,11 @@ func observedReservations(record *coordinationv1.Lease, observed time.Time) map[
 	return view
 }
 
-// Sweep deletes the records this replica has seen unrenewed for twice the TTL whose
+// sweep deletes the records this replica has seen unrenewed for twice the TTL whose
 // reservations all expired, so no record outlives its burst for long. Deletion is
 // conditioned on the version seen: a record written meanwhile stays. Times are this
 // replica's own: when it observed the record, not the writer's RenewTime.
-func (l *Ledger) Sweep(ctx context.Context) {
+func (l *Ledger) sweep(ctx context.Context) {
 	now := l.clock.Now()
 	var idle []*coordinationv1.Lease
 	l.mu.Lock()

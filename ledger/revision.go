@@ -212,7 +212,7 @@ func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) (int, err
 		l.displaceOldest(s, 1, 0, now)
 	}
 	if s.open >= maxReservations {
-		return 0, ErrRecordFull
+		return 0, errRecordFull
 	}
 	seat := s.lowest(now)
 	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})

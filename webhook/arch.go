@@ -16,8 +16,8 @@ import (
 // pod's images.
 const ReasonImageArchitecture = "ImageArchitectureMismatch"
 
-// DefaultImageBudget is how long an admission waits for its images' architectures.
-const DefaultImageBudget = time.Second
+// defaultImageBudget is how long an admission waits for its images' architectures.
+const defaultImageBudget = time.Second
 
 // Outcomes of the architecture step, the values of architecture_decisions_total's
 // "outcome" label.
@@ -51,7 +51,7 @@ type ImageArchitectures struct {
 	// Capacity answers what a term's capacity offers (nil: only terms that pin an
 	// architecture are checked).
 	Capacity ArchitectureCapacity
-	// Budget bounds the wait for the images' answer (0: DefaultImageBudget); the lookup
+	// Budget bounds the wait for the images' answer (0: defaultImageBudget); the lookup
 	// goes on after it, for the next pod.
 	Budget time.Duration
 }
@@ -81,7 +81,7 @@ func (ia *ImageArchitectures) verdict(ctx context.Context, pod *corev1.Pod, name
 	}
 	budget := ia.Budget
 	if budget <= 0 {
-		budget = DefaultImageBudget
+		budget = defaultImageBudget
 	}
 	lctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
@@ -182,7 +182,7 @@ func (ia *ImageArchitectures) Check(ctx context.Context, namespace string, spec 
 	}
 	budget := ia.Budget
 	if budget <= 0 {
-		budget = DefaultImageBudget
+		budget = defaultImageBudget
 	}
 	lctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()

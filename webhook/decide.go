@@ -83,7 +83,7 @@ func decide(in decisionInput) decision {
 		var served bool
 		needed, served = in.Capacity.Tolerations(selector)
 		if !served {
-			msg := unservedWarning(index, term, w.Describe(), "the pod")
+			msg := UnservedWarning(index, term, w.Describe(), "the pod")
 			d.Unserved = true
 			d.Warnings = append(d.Warnings, msg)
 			d.Events = append(d.Events, [2]string{ReasonUnservedTerm, msg})
@@ -141,4 +141,10 @@ func conflicting(have, want map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// UnservedWarning says that term (0-based index i) of owner is served by no capacity,
+// so that pods (who) may stay Pending: at admission and at apply time alike.
+func UnservedWarning(i int, term strategy.Term, owner, who string) string {
+	return fmt.Sprintf("term %d (%s) of %s is served by no NodePool, node group or Ready node; %s may stay Pending", i+1, term.LabelString(), owner, who)
 }

@@ -97,6 +97,11 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// Admitted counts one admission of hook ("mutate", "validate") with its outcome.
+func (m *Metrics) Admitted(hook, outcome string) {
+	m.admissions.WithLabelValues(hook, outcome).Inc()
+}
+
 // Describe sends the descriptors of every metric NewMetrics registered, with series or
 // not yet (a scrape shows a labelled metric only once it has one): the monitoring tests
 // compare the dashboard and the alerts with them.

@@ -109,7 +109,7 @@ func (m *PodMutator) Admit(ctx context.Context, req *admissionv1.AdmissionReques
 			m.Recorder.Event(&ref, corev1.EventTypeWarning, e[0], e[1])
 		}
 	}
-	m.Metrics.admissions.WithLabelValues("mutate", outcome).Inc()
+	m.Metrics.Admitted("mutate", outcome)
 	return resp
 }
 

@@ -19,8 +19,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 )
 
 // AdmitFunc answers one admission request.
@@ -39,9 +37,10 @@ type Handlers struct {
 	Log     logrus.FieldLogger
 	// Limits bound in-flight admissions and their bodies (zero values: defaults).
 	Limits AdmissionLimits
-	// Peer answers the seat claims other replicas forward (ledger.Ledger.PeerHandler);
-	// nil serves none.
-	Peer http.Handler
+	// Peer answers, at PeerPath, the seat claims other replicas forward (the ledger's
+	// PeerHandler at its PeerClaimPath); nil serves none.
+	Peer     http.Handler
+	PeerPath string
 	// Profiling serves the Go runtime's profiles at /debug/pprof/.
 	Profiling bool
 	// Door, when set, answers admissions only at /<token>/mutate and /<token>/validate
@@ -84,7 +83,7 @@ func (h *Handlers) Mux() http.Handler {
 		}
 	}
 	if h.Peer != nil {
-		mux.Handle("POST "+ledger.PeerClaimPath, h.Peer)
+		mux.Handle("POST "+h.PeerPath, h.Peer)
 	}
 	return h.recoverPanics(mux)
 }
@@ -233,7 +232,7 @@ func (h *Handlers) safeAdmit(ctx context.Context, name string, admit AdmitFunc, 
 	defer func() {
 		if p := recover(); p != nil {
 			h.Log.WithFields(logrus.Fields{"webhook": name, "uid": req.UID, "panic": p, "stack": string(debug.Stack())}).Error("admission handler panicked")
-			h.Metrics.admissions.WithLabelValues(name, OutcomeError).Inc()
+			h.Metrics.Admitted(name, OutcomeError)
 			resp = allow("internal error; admitted unchanged")
 		}
 	}()

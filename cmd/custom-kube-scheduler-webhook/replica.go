@@ -34,6 +34,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/admissiontoken"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/validation"
 )
 
 // replica is one serve process's parts, made in the order they depend on each other.
@@ -333,8 +334,8 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 	if r.images != nil {
 		mutator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
 	}
-	validator := &webhook.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry,
-		Scope: &webhook.NamespaceScope{WhyNot: r.scope.WhyNotLabels, Each: r.policies.EachNamespace}}
+	validator := &validation.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry,
+		Scope: &validation.NamespaceScope{WhyNot: r.scope.WhyNotLabels, Each: r.policies.EachNamespace}}
 	if r.images != nil {
 		validator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
 	}
@@ -347,6 +348,7 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 		Log:        r.entry,
 		Limits:     cfg.Limits,
 		Peer:       ledger.RequirePeerCertificate(r.peerTrust, r.seats.PeerHandler()),
+		PeerPath:   ledger.PeerClaimPath,
 		Profiling:  cfg.Profiling,
 	}
 	if r.door != nil {
@@ -403,14 +405,25 @@ func (r *replica) run(ctx, stop context.Context, start func() bool) error {
 	plainCtx, stopPlain := context.WithCancel(ctx)
 	plainDone := plain.serve(plainCtx, entry)
 	go checkPeerAddress(ctx, r.seats, &r.peerChecked, entry)
-	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() { r.draining.Store(true) }}
+	// The drain begins with the hand-over, while this replica still answers: the other
+	// replicas take its revisions over at once, with its reservations, and its own
+	// admissions are forwarded to them. Once the server has stopped, a second hand-over
+	// releases what it took back meanwhile (no other replica claimed it).
+	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() {
+		r.draining.Store(true)
+		r.handover(ctx)
+	}}
 	err = webhook.ServeDrain(stop, ln, r.handlers.Mux(), r.certs.GetCertificate, drain, entry)
 	stopPlain()
 	<-plainDone
-	// No admission reaches this replica any more: the other replicas take its
-	// revisions over at once, with its reservations.
-	handover, cancelHandover := context.WithTimeout(ctx, 5*time.Second)
-	defer cancelHandover()
-	r.seats.Handover(handover)
+	r.handover(ctx)
 	return err
+}
+
+// handover hands the revisions this replica owns over to the others (Ledger.Handover),
+// within 5 s.
+func (r *replica) handover(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r.seats.Handover(ctx)
 }

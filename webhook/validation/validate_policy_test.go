@@ -1,4 +1,4 @@
-package webhook
+package validation
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 func policyRequest(t *testing.T, op admissionv1.Operation, kind, strat, oldStrat string) *admissionv1.AdmissionRequest {
@@ -63,8 +64,8 @@ func namespaceRequest(t *testing.T, op admissionv1.Operation, strat, oldStrat st
 func TestPolicyValidation(t *testing.T) {
 	const bad = "spot=1,weight=x"
 	const grammar = `term 1 ("spot=1,weight=x"): weight "x" is not a non-negative integer`
-	v := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog()}
-	warn := &WorkloadValidator{WarnOnly: true, Metrics: NewMetrics(), Log: quietLog()}
+	v := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog()}
+	warn := &WorkloadValidator{WarnOnly: true, Metrics: webhook.NewMetrics(), Log: quietLog()}
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name      string

@@ -1,4 +1,4 @@
-package webhook
+package validation
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 func deploymentRequest(t *testing.T, op admissionv1.Operation, meta, template map[string]string, old map[string]string) *admissionv1.AdmissionRequest {
@@ -38,7 +39,7 @@ func deploymentRequest(t *testing.T, op admissionv1.Operation, meta, template ma
 func TestWorkloadValidation(t *testing.T) {
 	bad := map[string]string{strategy.AnnotationStrategy: "spot=1,weight=x"}
 	good := map[string]string{strategy.AnnotationStrategy: burstStrategy}
-	v := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog()}
+	v := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog()}
 	ctx := context.Background()
 
 	resp := v.Admit(ctx, deploymentRequest(t, admissionv1.Create, bad, nil, nil))
@@ -66,13 +67,13 @@ func TestWorkloadValidation(t *testing.T) {
 		t.Errorf("a switched-off strategy is not checked: %+v", resp)
 	}
 
-	warnOnly := &WorkloadValidator{WarnOnly: true, Metrics: NewMetrics(), Log: quietLog()}
+	warnOnly := &WorkloadValidator{WarnOnly: true, Metrics: webhook.NewMetrics(), Log: quietLog()}
 	resp = warnOnly.Admit(ctx, deploymentRequest(t, admissionv1.Create, bad, nil, nil))
 	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `weight "x"`) {
 		t.Errorf("warn mode: %+v", resp)
 	}
 
-	unserved := &WorkloadValidator{Capacity: fakeCapacity{served: false}, Metrics: NewMetrics(), Log: quietLog()}
+	unserved := &WorkloadValidator{Capacity: fakeCapacity{served: false}, Metrics: webhook.NewMetrics(), Log: quietLog()}
 	resp = unserved.Admit(ctx, deploymentRequest(t, admissionv1.Create, good, nil, nil))
 	if !resp.Allowed || len(resp.Warnings) != 2 || !strings.Contains(resp.Warnings[1], "term 2 (karpenter.sh/capacity-type=spot)") {
 		t.Errorf("unserved terms are warnings: %+v", resp.Warnings)
@@ -81,7 +82,7 @@ func TestWorkloadValidation(t *testing.T) {
 
 // Identical terms are refused at apply time, naming both; contained terms only warn.
 func TestWorkloadValidationOfOverlappingTerms(t *testing.T) {
-	v := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog()}
+	v := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog()}
 	ctx := context.Background()
 	resp := v.Admit(ctx, deploymentRequest(t, admissionv1.Create, map[string]string{strategy.AnnotationStrategy: "a=1,b=2:b=2,a=1"}, nil, nil))
 	if resp.Allowed || !strings.Contains(resp.Result.Message, `term 2 ("b=2,a=1"): same node labels as term 1 (a=1,b=2)`) {
@@ -96,7 +97,7 @@ func TestWorkloadValidationOfOverlappingTerms(t *testing.T) {
 // Workloads of namespaces that are not enabled (scope opt-in) are admitted; one with a
 // strategy, on the object or its pod template, gets a warning naming the label.
 func TestAdmitNotEnabled(t *testing.T) {
-	v := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog()}
+	v := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog()}
 	ctx := context.Background()
 	good := map[string]string{strategy.AnnotationStrategy: burstStrategy}
 	bad := map[string]string{strategy.AnnotationStrategy: "spot=1,weight=x"}

@@ -1,4 +1,4 @@
-package webhook
+package validation
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // WorkloadValidator checks the strategy of Deployments, StatefulSets, ReplicaSets and
@@ -25,7 +26,7 @@ import (
 // PlacementPolicies and ClusterPlacementPolicies, and a Namespace's default, at apply
 // time, so a typo is caught by `kubectl apply` instead of stranding pods later.
 type WorkloadValidator struct {
-	Capacity Capacity // optional: warns about terms nothing serves
+	Capacity webhook.Capacity // optional: warns about terms nothing serves
 	// Hints names the likely typo of a term nothing serves (nil: not named); a term
 	// with a likely typo is refused unless WarnOnly.
 	Hints Hinter
@@ -34,13 +35,30 @@ type WorkloadValidator struct {
 	Scope *NamespaceScope
 	// Images checks the terms against the architectures of the pod template's images
 	// (nil: not checked).
-	Images *ImageArchitectures
+	Images *webhook.ImageArchitectures
 	// WarnOnly turns rejections into warnings.
 	WarnOnly bool
-	Metrics  *Metrics
+	Metrics  Counter
 	Log      logrus.FieldLogger
 
 	strategies strategy.Resolver
+}
+
+// Counter counts admissions by webhook and outcome (webhook.Metrics).
+type Counter interface {
+	Admitted(hook, outcome string)
+}
+
+// warningPrefix tells users which webhook a warning comes from.
+const warningPrefix = "custom-kube-scheduler-webhook: "
+
+// allow admits the request unchanged, with warnings shown to the user by kubectl.
+func allow(warnings ...string) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{Allowed: true}
+	for _, w := range warnings {
+		resp.Warnings = append(resp.Warnings, warningPrefix+w)
+	}
+	return resp
 }
 
 // Hinter names the labels of a term that no capacity offers, and the closest offered
@@ -75,11 +93,11 @@ type workloadMeta struct {
 // Admit implements the validating admission of workloads.
 func (v *WorkloadValidator) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	resp := v.admit(ctx, req)
-	outcome := OutcomeAllowed
+	outcome := webhook.OutcomeAllowed
 	if !resp.Allowed {
-		outcome = OutcomeDenied
+		outcome = webhook.OutcomeDenied
 	}
-	v.Metrics.admissions.WithLabelValues("validate", outcome).Inc()
+	v.Metrics.Admitted("validate", outcome)
 	return resp
 }
 
@@ -169,7 +187,7 @@ func (v *WorkloadValidator) unchangedImages(req *admissionv1.AdmissionRequest, r
 // strategy there places nothing. It always admits; a workload with an active strategy
 // gets a warning that says so and names the label.
 func (v *WorkloadValidator) AdmitNotEnabled(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	v.Metrics.admissions.WithLabelValues("validate", OutcomeAllowed).Inc()
+	v.Metrics.Admitted("validate", webhook.OutcomeAllowed)
 	if isJobKind(req.Kind) {
 		return admitJob(req) // ignored in every namespace: say that, not the label
 	}
@@ -278,7 +296,7 @@ func (v *WorkloadValidator) unserved(s *strategy.Strategy, owner, who string) (w
 		if _, served := v.Capacity.Tolerations(term.LabelMap()); served {
 			continue
 		}
-		msg := unservedWarning(i, term, owner, who)
+		msg := webhook.UnservedWarning(i, term, owner, who)
 		if v.Hints == nil {
 			warnings = append(warnings, msg)
 			continue
@@ -380,10 +398,4 @@ func (v *WorkloadValidator) unchanged(req *admissionv1.AdmissionRequest, raw str
 
 func prefixed(warnings []string) []string {
 	return allow(warnings...).Warnings
-}
-
-// unservedWarning says that term (0-based index i) of owner is served by no capacity,
-// so that pods (who) may stay Pending: at admission and at apply time alike.
-func unservedWarning(i int, term strategy.Term, owner, who string) string {
-	return fmt.Sprintf("term %d (%s) of %s is served by no NodePool, node group or Ready node; %s may stay Pending", i+1, term.LabelString(), owner, who)
 }

@@ -1,4 +1,4 @@
-package webhook
+package validation
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // kindRequest is a CREATE (or, with old, UPDATE) of group/kind shop/web whose object
@@ -52,7 +53,7 @@ func podTemplateWith(ann map[string]string) map[string]any {
 func TestRolloutValidation(t *testing.T) {
 	bad := map[string]string{strategy.AnnotationStrategy: "spot=1,weight=x"}
 	good := map[string]string{strategy.AnnotationStrategy: burstStrategy}
-	v := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog()}
+	v := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog()}
 	ctx := context.Background()
 	const argo = "argoproj.io"
 
@@ -89,7 +90,7 @@ func TestRolloutValidation(t *testing.T) {
 func TestJobsAreWarnedNotSplit(t *testing.T) {
 	good := map[string]string{strategy.AnnotationStrategy: burstStrategy}
 	bad := map[string]string{strategy.AnnotationStrategyAlias: "spot=1,weight=x"}
-	v := &WorkloadValidator{Metrics: NewMetrics(), Log: quietLog()}
+	v := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog()}
 	ctx := context.Background()
 	for name, c := range map[string]struct {
 		kind string

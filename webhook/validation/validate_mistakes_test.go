@@ -1,4 +1,4 @@
-package webhook
+package validation
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/doccheck"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // unservedCapacity serves every term but those holding a label key in typos.
@@ -59,9 +60,9 @@ func TestApplyTimeMistakes(t *testing.T) {
 			},
 		}
 	}
-	v := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, Scope: scope(enabled), Metrics: NewMetrics(), Log: quietLog()}
-	warn := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, WarnOnly: true, Metrics: NewMetrics(), Log: quietLog()}
-	off := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, Scope: scope(map[string]map[string]string{testNS: {}, "dev": {}}), Metrics: NewMetrics(), Log: quietLog()}
+	v := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, Scope: scope(enabled), Metrics: webhook.NewMetrics(), Log: quietLog()}
+	warn := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, WarnOnly: true, Metrics: webhook.NewMetrics(), Log: quietLog()}
+	off := &WorkloadValidator{Capacity: capacity, Hints: typoHints{}, Scope: scope(map[string]map[string]string{testNS: {}, "dev": {}}), Metrics: webhook.NewMetrics(), Log: quietLog()}
 	didYouMean := `did you mean "karpenter.sh/capacity-type"?`
 	ann := func(s string) map[string]string { return map[string]string{strategy.AnnotationStrategy: s} }
 	var said []string // every warning and refusal, for the catalogue
@@ -101,8 +102,9 @@ func TestApplyTimeMistakes(t *testing.T) {
 	said = append(said, v.Admit(context.Background(), deploymentRequest(t, admissionv1.Create, ann("spot=1,weight=x"), nil, nil)).Result.Message)
 	said = append(said, v.AdmitNotEnabled(context.Background(), deploymentRequest(t, admissionv1.Create, ann(burstStrategy), nil, nil)).Warnings...)
 	said = append(said, v.Admit(context.Background(), kindRequest(t, "batch", "Job", withAnnotations(ann(burstStrategy), nil), nil)).Warnings...)
-	s, _ := strategy.Parse(burstStrategy)
-	said = append(said, cannotRunMessage(0, s.Terms[0], "Deployment shop/web", []string{"arm64"}, []string{"amd64"}, true, "its pods' images"))
+	images := &webhook.ImageArchitectures{Images: byImage{"amd64-only:1": {"amd64"}}, Capacity: fakeArchCapacity{"amd64", "arm64"}}
+	arch := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog(), Images: images}
+	said = append(said, arch.Admit(context.Background(), archDeployment(t, admissionv1.Create, "kubernetes.io/arch=arm64,weight=1:capacity=spot", "amd64-only:1", "")).Result.Message)
 	checkCatalogue(t, said)
 
 	// In an enabled namespace a valid policy says nothing about scope.
@@ -117,7 +119,7 @@ func TestApplyTimeMistakes(t *testing.T) {
 // said by some message.
 func checkCatalogue(t *testing.T, said []string) {
 	t.Helper()
-	rows, err := doccheck.Table("../docs/messages.md", "At apply")
+	rows, err := doccheck.Table("../../docs/messages.md", "At apply")
 	if err != nil {
 		t.Fatal(err)
 	}
