@@ -4,7 +4,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -146,7 +149,37 @@ func TestPolicyAudit(t *testing.T) {
 		t.Errorf("%v evictions while the policy was in audit mode, want 0", e)
 	}
 
-	// Enforce: exactly the pods the audit named move.
+	// The what-if of enforcing it names the same moves, per workload, and exits 3.
+	manifest := filepath.Join(t.TempDir(), "next.yaml")
+	policyYAML := fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata: {name: next, namespace: %s}\nspec:\n  strategy: %q\n  mode: Enforce\n  selector: {matchLabels: {tier: audited}}\n",
+		v1alpha1.GroupVersion, v1alpha1.KindPlacementPolicy, ns, next)
+	if err := os.WriteFile(manifest, []byte(policyYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := cli(ctx, t, nil, "plan", "--cluster", "-f", manifest, "-o", "json")
+	var whatIf struct {
+		Workloads []struct {
+			Name   string
+			Before struct{ Source string }
+			After  struct{ Source string }
+			Moves  int
+		}
+		Moves int
+	}
+	if err := json.Unmarshal([]byte(out), &whatIf); err != nil {
+		t.Fatalf("plan -f policy: exit %d, %v\n%s\n%s", code, err, out, stderr)
+	}
+	t.Logf("MEASURED plan --cluster -f (Enforce version): exit %d, %d moves %+v", code, whatIf.Moves, whatIf.Workloads)
+	if code != 3 || whatIf.Moves != want || len(whatIf.Workloads) != len(names) {
+		t.Errorf("plan -f policy: exit %d, %d moves over %d workloads; want exit 3, %d moves over %d", code, whatIf.Moves, len(whatIf.Workloads), want, len(names))
+	}
+	for _, w := range whatIf.Workloads {
+		if w.Moves != per[w.Name] || w.Before.Source != "Namespace "+ns || w.After.Source != "PlacementPolicy "+ns+"/next" {
+			t.Errorf("plan -f policy, %s: %+v; want %d moves from the namespace default to the policy", w.Name, w, per[w.Name])
+		}
+	}
+
+	// Enforce: exactly the pods the audit and the what-if named move.
 	patch := []byte(`{"spec":{"mode":"Enforce"}}`)
 	if _, err := dyn.Resource(v1alpha1.PlacementPolicies).Namespace(ns).Patch(ctx, "next", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("enforcing the policy: %v", err)
@@ -159,8 +192,8 @@ func TestPolicyAudit(t *testing.T) {
 	after := evicted()
 	e := strategyMoves(after) - strategyMoves(evictedBefore)
 	t.Logf("MEASURED enforce evicted %v pods for the strategy (the audit said %d), %v in all (%v)", e, want, all(after)-all(evictedBefore), after)
-	if e != float64(want) {
-		t.Errorf("enforcing evicted %v pods for the strategy, the audit said %d would move", e, want)
+	if e != float64(want) || e != float64(whatIf.Moves) {
+		t.Errorf("enforcing evicted %v pods for the strategy, the audit said %d would move, plan -f %d", e, want, whatIf.Moves)
 	}
 }
 

@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -10,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -350,4 +353,61 @@ func Stopped(movesOff func(ns string) bool, webhookNamespace string) func(ns str
 		}
 		return ""
 	}
+}
+
+// WithPolicy is a copy of x in which c replaces the policy of its scope and name, or
+// joins the others: the policies as they would be once c is applied (the what-if of
+// `plan --cluster -f policy.yaml`). x is not changed.
+func (x *Index) WithPolicy(c *Compiled) *Index {
+	var all []*Compiled
+	if x != nil {
+		for _, list := range x.p.namespaced {
+			all = append(all, list...)
+		}
+		all = append(all, x.p.cluster...)
+	}
+	all = slices.DeleteFunc(all, func(o *Compiled) bool { return o.Namespace == c.Namespace && o.Name == c.Name })
+	out := &Index{p: newPolicies(append(all, c)), namespaces: map[string]*Namespace{}}
+	if x != nil {
+		out.namespaces = x.namespaces
+	}
+	return out
+}
+
+// WithNamespace is a copy of x in which ns replaces the namespace of its name: its
+// default, mode and labels as they would be once ns is applied. x is not changed.
+func (x *Index) WithNamespace(ns *corev1.Namespace) *Index {
+	out := &Index{p: newPolicies(nil), namespaces: map[string]*Namespace{}}
+	if x != nil {
+		out.p, out.namespaces = x.p, maps.Clone(x.namespaces)
+	}
+	out.namespaces[ns.Name] = NamespaceOf(ns)
+	return out
+}
+
+// CompileDocument compiles one PlacementPolicy or ClusterPlacementPolicy manifest
+// document (YAML or JSON; false for other kinds); a namespaced policy without a
+// namespace is put in defaultNamespace, as kubectl apply would.
+func CompileDocument(head metav1.TypeMeta, doc []byte, defaultNamespace string) (*Compiled, bool, error) {
+	if head.APIVersion != v1alpha1.GroupVersion.String() {
+		return nil, false, nil
+	}
+	switch head.Kind {
+	case v1alpha1.KindPlacementPolicy:
+		var p v1alpha1.PlacementPolicy
+		if err := yaml.Unmarshal(doc, &p); err != nil {
+			return nil, false, fmt.Errorf("decode %s: %w", head.Kind, err)
+		}
+		if p.Namespace == "" {
+			p.Namespace = defaultNamespace
+		}
+		return CompileNamespaced(&p), true, nil
+	case v1alpha1.KindClusterPlacementPolicy:
+		var p v1alpha1.ClusterPlacementPolicy
+		if err := yaml.Unmarshal(doc, &p); err != nil {
+			return nil, false, fmt.Errorf("decode %s: %w", head.Kind, err)
+		}
+		return CompileCluster(&p), true, nil
+	}
+	return nil, false, nil
 }

@@ -55,6 +55,10 @@ type State struct {
 	// Stopped says why the loop's moves in a namespace are stopped (policy.Stopped; nil:
 	// not known).
 	Stopped func(ns string) string
+	// WhatIf, when set, are the policies and namespace defaults as a what-if would have
+	// them (`plan --cluster -f policy.yaml`): each workload whose source or strategy
+	// they change gets WorkloadReport.WhatIf.
+	WhatIf Policies
 }
 
 // Build computes the report for every workload in st that carries an active strategy;
@@ -201,7 +205,14 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	}
 	src := strategy.Resolve(chain...)
 	auditing := audited.Active() && audited.Object != src.Object
-	if !src.Active() && !auditing {
+	var thenChain []strategy.AnnotatedObject
+	var then strategy.Resolved
+	if st.WhatIf != nil {
+		thenChain = st.WhatIf.AppendLinks(slices.Clip(own), policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels})
+		then = strategy.Resolve(thenChain...)
+	}
+	changes := st.WhatIf != nil && (then.Object != src.Object || then.Raw != src.Raw)
+	if !src.Active() && !auditing && !changes {
 		return
 	}
 	w := WorkloadReport{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Replicas: 1, Revision: revision, Strategy: src.Raw, Source: src.Object, OtherRevisions: older}
@@ -211,13 +222,18 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	if auditing {
 		w.Audit = auditOf(audited, w.Replicas, uid, meta.Namespace, pods)
 	}
+	if changes {
+		w.WhatIf = whatIfOf(st, then, thenChain, w.Replicas, uid, meta.Namespace, pods)
+	}
 	w.Held = strategy.Held(chain, src.Object)
 	if w.Held == "" && st.Stopped != nil {
 		w.Held = st.Stopped(meta.Namespace)
 	}
 	if !src.Active() {
-		w.State, w.Exact, w.Held = StateAudit, true, ""
-		w.Why = "no strategy applies now: " + w.Audit.Source + " is in audit mode"
+		w.State, w.Exact, w.Held, w.Why = StateNone, true, "", "no strategy applies now"
+		if auditing {
+			w.State, w.Why = StateAudit, "no strategy applies now: "+w.Audit.Source+" is in audit mode"
+		}
 		r.Workloads = append(r.Workloads, w)
 		return
 	}
@@ -267,6 +283,20 @@ func auditOf(src strategy.Resolved, replicas int, uid types.UID, namespace strin
 		})
 	}
 	a.WouldMove = strategy.Moves(src.Strategy, replicas, held)
+	return a
+}
+
+// whatIfOf is what the what-if's source then would do to the revision uid of replicas
+// pods (then resolved from chain; not active: no strategy, its pods stay where they are).
+func whatIfOf(st *State, then strategy.Resolved, chain []strategy.AnnotatedObject, replicas int, uid types.UID, namespace string, pods eachPod) *AuditReport {
+	if !then.Active() {
+		return &AuditReport{}
+	}
+	a := auditOf(then, replicas, uid, namespace, pods)
+	a.Held = strategy.Held(chain, then.Object)
+	if a.Held == "" && st.Stopped != nil {
+		a.Held = st.Stopped(namespace)
+	}
 	return a
 }
 
@@ -394,6 +424,9 @@ const (
 	// StateAudit: no strategy applies; only a source in audit mode would govern the
 	// workload (Audit says what it would do). Nothing is off: spread exits 0 for it.
 	StateAudit = "audit"
+	// StateNone: no strategy applies now; reported only by a what-if (State.WhatIf),
+	// for a workload it would give one.
+	StateNone = "none"
 )
 
 // pendingReason is the scheduler's word on a pending pod, if it said anything.

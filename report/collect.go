@@ -41,6 +41,9 @@ type Options struct {
 	// metrics list only placed pods (strategy.LabelManaged): pods without a seat are
 	// on no term and cost no term anything.
 	PodSelector string
+	// WhatIf, when set, edits the live policies and namespace defaults as a what-if
+	// would (`plan --cluster -f policy.yaml`): State.WhatIf.
+	WhatIf func(live *policy.Index) *policy.Index
 }
 
 // Collect lists the workloads, pods, nodes, unavailability records and capacity from the
@@ -64,6 +67,9 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	unseen = append(unseen, readRecords(ctx, client, o.WebhookNamespace, st)...)
 	policies, policyGaps := ReadPolicies(ctx, client, dyn, o.Namespace)
 	st.Policies, st.Stopped = policies, policy.Stopped(policies.MovesOff, o.WebhookNamespace)
+	if o.WhatIf != nil {
+		st.WhatIf = o.WhatIf(policies)
+	}
 	unseen = append(unseen, policyGaps...)
 	if !o.SkipServing {
 		serving, err := readServing(ctx, client, dyn, nodesSeen, st)

@@ -98,4 +98,17 @@ func TestBuildReportsAudit(t *testing.T) {
 			t.Errorf("api under the audit alone: %+v", w)
 		}
 	}
+	// A namespace default in audit mode has no status object: spread says what it would do.
+	ns.Annotations[v1alpha1.AnnotationMode] = "Audit"
+	st.Policies = policy.NewIndex(nil, nil, []corev1.Namespace{ns})
+	got = map[string]WorkloadReport{}
+	for _, w := range Build(st, func(string, string) bool { return true }).Workloads {
+		got[w.Name] = w
+	}
+	if w := got["api"]; w.State != StateAudit || w.Audit == nil || w.Audit.Source != "Namespace demo" || w.Audit.WouldMove != 2 {
+		t.Errorf("api under an audited namespace default: %+v", w)
+	}
+	if w := got["web"]; w.State != StateAudit || w.Audit == nil || w.Audit.WouldMove != 0 {
+		t.Errorf("web under an audited namespace default (its pods already on its target): %+v", w)
+	}
 }

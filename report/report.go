@@ -74,9 +74,13 @@ type WorkloadReport struct {
 	// replica count) that the loop leaves where they are: they carry Karpenter's
 	// karpenter.sh/do-not-disrupt. They are not among PendingRepairs.
 	DoNotDisrupt int `json:"doNotDisrupt,omitempty"`
+	// WhatIf is set by a what-if (`plan --cluster -f policy.yaml`) when the edited
+	// policy or namespace default changes the workload's source or strategy: what the
+	// source it would then have would do (Source "": none; its pods stay where they are).
+	WhatIf *AuditReport `json:"whatIf,omitempty"`
 }
 
-// AuditReport is what a source in audit mode would do to a workload.
+// AuditReport is what a source in audit mode, or a what-if's, would do to a workload.
 type AuditReport struct {
 	// Source names it ("PlacementPolicy shop/next", "Namespace shop").
 	Source   string `json:"source"`
@@ -87,6 +91,9 @@ type AuditReport struct {
 	// WouldMove counts the pods enforcing it would move (strategy.Moves): pods whose
 	// seat it places on another term, and seats no placed pod holds.
 	WouldMove int `json:"wouldMove"`
+	// Held says why the loop would move none of them (a what-if's suspended policy, or
+	// moves stopped in the namespace).
+	Held string `json:"held,omitempty"`
 }
 
 // TermReport is one term's row.

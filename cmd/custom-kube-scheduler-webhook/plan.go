@@ -76,7 +76,7 @@ type planOptions struct {
 func newPlanCommand() *cobra.Command {
 	var o planOptions
 	cmd := &cobra.Command{
-		Use:   "plan (--strategy S | -f deploy.yaml) [--replicas N] [--cost [--prices FILE]] [--cluster [--max-replicas M]] [-o table|json|yaml]",
+		Use:   "plan (--strategy S | -f deploy.yaml) [--replicas N] [--cost [--prices FILE]] [--cluster [--max-replicas M]] [-o table|json|yaml] | plan --cluster -f policy.yaml",
 		Short: "Print how many of N replicas each term of a strategy holds; with --cluster, whether the cluster has room for them",
 		Long: `Print how many of N replicas each term of a strategy holds.
 
@@ -95,16 +95,32 @@ FILE) each term is priced on the instance type its node.kubernetes.io/instance-t
 label selects (or --instance-type), as the capacity type its karpenter.sh/capacity-type
 or eks.amazonaws.com/capacityType label selects, each pod charged a whole node (or
 1/--pods-per-node of one); a term whose instance or capacity type cannot be told is
-listed as not priced, with the reason.`,
+listed as not priced, with the reason.
+
+With --cluster and -f naming a PlacementPolicy, a ClusterPlacementPolicy or a Namespace
+(new or edited; a Namespace's CustomPodScheduleStrategy and mode annotations are its
+default), print the what-if of applying it: every live workload it would govern or
+release, its strategy source and target per term now and after (a workload's own
+annotation and policies before it in precedence still win), and the pods the
+convergence loop would then move: the count an audited policy's status.wouldMove
+gives. Exit status 3 when some pod would move (held ones too: they move once the
+hold is lifted), 0 when none, 2 for an invalid policy.`,
 		Example: `  custom-kube-scheduler-webhook plan --replicas 10 \
     --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'
   custom-kube-scheduler-webhook plan --cluster -f deploy.yaml --max-replicas 40
+  custom-kube-scheduler-webhook plan --cluster -f spot-first-policy.yaml
   custom-kube-scheduler-webhook plan --replicas 10 --cost --prices prices.txt --instance-type m5.large --pods-per-node 4 \
     --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'
   custom-kube-scheduler-webhook plan --cluster --replicas 40 --requests cpu=500m,memory=512Mi --cost \
     --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if e, ok, err := o.whatIfEdit(); err != nil || ok {
+				if err != nil {
+					return err
+				}
+				return o.runWhatIf(cmd, e)
+			}
 			in, w, format, err := o.input(cmd)
 			if err != nil {
 				return err
@@ -124,7 +140,7 @@ listed as not priced, with the reason.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.raw, "strategy", "", "the CustomPodScheduleStrategy value")
-	f.StringVarP(&o.file, "filename", "f", "", "a Deployment, StatefulSet or Argo Rollout manifest: its strategy, replicas and pod requests")
+	f.StringVarP(&o.file, "filename", "f", "", "a Deployment, StatefulSet or Argo Rollout manifest: its strategy, replicas and pod requests; with --cluster also a policy or Namespace manifest (the what-if of applying it)")
 	f.IntVar(&o.replicas, "replicas", 1, "number of replicas (with -f: the manifest's)")
 	f.IntVar(&o.maxReplicas, "max-replicas", 0, "with --cluster: the top of the replica range, e.g. an HPA's maxReplicas (default: --replicas)")
 	f.BoolVar(&o.cluster, "cluster", false, "check the plan against the live cluster's NodePools and node groups")
