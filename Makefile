@@ -130,12 +130,14 @@ release:
 
 ## test-deploy: chart lint and render, manifest drift, shellcheck, the alerts' promtool
 ## check and unit tests (deploy/test/monitoring), Dockerfile checks, build_and_push.sh
-## --dry-run, the binary built with the Dockerfile's flags, and the GitOps diff tool's unit tests
+## --dry-run, the binary built with the Dockerfile's flags, and the GitOps diff tools' vet and
+## unit tests (Argo CD's diff, deploy/test/argodiff)
 test-deploy:
 	deploy/test/static.sh
 	bash scripts/release-test.sh
 	deploy/test/build-binary.sh
-	cd deploy/test/gitopsdiff && $(GO) vet ./... && $(GO) test ./...
+	cd deploy/test/gitopsdiff && $(GO) vet ./...
+	cd deploy/test/argodiff && $(GO) vet ./... && $(GO) test ./...
 
 ## bench: the benchmark harness (bench/) on a dedicated cluster, always torn down;
 ## BENCH_RUNS, BENCH_SIZES, ... tune it (scripts/bench.sh)
