@@ -59,9 +59,11 @@ func TestE2ENodePoolInformer(t *testing.T) {
 
 	name := fmt.Sprintf("e2e-catalog-%d", time.Now().UnixNano()%1_000_000)
 	size := name + "-size"
+	// Gt 3, not Gte 4: Karpenter accepts Gte only from v1.9, and this test runs against
+	// the oldest of the range too (match_test.go covers Gte).
 	np := pool(name, map[string]string{"nodesize": size},
 		req(capType, corev1.NodeSelectorOpIn, "spot"),
-		req(kwokCPU, karpv1.NodeSelectorOpGte, "4"))
+		req(kwokCPU, corev1.NodeSelectorOpGt, "3"))
 	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: "karpenter.kwok.sh", Kind: "KWOKNodeClass", Name: "default"}
 	np.Spec.Template.Spec.Taints = []corev1.Taint{{Key: "capacity", Value: "spot", Effect: corev1.TaintEffectNoSchedule}}
 	np.Spec.Template.Spec.StartupTaints = []corev1.Taint{{Key: "e2e-startup", Effect: corev1.TaintEffectNoSchedule}}

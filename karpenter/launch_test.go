@@ -43,6 +43,10 @@ func TestCannotLaunch(t *testing.T) {
 	notReady := limited("broken", nil, nil, "Ready=False:NodeClassNotReady")
 	unhealthy := limited("unhealthy", nil, nil, "NodeRegistrationHealthy=False:RegistrationFailed")
 	healthy := limited("healthy", nil, nil, "NodeRegistrationHealthy=True:Registered", "Ready=True:Ready")
+	// Karpenter v1.0 and v1.1 (v1.0.8, v1.1.5 checked; v1.5.5 has it) set no
+	// NodeRegistrationHealthy: that block never fires there, and the pool is judged by
+	// the other signals.
+	v10 := limited("v10", nil, nil, "ValidationSucceeded=True:ValidationSucceeded", "NodeClassReady=True:NodeClassReady", "Ready=True:Ready")
 	going := limited("going", nil, nil)
 	going.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	watching := func(pools ...*karpv1.NodePool) LaunchView { return LaunchView{Watching: true, Pools: pools} }
@@ -74,6 +78,7 @@ func TestCannotLaunch(t *testing.T) {
 		{"being deleted", watching(going), req, Flight{}, []string{BlockedNotReady}, "NodePool going being deleted"},
 		{"registration unhealthy", watching(unhealthy), req, Flight{}, []string{BlockedRegistration}, "NodePool unhealthy cannot register nodes (NodeRegistrationHealthy=False, RegistrationFailed)"},
 		{"registration healthy", watching(healthy), req, Flight{}, nil, ""},
+		{"no registration condition (Karpenter v1.0, v1.1)", watching(v10), req, Flight{}, nil, ""},
 		{"claims fail to launch", watching(roomy), req, failing, []string{BlockedLaunch},
 			"NodePool roomy cannot launch (nodeclaim/roomy-x not launched (Launched=Unknown, LaunchFailed: quota exceeded))"},
 		{"claims of another pool fail", watching(roomy), req, Flight{NotLaunched: map[string][]string{"other": {"x"}}}, nil, ""},

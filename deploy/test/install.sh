@@ -36,8 +36,9 @@
 #  GitOps drift: after the upgrade, after a certificate rotation (which rotates the
 #     admission token) and after the upgrade again, `helm template` of this tree's chart
 #     with the release's values is compared with the live objects by Flux's drift
-#     detection (fluxcd/pkg/ssa, its own code) and by Argo CD's default diff
-#     (re-implemented: deploy/test/gitopsdiff says why): nothing may differ, and the
+#     detection (fluxcd/pkg/ssa, deploy/test/gitopsdiff) and by Argo CD's default diff
+#     (gitops-engine's diff.Diff, deploy/test/argodiff), each the tool's own code:
+#     nothing may differ, and the
 #     same check of a rendering that sets the webhooks' path must fail;
 #  8. the cluster and the real node are stopped by PID, and checked gone: no process, no
 #     mount under the state dir, no bridge.
@@ -109,8 +110,10 @@ export KUBECONFIG=$KUBECONFIG_FILE
 # The previous release's commit first: a shallow clone lacks it, and says so at once.
 bash "$LC_SCRIPTS/prev-release.sh" --check "$prev_commit" "$prev_version"
 
-echo "== the GitOps diff tool (deploy/test/gitopsdiff, a module of its own)"
-(cd "$here/gitopsdiff" && go build -o "$work/gitopsdiff" .) || lc_die "building deploy/test/gitopsdiff failed"
+echo "== the GitOps diff tools (deploy/test/gitopsdiff for Flux, deploy/test/argodiff for Argo CD; modules of their own)"
+for tool in gitopsdiff argodiff; do
+	(cd "$here/$tool" && go build -o "$work/$tool" .) || lc_die "building deploy/test/$tool failed"
+done
 tool_built=$(date +%s)
 
 echo "== the local cluster with a real node"
@@ -465,13 +468,21 @@ token_paths() { ! entry_paths | grep -vqE ' /[a-z0-9]{20,}/(mutate|validate|not-
 # with the live objects as Flux and Argo CD compare them: nothing differs. Then the same
 # rendering with a path set on the first entry of each webhook configuration (what the
 # chart rendered up to 0.2.0) must be found out of sync by both: the check can fail.
+# both_diffs RENDERED OUT: Flux's diff, then Argo CD's, of RENDERED into OUT; fails when
+# either finds drift or cannot compare.
+both_diffs() {
+	local rc=0
+	"$work/gitopsdiff" -n "$ns" -f "$1" >"$2" 2>&1 || rc=1
+	"$work/argodiff" -n "$ns" -f "$1" >>"$2" 2>&1 || rc=1
+	return "$rc"
+}
 gitops_diff() {
 	"$HELM" template "$release" "oci://$path/charts/$CHART_NAME" --version "$version" --plain-http -n "$ns" \
 		-f "$work/values.yaml" >"$work/rendered.yaml" 2>"$work/template.err" || {
 		fail "$1: helm template: $(cat "$work/template.err")"
 		return
 	}
-	if "$work/gitopsdiff" -n "$ns" -f "$work/rendered.yaml" >"$work/gitopsdiff.out" 2>&1; then
+	if both_diffs "$work/rendered.yaml" "$work/gitopsdiff.out"; then
 		pass "$1: Flux's and Argo CD's diffs find the $(grep -c '^flux ' "$work/gitopsdiff.out") rendered objects in sync with the live ones"
 	else
 		fail "$1: drift: $(grep -v 'in sync' "$work/gitopsdiff.out" | cut -c1-400 | tr '\n' ';')"
@@ -479,7 +490,7 @@ gitops_diff() {
 	awk '/^---/ { kind = "" } /^kind: (Mutating|Validating)WebhookConfiguration$/ { kind = $2 }
 		kind != "" && /^ +service:$/ && !done[kind]++ { print; sub(/service:.*/, "  path: /mutate"); print; next } { print }' \
 		"$work/rendered.yaml" >"$work/rendered-path.yaml"
-	"$work/gitopsdiff" -n "$ns" -f "$work/rendered-path.yaml" >"$work/gitopsdiff-path.out" 2>&1 || true
+	both_diffs "$work/rendered-path.yaml" "$work/gitopsdiff-path.out" || true
 	check "$1: a rendered path would be drift to Flux" grep -q '^flux  DRIFT    MutatingWebhookConfiguration' "$work/gitopsdiff-path.out"
 	check "$1: a rendered path would be drift to Argo CD" grep -q '^argo  DRIFT    MutatingWebhookConfiguration' "$work/gitopsdiff-path.out"
 }

@@ -164,7 +164,12 @@ lc_start kube-scheduler "$KUBE_BIN_DIR/kube-scheduler" \
 KWOK_MOD=$(lc_module_dir "sigs.k8s.io/kwok@$KWOK_VERSION") || lc_die "cannot locate sigs.k8s.io/kwok@$KWOK_VERSION"
 STAGES=$LOCALCLUSTER_DIR/kwok-stages.yaml
 : >"$STAGES"
-for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+heartbeat=node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+# Karpenter v1.0 looks for a claim's node only on the node's events, and its kwok provider
+# creates the node before the claim records its provider ID: the node must be updated
+# again (status heartbeats every 20-45 s, as a kubelet's every 5 min) to be registered.
+[[ $KARPENTER_VERSION != v1.0.* ]] || heartbeat=node/heartbeat/node-heartbeat.yaml
+for f in node/fast/node-initialize.yaml "$heartbeat" \
 	pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
 	{
 		echo "---"
@@ -184,7 +189,12 @@ lc_log "kube-controller-manager, kube-scheduler, kwok running"
 # --- Karpenter: CRDs from the module cache (the kwok provider's NodePool/NodeClaim
 # CRDs allow its instance labels), then the NodeClass and NodePools, then the controller.
 KARP_MOD=$(lc_module_dir "sigs.k8s.io/karpenter@$KARPENTER_VERSION") || lc_die "cannot locate sigs.k8s.io/karpenter@$KARPENTER_VERSION"
-lc_kubectl apply --server-side -f "$KARP_MOD/kwok/charts/crds/" -f "$KARP_MOD/kwok/apis/crds/" >/dev/null
+# Karpenter v1.0 also serves v1beta1 through a conversion webhook of its own, which this
+# cluster does not run: such CRDs are applied with v1 alone, the API the webhook reads.
+lc_kubectl create --dry-run=client -o json -f "$KARP_MOD/kwok/charts/crds/" -f "$KARP_MOD/kwok/apis/crds/" |
+	jq -s '{apiVersion: "v1", kind: "List", items: map(if .spec.conversion.strategy == "Webhook"
+		then del(.spec.conversion) | .spec.versions |= map(select(.name == "v1")) else . end)}' |
+	lc_kubectl apply --server-side -f - >/dev/null
 lc_kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 lc_kubectl apply --server-side -f "$LC_SCRIPTS/nodepools.yaml" >/dev/null
 lc_log "Karpenter CRDs, KWOKNodeClass and NodePools applied"
@@ -199,7 +209,10 @@ rollouts_established() {
 }
 lc_wait rollouts_established || lc_die "the Rollout CRD is not Established"
 lc_log "Argo Rollouts $ARGO_ROLLOUTS_VERSION Rollout CRD applied (no controller)"
+# SYSTEM_NAMESPACE and DISABLE_WEBHOOK: Karpenter v1.0 needs a namespace and would serve
+# its conversion webhook; later versions ignore both.
 lc_start karpenter env KUBECONFIG="$K" DISABLE_LEADER_ELECTION=true \
+	SYSTEM_NAMESPACE=kube-system DISABLE_WEBHOOK=true \
 	METRICS_PORT="$KARPENTER_METRICS_PORT" HEALTH_PROBE_PORT="$KARPENTER_HEALTH_PORT" \
 	BATCH_MAX_DURATION=2s BATCH_IDLE_DURATION=500ms LOG_LEVEL=info "$KARPENTER_BIN"
 # env execs the binary, so the recorded PID is Karpenter's own.
