@@ -69,6 +69,11 @@ type WorkloadReport struct {
 	// Held says why the convergence loop moves none of its pods now: it opted out, its
 	// policy is suspended, or moves are stopped in its namespace or everywhere.
 	Held string `json:"held,omitempty"`
+	// MoveWindow is the workload's move window from its annotation or policy
+	// ("schedule=...; duration=..."; the cluster's MOVE_WINDOW is not read), and Waits
+	// says, while repairs are pending, that its non-urgent moves wait for it.
+	MoveWindow string `json:"moveWindow,omitempty"`
+	Waits      string `json:"waits,omitempty"`
 }
 
 // AuditReport is what a source in audit mode would do to a workload.
