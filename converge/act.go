@@ -243,6 +243,9 @@ func (l *Loop) move(ctx context.Context, snap *snapshot, m move, planned []move,
 		}
 		l.mem.noteEviction(m.pod.UID, back, time.Now())
 		l.mem.noteMoved(revisionReason{snap.rev.uid, m.reason}, planned)
+		if !m.opening.IsZero() {
+			l.mem.noteWindowMove(revisionOpening{snap.rev.uid, m.opening})
+		}
 		l.cfg.Metrics.evictions.WithLabelValues(m.reason, "evicted").Inc()
 		msg := fmt.Sprintf("evicted pod %s (%s): %s", m.pod.Name, m.reason, m.why)
 		l.event(snap.w, corev1.EventTypeNormal, ReasonConverge, msg)

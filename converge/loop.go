@@ -117,7 +117,10 @@ type Config struct {
 	// MoveSignalledNodes: pods on a signalled node of a term not at risk move too (their
 	// replacement is placed on the same term); off by default.
 	MoveSignalledNodes bool
-	Log                logrus.FieldLogger
+	// Timing is the cluster's move window and minimum stay on fallback (MOVE_WINDOW,
+	// MIN_FALLBACK_STAY): a workload's annotations or its policy's spec override them.
+	Timing strategy.Timing
+	Log    logrus.FieldLogger
 }
 
 // Loop is the convergence loop; run it on the elected replica only.
@@ -385,6 +388,8 @@ type result struct {
 	// until is the end of the earliest cool-down of its unavailable terms, when their
 	// seats return (zero: none).
 	until time.Time
+	// waiting counts the moves that wait for the window, its cap or the minimum stay.
+	waiting [waitKinds]int
 }
 
 // judge counts the terms of a revision with a target that nothing serves, and judges

@@ -28,6 +28,9 @@ type memory struct {
 	sums      passSums
 	// repeats: the repeat guard's state of each revision and reason it moved pods for.
 	repeats map[revisionReason]*repeat
+	// windowMoves counts the moves made in an opening of a revision's window, for its
+	// cap (lost with leadership: a new leader may make the cap's moves again).
+	windowMoves map[revisionOpening]int
 }
 
 // revisionReason names the moves of one revision for one reason.
@@ -143,7 +146,15 @@ func newMemory() memory {
 		listed: map[types.UID]time.Time{}, said: map[noteKey]bool{}, stuck: map[types.UID]bool{},
 		blocked: map[types.UID]string{}, returning: map[revisionTerm]time.Time{},
 		results: map[types.UID]result{}, sums: newPassSums(), repeats: map[revisionReason]*repeat{},
+		windowMoves: map[revisionOpening]int{},
 	}
+}
+
+// noteWindowMove counts a move made in an opening of a revision's window, and forgets
+// its earlier openings.
+func (m *memory) noteWindowMove(key revisionOpening) {
+	maps.DeleteFunc(m.windowMoves, func(k revisionOpening, _ int) bool { return k.revision == key.revision && !k.start.Equal(key.start) })
+	m.windowMoves[key]++
 }
 
 // wasEvicted reports whether the loop evicted the pod and the cache still shows it.
@@ -247,6 +258,7 @@ func (m *memory) forget(uid types.UID) bool {
 	delete(m.blocked, uid)
 	maps.DeleteFunc(m.said, func(k noteKey, _ bool) bool { return k.revision == uid })
 	maps.DeleteFunc(m.returning, func(k revisionTerm, _ time.Time) bool { return k.revision == uid })
+	maps.DeleteFunc(m.windowMoves, func(k revisionOpening, _ int) bool { return k.revision == uid })
 	m.settled(uid)
 	return had
 }
@@ -259,6 +271,7 @@ func (m *memory) expireEvictions(now time.Time) {
 // passSums is the sum of the revisions' last results, kept as they change.
 type passSums struct {
 	fallbackPods, pending                 int
+	waiting                               [waitKinds]int
 	target, placed, unavailable, unserved map[termSource]int
 	// states counts the revisions by their strategy.Judge verdict.
 	states map[strategy.State]int
@@ -279,6 +292,9 @@ func newPassSums() passSums {
 func (s *passSums) add(r result, sign int) {
 	s.fallbackPods += sign * r.fallbackPods
 	s.pending += sign * r.pending
+	for i, n := range r.waiting {
+		s.waiting[i] += sign * n
+	}
 	if r.state != "" {
 		s.states[r.state] += sign
 	}

@@ -26,6 +26,7 @@ type Metrics struct {
 	termPods    *prometheus.GaugeVec
 	holds       *prometheus.CounterVec
 	held        prometheus.Gauge
+	waiting     *prometheus.GaugeVec
 	// auditWorkloads and auditMoves: what the policies and namespace defaults in audit
 	// mode would do (the policy status writer's count).
 	auditWorkloads, auditMoves prometheus.Gauge
@@ -113,6 +114,10 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Name: "converge_held_workloads",
 			Help: "Workload revisions whose moves the repeat guard held since they were last at their target: their moved pods came back in the same state.",
 		}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "converge_waiting_pods",
+			Help: "Pods whose non-urgent move (return, drift, seats above the replica count or held twice) waits, by what for: window (outside the workload's move window), window-cap (its cap of moves per opening is reached), min-fallback-stay (a return before the minimum stay on fallback).",
+		}, []string{"for"}),
 		stopped: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "converge_moves_stopped",
 			Help: "1 while every move of the convergence loop is stopped (the webhook's namespace is annotated custom-kube-scheduler-webhook.io/converge=false): it evicts nothing until the annotation goes.",
@@ -141,7 +146,10 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			m.holds.WithLabelValues(reason)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.unavailable, m.unserved, m.states, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held, m.auditWorkloads, m.auditMoves, m.stopped} {
+	for _, what := range waitNames {
+		m.waiting.WithLabelValues(what)
+	}
+	for _, c := range []prometheus.Collector{m.waiting, m.unavailable, m.unserved, m.states, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held, m.auditWorkloads, m.auditMoves, m.stopped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

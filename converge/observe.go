@@ -30,8 +30,10 @@ type snapshot struct {
 	// annotation is "false", its policy is suspended, or moves are stopped in its
 	// namespace or cluster-wide (Config.Stopped). The loop still detects and says.
 	hold string
-	now  time.Time
-	rec  *unavailability.Record
+	// timing is when its non-urgent moves may happen (window.go).
+	timing strategy.Timing
+	now    time.Time
+	rec    *unavailability.Record
 	// active holds the terms unavailable now (those of rec the strategy still has).
 	active map[int]unavailability.TermState
 	// pods are the revision's cached placed pods, terminating ones included; unplaced,
@@ -68,6 +70,7 @@ func (l *Loop) observe(ctx context.Context, rev revision, now time.Time) (*snaps
 	}
 	snap := &snapshot{rev: rev, w: w, s: src.Strategy, origin: src.Origin, now: now, signals: map[int]capacitySignal{}}
 	snap.hold = l.holdOf(w.Chain, src.Object, rev.namespace)
+	snap.timing = strategy.TimingOf(append([]strategy.AnnotatedObject{{Name: "pod template", Annotations: rev.templateAnnotations}}, w.Chain...), src.Object, l.cfg.Timing)
 	snap.rec = l.cfg.Records.Get(rev.uid)
 	snap.active = snap.rec.Active(now)
 	for t := range snap.active {

@@ -103,6 +103,9 @@ type move struct {
 	// not (a pod that is Running but not Ready may be about to serve); cost is 1 when it
 	// is Ready, one more pod unavailable once it goes.
 	room, cost int
+	// opening is the opening of the revision's window whose cap this move counts
+	// against (zero: none).
+	opening time.Time
 }
 
 // plan decides one revision's pass from snap, the loop's memory (read only) and now
@@ -332,6 +335,36 @@ func (p *passPlan) planEvictions(snap *snapshot, mem *memory, cfg planConfig, re
 		}
 		return p.evict[i].seat > p.evict[j].seat
 	})
+	// The window's gate last, in that order: the cap lets the first moves through.
+	g := newGate(snap, mem)
+	kept := p.evict[:0]
+	for _, m := range p.evict {
+		if g.admit(&m) {
+			kept = append(kept, m)
+		}
+	}
+	p.evict = kept
+	p.waitFor(g)
+}
+
+// waitFor counts the moves g held among the pass's held ones (the pass after is due when
+// the earliest may go) and says why they wait, unless something else says more.
+func (p *passPlan) waitFor(g *gate) {
+	n := 0
+	for _, c := range g.waiting {
+		n += c
+	}
+	if n == 0 {
+		return
+	}
+	p.res.waiting = g.waiting
+	p.held += n
+	if !g.until.IsZero() && (p.heldUntil.IsZero() || g.until.Before(p.heldUntil)) {
+		p.heldUntil = g.until
+	}
+	if p.blocked == "" {
+		p.blocked = fmt.Sprintf("%d pods wait to move: %s", n, g.why)
+	}
 }
 
 // Budget is how many of replicas pods may be unavailable at once: max, an int or a

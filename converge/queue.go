@@ -191,6 +191,9 @@ func (l *Loop) publish(now time.Time) {
 	m, s := l.cfg.Metrics, l.mem.sums
 	m.fallback.Set(float64(s.fallbackPods))
 	m.pending.Set(float64(s.pending))
+	for i, n := range s.waiting {
+		m.waiting.WithLabelValues(waitNames[i]).Set(float64(n))
+	}
 	var lag time.Duration
 	for _, since := range l.mem.offSince {
 		lag = max(lag, now.Sub(since))

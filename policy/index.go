@@ -107,6 +107,14 @@ func compile(kind string, meta metav1.ObjectMeta, spec v1alpha1.PlacementPolicyS
 		c.Suspended = true
 		c.Link.Annotations[strategy.AnnotationConverge] = "false"
 	}
+	if w := spec.MoveWindow; w != nil {
+		// As the annotation says it, so that the most specific link wins (strategy.TimingOf).
+		c.Link.Annotations[strategy.AnnotationMoveWindow] = (&strategy.Window{Schedule: w.Schedule, Duration: w.Duration.Duration,
+			TimeZone: w.TimeZone, MaxMoves: int(w.MaxMoves)}).String()
+	}
+	if spec.MinFallbackStay != nil {
+		c.Link.Annotations[strategy.AnnotationMinFallbackStay] = spec.MinFallbackStay.Duration.String()
+	}
 	for _, k := range spec.Kinds {
 		bit := kindBit(string(k))
 		if bit == 0 {

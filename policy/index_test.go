@@ -3,6 +3,7 @@ package policy
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,5 +160,21 @@ func TestLookupAllocatesNothing(t *testing.T) {
 	w.Labels = map[string]string{"app": "x"}
 	if n := testing.AllocsPerRun(100, func() { buf = idx.AppendLinks(buf[:0], w) }); n != 0 || len(buf) != 1 {
 		t.Errorf("a matching policy: %v allocations per lookup, links %v", n, buf)
+	}
+}
+
+// A policy's move timing rides on its link as the workload annotations say it, so the
+// most specific link wins (strategy.TimingOf).
+func TestPolicyTimingOnItsLink(t *testing.T) {
+	p := &v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: v1alpha1.PlacementPolicySpec{
+		Strategy:        "a=1",
+		MoveWindow:      &v1alpha1.MoveWindow{Schedule: "0 2 * * 1-5", Duration: metav1.Duration{Duration: 3 * time.Hour}, TimeZone: "Europe/Berlin", MaxMoves: 20},
+		MinFallbackStay: &metav1.Duration{Duration: 30 * time.Minute},
+	}}
+	c := CompileNamespaced(p)
+	got := strategy.TimingOf([]strategy.AnnotatedObject{{Name: "Deployment shop/web"}, c.Link}, c.Link.Name, strategy.Timing{})
+	if got.Err != nil || got.Window == nil || got.Window.String() != "schedule=0 2 * * 1-5; duration=3h0m0s; timeZone=Europe/Berlin; maxMoves=20" ||
+		got.MinStay != 30*time.Minute || got.WindowSource != "PlacementPolicy shop/web" {
+		t.Errorf("timing %+v, err %v", got, got.Err)
 	}
 }

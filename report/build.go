@@ -258,7 +258,23 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 		pods(meta.Namespace, uid, s, func(pod Pod) { w.count(s, placement, pod, &t) })
 	}
 	w.finish(st, s, &t, unavailable)
+	w.timing(strategy.TimingOf(chain, src.Object, strategy.Timing{}), time.Now())
 	r.Workloads = append(r.Workloads, w)
+}
+
+// timing says the workload's move window and, while repairs are pending outside it,
+// that its non-urgent moves wait (as the loop's ConvergeBlocked Event says).
+func (w *WorkloadReport) timing(t strategy.Timing, now time.Time) {
+	if t.Window != nil {
+		w.MoveWindow = t.Window.String()
+	}
+	switch {
+	case w.PendingRepairs == 0 || w.Held != "":
+	case t.Err != nil:
+		w.Waits = "non-urgent moves wait for a valid move window: " + t.Err.Error()
+	case t.Window != nil && !t.Window.Open(now):
+		w.Waits = fmt.Sprintf("non-urgent moves wait for window %q (set on %s; opens at %s)", w.MoveWindow, t.WindowSource, t.Window.NextOpen(now).UTC().Format(time.RFC3339))
+	}
 }
 
 // sameLinks reports whether a and b name the same objects in the same order.

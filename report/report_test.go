@@ -153,3 +153,22 @@ func TestBuildFallback(t *testing.T) {
 		t.Fatalf("spot back: exact %v (%s), pending repairs %d; want off target, 2", w.Exact, w.State, w.PendingRepairs)
 	}
 }
+
+// Outside its window a workload with repairs pending says its moves wait, and when.
+func TestReportSaysMovesWaitForTheWindow(t *testing.T) {
+	win, err := strategy.ParseWindow("schedule=0 2 * * *; duration=1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noon := time.Date(2026, 1, 14, 12, 0, 0, 0, time.UTC)
+	w := WorkloadReport{PendingRepairs: 2}
+	w.timing(strategy.Timing{Window: win, WindowSource: "PlacementPolicy shop/web"}, noon)
+	if want := `non-urgent moves wait for window "schedule=0 2 * * *; duration=1h0m0s" (set on PlacementPolicy shop/web; opens at 2026-01-15T02:00:00Z)`; w.Waits != want {
+		t.Errorf("waits %q, want %q", w.Waits, want)
+	}
+	inside := WorkloadReport{PendingRepairs: 2}
+	inside.timing(strategy.Timing{Window: win}, noon.Add(-9*time.Hour-30*time.Minute))
+	if inside.Waits != "" || inside.MoveWindow == "" {
+		t.Errorf("inside the window: waits %q, window %q", inside.Waits, inside.MoveWindow)
+	}
+}

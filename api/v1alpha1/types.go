@@ -106,6 +106,37 @@ type PlacementPolicySpec struct {
 	// is false again (then it finishes the moves).
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+	// MoveWindow is when the convergence loop makes the non-urgent moves of the
+	// workloads the policy governs: returns from fallback, drift after a strategy
+	// change, tidying seats. Absent: the cluster's MOVE_WINDOW. A workload's
+	// custom-kube-scheduler-webhook.io/move-window annotation overrides it. Pods without
+	// a node or a seat, and on a node EC2 signalled, move at any time.
+	// +optional
+	MoveWindow *MoveWindow `json:"moveWindow,omitempty"`
+	// MinFallbackStay is how long a pod stays on its fallback term before the loop may
+	// move it back to its own term. Absent: the cluster's MIN_FALLBACK_STAY. A
+	// workload's custom-kube-scheduler-webhook.io/min-fallback-stay annotation overrides it.
+	// +optional
+	MinFallbackStay *metav1.Duration `json:"minFallbackStay,omitempty"`
+}
+
+// MoveWindow is a recurring window, in the form of a Karpenter NodePool's disruption
+// budget: it opens at each hit of Schedule, in TimeZone, for Duration.
+type MoveWindow struct {
+	// Schedule is a cron schedule: five fields or a descriptor such as @daily.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Schedule string `json:"schedule"`
+	// Duration is how long each opening lasts (at least 1m).
+	Duration metav1.Duration `json:"duration"`
+	// TimeZone is an IANA time zone name (e.g. Europe/Berlin); absent: UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+	// MaxMoves caps each workload's moves per opening; absent or 0: no cap.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxMoves int32 `json:"maxMoves,omitempty"`
 }
 
 // Audit reports whether the policy is in audit mode.

@@ -23,6 +23,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
@@ -64,6 +65,8 @@ var serveSettings = []setting{
 	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
 	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
+	{"move-window", "MOVE_WINDOW", "always", "when the convergence loop makes non-urgent moves (returns from fallback, drift, tidying seats): \"schedule=<cron>; duration=<d>; timeZone=<IANA name>; maxMoves=<per opening>\", or always; a policy's spec.moveWindow or a workload's custom-kube-scheduler-webhook.io/move-window annotation overrides it; moves of pods without a node or a seat, or on a node EC2 signalled, never wait (docs/strategies.md)"},
+	{"min-fallback-stay", "MIN_FALLBACK_STAY", "0", "how long a pod stays on its fallback term before the loop may move it back to its own term (0: no minimum); a policy's spec.minFallbackStay or the workload's custom-kube-scheduler-webhook.io/min-fallback-stay annotation overrides it"},
 	{"max-evictions-per-minute", "MAX_EVICTIONS_PER_MINUTE", "30", "across the cluster, how many pods the convergence loop may evict in a minute (a burst of that many, then a steady rate), on top of each workload's budget"},
 	{"profiling", "PROFILING", "off", "on: serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on the metrics port (METRICS_ADDRESS), for diagnosing memory or CPU use; off in normal operation"},
 	{"owner-deployment", "OWNER_DEPLOYMENT", "", "Deployment in the webhook's namespace that owns the Leases this process creates (seat and unavailability records, the leader Lease), so they are deleted with it; empty: no owner (the chart sets its own Deployment)"},
@@ -121,12 +124,14 @@ type serveConfig struct {
 	LiveLookupQPS        float32
 	LiveLookups          int
 	// Deprecations are warnings about settings that no longer do anything.
-	Deprecations      []string
-	Converge          bool
-	FallbackAfter     time.Duration
-	FallbackCooldown  time.Duration
-	MaxUnavailable    intstr.IntOrString
-	MaxEvictions      int
+	Deprecations     []string
+	Converge         bool
+	FallbackAfter    time.Duration
+	FallbackCooldown time.Duration
+	MaxUnavailable   intstr.IntOrString
+	MaxEvictions     int
+	// Timing is the cluster's move window and minimum stay on fallback.
+	Timing            strategy.Timing
 	AdmissionDeadline time.Duration
 	Profiling         bool
 	// OwnerDeployment owns the Leases serve creates (empty: none).
@@ -296,6 +301,12 @@ func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 	c.MaxUnavailable = intstr.Parse(strings.TrimSpace(v.GetString("converge-max-unavailable")))
 	if _, err := converge.Budget(c.MaxUnavailable, 10); err != nil {
 		return err
+	}
+	if c.Timing.Window, err = strategy.ParseWindow(v.GetString("move-window")); err != nil {
+		return fmt.Errorf("MOVE_WINDOW: %w", err)
+	}
+	if c.Timing.MinStay, err = strategy.ParseMinFallbackStay(v.GetString("min-fallback-stay")); err != nil {
+		return fmt.Errorf("MIN_FALLBACK_STAY: %w", err)
 	}
 	if c.MaxEvictions, err = positiveInt(v, "max-evictions-per-minute", "MAX_EVICTIONS_PER_MINUTE"); err != nil {
 		return err

@@ -84,6 +84,7 @@ var settingTypes = map[string]settingType{
 	"converge":                          switchType,
 	"fallback-after":                    durationType,
 	"fallback-cooldown":                 durationType,
+	"min-fallback-stay":                 durationType,
 	"profiling":                         switchType,
 	"admission-deadline":                durationType,
 	"image-architectures":               switchType,
@@ -110,7 +111,8 @@ var settingGroups = []struct {
 	{"Image architectures", []string{"image-architectures", "image-lookup-budget", "image-tag-ttl", "image-cache-size",
 		"image-pull-secrets", "image-insecure-registries", "image-internal-registries", "image-refused-networks"}},
 	{"Seat ledger", []string{"reservation-ttl", "peer-address"}},
-	{"Convergence and capacity fallback", []string{"converge", "fallback-after", "fallback-cooldown", "converge-max-unavailable"}},
+	{"Convergence and capacity fallback", []string{"converge", "fallback-after", "fallback-cooldown", "converge-max-unavailable",
+		"move-window", "min-fallback-stay"}},
 	{"Interruption signals", []string{"interruption-queue", "interruption-window", "interruption-risk-share", "interruption-risk-min-nodes", "interruption-move-signalled-nodes"}},
 }
 

@@ -72,6 +72,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		Signals:  converge.NewKarpenterSignals(loopClient, catalog, claims),
 		Launches: claims,
 		Served:   termServed(catalog),
+		Timing:   cfg.Timing,
 		Log:      entry,
 	}
 	if signals != nil {

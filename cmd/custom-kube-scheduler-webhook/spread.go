@@ -222,6 +222,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		if wl.State == report.StateAudit {
 			continue
 		}
+		if wl.Waits != "" {
+			fmt.Fprintf(w, "  %s\n", wl.Waits)
+		}
 		if wl.Held != "" {
 			fmt.Fprintf(w, "  moves held: %s\n", wl.Held)
 		}

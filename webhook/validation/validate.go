@@ -217,6 +217,9 @@ func (v *WorkloadValidator) admitPolicy(req *admissionv1.AdmissionRequest) *admi
 	if c.SelectorErr != nil {
 		faults = append(faults, fmt.Sprintf("%s is invalid: %v", c.Link.Name, c.SelectorErr))
 	}
+	if t := strategy.TimingOf([]strategy.AnnotatedObject{c.Link}, c.Link.Name, strategy.Timing{}); t.Err != nil {
+		faults = append(faults, fmt.Sprintf("spec.moveWindow or spec.minFallbackStay of %s is invalid: %v", c.Link.Name, t.Err))
+	}
 	s, perr := v.strategies.Parse(raw)
 	if perr != nil {
 		faults = append(faults, fmt.Sprintf("spec.strategy of %s is invalid: %v", c.Link.Name, perr))
