@@ -31,7 +31,7 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 			if req.Namespace == "slow" {
 				<-slow
 			}
-			return allow()
+			return Allow()
 		},
 		Ready: func() error {
 			if draining.Load() {
@@ -90,7 +90,7 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 // on it is served (closing idle connections at once races a client sending on one: it
 // gets EOF), and its answer closes the connection, so the client reconnects elsewhere.
 func TestDrainServesIdleConnectionsThenClosesThem(t *testing.T) {
-	h := &Handlers{Mutate: func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { return allow() },
+	h := &Handlers{Mutate: func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { return Allow() },
 		Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog()}
 	// HTTP/1.1 with keep-alives.
 	url, client, signal, done := startDrain(t, h, Drain{Period: time.Second}, false)

@@ -55,7 +55,7 @@ func TestExcessAdmissionsGet429(t *testing.T) {
 		Mutate: func(ctx context.Context, _ *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 			entered.Add(1)
 			<-release
-			return allow()
+			return Allow()
 		},
 		Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog(),
 		Limits: AdmissionLimits{MaxInFlight: 2, QueueWait: 200 * time.Millisecond},

@@ -137,33 +137,33 @@ func (m *PodMutator) ours(a *podAdmission) (string, *admissionv1.AdmissionRespon
 	req := a.req
 	// nodeSelector is immutable, so only CREATE of the pod itself is ours.
 	if req.Operation != admissionv1.Create || req.Kind.Kind != "Pod" || req.SubResource != "" || m.Namespaces.Skip(req.Namespace) {
-		return OutcomeSkipped, allow()
+		return OutcomeSkipped, Allow()
 	}
 	pod, err := podOf(req)
 	if err != nil {
-		return OutcomeError, allow(fmt.Sprintf("pod not placed: cannot read it: %v", err))
+		return OutcomeError, Allow(fmt.Sprintf("pod not placed: cannot read it: %v", err))
 	}
 	a.pod = pod
 	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return OutcomeSkipped, allow()
+		return OutcomeSkipped, Allow()
 	}
 	if _, seated := pod.Annotations[strategy.AnnotationSeat]; seated {
 		// Reinvocation or a pod copied from a placed one: placing it again would move it.
-		return OutcomeSkipped, allow()
+		return OutcomeSkipped, Allow()
 	}
 	owner := metav1.GetControllerOf(pod)
 	switch {
 	case owner != nil && owner.Kind == "DaemonSet":
-		return OutcomeSkipped, allow()
+		return OutcomeSkipped, Allow()
 	case owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") || (owner.Kind != "ReplicaSet" && owner.Kind != "StatefulSet"):
 		if !a.podStrategy().Active() {
-			return OutcomeSkipped, allow()
+			return OutcomeSkipped, Allow()
 		}
 		what := "a bare pod"
 		if owner != nil {
 			what = "a pod owned by a " + owner.Kind
 		}
-		return OutcomeSkipped, allow(fmt.Sprintf("strategy ignored: %s has no Deployment, ReplicaSet or StatefulSet to count seats in", what))
+		return OutcomeSkipped, Allow(fmt.Sprintf("strategy ignored: %s has no Deployment, ReplicaSet or StatefulSet to count seats in", what))
 	}
 	a.owner = owner
 	return "", nil
@@ -204,7 +204,7 @@ func (m *PodMutator) resolve(ctx context.Context, a *podAdmission) (string, *adm
 		select {
 		case <-m.Synced:
 		case <-ctx.Done():
-			return OutcomeDeadline, allow("pod not placed: the webhook's caches have not synced yet")
+			return OutcomeDeadline, Allow("pod not placed: the webhook's caches have not synced yet")
 		}
 	}
 	w, err := m.Resolver.Resolve(ctx, a.req.Namespace, a.owner)
@@ -214,9 +214,9 @@ func (m *PodMutator) resolve(ctx context.Context, a *podAdmission) (string, *adm
 		// say so, as a pod's own strategy that cannot be followed is said.
 		var owner *clusterview.OwnerError
 		if a.podStrategy().Active() || ctx.Err() != nil || errors.As(err, &owner) {
-			return pastDeadline(ctx, OutcomeError), allow(fmt.Sprintf("pod not placed: %v", err))
+			return pastDeadline(ctx, OutcomeError), Allow(fmt.Sprintf("pod not placed: %v", err))
 		}
-		return OutcomeError, allow()
+		return OutcomeError, Allow()
 	}
 	a.w = w
 	return "", nil
@@ -228,14 +228,14 @@ func (m *PodMutator) strategyOf(a *podAdmission) (*strategy.Strategy, string, *a
 	src := m.strategies.Resolve(append([]strategy.AnnotatedObject{{Name: "pod", Annotations: a.pod.Annotations}}, a.w.Chain...)...)
 	a.warnings, a.origin = src.Warnings, src.Origin
 	if !src.Active() {
-		return nil, OutcomeSkipped, allow(a.warnings...)
+		return nil, OutcomeSkipped, Allow(a.warnings...)
 	}
 	s, err := src.Strategy, src.Err
 	if err != nil {
 		msg := fmt.Sprintf("%s on %s is invalid, pod not placed: %v", src.Key, src.Object, err)
 		a.events = append(a.events, [2]string{ReasonInvalidStrategy, msg})
 		m.log(a).WithError(err).Info("invalid strategy; admitting the pod unchanged")
-		return nil, OutcomeInvalid, allow(append(a.warnings, msg)...)
+		return nil, OutcomeInvalid, Allow(append(a.warnings, msg)...)
 	}
 	for _, doubt := range s.Warnings {
 		a.warnings = append(a.warnings, fmt.Sprintf("%s on %s: %s", src.Key, src.Object, doubt))
@@ -250,7 +250,7 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 	seat, err := m.seat(ctx, req, w, a.pod)
 	if err != nil {
 		m.log(a).WithError(err).Warn("cannot pick a seat; admitting the pod unchanged")
-		return pastDeadline(ctx, OutcomeError), allow(append(a.warnings, fmt.Sprintf("pod not placed: %v", err))...)
+		return pastDeadline(ctx, OutcomeError), Allow(append(a.warnings, fmt.Sprintf("pod not placed: %v", err))...)
 	}
 	var unavailable map[int]string
 	if m.Availability != nil {
@@ -273,7 +273,7 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 	}
 	if d.Outcome != OutcomePlaced {
 		m.release(ctx, req, w)
-		return d.Outcome, allow(a.warnings...)
+		return d.Outcome, Allow(a.warnings...)
 	}
 	if err := ctx.Err(); err != nil {
 		// The API server has given up on this call (and, failing open, created the pod
@@ -285,7 +285,7 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 			m.release(rctx, req, w)
 		}()
 		m.log(a).WithError(err).Warn("admission deadline passed; admitting the pod unchanged")
-		return OutcomeDeadline, allow(append(a.warnings, fmt.Sprintf("pod not placed: the admission deadline passed (%v)", err))...)
+		return OutcomeDeadline, Allow(append(a.warnings, fmt.Sprintf("pod not placed: the admission deadline passed (%v)", err))...)
 	}
 	term := s.Terms[d.Term]
 	if !isDryRun(req) {
@@ -294,7 +294,7 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 	if debugEnabled(m.Log) {
 		m.log(a).WithFields(logrus.Fields{"seat": seat, "term": d.Term + 1, "labels": term.LabelString(), "dryRun": isDryRun(req)}).Debug("pod placed")
 	}
-	resp := allow(a.warnings...)
+	resp := Allow(a.warnings...)
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = d.Patch, &pt
 	return OutcomePlaced, resp

@@ -233,7 +233,7 @@ func (h *Handlers) safeAdmit(ctx context.Context, name string, admit AdmitFunc, 
 		if p := recover(); p != nil {
 			h.Log.WithFields(logrus.Fields{"webhook": name, "uid": req.UID, "panic": p, "stack": string(debug.Stack())}).Error("admission handler panicked")
 			h.Metrics.Admitted(name, OutcomeError)
-			resp = allow("internal error; admitted unchanged")
+			resp = Allow("internal error; admitted unchanged")
 		}
 	}()
 	return admit(ctx, req)
@@ -261,8 +261,9 @@ func Serve(ctx context.Context, ln net.Listener, handler http.Handler, getCertif
 // warningPrefix tells users which webhook a warning comes from.
 const warningPrefix = "custom-kube-scheduler-webhook: "
 
-// allow admits the request unchanged, with warnings shown to the user by kubectl.
-func allow(warnings ...string) *admissionv1.AdmissionResponse {
+// Allow admits the request unchanged, with warnings shown to the user by kubectl
+// (each prefixed with the webhook's name).
+func Allow(warnings ...string) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{Allowed: true}
 	for _, w := range warnings {
 		resp.Warnings = append(resp.Warnings, warningPrefix+w)

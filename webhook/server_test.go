@@ -211,7 +211,7 @@ func TestPodReviewIsDecodedOnce(t *testing.T) {
 		Mutate: func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 			got, _ = req.Object.Object.(*corev1.Pod)
 			raw = len(req.Object.Raw)
-			return allow()
+			return Allow()
 		},
 		Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog(),
 	}

@@ -49,18 +49,6 @@ type Counter interface {
 	Admitted(hook, outcome string)
 }
 
-// warningPrefix tells users which webhook a warning comes from.
-const warningPrefix = "custom-kube-scheduler-webhook: "
-
-// allow admits the request unchanged, with warnings shown to the user by kubectl.
-func allow(warnings ...string) *admissionv1.AdmissionResponse {
-	resp := &admissionv1.AdmissionResponse{Allowed: true}
-	for _, w := range warnings {
-		resp.Warnings = append(resp.Warnings, warningPrefix+w)
-	}
-	return resp
-}
-
 // Hinter names the labels of a term that no capacity offers, and the closest offered
 // key or value (karpenter.Catalog.Hint); likely is set when it names one.
 type Hinter interface {
@@ -103,11 +91,11 @@ func (v *WorkloadValidator) Admit(ctx context.Context, req *admissionv1.Admissio
 
 func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return allow()
+		return webhook.Allow()
 	}
 	switch {
 	case req.SubResource != "":
-		return allow()
+		return webhook.Allow()
 	case req.Kind.Group == v1alpha1.Group && (req.Kind.Kind == v1alpha1.KindPlacementPolicy || req.Kind.Kind == v1alpha1.KindClusterPlacementPolicy):
 		return v.admitPolicy(req)
 	case req.Kind.Group == "" && req.Kind.Kind == "Namespace":
@@ -116,11 +104,11 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 	case isJobKind(req.Kind):
 		return admitJob(req)
 	default:
-		return allow()
+		return webhook.Allow()
 	}
 	var obj workloadMeta
 	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
-		return allow(fmt.Sprintf("cannot read the %s to check its strategy: %v", req.Kind.Kind, err))
+		return webhook.Allow(fmt.Sprintf("cannot read the %s to check its strategy: %v", req.Kind.Kind, err))
 	}
 	name := fmt.Sprintf("%s %s/%s", req.Kind.Kind, req.Namespace, req.Name)
 	// Both places a strategy may stand are checked, the pod template first as for pods.
@@ -131,7 +119,7 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 	warnings := append(src.Warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations})...)
 	warnings = append(warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: name, Annotations: obj.Annotations})...)
 	if !src.Active() {
-		return allow(warnings...)
+		return webhook.Allow(warnings...)
 	}
 	s, err := src.Strategy, src.Err
 	if err != nil {
@@ -139,7 +127,7 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 		// Ratchet: an UPDATE that keeps the same broken value (a scale, an image bump)
 		// is not blocked by a fault it did not introduce.
 		if v.WarnOnly || v.unchanged(req, src.Raw) {
-			return allow(append(warnings, msg)...)
+			return webhook.Allow(append(warnings, msg)...)
 		}
 		v.Log.WithField("workload", name).Info("rejecting invalid strategy: " + err.Error())
 		return &admissionv1.AdmissionResponse{
@@ -166,7 +154,7 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 			return v.refuseWith(req, name, warnings, faults, v.unchangedImages(req, src.Raw, &obj.Spec.Template.Spec))
 		}
 	}
-	return allow(warnings...)
+	return webhook.Allow(warnings...)
 }
 
 // unchangedImages reports whether an UPDATE's old object carried the same strategy
@@ -193,16 +181,16 @@ func (v *WorkloadValidator) AdmitNotEnabled(_ context.Context, req *admissionv1.
 	}
 	var obj workloadMeta
 	if req.Object.Raw == nil || json.Unmarshal(req.Object.Raw, &obj) != nil {
-		return allow()
+		return webhook.Allow()
 	}
 	src := strategy.Find(
 		strategy.AnnotatedObject{Annotations: obj.Spec.Template.Annotations},
 		strategy.AnnotatedObject{Annotations: obj.Annotations},
 	)
 	if !src.Active() {
-		return allow()
+		return webhook.Allow()
 	}
-	return allow(strategy.NotEnabled(req.Namespace, fmt.Sprintf("%s %s/%s", req.Kind.Kind, req.Namespace, req.Name)))
+	return webhook.Allow(strategy.NotEnabled(req.Namespace, fmt.Sprintf("%s %s/%s", req.Kind.Kind, req.Namespace, req.Name)))
 }
 
 // admitPolicy checks a PlacementPolicy's or ClusterPlacementPolicy's strategy with the
@@ -210,7 +198,7 @@ func (v *WorkloadValidator) AdmitNotEnabled(_ context.Context, req *admissionv1.
 func (v *WorkloadValidator) admitPolicy(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	c, err := decodePolicy(req.Object.Raw)
 	if err != nil {
-		return allow(fmt.Sprintf("cannot read the %s to check its strategy: %v", req.Kind.Kind, err))
+		return webhook.Allow(fmt.Sprintf("cannot read the %s to check its strategy: %v", req.Kind.Kind, err))
 	}
 	raw := c.Link.Annotations[strategy.AnnotationStrategy]
 	var faults []string
@@ -243,7 +231,7 @@ func (v *WorkloadValidator) admitPolicy(req *admissionv1.AdmissionRequest) *admi
 	if len(typos) > 0 {
 		return v.refuseWith(req, c.Link.Name, warnings, typos, unchanged)
 	}
-	return allow(warnings...)
+	return webhook.Allow(warnings...)
 }
 
 // policyOutOfScope warns when a policy applies only in namespaces whose pods the API
@@ -337,13 +325,13 @@ func decodePolicy(raw []byte) (*policy.Compiled, error) {
 func (v *WorkloadValidator) admitNamespace(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	var ns, old corev1.Namespace
 	if err := json.Unmarshal(req.Object.Raw, &ns); err != nil {
-		return allow(fmt.Sprintf("cannot read the Namespace to check its strategy: %v", err))
+		return webhook.Allow(fmt.Sprintf("cannot read the Namespace to check its strategy: %v", err))
 	}
 	name := "Namespace " + ns.Name
 	src := strategy.Find(policy.NamespaceOf(&ns).Link)
 	warnings := append(src.Warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: name, Annotations: ns.Annotations})...)
 	if !src.Active() {
-		return allow(warnings...)
+		return webhook.Allow(warnings...)
 	}
 	unchanged := false
 	if req.Operation == admissionv1.Update && json.Unmarshal(req.OldObject.Raw, &old) == nil {
@@ -367,14 +355,14 @@ func (v *WorkloadValidator) admitNamespace(req *admissionv1.AdmissionRequest) *a
 	if len(typos) > 0 {
 		return v.refuseWith(req, name, warnings, typos, unchanged)
 	}
-	return allow(warnings...)
+	return webhook.Allow(warnings...)
 }
 
 // refuse rejects req with msg, or only warns when validation is WarnOnly or the UPDATE
 // keeps a fault it did not introduce.
 func (v *WorkloadValidator) refuse(req *admissionv1.AdmissionRequest, name, msg string, unchanged bool) *admissionv1.AdmissionResponse {
 	if v.WarnOnly || unchanged {
-		return allow(msg)
+		return webhook.Allow(msg)
 	}
 	v.Log.WithField("object", name).Info("rejecting invalid strategy: " + msg)
 	return &admissionv1.AdmissionResponse{
@@ -400,5 +388,5 @@ func (v *WorkloadValidator) unchanged(req *admissionv1.AdmissionRequest, raw str
 }
 
 func prefixed(warnings []string) []string {
-	return allow(warnings...).Warnings
+	return webhook.Allow(warnings...).Warnings
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // isRolloutKind reports whether kind is Argo Rollouts' Rollout (argoproj.io, any
@@ -84,7 +85,7 @@ func admitJob(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse 
 	name := fmt.Sprintf("%s %s/%s", req.Kind.Kind, req.Namespace, req.Name)
 	src, active := jobStrategy(req.Object.Raw, req.Kind.Kind, name)
 	if !active {
-		return allow(src.Warnings...)
+		return webhook.Allow(src.Warnings...)
 	}
-	return allow(append(src.Warnings, jobsNotSplit(req.Kind.Kind, src))...)
+	return webhook.Allow(append(src.Warnings, jobsNotSplit(req.Kind.Kind, src))...)
 }
