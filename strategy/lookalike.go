@@ -56,12 +56,12 @@ func editDistance(a, b string, limit int) int {
 	return min(prev[len(b)], limit)
 }
 
-// userKeys are the annotation keys a user writes to choose a strategy.
-var userKeys = []string{AnnotationStrategy, AnnotationStrategyAlias, AnnotationOptIn}
+// userKeys are the annotation keys a user writes to choose a strategy and when its
+// moves happen.
+var userKeys = []string{AnnotationStrategy, AnnotationStrategyAlias, AnnotationOptIn, AnnotationMoveWindow, AnnotationMinFallbackStay}
 
 // LookalikeKeys warns about the annotation keys of obj that look like a key a user
-// writes to choose a strategy (AnnotationStrategy, its alias, AnnotationOptIn) but are
-// not one: a different case, a prefix, or a typo such as CustomPodSchedulingStrategy.
+// writes (userKeys) but are not one: a different case, a prefix, or a typo such as CustomPodSchedulingStrategy.
 // Such a key is ignored, so the workload would silently run without its strategy.
 func LookalikeKeys(obj AnnotatedObject) []string {
 	var out []string
@@ -94,7 +94,7 @@ func lookalike(key string) string {
 	}
 	folded := fold(name)
 	for _, k := range userKeys {
-		want := fold(k)
+		want := fold(k[strings.LastIndexByte(k, '/')+1:]) // the name, as for key
 		if folded == want || editDistance(folded, want, 4) < 4 {
 			return k
 		}

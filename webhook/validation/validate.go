@@ -118,6 +118,15 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 	)
 	warnings := append(src.Warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations})...)
 	warnings = append(warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: name, Annotations: obj.Annotations})...)
+	// A move window or minimum stay that does not parse holds the loop's non-urgent
+	// moves (it does not fall back to moving any time): said now, not at the next move.
+	timing := strategy.TimingOf([]strategy.AnnotatedObject{
+		{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations},
+		{Name: name, Annotations: obj.Annotations},
+	}, "", strategy.Timing{})
+	if timing.Err != nil {
+		warnings = append(warnings, fmt.Sprintf("%v; the convergence loop holds the workload's non-urgent moves until it is fixed", timing.Err))
+	}
 	if !src.Active() {
 		return webhook.Allow(warnings...)
 	}
