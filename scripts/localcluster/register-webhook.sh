@@ -19,7 +19,8 @@
 # namespace but the excluded ones, as the chart's `scope: all` does.
 #
 # The API server picks up a new configuration through a watch, so this polls with a
-# canary (a server-side dry-run pod create) until the response shows the webhook's patch.
+# canary (a server-side dry-run pod create) until the response shows the webhook's patch,
+# and with a second one until the validating webhook refuses an invalid strategy.
 # `register-webhook.sh delete` removes the configurations.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -150,9 +151,11 @@ EOF
 	for prefix in "${scopes[@]}"; do
 		entry "${prefix}workloads.custom-kube-scheduler-webhook.io" /validate "$WORKLOAD_RULES" "$(scope_terms "$prefix")" "$workload_filters"
 	done
-	# As the chart: annotated workloads of namespaces that are not enabled get a warning.
+	# As the chart: annotated workloads of namespaces that are not enabled get a warning,
+	# served at /<token>/not-enabled (admissiontoken.Endpoint; /validate/not-enabled with
+	# no token yet). Another path would answer 404 until the webhook rewrote it.
 	if [[ $SCOPE == opt-in && -n $workload_filters ]]; then
-		entry not-enabled.workloads.custom-kube-scheduler-webhook.io /validate/not-enabled "$WORKLOAD_RULES" "$off_terms" "$workload_filters"
+		entry not-enabled.workloads.custom-kube-scheduler-webhook.io "${token:+/not-enabled}${token:-/validate/not-enabled}" "$WORKLOAD_RULES" "$off_terms" "$workload_filters"
 	fi
 	# As the chart: policies and namespace defaults, in every namespace but the webhook's
 	# own and kube-system, whatever the scope.
@@ -225,3 +228,34 @@ if ! LC_WAIT_SECONDS=${WEBHOOK_CANARY_SECONDS:-60} lc_wait canary; then
 	lc_die "the canary pod was not mutated: is the webhook serving on https://127.0.0.1:$WEBHOOK_PORT? (see $LOGS/webhook.log)"
 fi
 lc_log "canary pod mutated: the API server calls the webhook"
+
+# The validating configuration is an object of its own, which the API server picks up
+# through its own watch, and a call that fails (to a path with an old token, say) fails
+# open: a dry-run create of a ReplicaSet with an invalid strategy in the canary
+# namespace must be refused by the webhook before a test relies on its answers.
+refused() {
+	local out
+	out=$(
+		lc_kubectl create --dry-run=server -o name -f - 2>&1 <<EOF || true
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: webhook-canary-invalid
+  namespace: $CANARY_NS
+  annotations:
+    CustomPodScheduleStrategy: karpenter.sh/capacity-type=on-demand,weight=x
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: webhook-canary}}
+  template:
+    metadata: {labels: {app: webhook-canary}}
+    spec:
+      containers: [{name: canary, image: registry.k8s.io/pause:3.10}]
+EOF
+	)
+	[[ $out == *"denied the request"* ]]
+}
+if ! LC_WAIT_SECONDS=${WEBHOOK_CANARY_SECONDS:-60} lc_wait refused; then
+	lc_die "the canary ReplicaSet with an invalid strategy was not refused: the API server does not call the webhook's validating path (see $LOGS/webhook.log)"
+fi
+lc_log "canary workload refused: the API server calls the validating webhook"
