@@ -155,7 +155,9 @@ EOF
 	# served at /<token>/not-enabled (admissiontoken.Endpoint; /validate/not-enabled with
 	# no token yet). Another path would answer 404 until the webhook rewrote it.
 	if [[ $SCOPE == opt-in && -n $workload_filters ]]; then
-		entry not-enabled.workloads.custom-kube-scheduler-webhook.io "${token:+/not-enabled}${token:-/validate/not-enabled}" "$WORKLOAD_RULES" "$off_terms" "$workload_filters"
+		not_enabled_path=/validate/not-enabled
+		[[ -z $token ]] || not_enabled_path=/not-enabled
+		entry not-enabled.workloads.custom-kube-scheduler-webhook.io "$not_enabled_path" "$WORKLOAD_RULES" "$off_terms" "$workload_filters"
 	fi
 	# As the chart: policies and namespace defaults, in every namespace but the webhook's
 	# own and kube-system, whatever the scope.
@@ -231,28 +233,12 @@ lc_log "canary pod mutated: the API server calls the webhook"
 
 # The validating configuration is an object of its own, which the API server picks up
 # through its own watch, and a call that fails (to a path with an old token, say) fails
-# open: a dry-run create of a ReplicaSet with an invalid strategy in the canary
-# namespace must be refused by the webhook before a test relies on its answers.
+# open: a dry-run update of the canary ReplicaSet to an invalid strategy must be refused
+# by the webhook before a test relies on its answers.
 refused() {
 	local out
-	out=$(
-		lc_kubectl create --dry-run=server -o name -f - 2>&1 <<EOF || true
-apiVersion: apps/v1
-kind: ReplicaSet
-metadata:
-  name: webhook-canary-invalid
-  namespace: $CANARY_NS
-  annotations:
-    CustomPodScheduleStrategy: karpenter.sh/capacity-type=on-demand,weight=x
-spec:
-  replicas: 0
-  selector: {matchLabels: {app: webhook-canary}}
-  template:
-    metadata: {labels: {app: webhook-canary}}
-    spec:
-      containers: [{name: canary, image: registry.k8s.io/pause:3.10}]
-EOF
-	)
+	out=$(lc_kubectl -n "$CANARY_NS" annotate --dry-run=server --overwrite replicaset webhook-canary \
+		'CustomPodScheduleStrategy=karpenter.sh/capacity-type=on-demand,weight=x' 2>&1 || true)
 	[[ $out == *"denied the request"* ]]
 }
 if ! LC_WAIT_SECONDS=${WEBHOOK_CANARY_SECONDS:-60} lc_wait refused; then
