@@ -112,19 +112,16 @@ func (v *WorkloadValidator) admit(ctx context.Context, req *admissionv1.Admissio
 	}
 	name := fmt.Sprintf("%s %s/%s", req.Kind.Kind, req.Namespace, req.Name)
 	// Both places a strategy may stand are checked, the pod template first as for pods.
-	src := v.strategies.Resolve(
-		strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations},
-		strategy.AnnotatedObject{Name: name, Annotations: obj.Annotations},
-	)
-	warnings := append(src.Warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations})...)
-	warnings = append(warnings, strategy.LookalikeKeys(strategy.AnnotatedObject{Name: name, Annotations: obj.Annotations})...)
-	// A move window or minimum stay that does not parse holds the loop's non-urgent
-	// moves (it does not fall back to moving any time): said now, not at the next move.
-	timing := strategy.TimingOf([]strategy.AnnotatedObject{
+	links := []strategy.AnnotatedObject{
 		{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations},
 		{Name: name, Annotations: obj.Annotations},
-	}, "", strategy.Timing{})
-	if timing.Err != nil {
+	}
+	src := v.strategies.Resolve(links...)
+	warnings := append(src.Warnings, strategy.LookalikeKeys(links[0])...)
+	warnings = append(warnings, strategy.LookalikeKeys(links[1])...)
+	// A move window or minimum stay that does not parse holds the loop's non-urgent
+	// moves (it does not fall back to moving any time): said now, not at the next move.
+	if timing := strategy.TimingOf(links, "", strategy.Timing{}); timing.Err != nil {
 		warnings = append(warnings, fmt.Sprintf("%v; the convergence loop holds the workload's non-urgent moves until it is fixed", timing.Err))
 	}
 	if !src.Active() {
