@@ -88,6 +88,50 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 			t.Fatalf("failed claims: %v, want 1 (the first refusal)", got)
 		}
 	})
+	// An owner that crashed after its first write (a cold start's long term, as a slow
+	// API server lengthens terms too): the survivor takes over half the configured
+	// duration after the refusal, as above, not half the record's term, which would pass
+	// the admission deadline and admit the claims of a burst unplaced.
+	t.Run("owner gone, long term", func(t *testing.T) {
+		client := fake.NewClientset()
+		fakeleases.WithOptimisticConcurrency(client)
+		clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+		ls, crashes := crashableLedgers(t, client, ledgerNS, 2, Options{Clock: clock})
+		owner, other := ls[0], ls[1]
+		seat := claim(t, owner, shopRS, "before")
+		waitForWrites(t, owner, shopRS)
+		waitFor(t, "the other replica to see the record", func() bool {
+			other.mu.Lock()
+			defer other.mu.Unlock()
+			s := other.revs[shopRS]
+			return s != nil && s.record != nil
+		})
+		other.mu.Lock()
+		term := other.recordDuration(other.revs[shopRS].record)
+		other.mu.Unlock()
+		if term <= DefaultOwnership {
+			t.Fatalf("the first record's term is %s: the test needs one longer than %s", term, DefaultOwnership)
+		}
+		crashes[0]()
+		other.peers = &http.Client{Transport: connRefused{}}
+		short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if _, err := other.Claim(short, shopRS, "first-refusal", -1); err == nil {
+			t.Fatal("taken over at the first refusal")
+		}
+		// The pod of the dead owner's answer shows meanwhile.
+		other.PodVisible(placed("before-pod", shopRS, seat, "before"))
+		clock.Step(DefaultOwnership / 2)
+		bounded, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		next, err := other.Claim(bounded, shopRS, "after", -1)
+		if err != nil {
+			t.Fatalf("half the configured duration after the refusal: %v", err)
+		}
+		if next != seat+1 {
+			t.Errorf("the survivor's first seat is %d, want %d (the dead owner gave %d)", next, seat+1, seat)
+		}
+	})
 }
 
 // A reservation whose pod never shows up (rejected after the webhook, abandoned, forged)

@@ -33,8 +33,11 @@ func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 	if !now.Before(s.observed.Add(dur)) {
 		return "", ""
 	}
-	if h := *r.Spec.HolderIdentity; s.goneHolder == h && !now.Before(s.goneSince.Add(dur/2)) {
-		// Gone, and the pods of its last answers have had time to show.
+	if h := *r.Spec.HolderIdentity; s.goneHolder == h && !now.Before(s.goneSince.Add(l.duration/2)) {
+		// Gone, and the pods of its last answers have had time to show. The configured
+		// duration, not the record's: a cold start or slow writes lengthen a term up to
+		// a minute, and waiting half of that would pass the admission deadline and admit
+		// a burst unplaced; a seat handed out twice meanwhile is the loop's to move.
 		return "", ""
 	}
 	return *r.Spec.HolderIdentity, r.Annotations[strategy.AnnotationPeer]
