@@ -88,6 +88,7 @@ func newWorld(t *testing.T, replicas int, pods []*corev1.Pod) *world {
 // newWorldOf is newWorld with another strategy on the Deployment.
 func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *world {
 	t.Helper()
+	built := time.Now() // the pods' ages count from about now
 	ann := map[string]string{strategy.AnnotationStrategy: strat}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, UID: depUID, Annotations: map[string]string{revisionAnnotation: "1"}}}
 	dep.Spec.Template.Annotations = ann
@@ -139,7 +140,9 @@ func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *w
 	log.SetOutput(io.Discard)
 	w.loop, err = NewLoop(Config{
 		Client: w.client, Caches: caches, Records: w.records, Metrics: m, Log: log, Scope: w.scope,
-		FallbackAfter: 20 * time.Second, Cooldown: time.Minute,
+		// FALLBACK_AFTER 20 s from when the pods were built: the informers' start, 15 s on
+		// a loaded machine, must not age a pod built 5 s unschedulable into a stranded one.
+		FallbackAfter: 20*time.Second + time.Since(built), Cooldown: time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)
