@@ -25,6 +25,10 @@ import (
 func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 	res, uid := p.res, snap.rev.uid
 	log := l.cfg.Log.WithFields(logrus.Fields{"workload": snap.w.Describe(), "revision": snap.rev.name})
+	// A pod of it Ready again ends one of its evictions in flight; whether it still
+	// waits for the pace, this pass says.
+	l.mem.stillUnavailable(uid, p.unavailable)
+	l.mem.waitsForPace(uid, paceKey{}, false)
 	active := maps.Clone(snap.active)
 	if active == nil {
 		active = map[int]unavailability.TermState{}
@@ -88,7 +92,10 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 		res.pending = len(p.moves)
 	default:
 		var why string
-		res.pending, why = l.evictWithinBudget(ctx, snap, p, log)
+		var paced int
+		res.pending, paced, why = l.evictWithinBudget(ctx, snap, p, log)
+		res.waiting[waitPace] = paced
+		l.mem.waitsForPace(uid, paceKeyOf(snap), paced > 0)
 		if why != "" {
 			blocked = fmt.Sprintf("%d pods wait to move: %s", res.pending, why)
 		}
@@ -177,11 +184,11 @@ func (l *Loop) say(w *clusterview.Workload, n note, log logrus.FieldLogger) {
 
 // evictWithinBudget evicts p's moves in order: a pod with a node only while the
 // revision's unavailable pods (not Ready, or already evicted) stay within the budget
-// after it. It returns how many moves are left for a later pass and, when some wait,
-// why ("" when only failed evictions are left: they block nothing).
-func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPlan, log logrus.FieldLogger) (int, string) {
-	unavailable, left := p.unavailable, 0
-	var blockedBy string
+// after it, and the pace leaves room for it. It returns how many moves are left for a
+// later pass, how many of them wait for the pace, and, when some wait, why ("" when
+// only failed evictions are left: they block nothing).
+func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPlan, log logrus.FieldLogger) (left, paced int, blockedBy string) {
+	unavailable := p.unavailable
 	for _, m := range p.evict {
 		why := ""
 		switch {
@@ -193,6 +200,9 @@ func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPla
 		case l.stopped(snap.rev.namespace) != "":
 			// Stopped within this pass: honoured before the next eviction.
 			why = l.stopped(snap.rev.namespace)
+		case m.room > 0 && l.pace(snap) != "":
+			why = l.pace(snap)
+			paced++
 		case l.leading != nil && !l.leading():
 			// No longer sure to be the only one moving pods: leave the rest to the leader.
 			why = "this replica is no longer sure to lead the convergence loop"
@@ -205,6 +215,9 @@ func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPla
 			evicted, why = l.move(ctx, snap, m, p.moves, log.WithFields(logrus.Fields{"unavailable": unavailable + m.cost, "budget": p.budget}))
 			if evicted {
 				unavailable += m.cost
+				if m.room > 0 {
+					l.mem.noteInFlight(snap.rev.uid, snap.rev.namespace)
+				}
 				continue
 			}
 		}
@@ -215,7 +228,36 @@ func (l *Loop) evictWithinBudget(ctx context.Context, snap *snapshot, p *passPla
 			}
 		}
 	}
-	return left, blockedBy
+	return left, paced, blockedBy
+}
+
+// pace says why a move of a pod with a node of snap's revision waits for the
+// cluster-wide pace, "" when it may go: the pods the loop evicted that are not Ready
+// again fill the room across the cluster (MaxUnavailableCluster) or in the namespace
+// (MaxUnavailablePerNamespace), or a revision before it in the pace's order (namespace,
+// then workload name) waits for the room and could take it.
+func (l *Loop) pace(snap *snapshot) string {
+	ns := snap.rev.namespace
+	cluster, inNamespace := l.mem.inFlight(ns)
+	switch {
+	case cluster >= l.cfg.MaxUnavailableCluster:
+		return fmt.Sprintf("the cluster-wide pace is reached: at most %d pods the loop evicted may be unavailable at once (CONVERGE_MAX_UNAVAILABLE_CLUSTER)", l.cfg.MaxUnavailableCluster)
+	case inNamespace >= l.cfg.MaxUnavailablePerNamespace:
+		return fmt.Sprintf("the namespace's pace is reached: at most %d pods the loop evicted in it may be unavailable at once (CONVERGE_MAX_UNAVAILABLE_PER_NAMESPACE)", l.cfg.MaxUnavailablePerNamespace)
+	}
+	room := func(namespace string) bool {
+		_, n := l.mem.inFlight(namespace)
+		return n < l.cfg.MaxUnavailablePerNamespace
+	}
+	if l.mem.pacedBefore(snap.rev.uid, paceKeyOf(snap), room) {
+		return "workloads before it in the pace's order (namespace, then name) wait for the room the cluster-wide pace leaves"
+	}
+	return ""
+}
+
+// paceKeyOf is snap's revision's place in the pace's order.
+func paceKeyOf(snap *snapshot) paceKey {
+	return paceKey{snap.rev.namespace, snap.w.Ref.Name + " " + snap.w.Ref.Kind}
 }
 
 // stopped says why moves in namespace ns are stopped (Config.Stopped), "" when they are not.

@@ -35,6 +35,11 @@ const (
 	// defaultMaxEvictionsPerMinute: a return from fallback over a few hundred workloads
 	// takes minutes, not seconds, and a defect cannot churn more than this.
 	defaultMaxEvictionsPerMinute = 30
+	// defaultMaxUnavailableCluster and defaultMaxUnavailablePerNamespace: a policy change
+	// over many workloads rolls through a few of them at a time (each within its own
+	// budget), not all at once.
+	defaultMaxUnavailableCluster      = 20
+	defaultMaxUnavailablePerNamespace = 10
 )
 
 // Signals is Karpenter's early word on a term (optional): why the NodePools serving
@@ -79,6 +84,12 @@ type Config struct {
 	// of that size, refilled over a minute), on top of each workload's budget: what any
 	// defect can do is bounded. 0: the default, 30.
 	MaxEvictionsPerMinute int
+	// MaxUnavailableCluster and MaxUnavailablePerNamespace are the pace: how many pods
+	// the loop evicted from a node may be unavailable at once (no Ready replacement
+	// yet), across the cluster and in one namespace, on top of each workload's budget.
+	// Moves that wait for it go in order: namespace, then workload name. 0: the
+	// defaults, 20 and 10.
+	MaxUnavailableCluster, MaxUnavailablePerNamespace int
 	// FallbackAfter is how long placed pods may stay Pending and unschedulable before
 	// their term is marked unavailable.
 	FallbackAfter time.Duration
@@ -157,6 +168,15 @@ func NewLoop(cfg Config) (*Loop, error) {
 	}
 	if cfg.MaxEvictionsPerMinute == 0 {
 		cfg.MaxEvictionsPerMinute = defaultMaxEvictionsPerMinute
+	}
+	if cfg.MaxUnavailableCluster < 0 || cfg.MaxUnavailablePerNamespace < 0 {
+		return nil, fmt.Errorf("converge: CONVERGE_MAX_UNAVAILABLE_CLUSTER and CONVERGE_MAX_UNAVAILABLE_PER_NAMESPACE must not be negative")
+	}
+	if cfg.MaxUnavailableCluster == 0 {
+		cfg.MaxUnavailableCluster = defaultMaxUnavailableCluster
+	}
+	if cfg.MaxUnavailablePerNamespace == 0 {
+		cfg.MaxUnavailablePerNamespace = defaultMaxUnavailablePerNamespace
 	}
 	if cfg.FallbackAfter <= 0 || cfg.Cooldown <= 0 {
 		return nil, fmt.Errorf("converge: FALLBACK_AFTER and FALLBACK_COOLDOWN must be positive")

@@ -31,6 +31,26 @@ type memory struct {
 	// windowMoves counts the moves made in an opening of a revision's window, for its
 	// cap (lost with leadership: a new leader may make the cap's moves again).
 	windowMoves map[revisionOpening]int
+	// moving counts, per revision, the pods the loop evicted from a node that are not
+	// available again yet (no Ready replacement): what the cluster-wide pace holds
+	// (lost with leadership: a new leader counts afresh).
+	moving map[types.UID]inFlight
+	// paced holds the revisions whose moves wait for the pace, by their place in the
+	// order the pace serves them.
+	paced map[types.UID]paceKey
+}
+
+// inFlight is a revision's pods in flight: evicted by the loop, not Ready again.
+type inFlight struct {
+	namespace string
+	pods      int
+}
+
+// paceKey is a revision's place in the pace's order: namespace, then workload name.
+type paceKey struct{ namespace, name string }
+
+func (k paceKey) before(o paceKey) bool {
+	return k.namespace < o.namespace || (k.namespace == o.namespace && k.name < o.name)
 }
 
 // revisionReason names the moves of one revision for one reason.
@@ -146,8 +166,63 @@ func newMemory() memory {
 		listed: map[types.UID]time.Time{}, said: map[noteKey]bool{}, stuck: map[types.UID]bool{},
 		blocked: map[types.UID]string{}, returning: map[revisionTerm]time.Time{},
 		results: map[types.UID]result{}, sums: newPassSums(), repeats: map[revisionReason]*repeat{},
-		windowMoves: map[revisionOpening]int{},
+		windowMoves: map[revisionOpening]int{}, moving: map[types.UID]inFlight{}, paced: map[types.UID]paceKey{},
 	}
+}
+
+// stillUnavailable bounds the revision's pods in flight by its pods unavailable now
+// (fewer than replicas Ready, the evicted ones not counted Ready): a Ready replacement
+// ends one.
+func (m *memory) stillUnavailable(uid types.UID, unavailable int) {
+	f, ok := m.moving[uid]
+	switch {
+	case !ok:
+	case min(f.pods, unavailable) <= 0:
+		delete(m.moving, uid)
+	default:
+		f.pods = min(f.pods, unavailable)
+		m.moving[uid] = f
+	}
+}
+
+// noteInFlight counts an eviction of a pod with a node of the revision in namespace.
+func (m *memory) noteInFlight(uid types.UID, namespace string) {
+	f := m.moving[uid]
+	f.namespace = namespace
+	f.pods++
+	m.moving[uid] = f
+}
+
+// inFlight counts the pods in flight in the cluster and in namespace.
+func (m *memory) inFlight(namespace string) (cluster, inNamespace int) {
+	for _, f := range m.moving {
+		cluster += f.pods
+		if f.namespace == namespace {
+			inNamespace += f.pods
+		}
+	}
+	return cluster, inNamespace
+}
+
+// waitsForPace notes whether the revision's moves wait for the pace now.
+func (m *memory) waitsForPace(uid types.UID, key paceKey, waits bool) {
+	if waits {
+		m.paced[uid] = key
+	} else {
+		delete(m.paced, uid)
+	}
+}
+
+// pacedBefore reports whether a revision other than uid, before key in the order,
+// waits for the pace and could go now (room reports whether a namespace has room):
+// the pace's room goes to it first.
+func (m *memory) pacedBefore(uid types.UID, key paceKey, room func(namespace string) bool) bool {
+	for other, k := range m.paced {
+		if other != uid && k.before(key) && room(k.namespace) {
+			return true
+		}
+	}
+	return false
 }
 
 // noteWindowMove counts a move made in an opening of a revision's window, and forgets
@@ -259,6 +334,8 @@ func (m *memory) forget(uid types.UID) bool {
 	maps.DeleteFunc(m.said, func(k noteKey, _ bool) bool { return k.revision == uid })
 	maps.DeleteFunc(m.returning, func(k revisionTerm, _ time.Time) bool { return k.revision == uid })
 	maps.DeleteFunc(m.windowMoves, func(k revisionOpening, _ int) bool { return k.revision == uid })
+	delete(m.moving, uid)
+	delete(m.paced, uid)
 	m.settled(uid)
 	return had
 }

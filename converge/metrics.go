@@ -116,7 +116,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 		}),
 		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "converge_waiting_pods",
-			Help: "Pods whose non-urgent move (return, drift, seats above the replica count or held twice) waits, by what for: window (outside the workload's move window), window-cap (its cap of moves per opening is reached), min-fallback-stay (a return before the minimum stay on fallback).",
+			Help: "Pods whose non-urgent move (return, drift, seats above the replica count or held twice) waits, by what for: window (outside the workload's move window), window-cap (its cap of moves per opening is reached), min-fallback-stay (a return before the minimum stay on fallback); and pods on a node whose move of any reason waits for the pace: pace (CONVERGE_MAX_UNAVAILABLE_CLUSTER or CONVERGE_MAX_UNAVAILABLE_PER_NAMESPACE pods the loop evicted are not Ready again, or workloads before it in the pace's order wait).",
 		}, []string{"for"}),
 		stopped: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "converge_moves_stopped",

@@ -66,7 +66,8 @@ type passPlan struct {
 	// do. evict is what act may evict now, in order, within budget.
 	moves, evict []move
 	// budget is how many pods may be unavailable at once (0 during a rollout; -1: the
-	// budget is misconfigured, nothing is evicted); unavailable is how many are now.
+	// budget is misconfigured, nothing is evicted); unavailable is how many are now
+	// (fewer than replicas Ready, the pods the loop evicted not counted Ready).
 	budget, unavailable int
 	// blocked says why moves wait when nothing in act says more ("" none).
 	blocked string
@@ -145,7 +146,8 @@ func plan(snap *snapshot, mem *memory, cfg planConfig) *passPlan {
 		p.blocked = fmt.Sprintf("%d stranded pods wait to move: their fallback term's own pods wait for capacity too", mp.heldForFallback)
 	}
 	p.res.off = len(p.moves) > 0 || len(snap.survey.stranded) > 0
-	p.planEvictions(snap, mem, cfg, mp.ready)
+	p.unavailable = max(0, snap.rev.replicas-mp.ready)
+	p.planEvictions(snap, mem, cfg)
 	return p
 }
 
@@ -289,7 +291,7 @@ func (p *passPlan) place(snap *snapshot) {
 // nowhere, so evicting them costs no availability), then the highest seats first, and
 // says what each costs of the workload's budget. A pass that strikes a term, a workload
 // that opted out, and moves of stranded pods with nowhere better to go evict nothing.
-func (p *passPlan) planEvictions(snap *snapshot, mem *memory, cfg planConfig, ready int) {
+func (p *passPlan) planEvictions(snap *snapshot, mem *memory, cfg planConfig) {
 	switch {
 	case len(p.strikes) > 0, len(p.moves) == 0:
 		return
@@ -304,7 +306,7 @@ func (p *passPlan) planEvictions(snap *snapshot, mem *memory, cfg planConfig, re
 	case snap.rev.rolling:
 		budget = 0
 	}
-	p.budget, p.unavailable = budget, max(0, snap.rev.replicas-ready)
+	p.budget = budget
 	for _, m := range p.moves {
 		// Nowhere better to go: moving would only recreate them where they are.
 		if (p.placement.Stuck && m.reason == MoveStranded) || mem.wasEvicted(m.pod.UID) {

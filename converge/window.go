@@ -13,16 +13,18 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// What a non-urgent move waits for: the indexes of result.waiting, and the values of
-// the converge_waiting_pods metric's "for" label.
+// What a move waits for: the indexes of result.waiting, and the values of the
+// converge_waiting_pods metric's "for" label. The pace holds any move of a pod on a
+// node (act.go); the others, non-urgent moves.
 const (
 	waitWindow = iota
 	waitCap
 	waitStay
+	waitPace
 	waitKinds
 )
 
-var waitNames = [waitKinds]string{"window", "window-cap", "min-fallback-stay"}
+var waitNames = [waitKinds]string{"window", "window-cap", "min-fallback-stay", "pace"}
 
 // urgent reports whether moves for reason protect availability: a pod with no seat, no
 // node on an unavailable term, or a node EC2 signalled. No window holds them.

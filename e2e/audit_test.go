@@ -27,13 +27,20 @@ import (
 // live pods whose seat strat places on another term, and seats no pod holds.
 func wouldMove(t *testing.T, strat string, pods []corev1.Pod, replicas int) int {
 	t.Helper()
+	moving, free := movingPods(t, strat, pods, replicas)
+	return len(moving) + free
+}
+
+// movingPods names the pods wouldMove counts: those whose seat strat places on another
+// term; free is the seats no pod holds.
+func movingPods(t *testing.T, strat string, pods []corev1.Pod, replicas int) (moving []string, free int) {
+	t.Helper()
 	s, err := strategy.Parse(strat)
 	if err != nil {
 		t.Fatal(err)
 	}
 	target := s.Seats(replicas)
 	held := map[int]bool{}
-	n := 0
 	for _, p := range pods {
 		seat, ok := strategy.SeatOf(&p)
 		if !ok || seat > replicas || held[seat] {
@@ -41,10 +48,10 @@ func wouldMove(t *testing.T, strat string, pods []corev1.Pod, replicas int) int 
 		}
 		held[seat] = true
 		if strategy.TermOf(s, &p) != target[seat-1] {
-			n++
+			moving = append(moving, p.Name)
 		}
 	}
-	return n + replicas - len(held)
+	return moving, replicas - len(held)
 }
 
 // TestPolicyAudit: a PlacementPolicy in audit mode over three Deployments placed by

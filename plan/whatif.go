@@ -116,6 +116,8 @@ type WhatIfRow struct {
 	// of an audited policy's status): those whose seat After places on another term,
 	// and those no seat holds.
 	Moves int `json:"moves"`
+	// Pods names the pods that would move (report.AuditReport.Pods).
+	Pods []string `json:"pods,omitempty"`
 	// Held says why the loop would not move them yet (suspended, moves stopped).
 	Held string `json:"held,omitempty"`
 }
@@ -140,7 +142,7 @@ func WhatIfRows(r report.Report, object string) ([]WhatIfRow, int) {
 		row.After = row.Before
 		if a := w.WhatIf; a != nil {
 			row.After = Side{Source: a.Source, Strategy: a.Strategy, Target: a.Target}
-			row.Moves, row.Held = a.WouldMove, a.Held
+			row.Moves, row.Pods, row.Held = a.WouldMove, a.Pods, a.Held
 		}
 		total += row.Moves
 		rows = append(rows, row)

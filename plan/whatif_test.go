@@ -87,8 +87,8 @@ func TestWhatIfNewPolicyCountsWhatAuditCounts(t *testing.T) {
 		t.Fatalf("targets before %v after %v, want [1 2] and [2 1]", r.Before.Target, r.After.Target)
 	}
 	// Seat 1 (on-demand) moves to spot, seat 3 (spot) to on-demand; seat 2 stays on spot.
-	if r.Moves != 2 || moves != 2 {
-		t.Fatalf("moves %d (total %d), want 2", r.Moves, moves)
+	if r.Moves != 2 || moves != 2 || fmt.Sprint(r.Pods) != "[web-1 web-3]" {
+		t.Fatalf("moves %d (total %d) of pods %v, want 2: web-1 and web-3", r.Moves, moves, r.Pods)
 	}
 	// The same policy applied in audit mode: its audit count is the what-if's.
 	e, _, _ := ReadEdit([]byte(spotFirst+"  mode: Audit\n"), "")
@@ -123,7 +123,7 @@ spec:
 		t.Fatalf("rows %+v moves %d, want api and web, 2 moves", rows, moves)
 	}
 	api, web := rows[0], rows[1]
-	if api.Before.Source != "Namespace shop" || api.After.Source != "PlacementPolicy shop/spot-first" || api.Moves != 2 {
+	if api.Before.Source != "Namespace shop" || api.After.Source != "PlacementPolicy shop/spot-first" || api.Moves != 2 || fmt.Sprint(api.Pods) != "[api--1 api-0]" {
 		t.Fatalf("api %+v", api)
 	}
 	if web.Before.Source != web.After.Source || web.Moves != 0 {

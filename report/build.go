@@ -291,14 +291,25 @@ func auditOf(src strategy.Resolved, replicas int, uid types.UID, namespace strin
 	}
 	a.Target = src.Strategy.Target(replicas)
 	var held []strategy.SeatTerm
+	var names, unplaced []string
 	if uid != "" {
 		pods(namespace, uid, src.Strategy, func(p Pod) {
 			if p.Seat > 0 {
 				held = append(held, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIndex})
+				names = append(names, p.Name)
+			} else {
+				unplaced = append(unplaced, p.Name)
 			}
 		})
 	}
-	a.WouldMove = strategy.Moves(src.Strategy, replicas, held)
+	off, free := strategy.Moving(src.Strategy, replicas, held)
+	a.WouldMove = len(off) + free
+	for _, i := range off {
+		a.Pods = append(a.Pods, names[i])
+	}
+	sort.Strings(a.Pods)
+	sort.Strings(unplaced)
+	a.Pods = append(a.Pods, unplaced[:min(free, len(unplaced))]...)
 	return a
 }
 

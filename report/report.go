@@ -96,6 +96,9 @@ type AuditReport struct {
 	// WouldMove counts the pods enforcing it would move (strategy.Moves): pods whose
 	// seat it places on another term, and seats no placed pod holds.
 	WouldMove int `json:"wouldMove"`
+	// Pods names them: the pods on another term than it places their seat, then as many
+	// unplaced pods as seats no placed pod holds (fewer when pods are missing).
+	Pods []string `json:"pods,omitempty"`
 	// Held says why the loop would move none of them (a what-if's suspended policy, or
 	// moves stopped in the namespace).
 	Held string `json:"held,omitempty"`
@@ -157,6 +160,7 @@ type Policies interface {
 // reader that keeps its pods in another form (serve's trimmed pod cache) need not make
 // a corev1.Pod of each.
 type Pod struct {
+	Name string
 	// Seat and FallbackFrom are the seat annotations (1-based; 0: none).
 	Seat, FallbackFrom int
 	// TermIndex is the 0-based term of the workload's strategy the pod is on
@@ -179,7 +183,7 @@ type Pod struct {
 
 // PodOf is the Pod of a pod read from the API server, on a term of s (nil: no term).
 func PodOf(pod *corev1.Pod, s *strategy.Strategy) Pod {
-	p := Pod{HoldsSeat: strategy.HoldsSeat(pod), Phase: pod.Status.Phase, PendingReason: pendingReason(pod),
+	p := Pod{Name: pod.Name, HoldsSeat: strategy.HoldsSeat(pod), Phase: pod.Status.Phase, PendingReason: pendingReason(pod),
 		CannotRun: pod.Annotations[strategy.AnnotationCannotRun], NodeName: pod.Spec.NodeName, TermIndex: -1,
 		DoNotDisrupt: pod.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true"}
 	if seat, ok := strategy.SeatOf(pod); ok {

@@ -10,25 +10,31 @@ type SeatTerm struct{ Seat, Term int }
 // placed pod holds (its pod runs unplaced, as every pod of a workload that had no
 // strategy does). An audited policy reports this count, and enforcing it evicts as many.
 func Moves(s *Strategy, replicas int, pods []SeatTerm) int {
+	off, free := Moving(s, replicas, pods)
+	return len(off) + free
+}
+
+// Moving is Moves with the pods named: the indexes in pods of those on another term
+// than s places their seat, and how many seats up to replicas no placed pod holds.
+func Moving(s *Strategy, replicas int, pods []SeatTerm) (off []int, free int) {
 	if replicas <= 0 || len(s.Terms) == 0 {
-		return 0
+		return nil, 0
 	}
 	replicas = min(replicas, MaxSeat)
 	held := make([]bool, replicas+1)
-	moves := 0
-	for _, p := range pods {
+	for i, p := range pods {
 		if p.Seat < 1 || p.Seat > replicas || held[p.Seat] {
 			continue
 		}
 		held[p.Seat] = true
 		if p.Term != s.TermOfSeat(p.Seat) {
-			moves++
+			off = append(off, i)
 		}
 	}
 	for seat := 1; seat <= replicas; seat++ {
 		if !held[seat] {
-			moves++
+			free++
 		}
 	}
-	return moves
+	return off, free
 }

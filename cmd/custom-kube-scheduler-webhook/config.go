@@ -65,6 +65,8 @@ var serveSettings = []setting{
 	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
 	{"converge-max-unavailable", "CONVERGE_MAX_UNAVAILABLE", "10%", "per workload, how many pods may be unavailable at once while the loop moves pods (a count or a percentage, at least 1)"},
+	{"converge-max-unavailable-cluster", "CONVERGE_MAX_UNAVAILABLE_CLUSTER", "20", "the pace, across the cluster: how many pods the convergence loop evicted may be unavailable at once (no Ready replacement yet), on top of each workload's budget; moves that wait for it go in order: namespace, then workload name"},
+	{"converge-max-unavailable-per-namespace", "CONVERGE_MAX_UNAVAILABLE_PER_NAMESPACE", "10", "the pace, in each namespace: how many pods the convergence loop evicted there may be unavailable at once"},
 	{"move-window", "MOVE_WINDOW", "always", "when the convergence loop makes non-urgent moves (returns from fallback, drift, tidying seats): \"schedule=<cron>; duration=<d>; timeZone=<IANA name>; maxMoves=<per opening>\", or always; a policy's spec.moveWindow or a workload's custom-kube-scheduler-webhook.io/move-window annotation overrides it; moves of pods without a node or a seat, or on a node EC2 signalled, never wait (docs/strategies.md)"},
 	{"min-fallback-stay", "MIN_FALLBACK_STAY", "0", "how long a pod stays on its fallback term before the loop may move it back to its own term (0: no minimum); a policy's spec.minFallbackStay or the workload's custom-kube-scheduler-webhook.io/min-fallback-stay annotation overrides it"},
 	{"max-evictions-per-minute", "MAX_EVICTIONS_PER_MINUTE", "30", "across the cluster, how many pods the convergence loop may evict in a minute (a burst of that many, then a steady rate), on top of each workload's budget"},
@@ -130,6 +132,9 @@ type serveConfig struct {
 	FallbackCooldown time.Duration
 	MaxUnavailable   intstr.IntOrString
 	MaxEvictions     int
+	// PaceCluster and PaceNamespace are the pace (converge.Config.MaxUnavailableCluster
+	// and MaxUnavailablePerNamespace).
+	PaceCluster, PaceNamespace int
 	// Timing is the cluster's move window and minimum stay on fallback.
 	Timing            strategy.Timing
 	AdmissionDeadline time.Duration
@@ -309,6 +314,12 @@ func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 		return fmt.Errorf("MIN_FALLBACK_STAY: %w", err)
 	}
 	if c.MaxEvictions, err = positiveInt(v, "max-evictions-per-minute", "MAX_EVICTIONS_PER_MINUTE"); err != nil {
+		return err
+	}
+	if c.PaceCluster, err = positiveInt(v, "converge-max-unavailable-cluster", "CONVERGE_MAX_UNAVAILABLE_CLUSTER"); err != nil {
+		return err
+	}
+	if c.PaceNamespace, err = positiveInt(v, "converge-max-unavailable-per-namespace", "CONVERGE_MAX_UNAVAILABLE_PER_NAMESPACE"); err != nil {
 		return err
 	}
 	return nil

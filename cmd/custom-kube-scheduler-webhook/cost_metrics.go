@@ -106,7 +106,7 @@ func (v costViews) podsOf(namespace string, owner types.UID, s *strategy.Strateg
 			term = p.TermIn(s)
 		}
 		fn(report.Pod{
-			Seat: p.Seat, FallbackFrom: p.FallbackFrom, TermIndex: term,
+			Name: p.Name, Seat: p.Seat, FallbackFrom: p.FallbackFrom, TermIndex: term,
 			HoldsSeat: p.HoldsSeat(), DoNotDisrupt: p.DoNotDisrupt, Phase: p.Phase, PendingReason: p.Unschedulable, NodeName: p.NodeName,
 			CPUMilli: p.CPUMilli, MemoryBytes: p.MemoryBytes,
 		})

@@ -67,6 +67,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 		Client: loopClient, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
 		Namespaces: cfg.namespaces(),
 		Scope:      scope, MaxEvictionsPerMinute: cfg.MaxEvictions,
+		MaxUnavailableCluster: cfg.PaceCluster, MaxUnavailablePerNamespace: cfg.PaceNamespace,
 		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
 		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
 		Signals:  converge.NewKarpenterSignals(loopClient, catalog, claims),

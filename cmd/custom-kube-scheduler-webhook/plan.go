@@ -102,9 +102,11 @@ With --cluster and -f naming a PlacementPolicy, a ClusterPlacementPolicy or a Na
 default), print the what-if of applying it: every live workload it would govern or
 release, its strategy source and target per term now and after (a workload's own
 annotation and policies before it in precedence still win), and the pods the
-convergence loop would then move: the count an audited policy's status.wouldMove
-gives. Exit status 3 when some pod would move (held ones too: they move once the
-hold is lifted), 0 when none, 2 for an invalid policy.`,
+convergence loop would then move, by name: the count an audited policy's
+status.wouldMove gives. It reads each workload's live replicas and plans no cost:
+--replicas, --max-replicas, --cost and the other flags of a workload's plan are
+refused (exit 2). Exit status 3 when some pod would move (held ones too: they move
+once the hold is lifted), 0 when none, 2 for an invalid policy.`,
 		Example: `  custom-kube-scheduler-webhook plan --replicas 10 \
     --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'
   custom-kube-scheduler-webhook plan --cluster -f deploy.yaml --max-replicas 40
@@ -115,7 +117,7 @@ hold is lifted), 0 when none, 2 for an invalid policy.`,
     --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if e, ok, err := o.whatIfEdit(); err != nil || ok {
+			if e, ok, err := o.whatIfEdit(cmd); err != nil || ok {
 				if err != nil {
 					return err
 				}

@@ -30,6 +30,13 @@ func TestPlanClusterBadInputExitsTwo(t *testing.T) {
 	if err := os.WriteFile(prices, []byte("m5.large spot * cheap\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte("apiVersion: custom-kube-scheduler-webhook.io/v1alpha1\nkind: PlacementPolicy\nmetadata: {name: p}\nspec: {strategy: a=1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	whatIf := func(more ...string) []string {
+		return append([]string{"plan", "--cluster", "-n", "shop", "--kubeconfig", manifest, "-f", policyFile}, more...)
+	}
 	const s = "karpenter.sh/capacity-type=spot"
 	cases := map[string]struct {
 		args []string
@@ -51,6 +58,11 @@ func TestPlanClusterBadInputExitsTwo(t *testing.T) {
 		"prices not cost":  {[]string{"plan", "--cluster", "--strategy", s, "--prices", prices}, "--prices needs --cost"},
 		"bad price ttl":    {[]string{"plan", "--cluster", "--strategy", s, "--cost", "--price-ttl", "-1s"}, "--price-ttl"},
 		"bad price file":   {[]string{"spread", "--cost", "--prices", prices, "--kubeconfig", manifest}, "line 1: price"},
+		// The what-if of a policy reads each workload's live replicas and plans no cost.
+		"what-if replicas": {whatIf("--replicas", "5"), "does not take --replicas"},
+		"what-if cost":     {whatIf("--cost", "--max-replicas", "9"), "does not take --cost, --max-replicas"},
+		"what-if strategy": {whatIf("--strategy", s), "does not take --strategy"},
+		"what-if offline":  {[]string{"plan", "-f", policyFile}, "its what-if needs --cluster"},
 	}
 	for name, c := range cases {
 		_, err := run(c.args...)

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
@@ -26,8 +27,13 @@ type whatIfDoc struct {
 	Unseen  []string `json:"unseen,omitempty"`
 }
 
+// whatIfFlags are the flags the what-if reads; it refuses the others (--replicas,
+// --cost, ...): it plans each workload's live replicas, and no cost.
+var whatIfFlags = map[string]bool{"filename": true, "cluster": true, "output": true, "webhook-namespace": true,
+	"kubeconfig": true, "context": true, "namespace": true}
+
 // whatIfEdit reads -f as a policy or Namespace manifest; false: it is a workload's.
-func (o *planOptions) whatIfEdit() (plan.Edit, bool, error) {
+func (o *planOptions) whatIfEdit(cmd *cobra.Command) (plan.Edit, bool, error) {
 	if o.file == "" {
 		return plan.Edit{}, false, nil
 	}
@@ -49,6 +55,15 @@ func (o *planOptions) whatIfEdit() (plan.Edit, bool, error) {
 	}
 	if ok && !o.cluster {
 		return e, false, usageError("%s is a policy or Namespace: its what-if needs --cluster", o.file)
+	}
+	var ignored []string
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if ok && !whatIfFlags[f.Name] {
+			ignored = append(ignored, "--"+f.Name)
+		}
+	})
+	if len(ignored) > 0 {
+		return e, false, usageError("%s is a policy or Namespace: its what-if reads each workload's live replicas and plans no cost, so it does not take %s", o.file, strings.Join(ignored, ", "))
 	}
 	return e, ok, nil
 }
@@ -104,6 +119,9 @@ func writeWhatIf(w io.Writer, doc whatIfDoc) error {
 		name := fmt.Sprintf("%s %s/%s", row.Kind, row.Namespace, row.Name)
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\n", name, row.Replicas, orDash(row.Before.Source), targetString(row.Before.Target),
 			orDash(row.After.Source), targetString(row.After.Target), row.Moves)
+		if len(row.Pods) > 0 {
+			notes = append(notes, fmt.Sprintf("%s moves: %s", name, podList(row.Pods)))
+		}
 		if row.Held != "" {
 			notes = append(notes, fmt.Sprintf("%s: held, moves once lifted: %s", name, row.Held))
 		}
@@ -116,6 +134,15 @@ func writeWhatIf(w io.Writer, doc whatIfDoc) error {
 	}
 	fmt.Fprintf(w, "%s: %d workloads, %d pods would move\n", doc.Object, len(doc.Workloads), doc.Moves)
 	return writeUnseen(w, doc.Unseen)
+}
+
+// podList names at most ten pods, and says how many more (-o json names them all).
+func podList(pods []string) string {
+	const shown = 10
+	if len(pods) <= shown {
+		return strings.Join(pods, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(pods[:shown], ", "), len(pods)-shown)
 }
 
 // targetString is a target per term, "2 1 3", or "-" without one.
