@@ -293,8 +293,8 @@ func auditOf(src strategy.Resolved, replicas int, uid types.UID, namespace strin
 	var held []strategy.SeatTerm
 	if uid != "" {
 		pods(namespace, uid, src.Strategy, func(p Pod) {
-			if p.Seat > 0 {
-				held = append(held, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIndex})
+			if p.Seat > 0 || p.DoNotDisrupt && p.HoldsSeat {
+				held = append(held, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIndex, Stays: p.DoNotDisrupt})
 			}
 		})
 	}

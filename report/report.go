@@ -94,7 +94,8 @@ type AuditReport struct {
 	Target []int  `json:"target,omitempty"`
 	Error  string `json:"error,omitempty"`
 	// WouldMove counts the pods enforcing it would move (strategy.Moves): pods whose
-	// seat it places on another term, and seats no placed pod holds.
+	// seat it places on another term, and seats no placed pod holds, less the pods
+	// that carry karpenter.sh/do-not-disrupt (the loop never moves them).
 	WouldMove int `json:"wouldMove"`
 	// Held says why the loop would move none of them (a what-if's suspended policy, or
 	// moves stopped in the namespace).

@@ -161,12 +161,13 @@ func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replica
 }
 
 // movesNow counts the pods of revision that enforcing s would move (strategy.Moves):
-// its placed pods off s's target, and the seats no placed pod holds.
+// its placed pods off s's target, and the seats no placed pod holds, less the pods
+// that carry karpenter.sh/do-not-disrupt.
 func movesNow(caches *clusterview.Caches, revision clusterview.Revision, replicas int, s *strategy.Strategy) int {
 	var pods []strategy.SeatTerm
 	caches.EachPodOf(revision, func(p clusterview.PlacedPod) {
-		if p.HoldsSeat() && p.Placed() {
-			pods = append(pods, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIn(s)})
+		if p.HoldsSeat() && (p.Placed() || p.DoNotDisrupt) {
+			pods = append(pods, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIn(s), Stays: p.DoNotDisrupt})
 		}
 	})
 	return strategy.Moves(s, replicas, pods)
