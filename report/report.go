@@ -78,9 +78,9 @@ type WorkloadReport struct {
 	// policy or namespace default changes the workload's source or strategy: what the
 	// source it would then have would do (Source "": none; its pods stay where they are).
 	WhatIf *AuditReport `json:"whatIf,omitempty"`
-	// MoveWindow is the workload's move window from its annotation or policy
-	// ("schedule=...; duration=..."; the cluster's MOVE_WINDOW is not read), and Waits
-	// says, while repairs are pending, that its non-urgent moves wait for it.
+	// MoveWindow is the workload's move window from its annotation, its policy or the
+	// cluster's MOVE_WINDOW ("schedule=...; duration=..."), and Waits says, while
+	// repairs are pending, that its non-urgent moves wait for it.
 	MoveWindow string `json:"moveWindow,omitempty"`
 	Waits      string `json:"waits,omitempty"`
 }
