@@ -80,21 +80,20 @@ func (g *gate) admit(m *move) bool {
 	w := g.t.Window
 	switch {
 	case g.t.Err != nil:
-		g.wait(waitWindow, time.Time{}, fmt.Sprintf("moves wait for a valid move window: %v", g.t.Err))
+		g.wait(waitWindow, time.Time{}, g.t.Waits(g.now))
 		return false
 	case m.reason == MoveReturn && g.t.MinStay > 0 && g.now.Before(m.pod.Created.Add(g.t.MinStay)):
-		g.wait(waitStay, m.pod.Created.Add(g.t.MinStay), fmt.Sprintf("returns wait for the minimum stay on fallback of %s (%s)", g.t.MinStay, sourceOr(g.t.MinStaySource, "MIN_FALLBACK_STAY")))
+		g.wait(waitStay, m.pod.Created.Add(g.t.MinStay), fmt.Sprintf("returns wait for the minimum stay on fallback of %s (%s)", g.t.MinStay, strategy.SetBy(g.t.MinStaySource, "MIN_FALLBACK_STAY")))
 		return false
 	case w == nil:
 		return true
 	case g.start.IsZero():
-		next := w.NextOpen(g.now)
-		g.wait(waitWindow, next, fmt.Sprintf("moves wait for window %q (%s; opens at %s)", w.String(), sourceOr(g.t.WindowSource, "MOVE_WINDOW"), next.UTC().Format(time.RFC3339)))
+		g.wait(waitWindow, w.NextOpen(g.now), g.t.Waits(g.now))
 		return false
 	case g.left == 0:
 		_, end := w.Opening(g.now)
 		next := w.NextOpen(end)
-		g.wait(waitCap, next, fmt.Sprintf("moves wait for the next opening of window %q: its cap of %d moves is reached (%s; opens at %s)", w.String(), w.MaxMoves, sourceOr(g.t.WindowSource, "MOVE_WINDOW"), next.UTC().Format(time.RFC3339)))
+		g.wait(waitCap, next, fmt.Sprintf("moves wait for the next opening of window %q: its cap of %d moves is reached (%s; opens at %s)", w.String(), w.MaxMoves, strategy.SetBy(g.t.WindowSource, "MOVE_WINDOW"), next.UTC().Format(time.RFC3339)))
 		return false
 	case g.left > 0:
 		g.left--
@@ -112,12 +111,4 @@ func (g *gate) wait(what int, until time.Time, why string) {
 	if !until.IsZero() && (g.until.IsZero() || until.Before(g.until)) {
 		g.until = until
 	}
-}
-
-// sourceOr names where a setting came from: the link, or the cluster's setting.
-func sourceOr(source, setting string) string {
-	if source == "" {
-		return "set by the cluster's " + setting
-	}
-	return "set on " + source
 }

@@ -435,12 +435,15 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 }
 
 // The webhook is down while a Deployment scales up (failurePolicy Ignore admits the
-// pods unplaced); once it is back, the loop replaces them with placed pods.
+// pods unplaced); once it is back, the loop replaces them with placed pods, though the
+// Deployment's move window is closed: a pod without a seat is never held by a window.
 func TestWebhookDownConverges(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-down")
 	startConverger(ctx, t, "converge-down", 10)
-	createDeployment(ctx, t, deployment(ns, "down", capacityStrategy, 4, true))
+	d := deployment(ns, "down", capacityStrategy, 4, true)
+	d.Annotations = map[string]string{strategy.AnnotationMoveWindow: "schedule=0 0 1 1 *; duration=1m"} // opens on New Year only
+	createDeployment(ctx, t, d)
 	settled(ctx, t, ns, "down", 4)
 
 	if err := env.webhook.Stop(); err != nil {

@@ -33,6 +33,9 @@ type Governable struct {
 	OutOfScope string
 	// Moves counts the pods enforcing s would move (strategy.Moves; nil: not known).
 	Moves func(s *strategy.Strategy) int
+	// Waits says why its non-urgent moves wait now under the policy link (Timing.Waits:
+	// a closed move window; nil or "": they do not).
+	Waits func(link strategy.AnnotatedObject) string
 }
 
 // Status is what a policy's status says.
@@ -152,6 +155,11 @@ func count(get func(*Compiled) *Status, m Match, w Governable) *Status {
 			if ok, why := w.Exact(s); ok {
 				st.Exact++
 			} else if len(st.NotExact) < v1alpha1.MaxNotExact {
+				if w.Waits != nil && strings.HasPrefix(why, string(strategy.StateOffTarget)) {
+					if waits := w.Waits(m.Policy.Link); waits != "" {
+						why += "; " + waits
+					}
+				}
 				st.NotExact = append(st.NotExact, v1alpha1.WorkloadState{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, Reason: why})
 			}
 		}

@@ -25,7 +25,8 @@ func TestStatuses(t *testing.T) {
 		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}, Name: "web",
 			Exact: func(*strategy.Strategy) (bool, string) { return true, "" }},
 		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "db"}}, Name: "db",
-			Exact: func(*strategy.Strategy) (bool, string) { return false, "term 1 holds 0 pods, its target is 2" }},
+			Exact: func(*strategy.Strategy) (bool, string) { return false, "off-target: 2 pods stand off their seat's term" },
+			Waits: func(link strategy.AnnotatedObject) string { return "moves wait for window (set on " + link.Name + ")" }},
 		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}, Name: "own", Own: true},
 	}
 	got := map[string]*Status{}
@@ -36,7 +37,8 @@ func TestStatuses(t *testing.T) {
 	if s := got["aa"]; s.Workloads != 2 || len(s.Conflicts) != 1 || !strings.Contains(s.Conflicts[0], "Deployment shop/web: also matched by PlacementPolicy shop/zz") {
 		t.Errorf("aa: %+v", s)
 	}
-	if s := got["aa"]; s.Exact != 1 || len(s.NotExact) != 1 || s.NotExact[0].Name != "db" || s.NotExact[0].Reason == "" {
+	// A workload off its target says its moves wait for their window.
+	if s := got["aa"]; s.Exact != 1 || len(s.NotExact) != 1 || s.NotExact[0].Name != "db" || s.NotExact[0].Reason != "off-target: 2 pods stand off their seat's term; moves wait for window (set on PlacementPolicy shop/aa)" {
 		t.Errorf("aa: exact %d, not exact %+v", s.Exact, s.NotExact)
 	}
 	if s := got["zz"]; s.Workloads != 0 || len(s.Conflicts) != 1 || !strings.Contains(s.Conflicts[0], "PlacementPolicy shop/aa wins") {

@@ -59,6 +59,9 @@ type State struct {
 	// them (`plan --cluster -f policy.yaml`): each workload whose source or strategy
 	// they change gets WorkloadReport.WhatIf.
 	WhatIf Policies
+	// Timing is the cluster's move timing (the webhook's MOVE_WINDOW): workloads whose
+	// chain sets none of their own have it.
+	Timing strategy.Timing
 }
 
 // Build computes the report for every workload in st that carries an active strategy;
@@ -258,7 +261,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 		pods(meta.Namespace, uid, s, func(pod Pod) { w.count(s, placement, pod, &t) })
 	}
 	w.finish(st, s, &t, unavailable)
-	w.timing(strategy.TimingOf(chain, src.Object, strategy.Timing{}), time.Now())
+	w.timing(strategy.TimingOf(chain, src.Object, st.Timing), time.Now())
 	r.Workloads = append(r.Workloads, w)
 }
 
@@ -268,12 +271,8 @@ func (w *WorkloadReport) timing(t strategy.Timing, now time.Time) {
 	if t.Window != nil {
 		w.MoveWindow = t.Window.String()
 	}
-	switch {
-	case w.PendingRepairs == 0 || w.Held != "":
-	case t.Err != nil:
-		w.Waits = "non-urgent moves wait for a valid move window: " + t.Err.Error()
-	case t.Window != nil && !t.Window.Open(now):
-		w.Waits = fmt.Sprintf("non-urgent moves wait for window %q (set on %s; opens at %s)", w.MoveWindow, t.WindowSource, t.Window.NextOpen(now).UTC().Format(time.RFC3339))
+	if why := t.Waits(now); why != "" && w.PendingRepairs > 0 && w.Held == "" {
+		w.Waits = "non-urgent " + why
 	}
 }
 
@@ -294,10 +293,12 @@ func auditOf(src strategy.Resolved, replicas int, uid types.UID, namespace strin
 	var names, unplaced []string
 	if uid != "" {
 		pods(namespace, uid, src.Strategy, func(p Pod) {
-			if p.Seat > 0 {
-				held = append(held, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIndex})
+			switch {
+			case p.Seat > 0 || p.DoNotDisrupt && p.HoldsSeat:
+				// Placed, or unplaced and staying: Moving counts the seat it leaves free.
+				held = append(held, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIndex, Stays: p.DoNotDisrupt})
 				names = append(names, p.Name)
-			} else {
+			default:
 				unplaced = append(unplaced, p.Name)
 			}
 		})

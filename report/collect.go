@@ -65,6 +65,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	}
 	unseen = append(unseen, rolloutsUnseen...)
 	unseen = append(unseen, readRecords(ctx, client, o.WebhookNamespace, st)...)
+	unseen = append(unseen, readClusterTiming(ctx, client, o.WebhookNamespace, st)...)
 	policies, policyGaps := ReadPolicies(ctx, client, dyn, o.Namespace)
 	st.Policies, st.Stopped = policies, policy.Stopped(policies.MovesOff, o.WebhookNamespace)
 	if o.WhatIf != nil {
@@ -211,6 +212,27 @@ func readRecords(ctx context.Context, client kubernetes.Interface, webhookNamesp
 	}
 	now := time.Now()
 	st.Unavailable = func(uid types.UID) map[int]unavailability.TermState { return records[uid].Active(now) }
+	return nil
+}
+
+// readClusterTiming reads the cluster's move window (MOVE_WINDOW, as the chart sets it
+// on the webhook's Deployment) into st; without the right to read it it says so.
+func readClusterTiming(ctx context.Context, client kubernetes.Interface, webhookNamespace string, st *State) (unseen []string) {
+	list, err := client.AppsV1().Deployments(webhookNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []string{fmt.Sprintf("Deployments in namespace %s (%s): a move window set by the cluster's MOVE_WINDOW is not shown", webhookNamespace, reason(err))}
+	}
+	for _, d := range list.Items {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if e.Name == "MOVE_WINDOW" {
+					// The webhook refuses to start on an invalid one: no workload waits on it.
+					st.Timing.Window, _ = strategy.ParseWindow(e.Value)
+					return nil
+				}
+			}
+		}
+	}
 	return nil
 }
 

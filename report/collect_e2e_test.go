@@ -117,16 +117,35 @@ func TestE2ECollectNamespaceScopedUser(t *testing.T) {
 		t.Fatalf("workloads %+v, want web with 2 terms", r.Workloads)
 	}
 	unseen := strings.Join(r.Unseen, "\n")
-	for _, want := range []string{"nodes (not allowed to list them)", "NodePools (not allowed to list them)", "unavailability records in namespace custom-kube-scheduler-webhook (not allowed to list them)"} {
+	for _, want := range []string{"nodes (not allowed to list them)", "NodePools (not allowed to list them)", "unavailability records in namespace custom-kube-scheduler-webhook (not allowed to list them)",
+		"Deployments in namespace custom-kube-scheduler-webhook (not allowed to list them): a move window set by the cluster's MOVE_WINDOW is not shown"} {
 		if !strings.Contains(unseen, want) {
 			t.Errorf("unseen %q lacks %q", r.Unseen, want)
 		}
 	}
 
-	// An administrator sees nodes and NodePools.
+	// An administrator sees nodes and NodePools, and the cluster's move window on the
+	// webhook's Deployment (here one of a namespace of its own, never started).
+	webhookNS, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "report-e2e-webhook-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CoreV1().Namespaces().Delete(context.Background(), webhookNS.Name, metav1.DeleteOptions{})
+	})
+	webhook := d.DeepCopy()
+	webhook.Name, webhook.Annotations = "webhook", nil
+	webhook.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "MOVE_WINDOW", Value: "schedule=0 2 * * *; duration=3h"}}
+	if _, err := admin.AppsV1().Deployments(webhookNS.Name).Create(ctx, webhook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	opts.WebhookNamespace = webhookNS.Name
 	r, err = Collect(ctx, admin, adminDyn, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, want := r.Workloads[0].MoveWindow, "schedule=0 2 * * *; duration=3h0m0s"; got != want {
+		t.Errorf("administrator: move window %q, want the cluster's %q", got, want)
 	}
 	for _, u := range r.Unseen {
 		if strings.HasPrefix(u, "nodes") || strings.HasPrefix(u, "NodePools") || strings.HasPrefix(u, "what serves") {

@@ -2,14 +2,14 @@ package report
 
 import (
 	"fmt"
-
-	"k8s.io/apimachinery/pkg/types"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
@@ -110,5 +110,15 @@ func TestBuildReportsAudit(t *testing.T) {
 	}
 	if w := got["web"]; w.State != StateAudit || w.Audit == nil || w.Audit.WouldMove != 0 {
 		t.Errorf("web under an audited namespace default (its pods already on its target): %+v", w)
+	}
+	// The pod the audited policy would move carries karpenter.sh/do-not-disrupt: the loop
+	// never moves it, so it is not counted.
+	enforced := corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo", Annotations: map[string]string{strategy.AnnotationStrategy: "capacity=od,base=1:capacity=spot"}}}
+	st.Policies = policy.NewIndex([]v1alpha1.PlacementPolicy{audit}, nil, []corev1.Namespace{enforced})
+	st.Pods[0].Annotations[karpv1.DoNotDisruptAnnotationKey] = "true"
+	for _, w := range Build(st, func(string, string) bool { return true }).Workloads {
+		if w.Name == "web" && (w.Audit == nil || w.Audit.WouldMove != 0) {
+			t.Errorf("web with its on-demand pod not to be disrupted: audit %+v, want 0 moves", w.Audit)
+		}
 	}
 }

@@ -78,9 +78,9 @@ type WorkloadReport struct {
 	// policy or namespace default changes the workload's source or strategy: what the
 	// source it would then have would do (Source "": none; its pods stay where they are).
 	WhatIf *AuditReport `json:"whatIf,omitempty"`
-	// MoveWindow is the workload's move window from its annotation or policy
-	// ("schedule=...; duration=..."; the cluster's MOVE_WINDOW is not read), and Waits
-	// says, while repairs are pending, that its non-urgent moves wait for it.
+	// MoveWindow is the workload's move window from its annotation, its policy or the
+	// cluster's MOVE_WINDOW ("schedule=...; duration=..."), and Waits says, while
+	// repairs are pending, that its non-urgent moves wait for it.
 	MoveWindow string `json:"moveWindow,omitempty"`
 	Waits      string `json:"waits,omitempty"`
 }
@@ -94,7 +94,8 @@ type AuditReport struct {
 	Target []int  `json:"target,omitempty"`
 	Error  string `json:"error,omitempty"`
 	// WouldMove counts the pods enforcing it would move (strategy.Moves): pods whose
-	// seat it places on another term, and seats no placed pod holds.
+	// seat it places on another term, and seats no placed pod holds, less the pods
+	// that carry karpenter.sh/do-not-disrupt (the loop never moves them).
 	WouldMove int `json:"wouldMove"`
 	// Pods names them: the pods on another term than it places their seat, then as many
 	// unplaced pods as seats no placed pod holds (fewer when pods are missing).

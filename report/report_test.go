@@ -166,6 +166,11 @@ func TestReportSaysMovesWaitForTheWindow(t *testing.T) {
 	if want := `non-urgent moves wait for window "schedule=0 2 * * *; duration=1h0m0s" (set on PlacementPolicy shop/web; opens at 2026-01-15T02:00:00Z)`; w.Waits != want {
 		t.Errorf("waits %q, want %q", w.Waits, want)
 	}
+	cluster := WorkloadReport{PendingRepairs: 2}
+	cluster.timing(strategy.Timing{Window: win}, noon)
+	if !strings.Contains(cluster.Waits, "(set by the cluster's MOVE_WINDOW; opens at 2026-01-15T02:00:00Z)") {
+		t.Errorf("the cluster's window: waits %q", cluster.Waits)
+	}
 	inside := WorkloadReport{PendingRepairs: 2}
 	inside.timing(strategy.Timing{Window: win}, noon.Add(-9*time.Hour-30*time.Minute))
 	if inside.Waits != "" || inside.MoveWindow == "" {

@@ -24,6 +24,9 @@ func TestMoves(t *testing.T) {
 		{"a term the strategy lacks", 5, append([]SeatTerm{{Seat: 2, Term: -1}}, append(exact[:1:1], exact[2:]...)...), 1},
 		{"a seat held twice counts once, the free seat moves", 5, append(exact[:4:4], SeatTerm{Seat: 4, Term: exact[3].Term}), 1},
 		{"seats above the replicas are not counted", 3, exact, 0},
+		{"a pod off its term that stays is not moved", 5, append([]SeatTerm{{Seat: 1, Term: 1, Stays: true}}, exact[1:]...), 0},
+		{"an unplaced pod that stays is not moved", 5, []SeatTerm{{Seat: 0, Term: -1, Stays: true}}, 4},
+		{"unplaced pods that stay outnumbering free seats", 1, append(exact[:1:1], SeatTerm{Term: -1, Stays: true}), 0},
 	}
 	for _, c := range cases {
 		if got := Moves(s, c.replicas, c.pods); got != c.want {

@@ -164,6 +164,27 @@ type Timing struct {
 	Err           error
 }
 
+// Waits says why non-urgent moves wait at now ("" when they may go): an invalid window or
+// minimum stay, or a window closed at now, with where it was set and when it opens.
+func (t Timing) Waits(now time.Time) string {
+	switch {
+	case t.Err != nil:
+		return "moves wait for a valid move window: " + t.Err.Error()
+	case t.Window != nil && !t.Window.Open(now):
+		return fmt.Sprintf("moves wait for window %q (%s; opens at %s)", t.Window.String(), SetBy(t.WindowSource, "MOVE_WINDOW"), t.Window.NextOpen(now).UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// SetBy names where a timing value came from: the link source, or (source "") the
+// cluster's setting.
+func SetBy(source, setting string) string {
+	if source == "" {
+		return "set by the cluster's " + setting
+	}
+	return "set on " + source
+}
+
 // TimingOf resolves a workload's move timing from its chain (the links up to and
 // including source, the link its strategy came from, most specific first), over the
 // cluster's defaults: the first link that sets a value wins. A link's invalid value is

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -15,7 +17,7 @@ import (
 // Deployments, Argo Rollouts (when watched), StatefulSets and bare ReplicaSets, each
 // marked Own when it decides its strategy itself (an annotation on it or its pod
 // template, or the opt-out).
-func governable(caches *clusterview.Caches, skip func(namespace string) bool, scope *clusterview.Scope, terms termFacts) func() []policy.Governable {
+func governable(caches *clusterview.Caches, skip func(namespace string) bool, scope *clusterview.Scope, terms termFacts, timing strategy.Timing) func() []policy.Governable {
 	return func() []policy.Governable {
 		var out []policy.Governable
 		// revision returns the revision whose pods are counted, or why there is none.
@@ -35,6 +37,10 @@ func governable(caches *clusterview.Caches, skip func(namespace string) bool, sc
 						return false, why
 					}
 					return exactNow(caches, clusterview.Revision{Namespace: meta.Namespace, UID: uid}, replicas, s, terms)
+				}
+				g.Waits = func(link strategy.AnnotatedObject) string {
+					chain := []strategy.AnnotatedObject{{Name: "pod template", Annotations: template}, {Name: kind + " " + meta.Namespace + "/" + meta.Name, Annotations: meta.Annotations}, link}
+					return strategy.TimingOf(chain, link.Name, timing).Waits(time.Now())
 				}
 				g.Moves = func(s *strategy.Strategy) int {
 					uid, replicas, why := revision()
@@ -161,12 +167,13 @@ func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replica
 }
 
 // movesNow counts the pods of revision that enforcing s would move (strategy.Moves):
-// its placed pods off s's target, and the seats no placed pod holds.
+// its placed pods off s's target, and the seats no placed pod holds, less the pods
+// that carry karpenter.sh/do-not-disrupt.
 func movesNow(caches *clusterview.Caches, revision clusterview.Revision, replicas int, s *strategy.Strategy) int {
 	var pods []strategy.SeatTerm
 	caches.EachPodOf(revision, func(p clusterview.PlacedPod) {
-		if p.HoldsSeat() && p.Placed() {
-			pods = append(pods, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIn(s)})
+		if p.HoldsSeat() && (p.Placed() || p.DoNotDisrupt) {
+			pods = append(pods, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIn(s), Stays: p.DoNotDisrupt})
 		}
 	})
 	return strategy.Moves(s, replicas, pods)
