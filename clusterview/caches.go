@@ -61,12 +61,14 @@ func NewCaches(client kubernetes.Interface, resync time.Duration) (*Caches, erro
 	if err := c.addWorkloadIndexers(); err != nil {
 		return nil, err
 	}
-	apps := c.workloads.Apps().V1()
+	apps, batch := c.workloads.Apps().V1(), c.workloads.Batch().V1()
 	c.Resolver = &ListerResolver{
 		Client:       client,
 		ReplicaSets:  apps.ReplicaSets().Lister(),
 		Deployments:  apps.Deployments().Lister(),
 		StatefulSets: apps.StatefulSets().Lister(),
+		Jobs:         batch.Jobs().Lister(),
+		CronJobs:     batch.CronJobs().Lister(),
 	}
 	return c, nil
 }
@@ -106,7 +108,8 @@ func (c *Caches) WaitForSync(ctx context.Context) error {
 }
 
 // Unsynced names the informers that have not listed their objects yet ("pods",
-// "replicasets", "deployments", "statefulsets", "rollouts" when watched), for a
+// "replicasets", "deployments", "statefulsets", "jobs", "cronjobs", "rollouts" when
+// watched), for a
 // readiness answer that says what it waits for.
 func (c *Caches) Unsynced() []string {
 	apps := c.workloads.Apps().V1()
@@ -119,6 +122,8 @@ func (c *Caches) Unsynced() []string {
 		{"replicasets", apps.ReplicaSets().Informer().HasSynced},
 		{"deployments", apps.Deployments().Informer().HasSynced},
 		{"statefulsets", apps.StatefulSets().Informer().HasSynced},
+		{"jobs", c.workloads.Batch().V1().Jobs().Informer().HasSynced},
+		{"cronjobs", c.workloads.Batch().V1().CronJobs().Informer().HasSynced},
 		{"rollouts", c.rolloutSynced},
 	} {
 		if !inf.synced() {

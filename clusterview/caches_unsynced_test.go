@@ -14,7 +14,7 @@ func TestCachesUnsyncedNamesEachInformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := caches.Unsynced(), []string{"pods", "replicasets", "deployments", "statefulsets"}; !reflect.DeepEqual(got, want) {
+	if got, want := caches.Unsynced(), []string{"pods", "replicasets", "deployments", "statefulsets", "jobs", "cronjobs"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("before Start: %v, want %v", got, want)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

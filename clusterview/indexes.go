@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -34,7 +35,7 @@ func indexByControllerUID(obj any) ([]string, error) {
 }
 
 // addWorkloadIndexers indexes ReplicaSets by UID and controller UID, StatefulSets by
-// UID; call before the informers start.
+// UID, Jobs by UID; call before the informers start.
 func (c *Caches) addWorkloadIndexers() error {
 	apps := c.workloads.Apps().V1()
 	if err := apps.ReplicaSets().Informer().AddIndexers(cache.Indexers{uidIndex: indexByUID, controllerIndex: indexByControllerUID}); err != nil {
@@ -43,6 +44,11 @@ func (c *Caches) addWorkloadIndexers() error {
 	if err := apps.StatefulSets().Informer().AddIndexers(cache.Indexers{uidIndex: indexByUID}); err != nil {
 		return fmt.Errorf("add StatefulSet indexes: %w", err)
 	}
+	if err := c.workloads.Batch().V1().Jobs().Informer().AddIndexers(cache.Indexers{uidIndex: indexByUID}); err != nil {
+		return fmt.Errorf("add Job indexes: %w", err)
+	}
+	// Listed so that the factory starts it: the resolver reads a CronJob's annotations.
+	_ = c.workloads.Batch().V1().CronJobs().Informer()
 	return nil
 }
 
@@ -54,6 +60,11 @@ func (c *Caches) ReplicaSetByUID(uid types.UID) (*appsv1.ReplicaSet, bool) {
 // StatefulSetByUID returns the cached StatefulSet with uid (trimmed: see trimWorkload).
 func (c *Caches) StatefulSetByUID(uid types.UID) (*appsv1.StatefulSet, bool) {
 	return byUID[*appsv1.StatefulSet](c.workloads.Apps().V1().StatefulSets().Informer().GetIndexer(), uid)
+}
+
+// JobByUID returns the cached Job with uid (trimmed: see trimJob).
+func (c *Caches) JobByUID(uid types.UID) (*batchv1.Job, bool) {
+	return byUID[*batchv1.Job](c.workloads.Batch().V1().Jobs().Informer().GetIndexer(), uid)
 }
 
 func byUID[T any](idx cache.Indexer, uid types.UID) (T, bool) {
@@ -82,8 +93,8 @@ func (c *Caches) ReplicaSetsOf(deployment types.UID) []*appsv1.ReplicaSet {
 	return out
 }
 
-// OnRevisionChange calls changed with the UID of each revision (a ReplicaSet or a
-// StatefulSet) whose cached state changed: one of its placed pods, itself, or, for a
+// OnRevisionChange calls changed with the UID of each revision (a ReplicaSet, a
+// StatefulSet or a Job) whose cached state changed: one of its placed pods, itself, or, for a
 // Deployment's or Rollout's ReplicaSets, the Deployment or Rollout or a sibling
 // ReplicaSet (a rollout moves replicas between them; the owner holds the strategy). A revision's UID may be
 // one that is gone. The handlers take no resyncs (period 0): those change nothing.
@@ -129,6 +140,7 @@ func (c *Caches) OnRevisionChange(changed func(uid types.UID)) (cache.InformerSy
 		{"pods", c.pods.Core().V1().Pods().Informer(), podChanged},
 		{"ReplicaSets", apps.ReplicaSets().Informer(), revisionChanged},
 		{"StatefulSets", apps.StatefulSets().Informer(), revisionChanged},
+		{"Jobs", c.workloads.Batch().V1().Jobs().Informer(), revisionChanged},
 		{"Deployments", apps.Deployments().Informer(), ownerObjectChanged},
 	}
 	handlerOf := func(changed func(obj any)) cache.ResourceEventHandler {

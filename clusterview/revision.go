@@ -28,14 +28,15 @@ type NamespaceFilter struct {
 // Skip reports whether pods of namespace ns are left alone.
 func (f NamespaceFilter) Skip(ns string) bool { return ns == f.Own || f.Blocklist[ns] }
 
-// PlacedSeat returns the revision a placed ReplicaSet pod counts in and its seat (the
+// PlacedSeat returns the revision a placed ReplicaSet or Job pod counts in and its seat (the
 // custom-kube-scheduler-webhook.io/seat annotation); ok is false for any other pod.
 // The revision's namespace is the pod's own: a controller reference never crosses
 // namespaces, so a pod naming another namespace's ReplicaSet UID counts in a revision
 // of its own.
 func PlacedSeat(pod *corev1.Pod) (rev Revision, seat int, ok bool) {
 	ref := metav1.GetControllerOfNoCopy(pod)
-	if ref == nil || ref.Kind != "ReplicaSet" {
+	// A Job's pods count in the Job (an Indexed Job's too: the seat is its index + 1).
+	if ref == nil || (ref.Kind != "ReplicaSet" && !IsJob(ref)) {
 		return Revision{}, 0, false
 	}
 	if seat, ok = strategy.SeatOf(pod); !ok {

@@ -12,6 +12,7 @@ import (
 	"unique"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -412,7 +413,8 @@ func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 }
 
 // trimWorkload drops pod templates, managed fields and the last-applied copy from
-// ReplicaSets, Deployments and StatefulSets: only metadata (annotations, owners),
+// ReplicaSets, Deployments and StatefulSets (Jobs and CronJobs: trimJob, trimCronJob):
+// only metadata (annotations, owners),
 // replica counts, selectors (the convergence loop lists the pods admitted without a
 // seat by them), the template's strategy annotations, and whether a StatefulSet rolls
 // (its update strategy's type and its status's generation and revisions) are read.
@@ -429,6 +431,10 @@ func trimWorkload(obj any) (any, error) {
 				UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: o.Spec.UpdateStrategy.Type}, Template: templateAnnotations(o.Spec.Template)},
 			Status: appsv1.StatefulSetStatus{ObservedGeneration: o.Status.ObservedGeneration, CurrentRevision: o.Status.CurrentRevision, UpdateRevision: o.Status.UpdateRevision},
 		}, nil
+	case *batchv1.Job:
+		return trimJob(o), nil
+	case *batchv1.CronJob:
+		return trimCronJob(o), nil
 	}
 	return obj, nil
 }

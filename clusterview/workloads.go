@@ -9,12 +9,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -37,10 +39,27 @@ type Workload struct {
 	Chain []strategy.AnnotatedObject
 	// StatefulSet is set for StatefulSet pods, whose seat is their ordinal + 1.
 	StatefulSet *appsv1.StatefulSet
+	// Job is set for a Job's pods (trimmed); an Indexed Job's pod's seat is its
+	// completion index + 1.
+	Job *batchv1.Job
 	// Replicas is what the ReplicaSet wants (its spec.replicas; -1 for a StatefulSet or
-	// when unset):
+	// when unset; a Job's running pods, JobReplicas):
 	// the ledger bounds the reservations in flight by it.
 	Replicas int
+}
+
+// OwnSeat returns the seat a pod of w names itself (a StatefulSet's ordinal, an Indexed
+// Job's completion index); own is false when the ledger hands it out.
+func (w *Workload) OwnSeat(pod *corev1.Pod) (seat int, own bool, err error) {
+	switch {
+	case w.StatefulSet != nil:
+		seat, err = StatefulSetSeat(w.StatefulSet, pod)
+		return seat, true, err
+	case w.Job != nil && JobIndexed(w.Job):
+		seat, err = JobSeat(w.Job, pod)
+		return seat, true, err
+	}
+	return 0, false, nil
 }
 
 // Describe names the workload for messages, e.g. "Deployment shop/web".
@@ -68,6 +87,9 @@ type ListerResolver struct {
 	ReplicaSets  appslisters.ReplicaSetLister
 	Deployments  appslisters.DeploymentLister
 	StatefulSets appslisters.StatefulSetLister
+	// Jobs and CronJobs read batch workloads (nil: their pods are not placed).
+	Jobs     batchlisters.JobLister
+	CronJobs batchlisters.CronJobLister
 	// CacheGrace is how long to wait for the cache before a live lookup (0: no wait).
 	CacheGrace time.Duration
 	// LiveSlots bounds concurrent live lookups (nil: unbounded); its capacity is the bound.
@@ -96,13 +118,13 @@ func (r *ListerResolver) chain(ns, kind string, lbls map[string]string, own ...s
 	return r.Policies.AppendLinks(c, policy.Workload{Namespace: ns, Kind: kind, Labels: lbls})
 }
 
-// Resolve implements WorkloadResolver for ReplicaSet and StatefulSet owners.
+// Resolve implements WorkloadResolver for ReplicaSet, StatefulSet and Job owners.
 func (r *ListerResolver) Resolve(ctx context.Context, ns string, owner *metav1.OwnerReference) (*Workload, error) {
 	return r.ResolveRevision(ctx, ns, owner.Kind, owner.Name, owner.UID)
 }
 
 // ResolveRevision finds the workload of the revision kind ns/name (a ReplicaSet or a
-// StatefulSet) whose UID is uid.
+// StatefulSet or a Job) whose UID is uid.
 func (r *ListerResolver) ResolveRevision(ctx context.Context, ns, kind, name string, uid types.UID) (*Workload, error) {
 	switch kind {
 	case "ReplicaSet":
@@ -146,8 +168,10 @@ func (r *ListerResolver) ResolveRevision(ctx context.Context, ns, kind, name str
 		w := &Workload{Revision: sts.UID, StatefulSet: sts, Ref: objectRef("StatefulSet", sts.ObjectMeta), Replicas: -1}
 		w.Chain = r.chain(ns, "StatefulSet", sts.Labels, strategy.AnnotatedObject{Name: w.Describe(), Annotations: sts.Annotations})
 		return w, nil
+	case "Job":
+		return r.jobWorkload(ctx, ns, name, uid)
 	default:
-		return nil, fmt.Errorf("pods owned by a %s are not placed (Deployment, Rollout, ReplicaSet and StatefulSet are)", kind)
+		return nil, fmt.Errorf("pods owned by a %s are not placed (Deployment, Rollout, ReplicaSet, StatefulSet, Job and CronJob are)", kind)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -253,7 +254,7 @@ func (l *Loop) reset() { l.mem = newMemory() }
 type revision struct {
 	uid                 types.UID
 	namespace, name     string
-	kind                string // ReplicaSet or StatefulSet
+	kind                string // ReplicaSet, StatefulSet or Job
 	replicas            int
 	templateAnnotations map[string]string
 	// selector selects its pods (those admitted without a seat are listed by it).
@@ -278,7 +279,7 @@ func (l *Loop) Pass(ctx context.Context) {
 
 // revisions lists the current revisions with replicas: a Deployment's newest
 // ReplicaSet (older ones are being scaled away by the rollout), a Rollout's
-// ReplicaSets, bare ReplicaSets and StatefulSets.
+// ReplicaSets, bare ReplicaSets, StatefulSets and running Jobs.
 func (l *Loop) revisions() []revision {
 	r := l.cfg.Caches.Resolver
 	var out []revision
@@ -300,7 +301,29 @@ func (l *Loop) revisions() []revision {
 			out = append(out, rev)
 		}
 	}
+	if r.Jobs != nil {
+		jobs, err := r.Jobs.List(labels.Everything())
+		if err != nil {
+			l.cfg.Log.WithError(err).Warn("cannot list Jobs from the cache")
+		}
+		for _, j := range jobs {
+			if rev, ok := l.jobRevision(j); ok {
+				out = append(out, rev)
+			}
+		}
+	}
 	return out
+}
+
+// jobRevision is a running Job as a revision: it wants its JobReplicas running. A
+// finished Job is none (its pods hold no seat, its record is forgotten).
+func (l *Loop) jobRevision(j *batchv1.Job) (revision, bool) {
+	replicas := clusterview.JobReplicas(j)
+	if replicas <= 0 || !l.acts(j.Namespace) {
+		return revision{}, false
+	}
+	return revision{uid: j.UID, namespace: j.Namespace, name: j.Name, kind: "Job",
+		replicas: replicas, templateAnnotations: j.Spec.Template.Annotations, selector: j.Spec.Selector}, true
 }
 
 // revisionByUID returns the current revision with uid; ok is false when there is none
@@ -312,18 +335,24 @@ func (l *Loop) revisionByUID(uid types.UID) (revision, bool) {
 	if s, ok := l.cfg.Caches.StatefulSetByUID(uid); ok {
 		return l.statefulSetRevision(s)
 	}
+	if j, ok := l.cfg.Caches.JobByUID(uid); ok {
+		return l.jobRevision(j)
+	}
 	return revision{}, false
 }
 
-// exists reports whether the ReplicaSet or StatefulSet uid is in the caches, with
-// replicas or not: a revision scaled to zero keeps its unavailability record while it
-// exists.
+// exists reports whether the ReplicaSet, StatefulSet or running Job uid is in the
+// caches, with replicas or not: a revision scaled to zero keeps its unavailability
+// record while it exists; a finished Job's is forgotten.
 func (l *Loop) exists(uid types.UID) bool {
 	if _, ok := l.cfg.Caches.ReplicaSetByUID(uid); ok {
 		return true
 	}
-	_, ok := l.cfg.Caches.StatefulSetByUID(uid)
-	return ok
+	if _, ok := l.cfg.Caches.StatefulSetByUID(uid); ok {
+		return true
+	}
+	j, ok := l.cfg.Caches.JobByUID(uid)
+	return ok && !clusterview.JobFinished(j)
 }
 
 func (l *Loop) replicaSetRevision(rs *appsv1.ReplicaSet) (revision, bool) {

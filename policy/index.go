@@ -19,10 +19,12 @@ import (
 )
 
 // Workload is what a policy selects on: the workload users see (a Deployment, a
-// StatefulSet, a bare ReplicaSet, a Rollout), not its ReplicaSets or pods.
+// StatefulSet, a bare ReplicaSet, a Rollout, a Job, a CronJob for its Jobs), not its
+// ReplicaSets or pods.
 type Workload struct {
 	Namespace string
-	// Kind is Deployment, StatefulSet, ReplicaSet or Rollout.
+	// Kind is Deployment, StatefulSet, ReplicaSet, Rollout, Job or CronJob (a CronJob's
+	// Job, with the CronJob's labels).
 	Kind string
 	// Labels are the workload's own metadata.labels.
 	Labels map[string]string
@@ -68,8 +70,21 @@ func kindBit(kind string) kindSet {
 		return 4
 	case string(v1alpha1.KindRollout):
 		return 8
+	case string(v1alpha1.KindJob):
+		return 16
+	case string(v1alpha1.KindCronJob):
+		return 32
 	}
 	return 0
+}
+
+// selectingBits are the kinds of which a policy needs one to select a workload of
+// kind: a CronJob's Jobs are Jobs too, so "Job" selects them as well as "CronJob".
+func selectingBits(kind string) kindSet {
+	if kind == string(v1alpha1.KindCronJob) {
+		return kindBit(kind) | kindBit(string(v1alpha1.KindJob))
+	}
+	return kindBit(kind)
 }
 
 // Cluster reports whether c is a ClusterPlacementPolicy.
@@ -86,7 +101,7 @@ func (c *Compiled) matches(w Workload, nsLabels map[string]string) bool {
 	if c.selector == nil {
 		return false
 	}
-	if c.kinds != 0 && c.kinds&kindBit(w.Kind) == 0 {
+	if c.kinds != 0 && c.kinds&selectingBits(w.Kind) == 0 {
 		return false
 	}
 	if c.namespaces != nil && !c.namespaces.Matches(labels.Set(nsLabels)) {
@@ -118,7 +133,7 @@ func compile(kind string, meta metav1.ObjectMeta, spec v1alpha1.PlacementPolicyS
 	for _, k := range spec.Kinds {
 		bit := kindBit(string(k))
 		if bit == 0 {
-			c.SelectorErr = fmt.Errorf("spec.kinds: %q is not Deployment, StatefulSet, ReplicaSet or Rollout", k)
+			c.SelectorErr = fmt.Errorf("spec.kinds: %q is not Deployment, StatefulSet, ReplicaSet, Rollout, Job or CronJob", k)
 			return c
 		}
 		c.kinds |= bit

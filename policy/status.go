@@ -22,6 +22,9 @@ import (
 type Governable struct {
 	Workload
 	Name string
+	// Shown is the kind reported when it is not Workload.Kind (a CronJob's Job is
+	// selected as its CronJob but reported as the Job it is).
+	Shown string
 	// Own is set when the workload decides for itself: a strategy annotation on it or
 	// its pod template, or UseCustomKubeScheduler "false". No policy governs it.
 	Own bool
@@ -36,6 +39,13 @@ type Governable struct {
 	// Waits says why its non-urgent moves wait now under the policy link (Timing.Waits:
 	// a closed move window; nil or "": they do not).
 	Waits func(link strategy.AnnotatedObject) string
+}
+
+func (g *Governable) shownKind() string {
+	if g.Shown != "" {
+		return g.Shown
+	}
+	return g.Kind
 }
 
 // Status is what a policy's status says.
@@ -160,11 +170,11 @@ func count(get func(*Compiled) *Status, m Match, w Governable) *Status {
 						why += "; " + waits
 					}
 				}
-				st.NotExact = append(st.NotExact, v1alpha1.WorkloadState{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name, Reason: why})
+				st.NotExact = append(st.NotExact, v1alpha1.WorkloadState{Kind: w.shownKind(), Namespace: w.Namespace, Name: w.Name, Reason: why})
 			}
 		}
 	}
-	ref := w.Kind + " " + w.Namespace + "/" + w.Name
+	ref := w.shownKind() + " " + w.Namespace + "/" + w.Name
 	for _, other := range m.Conflicts {
 		st.Conflicts = append(st.Conflicts, fmt.Sprintf("%s: also matched by %s (same priority; this one wins by name)", ref, other.Link.Name))
 		get(other).Conflicts = append(get(other).Conflicts, fmt.Sprintf("%s: %s wins (same priority, first by name)", ref, m.Policy.Link.Name))

@@ -25,7 +25,9 @@ func TestStatuses(t *testing.T) {
 		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}, Name: "web",
 			Exact: func(*strategy.Strategy) (bool, string) { return true, "" }},
 		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "db"}}, Name: "db",
-			Exact: func(*strategy.Strategy) (bool, string) { return false, "off-target: 2 pods stand off their seat's term" },
+			Exact: func(*strategy.Strategy) (bool, string) {
+				return false, "off-target: 2 pods stand off their seat's term"
+			},
 			Waits: func(link strategy.AnnotatedObject) string { return "moves wait for window (set on " + link.Name + ")" }},
 		{Workload: Workload{Namespace: "shop", Kind: "Deployment", Labels: map[string]string{"app": "web"}}, Name: "own", Own: true},
 	}

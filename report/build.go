@@ -12,11 +12,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -28,6 +30,10 @@ type State struct {
 	Deployments  []appsv1.Deployment
 	StatefulSets []appsv1.StatefulSet
 	ReplicaSets  []appsv1.ReplicaSet
+	// Jobs are reported while they run (a finished one holds no seat); a CronJob's Job
+	// takes the CronJob's annotations and, for policies, its kind and labels.
+	Jobs     []batchv1.Job
+	CronJobs []batchv1.CronJob
 	// Rollouts holds the metadata of Argo Rollouts (nil when not served): their
 	// ReplicaSets are reported under them, as the webhook places them.
 	Rollouts []metav1.ObjectMeta
@@ -124,6 +130,7 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 			report.add(st, "StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, s.Spec.Replicas, s.Name, s.UID, podsByOwner, 0)
 		}
 	}
+	report.addJobs(st, keep, podsByOwner)
 	sort.Slice(report.Workloads, func(i, j int) bool {
 		a, b := report.Workloads[i], report.Workloads[j]
 		return a.Namespace+"/"+a.Kind+"/"+a.Name < b.Namespace+"/"+b.Kind+"/"+b.Name
@@ -187,9 +194,38 @@ func currentRevision(sets []*appsv1.ReplicaSet, key string) (*appsv1.ReplicaSet,
 	return sets[0], sets[1:]
 }
 
+// addJobs reports the running Jobs of st.
+func (r *Report) addJobs(st *State, keep func(kind, name string) bool, pods eachPod) {
+	cronJobs := map[types.UID]*batchv1.CronJob{}
+	for i := range st.CronJobs {
+		cronJobs[st.CronJobs[i].UID] = &st.CronJobs[i]
+	}
+	for i := range st.Jobs {
+		j := &st.Jobs[i]
+		if clusterview.JobFinished(j) || !keep("Job", j.Name) {
+			continue
+		}
+		replicas := int32(max(0, clusterview.JobReplicas(j)))
+		pw := policy.Workload{Namespace: j.Namespace, Kind: "Job", Labels: j.Labels}
+		var more []strategy.AnnotatedObject
+		if ref := metav1.GetControllerOfNoCopy(j); ref != nil && ref.Kind == "CronJob" && cronJobs[ref.UID] != nil {
+			cj := cronJobs[ref.UID]
+			pw.Kind, pw.Labels = "CronJob", cj.Labels
+			more = append(more, strategy.AnnotatedObject{Name: fmt.Sprintf("CronJob %s/%s", cj.Namespace, cj.Name), Annotations: cj.Annotations})
+		}
+		r.addAs(st, pw, "Job", j.ObjectMeta, j.Spec.Template.Annotations, &replicas, j.Name, j.UID, pods, 0, more...)
+	}
+}
+
 // add reports one workload; more are links after its own annotations and before its
 // policies (a Rollout's ReplicaSet), as the webhook's chain has them.
 func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods eachPod, older int, more ...strategy.AnnotatedObject) {
+	r.addAs(st, policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}, kind, meta, template, replicas, revision, uid, pods, older, more...)
+}
+
+// addAs is add with the workload policies select on (a CronJob's Job is selected as
+// its CronJob).
+func (r *Report) addAs(st *State, pw policy.Workload, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods eachPod, older int, more ...strategy.AnnotatedObject) {
 	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
 	own := append([]strategy.AnnotatedObject{
 		{Name: "the pod template of " + name, Annotations: template},
@@ -198,7 +234,6 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	chain := own
 	var audited strategy.Resolved
 	if st.Policies != nil {
-		pw := policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}
 		chain = st.Policies.AppendLinks(own, pw)
 		// Resolved again only when an audited source joins the chain: resolving parses
 		// the strategy, which every workload of a cost refresh would pay for nothing.
@@ -211,7 +246,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	var thenChain []strategy.AnnotatedObject
 	var then strategy.Resolved
 	if st.WhatIf != nil {
-		thenChain = st.WhatIf.AppendLinks(slices.Clip(own), policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels})
+		thenChain = st.WhatIf.AppendLinks(slices.Clip(own), pw)
 		then = strategy.Resolve(thenChain...)
 	}
 	changes := st.WhatIf != nil && (then.Object != src.Object || then.Raw != src.Raw)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,6 +58,11 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		return Report{}, err
 	}
 	rolloutsUnseen := readRollouts(ctx, client, dyn, o.Namespace, st)
+	jobsUnseen, err := listJobs(ctx, client, o.Namespace, st)
+	if err != nil {
+		return Report{}, err
+	}
+	rolloutsUnseen = append(rolloutsUnseen, jobsUnseen...)
 	// Nodes, NodePools and the webhook's records are cluster-wide or elsewhere: a user who
 	// may read only their namespace still gets the report, told what it lacks.
 	unseen, nodesSeen, err := listNodes(ctx, client, st)
@@ -136,6 +142,23 @@ func listWorkloads(ctx context.Context, client kubernetes.Interface, ns, podSele
 	}
 	st.Deployments, st.StatefulSets, st.ReplicaSets, st.Pods = deployments.Items, statefulSets.Items, replicaSets.Items, pods.Items
 	return st, nil
+}
+
+// listJobs reads the Jobs and CronJobs into st; a user not allowed to list them still
+// gets the report of the other workloads, told what it lacks.
+func listJobs(ctx context.Context, client kubernetes.Interface, ns string, st *State) (unseen []string, err error) {
+	jobs, err := client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+	if err == nil {
+		var cronJobs *batchv1.CronJobList
+		if cronJobs, err = client.BatchV1().CronJobs(ns).List(ctx, metav1.ListOptions{}); err == nil {
+			st.Jobs, st.CronJobs = jobs.Items, cronJobs.Items
+			return nil, nil
+		}
+	}
+	if apierrors.IsForbidden(err) {
+		return []string{"Jobs and CronJobs (not allowed to list them): no Job is reported"}, nil
+	}
+	return nil, fmt.Errorf("list Jobs and CronJobs: %w", err)
 }
 
 // listNodes reads the nodes into st; without the right to list them it says what the

@@ -113,11 +113,12 @@ func decide(in decisionInput) decision {
 		annotations[strategy.AnnotationFallbackFrom] = strconv.Itoa(placed.from + 1)
 	}
 	// Lowest cost goes first on scale-down: the highest seats leave, the survivors are
-	// the target for the smaller count. StatefulSets already remove the highest ordinals.
-	if _, set := pod.Annotations[strategy.AnnotationDeletionCost]; !set && w.StatefulSet == nil {
+	// the target for the smaller count. StatefulSets already remove the highest ordinals;
+	// the Job controller does not read the cost.
+	if _, set := pod.Annotations[strategy.AnnotationDeletionCost]; !set && w.StatefulSet == nil && w.Job == nil {
 		annotations[strategy.AnnotationDeletionCost] = strconv.Itoa(-in.Seat)
 	}
-	if w.StatefulSet == nil {
+	if _, own, _ := w.OwnSeat(pod); !own {
 		// Whichever webhook replica sees the pod first ends the reservation.
 		annotations[strategy.AnnotationReservation] = string(in.Admission)
 	}

@@ -132,7 +132,7 @@ func (m *PodMutator) admit(ctx context.Context, a *podAdmission) (string, *admis
 
 // ours decodes the pod (unless the server did, see decodePodReview) and answers for
 // every pod this webhook does not place: not a CREATE of a pod, a left-alone namespace,
-// a mirror pod, a pod placed already, or one without a ReplicaSet or StatefulSet.
+// a mirror pod, a pod placed already, or one without a ReplicaSet, StatefulSet or Job.
 func (m *PodMutator) ours(a *podAdmission) (string, *admissionv1.AdmissionResponse) {
 	req := a.req
 	// nodeSelector is immutable, so only CREATE of the pod itself is ours.
@@ -155,7 +155,7 @@ func (m *PodMutator) ours(a *podAdmission) (string, *admissionv1.AdmissionRespon
 	switch {
 	case owner != nil && owner.Kind == "DaemonSet":
 		return OutcomeSkipped, Allow()
-	case owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") || (owner.Kind != "ReplicaSet" && owner.Kind != "StatefulSet"):
+	case !clusterview.IsJob(owner) && (owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") || (owner.Kind != "ReplicaSet" && owner.Kind != "StatefulSet")):
 		if !a.podStrategy().Active() {
 			return OutcomeSkipped, Allow()
 		}
@@ -163,7 +163,7 @@ func (m *PodMutator) ours(a *podAdmission) (string, *admissionv1.AdmissionRespon
 		if owner != nil {
 			what = "a pod owned by a " + owner.Kind
 		}
-		return OutcomeSkipped, Allow(fmt.Sprintf("strategy ignored: %s has no Deployment, ReplicaSet or StatefulSet to count seats in", what))
+		return OutcomeSkipped, Allow(fmt.Sprintf("strategy ignored: %s has no Deployment, ReplicaSet, StatefulSet or Job to count seats in", what))
 	}
 	a.owner = owner
 	return "", nil
@@ -272,7 +272,7 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 		m.Metrics.architectures.WithLabelValues(d.Arch.outcome).Inc()
 	}
 	if d.Outcome != OutcomePlaced {
-		m.release(ctx, req, w)
+		m.release(ctx, req, w, a.pod)
 		return d.Outcome, Allow(a.warnings...)
 	}
 	if err := ctx.Err(); err != nil {
@@ -282,7 +282,7 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 			// Off the response path, so the answer is not delayed further.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			m.release(rctx, req, w)
+			m.release(rctx, req, w, a.pod)
 		}()
 		m.log(a).WithError(err).Warn("admission deadline passed; admitting the pod unchanged")
 		return OutcomeDeadline, Allow(append(a.warnings, fmt.Sprintf("pod not placed: the admission deadline passed (%v)", err))...)
@@ -321,12 +321,14 @@ func pastDeadline(ctx context.Context, outcome string) string {
 	return outcome
 }
 
-// seat picks the pod's seat: the ordinal for StatefulSet pods, otherwise the ledger's
-// lowest free seat (only looked at, not reserved, on dry-run).
+// seat picks the pod's seat: the ordinal for StatefulSet pods and the completion index
+// for an Indexed Job's, otherwise the ledger's lowest free seat (only looked at, not
+// reserved, on dry-run).
 func (m *PodMutator) seat(ctx context.Context, req *admissionv1.AdmissionRequest, w *clusterview.Workload, pod *corev1.Pod) (int, error) {
+	if seat, own, err := w.OwnSeat(pod); own {
+		return seat, err
+	}
 	switch {
-	case w.StatefulSet != nil:
-		return clusterview.StatefulSetSeat(w.StatefulSet, pod)
 	case isDryRun(req):
 		return m.Ledger.Peek(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision})
 	default:
@@ -334,8 +336,8 @@ func (m *PodMutator) seat(ctx context.Context, req *admissionv1.AdmissionRequest
 	}
 }
 
-func (m *PodMutator) release(ctx context.Context, req *admissionv1.AdmissionRequest, w *clusterview.Workload) {
-	if w.StatefulSet == nil && !isDryRun(req) {
+func (m *PodMutator) release(ctx context.Context, req *admissionv1.AdmissionRequest, w *clusterview.Workload, pod *corev1.Pod) {
+	if _, own, _ := w.OwnSeat(pod); !own && !isDryRun(req) {
 		m.Ledger.Release(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID)
 	}
 }

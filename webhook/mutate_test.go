@@ -100,11 +100,11 @@ func TestSkips(t *testing.T) {
 		pod.Annotations = map[string]string{strategy.AnnotationStrategy: burstStrategy}
 		expectUnchanged(t, m.Admit(context.Background(), createRequest(t, pod)), "bare pod")
 	})
-	t.Run("Job pod with a strategy is left alone with a warning", func(t *testing.T) {
+	t.Run("pod of a Job that does not exist is left alone with a warning", func(t *testing.T) {
 		pod := rsPod()
 		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j", UID: "job", Controller: ptr.To(true)}}
 		pod.Annotations = map[string]string{strategy.AnnotationStrategy: burstStrategy}
-		expectUnchanged(t, m.Admit(context.Background(), createRequest(t, pod)), "owned by a Job")
+		expectUnchanged(t, m.Admit(context.Background(), createRequest(t, pod)), `Job shop/j`)
 	})
 	t.Run("workload without a strategy", func(t *testing.T) {
 		m, _, _ := newAnnotatedCluster(nil).mutator(t)

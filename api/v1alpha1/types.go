@@ -42,16 +42,20 @@ func AddToScheme(s *runtime.Scheme) error {
 }
 
 // WorkloadKind names a kind of workload a policy may select.
-// +kubebuilder:validation:Enum=Deployment;StatefulSet;ReplicaSet;Rollout
+// +kubebuilder:validation:Enum=Deployment;StatefulSet;ReplicaSet;Rollout;Job;CronJob
 type WorkloadKind string
 
 // The workload kinds a policy may select. A ReplicaSet owned by a Deployment (or a
-// Rollout) is that Deployment's: "ReplicaSet" selects only bare ReplicaSets.
+// Rollout) is that Deployment's: "ReplicaSet" selects only bare ReplicaSets. A CronJob's
+// Jobs are the CronJob's: "CronJob" selects them by the CronJob's labels, and "Job"
+// selects every Job, a CronJob's included.
 const (
 	KindDeployment  WorkloadKind = "Deployment"
 	KindStatefulSet WorkloadKind = "StatefulSet"
 	KindReplicaSet  WorkloadKind = "ReplicaSet"
 	KindRollout     WorkloadKind = "Rollout"
+	KindJob         WorkloadKind = "Job"
+	KindCronJob     WorkloadKind = "CronJob"
 )
 
 // PolicyMode says whether a policy acts.
@@ -81,14 +85,15 @@ type PlacementPolicySpec struct {
 	// +kubebuilder:validation:MaxLength=8192
 	Strategy string `json:"strategy"`
 	// Selector selects workloads by their own labels (the Deployment's, StatefulSet's,
-	// bare ReplicaSet's or Rollout's metadata.labels, not the pod template's). Empty or
+	// bare ReplicaSet's, Rollout's, Job's or, for its Jobs, CronJob's metadata.labels,
+	// not the pod template's). Empty or
 	// absent selects every workload.
 	// +optional
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 	// Kinds limits the policy to these workload kinds; empty: all of them.
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:MaxItems=6
 	Kinds []WorkloadKind `json:"kinds,omitempty"`
 	// Priority orders policies of the same scope that match one workload: higher wins.
 	// Between equal priorities the name wins in alphabetical order, and both report a
@@ -211,7 +216,7 @@ type PolicyStatus struct {
 
 // WorkloadState names a workload and why it is not exact.
 type WorkloadState struct {
-	// Kind of the workload (Deployment, StatefulSet, ReplicaSet, Rollout).
+	// Kind of the workload (Deployment, StatefulSet, ReplicaSet, Rollout, Job).
 	Kind string `json:"kind"`
 	// Namespace of the workload.
 	Namespace string `json:"namespace"`

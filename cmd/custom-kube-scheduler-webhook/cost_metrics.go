@@ -89,6 +89,17 @@ func (v costViews) state(nodes map[string]*corev1.Node, now time.Time) (*report.
 		return nil, fmt.Errorf("read the ReplicaSets' cache: %w", err)
 	}
 	st.Deployments, st.StatefulSets, st.ReplicaSets = keptOf(deployments, v.skip), keptOf(sets, v.skip), keptOf(replicaSets, v.skip)
+	if r.Jobs != nil && r.CronJobs != nil {
+		jobs, err := r.Jobs.List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("read the Jobs' cache: %w", err)
+		}
+		cronJobs, err := r.CronJobs.List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("read the CronJobs' cache: %w", err)
+		}
+		st.Jobs, st.CronJobs = keptOf(jobs, v.skip), keptOf(cronJobs, v.skip)
+	}
 	for _, ro := range v.caches.Rollouts() {
 		if !v.skip(ro.Namespace) {
 			st.Rollouts = append(st.Rollouts, ro.ObjectMeta)

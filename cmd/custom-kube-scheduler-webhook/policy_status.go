@@ -14,19 +14,22 @@ import (
 )
 
 // governable lists the workloads a policy may govern from the webhook's caches:
-// Deployments, Argo Rollouts (when watched), StatefulSets and bare ReplicaSets, each
+// Deployments, Argo Rollouts (when watched), StatefulSets, bare ReplicaSets and running
+// Jobs, each
 // marked Own when it decides its strategy itself (an annotation on it or its pod
 // template, or the opt-out).
 func governable(caches *clusterview.Caches, skip func(namespace string) bool, scope *clusterview.Scope, terms termFacts, timing strategy.Timing) func() []policy.Governable {
 	return func() []policy.Governable {
 		var out []policy.Governable
-		// revision returns the revision whose pods are counted, or why there is none.
-		add := func(kind string, meta metav1.ObjectMeta, template map[string]string, revision func() (types.UID, int, string)) {
+		// revision returns the revision whose pods are counted, or why there is none; pw
+		// is what policies select on; more are annotations of the workload's own after
+		// its own (a CronJob's, for its Job).
+		addAs := func(kind string, pw policy.Workload, meta metav1.ObjectMeta, template map[string]string, revision func() (types.UID, int, string), more ...strategy.AnnotatedObject) {
 			if skip(meta.Namespace) {
 				return
 			}
-			src := strategy.Find(strategy.AnnotatedObject{Annotations: template}, strategy.AnnotatedObject{Annotations: meta.Annotations})
-			g := policy.Governable{Workload: policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}, Name: meta.Name, Own: src.Present || src.Disabled}
+			src := strategy.Find(append([]strategy.AnnotatedObject{{Annotations: template}, {Annotations: meta.Annotations}}, more...)...)
+			g := policy.Governable{Workload: pw, Name: meta.Name, Shown: kind, Own: src.Present || src.Disabled}
 			if !scope.CoversNamespace(meta.Namespace) {
 				g.OutOfScope = scope.WhyNot(meta.Namespace, kind+" "+meta.Namespace+"/"+meta.Name)
 			}
@@ -51,6 +54,9 @@ func governable(caches *clusterview.Caches, skip func(namespace string) bool, sc
 				}
 			}
 			out = append(out, g)
+		}
+		add := func(kind string, meta metav1.ObjectMeta, template map[string]string, revision func() (types.UID, int, string)) {
+			addAs(kind, policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}, meta, template, revision)
 		}
 		r := caches.Resolver
 		if deployments, err := r.Deployments.List(labels.Everything()); err == nil {
@@ -87,6 +93,24 @@ func governable(caches *clusterview.Caches, skip func(namespace string) bool, sc
 			for _, rs := range sets {
 				if metav1.GetControllerOfNoCopy(rs) == nil {
 					add("ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, func() (types.UID, int, string) { return rs.UID, replicasOf(rs.Spec.Replicas), "" })
+				}
+			}
+		}
+		if r.Jobs != nil && r.CronJobs != nil {
+			if jobs, err := r.Jobs.List(labels.Everything()); err == nil {
+				for _, j := range jobs {
+					if clusterview.JobFinished(j) {
+						continue // holds no seat; a CronJob every minute leaves many
+					}
+					pw := policy.Workload{Namespace: j.Namespace, Kind: "Job", Labels: j.Labels}
+					var more []strategy.AnnotatedObject
+					if ref := metav1.GetControllerOfNoCopy(j); ref != nil && ref.Kind == "CronJob" {
+						if cj, err := r.CronJobs.CronJobs(j.Namespace).Get(ref.Name); err == nil && cj.UID == ref.UID {
+							pw.Kind, pw.Labels = "CronJob", cj.Labels
+							more = append(more, strategy.AnnotatedObject{Annotations: cj.Annotations})
+						}
+					}
+					addAs("Job", pw, j.ObjectMeta, j.Spec.Template.Annotations, func() (types.UID, int, string) { return j.UID, max(0, clusterview.JobReplicas(j)), "" }, more...)
 				}
 			}
 		}

@@ -30,7 +30,7 @@ type spreadOptions struct {
 func newSpreadCommand() *cobra.Command {
 	var o spreadOptions
 	cmd := &cobra.Command{
-		Use:   "spread [deployment/NAME | statefulset/NAME | replicaset/NAME | rollout/NAME | NAME]",
+		Use:   "spread [deployment/NAME | statefulset/NAME | replicaset/NAME | rollout/NAME | job/NAME | NAME]",
 		Short: "Show, per term, the target and the actual pods of workloads that carry a strategy",
 		Long: `Show how each workload that carries a CustomPodScheduleStrategy is spread: per
 term the target for the current replica count, the pods placed there (Running,
@@ -140,7 +140,7 @@ func exitFor(state string) int {
 	return exitNotExact
 }
 
-// parseWorkloadArg reads "deployment/web", "deploy/web", "sts/db", "rs/x" or "web".
+// parseWorkloadArg reads "deployment/web", "deploy/web", "sts/db", "rs/x", "job/etl" or "web".
 func parseWorkloadArg(arg string) (kind, name string, err error) {
 	k, n, found := strings.Cut(arg, "/")
 	if !found {
@@ -155,8 +155,10 @@ func parseWorkloadArg(arg string) (kind, name string, err error) {
 		return "ReplicaSet", n, nil
 	case "rollout", "rollouts", "ro":
 		return "Rollout", n, nil
+	case "job", "jobs":
+		return "Job", n, nil
 	}
-	return "", "", fmt.Errorf("unknown workload kind %q: want deployment, statefulset, replicaset or rollout", k)
+	return "", "", fmt.Errorf("unknown workload kind %q: want deployment, statefulset, replicaset, rollout or job", k)
 }
 
 func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name string) bool) (report.Report, error) {

@@ -156,7 +156,7 @@ for verb in list watch; do
 	allowed "$verb" nodes
 	allowed "$verb" nodepools.karpenter.sh
 done
-for res in deployments.apps replicasets.apps statefulsets.apps; do
+for res in deployments.apps replicasets.apps statefulsets.apps jobs.batch cronjobs.batch; do
 	for verb in get list watch; do allowed "$verb" "$res" --all-namespaces; done
 	denied update "$res" --all-namespaces
 	denied delete "$res" --all-namespaces

@@ -286,7 +286,7 @@ check "workloads webhook: CREATE and UPDATE" contains "$vwc" 'operations: ["CREA
 check "workloads webhook: deployments, statefulsets, replicasets" contains "$vwc" 'resources: ["deployments", "statefulsets", "replicasets"]'
 check "workloads webhook: only objects with a strategy" contains "$vwc" "'custom-pod-schedule-strategy' in object.spec.template.metadata.annotations"
 check "workloads webhook: Argo Rollouts" matches "$(tr -d '\n' <<<"$vwc")" 'apiGroups: \["argoproj.io"\] +apiVersions: \["v1alpha1"\] +operations: \["CREATE", "UPDATE"\] +resources: \["rollouts"\]'
-check "workloads webhook: Jobs and CronJobs (warned: not split yet)" matches "$(tr -d '\n' <<<"$vwc")" 'apiGroups: \["batch"\] +apiVersions: \["v1"\] +operations: \["CREATE", "UPDATE"\] +resources: \["jobs", "cronjobs"\]'
+check "workloads webhook: Jobs and CronJobs (an invalid strategy warned)" matches "$(tr -d '\n' <<<"$vwc")" 'apiGroups: \["batch"\] +apiVersions: \["v1"\] +operations: \["CREATE", "UPDATE"\] +resources: \["jobs", "cronjobs"\]'
 check "workloads webhook: a CronJob's job and pod templates carry a strategy too" contains "$vwc" "'CustomPodScheduleStrategy' in object.spec.jobTemplate.spec.template.metadata.annotations"
 check "workloads webhook: a CronJob's own Jobs are not sent" contains "$vwc" "name: not-a-cronjob-job"
 check_not "self mode: no static caBundle" contains "$mwc$vwc" "caBundle"

@@ -295,7 +295,7 @@ func TestE2EWebhookSelectors(t *testing.T) {
 		{"replicaset-pod", pod(ns, "replicaset-pod", nil, nil, "ReplicaSet"), true},
 		{"statefulset-pod", pod(ns, "statefulset-pod", nil, nil, "StatefulSet"), true},
 		{"bare-pod-without-strategy", pod(ns, "bare-pod-without-strategy", nil, nil, ""), false},
-		{"job-pod", pod(ns, "job-pod", nil, nil, "Job"), false},
+		{"job-pod", pod(ns, "job-pod", nil, nil, "Job"), true},
 		{"daemonset-pod", pod(ns, "daemonset-pod", strat, nil, "DaemonSet"), false},
 		{"seated-pod", pod(ns, "seated-pod", map[string]string{strategyKey: strategy, "custom-kube-scheduler-webhook.io/seat": "3"}, nil, "ReplicaSet"), false},
 		{"mirror-pod", mirror(pod(ns, "mirror-pod", map[string]string{strategyKey: strategy, "kubernetes.io/config.mirror": "x"}, nil, "")), false},
@@ -328,7 +328,7 @@ func TestE2EWebhookSelectors(t *testing.T) {
 		}
 	}
 	// Jobs and CronJobs carrying a strategy, on the object, a CronJob's job template or
-	// the pod template, are sent (to be warned that they are not split yet); others not.
+	// the pod template, are sent (to be checked); others not.
 	podSpec := corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 		Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
 	withTemplate := func(ann map[string]string) corev1.PodTemplateSpec {

@@ -22,7 +22,7 @@ import (
 )
 
 // WorkloadValidator checks the strategy of Deployments, StatefulSets, ReplicaSets and
-// Argo Rollouts (and warns that Jobs' and CronJobs' are not served yet), of
+// Argo Rollouts (and warns of an invalid one on Jobs and CronJobs), of
 // PlacementPolicies and ClusterPlacementPolicies, and a Namespace's default, at apply
 // time, so a typo is caught by `kubectl apply` instead of stranding pods later.
 type WorkloadValidator struct {
@@ -183,7 +183,11 @@ func (v *WorkloadValidator) unchangedImages(req *admissionv1.AdmissionRequest, r
 func (v *WorkloadValidator) AdmitNotEnabled(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	v.Metrics.Admitted("validate", webhook.OutcomeAllowed)
 	if isJobKind(req.Kind) {
-		return admitJob(req) // ignored in every namespace: say that, not the label
+		name := fmt.Sprintf("%s %s/%s", req.Kind.Kind, req.Namespace, req.Name)
+		if _, active := jobStrategy(req.Object.Raw, req.Kind.Kind, name); active {
+			return webhook.Allow(strategy.NotEnabled(req.Namespace, name))
+		}
+		return webhook.Allow()
 	}
 	var obj workloadMeta
 	if req.Object.Raw == nil || json.Unmarshal(req.Object.Raw, &obj) != nil {

@@ -19,8 +19,8 @@ func isRolloutKind(kind metav1.GroupVersionKind) bool {
 	return kind.Group == policy.RolloutResource.Group && kind.Kind == "Rollout"
 }
 
-// isJobKind reports whether kind is batch's Job or CronJob: their pods are not placed
-// yet, so a strategy on them only gets a warning (admitJob).
+// isJobKind reports whether kind is batch's Job or CronJob: a strategy on them is
+// checked, and a fault only warned (admitJob).
 func isJobKind(kind metav1.GroupVersionKind) bool {
 	return kind.Group == "batch" && (kind.Kind == "Job" || kind.Kind == "CronJob")
 }
@@ -53,8 +53,8 @@ func jobStrategy(raw []byte, kind, name string) (strategy.Source, bool) {
 		return strategy.Source{}, false
 	}
 	if ref := metav1.GetControllerOfNoCopy(&obj); ref != nil && ref.Kind == "CronJob" {
-		// A CronJob's Job: its CronJob got the warning at apply; its controller (the
-		// one writing the Job) cannot act on it.
+		// A CronJob's Job: its CronJob was checked at apply; its controller (the one
+		// writing the Job) cannot act on a warning.
 		return strategy.Source{}, false
 	}
 	chain := []strategy.AnnotatedObject{{Name: "the pod template of " + name, Annotations: obj.Spec.Template.Annotations}}
@@ -68,24 +68,22 @@ func jobStrategy(raw []byte, kind, name string) (strategy.Source, bool) {
 	return src, src.Active()
 }
 
-// jobsNotSplit says that the strategy on a Job or CronJob is ignored, in words its
-// owner can act on.
-func jobsNotSplit(kind string, src strategy.Source) string {
-	whose := "its pods are"
-	if kind == "CronJob" {
-		whose = "the pods of its Jobs are"
-	}
-	return fmt.Sprintf("%ss are not split yet: the strategy on %s is ignored; %s placed by the scheduler alone", kind, src.Object, whose)
-}
-
-// admitJob admits a Job or CronJob, with a warning when it carries a strategy: its
-// pods are not placed yet (the mutating webhook leaves a Job's pods alone), so the
-// strategy does nothing. Never refused, whatever the strategy says.
+// admitJob admits a Job or CronJob, warning when the strategy it carries is invalid
+// (its pods would be admitted unplaced). Never refused: a Job is often created by a
+// controller (a CronJob's, a workflow engine's) that cannot act on a refusal.
 func admitJob(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	name := fmt.Sprintf("%s %s/%s", req.Kind.Kind, req.Namespace, req.Name)
 	src, active := jobStrategy(req.Object.Raw, req.Kind.Kind, name)
 	if !active {
 		return webhook.Allow(src.Warnings...)
 	}
-	return webhook.Allow(append(src.Warnings, jobsNotSplit(req.Kind.Kind, src))...)
+	warnings := src.Warnings
+	s, err := strategy.Parse(src.Raw)
+	if err != nil {
+		return webhook.Allow(append(warnings, fmt.Sprintf("%s on %s is invalid, its pods will not be placed: %v", src.Key, src.Object, err))...)
+	}
+	for _, doubt := range s.Warnings {
+		warnings = append(warnings, fmt.Sprintf("%s on %s: %s", src.Key, src.Object, doubt))
+	}
+	return webhook.Allow(warnings...)
 }

@@ -85,9 +85,10 @@ func TestRolloutValidation(t *testing.T) {
 	}
 }
 
-// A Job or CronJob carrying a strategy is admitted with a warning that it is ignored,
-// never refused (an invalid strategy included); one without gets no warning.
-func TestJobsAreWarnedNotSplit(t *testing.T) {
+// A Job or CronJob carrying a strategy is checked: admitted, with a warning when the
+// strategy is invalid (never refused: its controller could not act on it); a valid one
+// or none gets no warning.
+func TestJobStrategiesAreChecked(t *testing.T) {
 	good := map[string]string{strategy.AnnotationStrategy: burstStrategy}
 	bad := map[string]string{strategy.AnnotationStrategyAlias: "spot=1,weight=x"}
 	v := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog()}
@@ -95,30 +96,34 @@ func TestJobsAreWarnedNotSplit(t *testing.T) {
 	for name, c := range map[string]struct {
 		kind string
 		obj  map[string]any
-		want string
+		want string // "": no warning
 	}{
-		"Job": {"Job", withAnnotations(good, map[string]any{"template": podTemplateWith(nil)}),
-			"Jobs are not split yet: the strategy on Job shop/web is ignored; its pods are placed by the scheduler alone"},
+		"Job": {"Job", withAnnotations(good, map[string]any{"template": podTemplateWith(nil)}), ""},
 		"Job, invalid, on the pod template": {"Job", withAnnotations(nil, map[string]any{"template": podTemplateWith(bad)}),
-			"Jobs are not split yet: the strategy on the pod template of Job shop/web is ignored"},
-		"CronJob": {"CronJob", withAnnotations(good, map[string]any{"jobTemplate": map[string]any{"spec": map[string]any{"template": podTemplateWith(nil)}}}),
-			"CronJobs are not split yet: the strategy on CronJob shop/web is ignored; the pods of its Jobs are placed by the scheduler alone"},
-		"CronJob, on the job template": {"CronJob", withAnnotations(nil, map[string]any{"jobTemplate": map[string]any{"metadata": map[string]any{"annotations": good}}}),
-			"the strategy on the job template of CronJob shop/web is ignored"},
-		"CronJob, on the pod template": {"CronJob", withAnnotations(nil, map[string]any{"jobTemplate": map[string]any{"spec": map[string]any{"template": podTemplateWith(bad)}}}),
-			"the strategy on the pod template of CronJob shop/web is ignored"},
+			"on the pod template of Job shop/web is invalid, its pods will not be placed"},
+		"CronJob":                      {"CronJob", withAnnotations(good, map[string]any{"jobTemplate": map[string]any{"spec": map[string]any{"template": podTemplateWith(nil)}}}), ""},
+		"CronJob, on the job template": {"CronJob", withAnnotations(nil, map[string]any{"jobTemplate": map[string]any{"metadata": map[string]any{"annotations": good}}}), ""},
+		"CronJob, invalid, on the pod template": {"CronJob", withAnnotations(nil, map[string]any{"jobTemplate": map[string]any{"spec": map[string]any{"template": podTemplateWith(bad)}}}),
+			"on the pod template of CronJob shop/web is invalid"},
 	} {
-		for _, admit := range []func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse{v.Admit, v.AdmitNotEnabled} {
-			resp := admit(ctx, kindRequest(t, "batch", c.kind, c.obj, nil))
-			if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], c.want) {
-				t.Errorf("%s: want admitted with one warning %q, got %+v", name, c.want, resp)
-			}
+		resp := v.Admit(ctx, kindRequest(t, "batch", c.kind, c.obj, nil))
+		switch {
+		case !resp.Allowed:
+			t.Errorf("%s: refused: %+v", name, resp)
+		case c.want == "" && len(resp.Warnings) != 0:
+			t.Errorf("%s: want no warning, got %q", name, resp.Warnings)
+		case c.want != "" && (len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], c.want)):
+			t.Errorf("%s: want one warning %q, got %q", name, c.want, resp.Warnings)
+		}
+		// In a namespace not enabled, its pods are not sent: that is what is said.
+		if resp := v.AdmitNotEnabled(ctx, kindRequest(t, "batch", c.kind, c.obj, nil)); !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "is not enabled") {
+			t.Errorf("%s in a namespace not enabled: want one warning naming the label, got %+v", name, resp)
 		}
 	}
-	scheduled := withAnnotations(good, map[string]any{"template": podTemplateWith(nil)})
+	scheduled := withAnnotations(bad, map[string]any{"template": podTemplateWith(nil)})
 	scheduled["metadata"].(map[string]any)["ownerReferences"] = []any{map[string]any{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly", "uid": "c1", "controller": true}}
 	if resp := v.Admit(ctx, kindRequest(t, "batch", "Job", scheduled, nil)); !resp.Allowed || len(resp.Warnings) != 0 {
-		t.Errorf("a CronJob's Job (its CronJob was warned at apply): want a plain admission, got %+v", resp)
+		t.Errorf("a CronJob's Job (its CronJob was checked at apply): want a plain admission, got %+v", resp)
 	}
 	off := map[string]string{strategy.AnnotationStrategy: burstStrategy, strategy.AnnotationOptIn: "false"}
 	for name, obj := range map[string]map[string]any{
