@@ -70,7 +70,7 @@ func TestPlanTiming(t *testing.T) {
 		{name: "the cap lets one move through per opening", now: opens.Add(time.Minute), pods: drifted, timing: strategy.Timing{Window: nightly("; maxMoves=1")},
 			evict: []string{"web-3"}, waiting: [waitKinds]int{waitCap: 1}, until: opens.Add(24 * time.Hour)},
 		{name: "the cap reached holds the rest until the next opening", now: opens.Add(time.Minute), pods: drifted, timing: strategy.Timing{Window: nightly("; maxMoves=1")},
-			edit: func(_ *snapshot, m *memory) { m.noteWindowMove(revisionOpening{rsUID, opens}) },
+			edit:    func(_ *snapshot, m *memory) { m.noteWindowMove(revisionOpening{rsUID, opens}) },
 			waiting: [waitKinds]int{waitCap: 2}, blocked: "cap of 1 moves is reached", until: opens.Add(24 * time.Hour)},
 	}
 	for _, tc := range tests {

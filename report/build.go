@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -65,61 +65,21 @@ type State struct {
 // only names the workload filter keeps are reported.
 func Build(st *State, keep func(kind, name string) bool) Report {
 	podsByOwner := st.podsOf()
-	rsByDeployment := map[types.UID][]*appsv1.ReplicaSet{}
-	rsByRollout := map[types.UID][]*appsv1.ReplicaSet{}
-	rollouts := map[types.UID]bool{}
-	for i := range st.Rollouts {
-		rollouts[st.Rollouts[i].UID] = true
-	}
+	objs := clusterview.Objects{Deployments: pointers(st.Deployments), StatefulSets: pointers(st.StatefulSets),
+		ReplicaSets: pointers(st.ReplicaSets), Rollouts: pointers(st.Rollouts)}
 	var report Report
-	for i := range st.ReplicaSets {
-		rs := &st.ReplicaSets[i]
-		ref := metav1.GetControllerOf(rs)
-		if ref != nil && ref.Kind == "Deployment" {
-			rsByDeployment[ref.UID] = append(rsByDeployment[ref.UID], rs)
+	for _, v := range clusterview.Views(objs) {
+		if !keep(v.Kind, v.Meta.Name) {
 			continue
 		}
-		if isRollout(ref) && rollouts[ref.UID] {
-			rsByRollout[ref.UID] = append(rsByRollout[ref.UID], rs)
+		if v.Kind == "Rollout" && v.Current == nil {
+			report.addRolloutWithoutReplicaSet(st, &v.Meta, podsByOwner)
 			continue
 		}
-		if keep("ReplicaSet", rs.Name) {
-			report.add(st, "ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, rs.Spec.Replicas, rs.Name, rs.UID, podsByOwner, 0)
-		}
-	}
-	for i := range st.Deployments {
-		d := &st.Deployments[i]
-		if !keep("Deployment", d.Name) {
-			continue
-		}
-		current, others := currentRevision(rsByDeployment[d.UID], deploymentRevisionAnnotation)
-		revision := ""
-		var uid types.UID
-		if current != nil {
-			revision, uid = current.Name, current.UID
-		}
-		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, uid, podsByOwner, countPods(podsByOwner, others))
-	}
-	for i := range st.Rollouts {
-		ro := &st.Rollouts[i]
-		current, others := currentRevision(rsByRollout[ro.UID], rolloutRevisionAnnotation)
-		if !keep("Rollout", ro.Name) {
-			continue
-		}
-		if current == nil {
-			report.addRolloutWithoutReplicaSet(st, ro, podsByOwner)
-			continue
-		}
-		// The newest ReplicaSet is counted, for its own replicas (each of a Rollout's
-		// ReplicaSets is a seat sequence of its own); the others' pods are a total.
-		rsLink := strategy.AnnotatedObject{Name: "ReplicaSet " + current.Namespace + "/" + current.Name, Annotations: current.Annotations}
-		report.add(st, "Rollout", *ro, current.Spec.Template.Annotations, current.Spec.Replicas, current.Name, current.UID, podsByOwner, countPods(podsByOwner, others), rsLink)
-	}
-	for i := range st.StatefulSets {
-		s := &st.StatefulSets[i]
-		if keep("StatefulSet", s.Name) {
-			report.add(st, "StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, s.Spec.Replicas, s.Name, s.UID, podsByOwner, 0)
-		}
+		// A Deployment's or Rollout's current ReplicaSet is counted, for the workload's
+		// replicas (each of a Rollout's ReplicaSets is a seat sequence of its own); the
+		// others' pods are a total.
+		report.add(st, &v, podsByOwner, countPods(podsByOwner, v.Older))
 	}
 	sort.Slice(report.Workloads, func(i, j int) bool {
 		a, b := report.Workloads[i], report.Workloads[j]
@@ -128,9 +88,14 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 	return report
 }
 
-// deploymentRevisionAnnotation is the Deployment controller's revision on its
-// ReplicaSets.
-const deploymentRevisionAnnotation = "deployment.kubernetes.io/revision"
+// pointers points at each element of s.
+func pointers[T any](s []T) []*T {
+	out := make([]*T, len(s))
+	for i := range s {
+		out[i] = &s[i]
+	}
+	return out
+}
 
 // eachPod calls fn with each pod that holds a seat of the namespace whose controller
 // is owner, on a term of s (nil: the term is not read).
@@ -170,28 +135,10 @@ func countPods(pods eachPod, sets []*appsv1.ReplicaSet) int {
 	return n
 }
 
-// currentRevision picks the newest of a Deployment's or Rollout's ReplicaSets by the
-// revision annotation key.
-func currentRevision(sets []*appsv1.ReplicaSet, key string) (*appsv1.ReplicaSet, []*appsv1.ReplicaSet) {
-	revision := func(rs *appsv1.ReplicaSet) int {
-		n, _ := strconv.Atoi(rs.Annotations[key])
-		return n
-	}
-	sort.Slice(sets, func(i, j int) bool { return revision(sets[i]) > revision(sets[j]) })
-	if len(sets) == 0 {
-		return nil, nil
-	}
-	return sets[0], sets[1:]
-}
-
-// add reports one workload; more are links after its own annotations and before its
-// policies (a Rollout's ReplicaSet), as the webhook's chain has them.
-func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods eachPod, older int, more ...strategy.AnnotatedObject) {
-	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
-	own := append([]strategy.AnnotatedObject{
-		{Name: "the pod template of " + name, Annotations: template},
-		{Name: name, Annotations: meta.Annotations},
-	}, more...)
+// add reports the workload v, whose other revisions hold older pods.
+func (r *Report) add(st *State, v *clusterview.WorkloadView, pods eachPod, older int) {
+	kind, meta, replicas, uid := v.Kind, v.Meta, v.Replicas, v.Revision
+	own := v.Links()
 	chain := own
 	var audited strategy.Resolved
 	if st.Policies != nil {
@@ -215,7 +162,7 @@ func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template ma
 	if !src.Active() && !auditing && !changes {
 		return
 	}
-	w := WorkloadReport{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Replicas: 1, Revision: revision, Strategy: src.Raw, Source: src.Object, OtherRevisions: older}
+	w := WorkloadReport{Kind: kind, Namespace: meta.Namespace, Name: meta.Name, Replicas: 1, Revision: v.RevisionName, Strategy: src.Raw, Source: src.Object, OtherRevisions: older}
 	if replicas != nil {
 		w.Replicas = int(*replicas)
 	}

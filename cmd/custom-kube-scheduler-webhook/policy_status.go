@@ -1,9 +1,6 @@
 package main
 
 import (
-	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
@@ -11,108 +8,59 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// governable lists the workloads a policy may govern from the webhook's caches:
-// Deployments, Argo Rollouts (when watched), StatefulSets and bare ReplicaSets, each
-// marked Own when it decides its strategy itself (an annotation on it or its pod
-// template, or the opt-out).
+// governable lists the workloads a policy may govern from the webhook's caches
+// (clusterview.Views: Deployments, Argo Rollouts when watched, StatefulSets and bare
+// ReplicaSets), each marked Own when it decides its strategy itself (an annotation on
+// it or its pod template, or the opt-out).
 func governable(caches *clusterview.Caches, skip func(namespace string) bool, scope *clusterview.Scope, terms termFacts) func() []policy.Governable {
 	return func() []policy.Governable {
+		objs, err := caches.Objects(skip)
+		if err != nil {
+			return nil
+		}
 		var out []policy.Governable
-		// revision returns the revision whose pods are counted, or why there is none.
-		add := func(kind string, meta metav1.ObjectMeta, template map[string]string, revision func() (types.UID, int, string)) {
-			if skip(meta.Namespace) {
-				return
-			}
-			src := strategy.Find(strategy.AnnotatedObject{Annotations: template}, strategy.AnnotatedObject{Annotations: meta.Annotations})
-			g := policy.Governable{Workload: policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}, Name: meta.Name, Own: src.Present || src.Disabled}
-			if !scope.CoversNamespace(meta.Namespace) {
-				g.OutOfScope = scope.WhyNot(meta.Namespace, kind+" "+meta.Namespace+"/"+meta.Name)
+		for _, v := range clusterview.Views(objs) {
+			src := strategy.Find(v.Links()...)
+			g := policy.Governable{Workload: policy.Workload{Namespace: v.Meta.Namespace, Kind: v.Kind, Labels: v.Meta.Labels}, Name: v.Meta.Name, Own: src.Present || src.Disabled}
+			if !scope.CoversNamespace(v.Meta.Namespace) {
+				g.OutOfScope = scope.WhyNot(v.Meta.Namespace, v.Name())
 			}
 			if !g.Own {
+				revision, replicas, why := clusterview.Revision{Namespace: v.Meta.Namespace, UID: v.Revision}, replicasOf(v.Replicas), notCounted(&v)
 				g.Exact = func(s *strategy.Strategy) (bool, string) {
-					uid, replicas, why := revision()
 					if why != "" {
 						return false, why
 					}
-					return exactNow(caches, clusterview.Revision{Namespace: meta.Namespace, UID: uid}, replicas, s, terms)
+					return exactNow(caches, revision, replicas, s, terms)
 				}
 				g.Moves = func(s *strategy.Strategy) int {
-					uid, replicas, why := revision()
 					if why != "" {
 						return 0
 					}
-					return movesNow(caches, clusterview.Revision{Namespace: meta.Namespace, UID: uid}, replicas, s)
+					return movesNow(caches, revision, replicas, s)
 				}
 			}
 			out = append(out, g)
-		}
-		r := caches.Resolver
-		if deployments, err := r.Deployments.List(labels.Everything()); err == nil {
-			for _, d := range deployments {
-				add("Deployment", d.ObjectMeta, d.Spec.Template.Annotations, func() (types.UID, int, string) {
-					for _, rs := range caches.ReplicaSetsOf(d.UID) {
-						if rs.Namespace == d.Namespace && rs.Annotations[deploymentRevision] == d.Annotations[deploymentRevision] {
-							return rs.UID, replicasOf(d.Spec.Replicas), ""
-						}
-					}
-					return "", 0, noRevision
-				})
-			}
-		}
-		if sets, err := r.StatefulSets.List(labels.Everything()); err == nil {
-			for _, s := range sets {
-				add("StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, func() (types.UID, int, string) { return s.UID, replicasOf(s.Spec.Replicas), "" })
-			}
-		}
-		for _, ro := range caches.Rollouts() {
-			current, why := rolloutRevision(caches.ReplicaSetsOf(ro.UID), ro.Namespace)
-			var template map[string]string
-			if current != nil {
-				template = current.Spec.Template.Annotations
-			}
-			add("Rollout", ro.ObjectMeta, template, func() (types.UID, int, string) {
-				if current == nil {
-					return "", 0, why
-				}
-				return current.UID, replicasOf(current.Spec.Replicas), ""
-			})
-		}
-		if sets, err := r.ReplicaSets.List(labels.Everything()); err == nil {
-			for _, rs := range sets {
-				if metav1.GetControllerOfNoCopy(rs) == nil {
-					add("ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, func() (types.UID, int, string) { return rs.UID, replicasOf(rs.Spec.Replicas), "" })
-				}
-			}
 		}
 		return out
 	}
 }
 
-// rolloutRevision is the one ReplicaSet of namespace ns among a Rollout's sets that has
-// replicas: the revision its exact count is read from. None while a canary or a
-// blue-green preview runs two (why says so) or before the first has replicas.
-func rolloutRevision(sets []*appsv1.ReplicaSet, ns string) (current *appsv1.ReplicaSet, why string) {
-	for _, rs := range sets {
-		if rs.Namespace != ns || rs.Spec.Replicas == nil || *rs.Spec.Replicas == 0 {
-			continue
-		}
-		if current != nil {
-			return nil, "the Rollout is moving pods between its ReplicaSets"
-		}
-		current = rs
+// notCounted says why the pods of v's revision are not judged now ("": they are): it
+// has none yet, or it is a Rollout moving pods between its ReplicaSets (each holds
+// seats of its own, none the Rollout's replicas).
+func notCounted(v *clusterview.WorkloadView) string {
+	switch {
+	case v.Kind == "Rollout" && v.Rolling:
+		return "the Rollout is moving pods between its ReplicaSets"
+	case v.Revision == "" || v.Kind == "Rollout" && replicasOf(v.Replicas) == 0:
+		return noRevision
 	}
-	if current == nil {
-		return nil, noRevision
-	}
-	return current, ""
+	return ""
 }
 
 // noRevision is why a workload is not exact before its first revision has pods.
 const noRevision = "no current revision yet"
-
-// deploymentRevision is the Deployment controller's revision annotation: a Deployment's
-// current ReplicaSet carries the Deployment's value.
-const deploymentRevision = "deployment.kubernetes.io/revision"
 
 // replicasOf is spec.replicas, 1 when unset (the API server's default).
 func replicasOf(r *int32) int {
