@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
@@ -107,7 +108,7 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 		status := &policy.StatusWriter{Cache: r.policies, Dyn: dyn, Log: entry, Unserved: unserved,
 			Audited:   func(a policy.Audited) { m.Audited(a.Workloads, a.WouldMove) },
 			Stopped:   func() string { return convergeCfg.Stopped("") },
-			Workloads: governable(r.caches, r.cfg.namespaces().Skip, r.scope, termFacts{unavailable: r.records.Unavailable, unserved: unserved})}
+			Workloads: r.caches.Governable(r.cfg.namespaces().Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved})}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()

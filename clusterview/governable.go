@@ -1,43 +1,42 @@
-package main
+package clusterview
 
 import (
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// governable lists the workloads a policy may govern from the webhook's caches
-// (clusterview.Views: Deployments, Argo Rollouts when watched, StatefulSets and bare
+// Governable lists the workloads a policy may govern from the caches, for the
+// policies' status (Views: Deployments, Argo Rollouts when watched, StatefulSets and bare
 // ReplicaSets), each marked Own when it decides its strategy itself (an annotation on
 // it or its pod template, or the opt-out).
-func governable(caches *clusterview.Caches, skip func(namespace string) bool, scope *clusterview.Scope, terms termFacts) func() []policy.Governable {
+func (c *Caches) Governable(skip func(namespace string) bool, scope *Scope, terms TermFacts) func() []policy.Governable {
 	return func() []policy.Governable {
-		objs, err := caches.Objects(skip)
+		objs, err := c.Objects(skip)
 		if err != nil {
 			return nil
 		}
 		var out []policy.Governable
-		for _, v := range clusterview.Views(objs) {
+		for _, v := range Views(objs) {
 			src := strategy.Find(v.Links()...)
 			g := policy.Governable{Workload: policy.Workload{Namespace: v.Meta.Namespace, Kind: v.Kind, Labels: v.Meta.Labels}, Name: v.Meta.Name, Own: src.Present || src.Disabled}
 			if !scope.CoversNamespace(v.Meta.Namespace) {
 				g.OutOfScope = scope.WhyNot(v.Meta.Namespace, v.Name())
 			}
 			if !g.Own {
-				revision, replicas, why := clusterview.Revision{Namespace: v.Meta.Namespace, UID: v.Revision}, replicasOf(v.Replicas), notCounted(&v)
+				revision, replicas, why := Revision{Namespace: v.Meta.Namespace, UID: v.Revision}, replicasOf(v.Replicas), notCounted(&v)
 				g.Exact = func(s *strategy.Strategy) (bool, string) {
 					if why != "" {
 						return false, why
 					}
-					return exactNow(caches, revision, replicas, s, terms)
+					return c.exactNow(revision, replicas, s, terms)
 				}
 				g.Moves = func(s *strategy.Strategy) int {
 					if why != "" {
 						return 0
 					}
-					return movesNow(caches, revision, replicas, s)
+					return c.movesNow(revision, replicas, s)
 				}
 			}
 			out = append(out, g)
@@ -49,7 +48,7 @@ func governable(caches *clusterview.Caches, skip func(namespace string) bool, sc
 // notCounted says why the pods of v's revision are not judged now ("": they are): it
 // has none yet, or it is a Rollout moving pods between its ReplicaSets (each holds
 // seats of its own, none the Rollout's replicas).
-func notCounted(v *clusterview.WorkloadView) string {
+func notCounted(v *WorkloadView) string {
 	switch {
 	case v.Kind == "Rollout" && v.Rolling:
 		return "the Rollout is moving pods between its ReplicaSets"
@@ -70,18 +69,18 @@ func replicasOf(r *int32) int {
 	return int(*r)
 }
 
-// termFacts is what the policy status knows of a revision's terms beside its pods: the
+// TermFacts is what the policy status knows of a revision's terms beside its pods: the
 // convergence loop's records of unavailable terms and what serves a term (nil: unknown).
-type termFacts struct {
-	unavailable func(revision types.UID) map[int]string
-	unserved    policy.Unserved
+type TermFacts struct {
+	Unavailable func(revision types.UID) map[int]string
+	Unserved    policy.Unserved
 }
 
 // exactNow judges the live placed pods of revision against s for replicas pods
 // (strategy.Judge, as spread does), and says why when they are not exact.
-func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replicas int, s *strategy.Strategy, terms termFacts) (bool, string) {
+func (c *Caches) exactNow(revision Revision, replicas int, s *strategy.Strategy, terms TermFacts) (bool, string) {
 	t := strategy.Tally{Replicas: replicas, Placed: make([]int, len(s.Terms))}
-	caches.EachPodOf(revision, func(p clusterview.PlacedPod) {
+	c.EachPodOf(revision, func(p PlacedPod) {
 		if !p.HoldsSeat() {
 			return
 		}
@@ -93,15 +92,15 @@ func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replica
 			t.Placed[i]++
 		}
 	})
-	var c strategy.Conditions
-	if terms.unavailable != nil {
-		unavailable := terms.unavailable(revision.UID)
-		c.Unavailable = func(i int) (string, bool) { why, ok := unavailable[i]; return why, ok }
+	var cond strategy.Conditions
+	if terms.Unavailable != nil {
+		unavailable := terms.Unavailable(revision.UID)
+		cond.Unavailable = func(i int) (string, bool) { why, ok := unavailable[i]; return why, ok }
 	}
-	if terms.unserved != nil {
-		c.Unserved = func(i int) (string, bool) { return terms.unserved(s.Terms[i].LabelMap()) }
+	if terms.Unserved != nil {
+		cond.Unserved = func(i int) (string, bool) { return terms.Unserved(s.Terms[i].LabelMap()) }
 	}
-	v := strategy.Judge(s, t, c)
+	v := strategy.Judge(s, t, cond)
 	if v.Exact() {
 		return true, ""
 	}
@@ -110,9 +109,9 @@ func exactNow(caches *clusterview.Caches, revision clusterview.Revision, replica
 
 // movesNow counts the pods of revision that enforcing s would move (strategy.Moves):
 // its placed pods off s's target, and the seats no placed pod holds.
-func movesNow(caches *clusterview.Caches, revision clusterview.Revision, replicas int, s *strategy.Strategy) int {
+func (c *Caches) movesNow(revision Revision, replicas int, s *strategy.Strategy) int {
 	var pods []strategy.SeatTerm
-	caches.EachPodOf(revision, func(p clusterview.PlacedPod) {
+	c.EachPodOf(revision, func(p PlacedPod) {
 		if p.HoldsSeat() && p.Placed() {
 			pods = append(pods, strategy.SeatTerm{Seat: p.Seat, Term: p.TermIn(s)})
 		}

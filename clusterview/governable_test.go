@@ -1,4 +1,4 @@
-package main
+package clusterview
 
 import (
 	"testing"
@@ -7,8 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 )
 
 // A Rollout's exact count is read from its current ReplicaSet; not while two have
@@ -31,7 +29,7 @@ func TestRolloutNotCounted(t *testing.T) {
 		{"no ReplicaSet", nil, noRevision},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			views := clusterview.Views(clusterview.Objects{ReplicaSets: tc.sets, Rollouts: []*metav1.ObjectMeta{{Namespace: "shop", Name: "web", UID: "ro"}}})
+			views := Views(Objects{ReplicaSets: tc.sets, Rollouts: []*metav1.ObjectMeta{{Namespace: "shop", Name: "web", UID: "ro"}}})
 			if len(views) != 1 {
 				t.Fatalf("got %d views, want the Rollout's alone", len(views))
 			}
