@@ -59,7 +59,7 @@ FUZZTIME ?= 20s
 test-unit:
 	$(GO) test -race ./...
 	$(GO) test -count=1 -run 'TestCachedPodHeap|TestMaxBodyLoadStaysUnderMemoryLimit|TestCostRefreshHeap' ./clusterview ./webhook ./cmd/custom-kube-scheduler-webhook
-	$(GO) test ./webhook -run XXX -fuzz FuzzAdmit -fuzztime $(FUZZTIME)
+	$(GO) test ./webhook/placement -run XXX -fuzz FuzzAdmit -fuzztime $(FUZZTIME)
 	$(GO) test ./imagearch -run XXX -fuzz FuzzArchitectures -fuzztime $(FUZZTIME)
 	$(GO) test ./clusterview -run XXX -fuzz FuzzDecodePodStream -fuzztime $(FUZZTIME)
 

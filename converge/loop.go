@@ -363,16 +363,20 @@ func (l *Loop) replicaSetRevision(rs *appsv1.ReplicaSet) (revision, bool) {
 	switch owner := metav1.GetControllerOfNoCopy(rs); {
 	case owner != nil && owner.Kind == "Deployment":
 		d, err := l.cfg.Caches.Resolver.Deployments.Deployments(rs.Namespace).Get(owner.Name)
-		if err != nil || d.UID != owner.UID || d.Annotations[revisionAnnotation] != rs.Annotations[revisionAnnotation] {
+		if err != nil || d.UID != owner.UID {
 			return revision{}, false
 		}
-		rolling = l.activeSiblings(rs.Namespace, owner.UID) > 1
+		revs := clusterview.RevisionsOf(owner.Kind, rs.Namespace, l.cfg.Caches.ReplicaSetsOf(owner.UID))
+		if revs.Current == nil || revs.Current.UID != rs.UID {
+			return revision{}, false // an older ReplicaSet, being scaled away
+		}
+		rolling = revs.Rolling
 	case l.cfg.Caches.Resolver.FollowsRollouts() && clusterview.IsRollout(owner):
 		// Every ReplicaSet of a Rollout with replicas is a revision of its own (a
 		// canary's stable and canary sets both run for as long as its steps last); while
 		// more than one has replicas the Rollout controller is moving pods, as a
 		// Deployment's rollout does.
-		rolling = l.activeSiblings(rs.Namespace, owner.UID) > 1
+		rolling = clusterview.RevisionsOf(owner.Kind, rs.Namespace, l.cfg.Caches.ReplicaSetsOf(owner.UID)).Rolling
 	}
 	return revision{uid: rs.UID, namespace: rs.Namespace, name: rs.Name, kind: "ReplicaSet",
 		replicas: int(*rs.Spec.Replicas), templateAnnotations: rs.Spec.Template.Annotations, selector: rs.Spec.Selector, rolling: rolling}, true
@@ -384,37 +388,12 @@ func (l *Loop) acts(ns string) bool {
 	return !l.cfg.Namespaces.Skip(ns) && l.cfg.Scope.CoversNamespace(ns)
 }
 
-// activeSiblings counts the ReplicaSets of namespace ns that the Deployment or Rollout
-// owner controls and that have replicas.
-func (l *Loop) activeSiblings(ns string, owner types.UID) int {
-	active := 0
-	for _, sibling := range l.cfg.Caches.ReplicaSetsOf(owner) {
-		if sibling.Namespace == ns && sibling.Spec.Replicas != nil && *sibling.Spec.Replicas > 0 {
-			active++
-		}
-	}
-	return active
-}
-
 func (l *Loop) statefulSetRevision(s *appsv1.StatefulSet) (revision, bool) {
 	if s.Spec.Replicas == nil || *s.Spec.Replicas == 0 || !l.acts(s.Namespace) {
 		return revision{}, false
 	}
 	return revision{uid: s.UID, namespace: s.Namespace, name: s.Name, kind: "StatefulSet",
-		replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations, selector: s.Spec.Selector, rolling: statefulSetRolling(s)}, true
-}
-
-const revisionAnnotation = "deployment.kubernetes.io/revision"
-
-// statefulSetRolling reports whether the StatefulSet controller is rolling pods to a new
-// revision (RollingUpdate, the default): it replaces pods itself, so the loop's budget is
-// 0. With OnDelete the user replaces pods when they choose, which is no rollout to wait for.
-func statefulSetRolling(s *appsv1.StatefulSet) bool {
-	if s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
-		return false
-	}
-	return s.Status.ObservedGeneration < s.Generation ||
-		(s.Status.UpdateRevision != "" && s.Status.UpdateRevision != s.Status.CurrentRevision)
+		replicas: int(*s.Spec.Replicas), templateAnnotations: s.Spec.Template.Annotations, selector: s.Spec.Selector, rolling: clusterview.StatefulSetRolling(s)}, true
 }
 
 // result is what one revision's pass reports: for the metrics, and when to pass it

@@ -90,10 +90,10 @@ func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *w
 	t.Helper()
 	built := time.Now() // the pods' ages count from about now
 	ann := map[string]string{strategy.AnnotationStrategy: strat}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, UID: depUID, Annotations: map[string]string{revisionAnnotation: "1"}}}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, UID: depUID, Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}}}
 	dep.Spec.Template.Annotations = ann
 	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{
-		Name: "web-1", Namespace: ns, UID: rsUID, Annotations: map[string]string{revisionAnnotation: "1"},
+		Name: "web-1", Namespace: ns, UID: rsUID, Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: depUID, Controller: ptr(true)}},
 	}}
 	rs.Spec.Replicas = ptr(int32(replicas))
@@ -539,20 +539,20 @@ func TestStatefulSetRollout(t *testing.T) {
 	sts.Spec.Replicas = ptr(int32(3))
 	sts.Status.ObservedGeneration = 2
 	sts.Status.CurrentRevision, sts.Status.UpdateRevision = "db-1", "db-2"
-	if !statefulSetRolling(sts) {
+	if !clusterview.StatefulSetRolling(sts) {
 		t.Error("a StatefulSet between revisions db-1 and db-2 is rolling")
 	}
 	sts.Status.UpdateRevision = "db-1"
-	if statefulSetRolling(sts) {
+	if clusterview.StatefulSetRolling(sts) {
 		t.Error("a StatefulSet at its update revision is not rolling")
 	}
 	sts.Status.ObservedGeneration = 1
-	if !statefulSetRolling(sts) {
+	if !clusterview.StatefulSetRolling(sts) {
 		t.Error("a spec change the controller has not observed yet is a rollout about to start")
 	}
 	sts.Spec.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType
 	sts.Status.UpdateRevision = "db-2"
-	if statefulSetRolling(sts) {
+	if clusterview.StatefulSetRolling(sts) {
 		t.Error("OnDelete: the user replaces pods, no rollout to wait for")
 	}
 	sts.Spec.UpdateStrategy.Type = ""

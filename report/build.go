@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -74,61 +73,21 @@ type State struct {
 // only names the workload filter keeps are reported.
 func Build(st *State, keep func(kind, name string) bool) Report {
 	podsByOwner := st.podsOf()
-	rsByDeployment := map[types.UID][]*appsv1.ReplicaSet{}
-	rsByRollout := map[types.UID][]*appsv1.ReplicaSet{}
-	rollouts := map[types.UID]bool{}
-	for i := range st.Rollouts {
-		rollouts[st.Rollouts[i].UID] = true
-	}
+	objs := clusterview.Objects{Deployments: pointers(st.Deployments), StatefulSets: pointers(st.StatefulSets),
+		ReplicaSets: pointers(st.ReplicaSets), Rollouts: pointers(st.Rollouts)}
 	var report Report
-	for i := range st.ReplicaSets {
-		rs := &st.ReplicaSets[i]
-		ref := metav1.GetControllerOf(rs)
-		if ref != nil && ref.Kind == "Deployment" {
-			rsByDeployment[ref.UID] = append(rsByDeployment[ref.UID], rs)
+	for _, v := range clusterview.Views(objs) {
+		if !keep(v.Kind, v.Meta.Name) {
 			continue
 		}
-		if isRollout(ref) && rollouts[ref.UID] {
-			rsByRollout[ref.UID] = append(rsByRollout[ref.UID], rs)
+		if v.Kind == "Rollout" && v.Current == nil {
+			report.addRolloutWithoutReplicaSet(st, &v.Meta, podsByOwner)
 			continue
 		}
-		if keep("ReplicaSet", rs.Name) {
-			report.add(st, "ReplicaSet", rs.ObjectMeta, rs.Spec.Template.Annotations, rs.Spec.Replicas, rs.Name, rs.UID, podsByOwner, 0)
-		}
-	}
-	for i := range st.Deployments {
-		d := &st.Deployments[i]
-		if !keep("Deployment", d.Name) {
-			continue
-		}
-		current, others := currentRevision(rsByDeployment[d.UID], deploymentRevisionAnnotation)
-		revision := ""
-		var uid types.UID
-		if current != nil {
-			revision, uid = current.Name, current.UID
-		}
-		report.add(st, "Deployment", d.ObjectMeta, d.Spec.Template.Annotations, d.Spec.Replicas, revision, uid, podsByOwner, countPods(podsByOwner, others))
-	}
-	for i := range st.Rollouts {
-		ro := &st.Rollouts[i]
-		current, others := currentRevision(rsByRollout[ro.UID], rolloutRevisionAnnotation)
-		if !keep("Rollout", ro.Name) {
-			continue
-		}
-		if current == nil {
-			report.addRolloutWithoutReplicaSet(st, ro, podsByOwner)
-			continue
-		}
-		// The newest ReplicaSet is counted, for its own replicas (each of a Rollout's
-		// ReplicaSets is a seat sequence of its own); the others' pods are a total.
-		rsLink := strategy.AnnotatedObject{Name: "ReplicaSet " + current.Namespace + "/" + current.Name, Annotations: current.Annotations}
-		report.add(st, "Rollout", *ro, current.Spec.Template.Annotations, current.Spec.Replicas, current.Name, current.UID, podsByOwner, countPods(podsByOwner, others), rsLink)
-	}
-	for i := range st.StatefulSets {
-		s := &st.StatefulSets[i]
-		if keep("StatefulSet", s.Name) {
-			report.add(st, "StatefulSet", s.ObjectMeta, s.Spec.Template.Annotations, s.Spec.Replicas, s.Name, s.UID, podsByOwner, 0)
-		}
+		// A Deployment's or Rollout's current ReplicaSet is counted, for the workload's
+		// replicas (each of a Rollout's ReplicaSets is a seat sequence of its own); the
+		// others' pods are a total.
+		report.add(st, &v, podsByOwner, countPods(podsByOwner, v.Older))
 	}
 	report.addJobs(st, keep, podsByOwner)
 	sort.Slice(report.Workloads, func(i, j int) bool {
@@ -138,9 +97,14 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 	return report
 }
 
-// deploymentRevisionAnnotation is the Deployment controller's revision on its
-// ReplicaSets.
-const deploymentRevisionAnnotation = "deployment.kubernetes.io/revision"
+// pointers points at each element of s.
+func pointers[T any](s []T) []*T {
+	out := make([]*T, len(s))
+	for i := range s {
+		out[i] = &s[i]
+	}
+	return out
+}
 
 // eachPod calls fn with each pod that holds a seat of the namespace whose controller
 // is owner, on a term of s (nil: the term is not read).
@@ -180,20 +144,6 @@ func countPods(pods eachPod, sets []*appsv1.ReplicaSet) int {
 	return n
 }
 
-// currentRevision picks the newest of a Deployment's or Rollout's ReplicaSets by the
-// revision annotation key.
-func currentRevision(sets []*appsv1.ReplicaSet, key string) (*appsv1.ReplicaSet, []*appsv1.ReplicaSet) {
-	revision := func(rs *appsv1.ReplicaSet) int {
-		n, _ := strconv.Atoi(rs.Annotations[key])
-		return n
-	}
-	sort.Slice(sets, func(i, j int) bool { return revision(sets[i]) > revision(sets[j]) })
-	if len(sets) == 0 {
-		return nil, nil
-	}
-	return sets[0], sets[1:]
-}
-
 // addJobs reports the running Jobs of st.
 func (r *Report) addJobs(st *State, keep func(kind, name string) bool, pods eachPod) {
 	cronJobs := map[types.UID]*batchv1.CronJob{}
@@ -207,30 +157,27 @@ func (r *Report) addJobs(st *State, keep func(kind, name string) bool, pods each
 		}
 		replicas := int32(max(0, clusterview.JobReplicas(j)))
 		pw := policy.Workload{Namespace: j.Namespace, Kind: "Job", Labels: j.Labels}
-		var more []strategy.AnnotatedObject
+		name := fmt.Sprintf("Job %s/%s", j.Namespace, j.Name)
+		own := []strategy.AnnotatedObject{{Name: "the pod template of " + name, Annotations: j.Spec.Template.Annotations}, {Name: name, Annotations: j.Annotations}}
 		if ref := metav1.GetControllerOfNoCopy(j); ref != nil && ref.Kind == "CronJob" && cronJobs[ref.UID] != nil {
 			cj := cronJobs[ref.UID]
 			pw.Kind, pw.Labels = "CronJob", cj.Labels
-			more = append(more, strategy.AnnotatedObject{Name: fmt.Sprintf("CronJob %s/%s", cj.Namespace, cj.Name), Annotations: cj.Annotations})
+			own = append(own, strategy.AnnotatedObject{Name: fmt.Sprintf("CronJob %s/%s", cj.Namespace, cj.Name), Annotations: cj.Annotations})
 		}
-		r.addAs(st, pw, "Job", j.ObjectMeta, j.Spec.Template.Annotations, &replicas, j.Name, j.UID, pods, 0, more...)
+		r.addAs(st, pw, "Job", j.ObjectMeta, own, &replicas, j.Name, j.UID, pods, 0)
 	}
 }
 
-// add reports one workload; more are links after its own annotations and before its
-// policies (a Rollout's ReplicaSet), as the webhook's chain has them.
-func (r *Report) add(st *State, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods eachPod, older int, more ...strategy.AnnotatedObject) {
-	r.addAs(st, policy.Workload{Namespace: meta.Namespace, Kind: kind, Labels: meta.Labels}, kind, meta, template, replicas, revision, uid, pods, older, more...)
+// add reports the workload v, whose other revisions hold older pods.
+func (r *Report) add(st *State, v *clusterview.WorkloadView, pods eachPod, older int) {
+	pw := policy.Workload{Namespace: v.Meta.Namespace, Kind: v.Kind, Labels: v.Meta.Labels}
+	r.addAs(st, pw, v.Kind, v.Meta, v.Links(), v.Replicas, v.RevisionName, v.Revision, pods, older)
 }
 
-// addAs is add with the workload policies select on (a CronJob's Job is selected as
-// its CronJob).
-func (r *Report) addAs(st *State, pw policy.Workload, kind string, meta metav1.ObjectMeta, template map[string]string, replicas *int32, revision string, uid types.UID, pods eachPod, older int, more ...strategy.AnnotatedObject) {
-	name := fmt.Sprintf("%s %s/%s", kind, meta.Namespace, meta.Name)
-	own := append([]strategy.AnnotatedObject{
-		{Name: "the pod template of " + name, Annotations: template},
-		{Name: name, Annotations: meta.Annotations},
-	}, more...)
+// addAs reports one workload whose strategy links are own (its own first, as the
+// webhook's chain has them); pw is what policies select on (a CronJob's Job is selected
+// as its CronJob).
+func (r *Report) addAs(st *State, pw policy.Workload, kind string, meta metav1.ObjectMeta, own []strategy.AnnotatedObject, replicas *int32, revision string, uid types.UID, pods eachPod, older int) {
 	chain := own
 	var audited strategy.Resolved
 	if st.Policies != nil {

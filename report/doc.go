@@ -14,8 +14,8 @@
 //     wires them (settings, the price source, the registry, the elected replica, and
 //     the State read from its caches rather than listed).
 //
-// It may import strategy, policy and api/v1alpha1 (the strategy a workload resolves
-// to), karpenter and karpenter/nodegroups (what serves a term), unavailability (the
+// It may import clusterview (the workload views: which revision is current), strategy,
+// policy and api/v1alpha1 (the strategy a workload resolves to), karpenter and karpenter/nodegroups (what serves a term), unavailability (the
 // loop's records), pricing, client-go, k8s.io/api and the Prometheus client; never
 // webhook, ledger or converge.
 package report

@@ -12,17 +12,12 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 )
 
 // RolloutResource is Argo Rollouts' Rollout, as the webhook follows it.
 var RolloutResource = policy.RolloutResource
-
-// rolloutRevisionAnnotation is Argo Rollouts' revision on a Rollout's ReplicaSets.
-const rolloutRevisionAnnotation = "rollout.argoproj.io/revision"
-
-// isRollout reports whether ref names an Argo Rollout.
-func isRollout(ref *metav1.OwnerReference) bool { return policy.IsRollout(ref) }
 
 // readRollouts reads the metadata of the namespace's (every namespace's: "") Rollouts
 // into st when the API server serves them, as the webhook does; unseen says when they
@@ -76,7 +71,7 @@ const noReplicaSetYet = "no ReplicaSet yet: the Rollout controller has not creat
 func (r *Report) addRolloutWithoutReplicaSet(st *State, ro *metav1.ObjectMeta, pods eachPod) {
 	spec := st.RolloutSpecs[ro.UID] // the zero RolloutSpec: replicas unknown, read as 1
 	n := len(r.Workloads)
-	r.add(st, "Rollout", *ro, spec.TemplateAnnotations, spec.Replicas, "", "", pods, 0)
+	r.add(st, &clusterview.WorkloadView{Kind: "Rollout", Meta: *ro, Template: spec.TemplateAnnotations, Replicas: spec.Replicas}, pods, 0)
 	if len(r.Workloads) > n {
 		r.Workloads[n].NoRevision = noReplicaSetYet
 	}

@@ -22,7 +22,7 @@ import (
 func TestBuildReportsRollouts(t *testing.T) {
 	rs := func(name string, owner types.UID, revision string, replicas int32) appsv1.ReplicaSet {
 		return appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "demo", UID: types.UID(name),
-			Annotations:     map[string]string{rolloutRevisionAnnotation: revision},
+			Annotations:     map[string]string{"rollout.argoproj.io/revision": revision},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "argoproj.io/v1alpha1", Kind: "Rollout", Name: "web", UID: owner, Controller: ptr.To(true)}}},
 			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(replicas)}}
 	}

@@ -5,36 +5,14 @@ import (
 	"encoding/json"
 	"io"
 	"testing"
-	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/sirupsen/logrus"
 	admissionv1 "k8s.io/api/admission/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes/fake"
-	metadatafake "k8s.io/client-go/metadata/fake"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
-
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/fakeleases"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
-)
-
-const (
-	ledgerNS        = "custom-kube-scheduler-webhook"
-	testNS          = "shop"
-	burstStrategy   = "karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3"
-	seedStrategy    = "nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1"
-	testRSUID       = types.UID("rs-uid-1")
-	testDeployUID   = types.UID("deploy-uid-1")
-	testStatefulUID = types.UID("sts-uid-1")
+	"k8s.io/utils/ptr"
 )
 
 func quietLog() logrus.FieldLogger {
@@ -43,127 +21,37 @@ func quietLog() logrus.FieldLogger {
 	return l
 }
 
-// cluster is a fake clientset holding a Deployment "web" annotated with ann, its
-// ReplicaSet, and a StatefulSet "db" with the same annotations.
-type cluster struct {
-	objects []runtime.Object
-	// rollouts, when not nil, are watched as Argo Rollouts (metadata only).
-	rollouts []runtime.Object
+// stubHandlers serve admissions that place nothing: each pod review is answered with
+// an empty patch (the HTTP side's tests need no placement; webhook/placement tests it).
+func stubHandlers() *Handlers {
+	patch := admissionv1.PatchTypeJSONPatch
+	admit := func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return &admissionv1.AdmissionResponse{Allowed: true, Patch: []byte("[]"), PatchType: &patch}
+	}
+	return &Handlers{Mutate: admit, Validate: admit, Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog()}
 }
 
-// newCluster annotates the workloads with the strategy strat (even an empty one).
-func newCluster(strat string) *cluster {
-	return newAnnotatedCluster(map[string]string{strategy.AnnotationStrategy: strat})
-}
-
-func newAnnotatedCluster(ann map[string]string) *cluster {
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: testNS, UID: testDeployUID, Annotations: ann}}
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{
-		Name: "web-5c4ff85997", Namespace: testNS, UID: testRSUID, Annotations: ann,
-		OwnerReferences: []metav1.OwnerReference{controllerRef("Deployment", "web", testDeployUID)},
-	}}
-	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: testNS, UID: testStatefulUID, Annotations: ann}}
-	return &cluster{objects: []runtime.Object{dep, rs, sts}}
-}
-
-func controllerRef(kind, name string, uid types.UID) metav1.OwnerReference {
-	yes := true
-	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: uid, Controller: &yes}
-}
-
-// mutator builds a PodMutator on synced informer caches over the fake clientset.
-func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *ledger.Ledger) {
-	t.Helper()
-	client := fake.NewClientset(c.objects...)
-	fakeleases.WithOptimisticConcurrency(client)
-	caches, err := clusterview.NewCaches(client, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.rollouts != nil {
-		scheme := runtime.NewScheme()
-		metav1.AddMetaToScheme(scheme)
-		meta := metadatafake.NewSimpleMetadataClient(scheme, c.rollouts...)
-		caches.WatchRollouts(meta, meta)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	caches.Start(ctx)
-	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelSync()
-	if err := caches.WaitForSync(syncCtx); err != nil {
-		t.Fatal(err)
-	}
-	recorder := record.NewFakeRecorder(1000)
-	ledger, err := ledger.New(client, ledgerNS, time.Minute, quietLog(), ledger.Options{Identity: "test-replica"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	podsSeen, err := caches.OnPlacedPods(ledger.PodVisible, ledger.PodGone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger.Start(ctx)
-	if !cache.WaitForCacheSync(syncCtx.Done(), ledger.HasSynced, podsSeen) {
-		t.Fatal("seat record informer did not sync")
-	}
-	return &PodMutator{
-		Resolver:   caches.Resolver,
-		Ledger:     ledger,
-		Recorder:   recorder,
-		Metrics:    NewMetrics(),
-		Namespaces: clusterview.NamespaceFilter{Blocklist: map[string]bool{"kube-system": true, "blocked": true}, Own: "custom-kube-scheduler-webhook"},
-		Log:        quietLog(),
-	}, recorder, ledger
-}
-
-// rsPod is a pod the ReplicaSet controller would create: generateName, no name.
+// rsPod is a pod of a ReplicaSet, as the ReplicaSet controller creates it.
 func rsPod() *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName:    "web-5c4ff85997-",
-			Namespace:       testNS,
-			Labels:          map[string]string{"app": "web"},
-			OwnerReferences: []metav1.OwnerReference{controllerRef("ReplicaSet", "web-5c4ff85997", testRSUID)},
+			GenerateName: "web-5c4ff85997-", Namespace: "demo", Labels: map[string]string{"app": "web"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5c4ff85997", UID: "rs-uid", Controller: ptr.To(true)}},
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "alpine"}}},
 	}
 }
 
+// createRequest is the API server's review of creating pod.
 func createRequest(t testing.TB, pod *corev1.Pod) *admissionv1.AdmissionRequest {
 	t.Helper()
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := pod.Namespace
 	return &admissionv1.AdmissionRequest{
-		UID:       uuid.NewUUID(),
-		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		UID: uuid.NewUUID(), Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
 		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-		Namespace: ns,
-		Operation: admissionv1.Create,
-		Object:    runtime.RawExtension{Raw: raw},
+		Namespace: pod.Namespace, Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
 	}
-}
-
-// applyPatch applies the response's JSON patch to the request's pod.
-func applyPatch(t testing.TB, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) *corev1.Pod {
-	t.Helper()
-	if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
-		t.Fatalf("response has no JSON patch: %+v", resp)
-	}
-	patch, err := jsonpatch.DecodePatch(resp.Patch)
-	if err != nil {
-		t.Fatalf("decode patch %s: %v", resp.Patch, err)
-	}
-	out, err := patch.Apply(req.Object.Raw)
-	if err != nil {
-		t.Fatalf("apply patch %s: %v", resp.Patch, err)
-	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(out, &pod); err != nil {
-		t.Fatal(err)
-	}
-	return &pod
 }

@@ -19,6 +19,16 @@ const (
 	OutcomeDenied   = "denied"   // workload validation rejected the object
 )
 
+// Outcomes of the architecture step, the values of architecture_decisions_total's
+// "outcome" label.
+const (
+	ArchRequired  = "required"   // a kubernetes.io/arch requirement was added
+	ArchUnneeded  = "unneeded"   // the images run on every architecture the term offers
+	ArchSkipped   = "skipped"    // nothing to decide: the pod pins the architecture, or the term offers one
+	ArchUnknown   = "unknown"    // the images' architectures could not be read in time; placed without
+	ArchCannotRun = "cannot_run" // the term offers no architecture the images support
+)
+
 // Metrics are the webhook's Prometheus metrics, registered on their own registry (no
 // global state), which also carries the Go and process collectors.
 type Metrics struct {
@@ -28,7 +38,7 @@ type Metrics struct {
 	placements *prometheus.CounterVec
 	unserved   *prometheus.CounterVec
 	refused    *prometheus.CounterVec
-	// architectures counts the architecture step's outcomes (arch.go).
+	// architectures counts the architecture step's outcomes (placement's arch.go).
 	architectures *prometheus.CounterVec
 	// collectors are what NewMetrics registered, for Describe.
 	collectors []prometheus.Collector
@@ -101,6 +111,15 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Admitted(hook, outcome string) {
 	m.admissions.WithLabelValues(hook, outcome).Inc()
 }
+
+// Placed counts one pod placed on term (its node labels) with a strategy from source.
+func (m *Metrics) Placed(term, source string) { m.placements.WithLabelValues(term, source).Inc() }
+
+// Unserved counts one placement onto term (its node labels), which nothing serves.
+func (m *Metrics) Unserved(term string) { m.unserved.WithLabelValues(term).Inc() }
+
+// Architecture counts one outcome (Arch...) of the image architecture step.
+func (m *Metrics) Architecture(outcome string) { m.architectures.WithLabelValues(outcome).Inc() }
 
 // Describe sends the descriptors of every metric NewMetrics registered, with series or
 // not yet (a scrape shows a labelled metric only once it has one): the monitoring tests

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -75,36 +74,12 @@ func (v costViews) state(nodes map[string]*corev1.Node, now time.Time) (*report.
 	if v.records != nil {
 		st.Unavailable = func(uid types.UID) map[int]unavailability.TermState { return v.records.Get(uid).Active(now) }
 	}
-	r := v.caches.Resolver
-	deployments, err := r.Deployments.List(labels.Everything())
+	objs, err := v.caches.Objects(v.skip)
 	if err != nil {
-		return nil, fmt.Errorf("read the Deployments' cache: %w", err)
+		return nil, err
 	}
-	sets, err := r.StatefulSets.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("read the StatefulSets' cache: %w", err)
-	}
-	replicaSets, err := r.ReplicaSets.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("read the ReplicaSets' cache: %w", err)
-	}
-	st.Deployments, st.StatefulSets, st.ReplicaSets = keptOf(deployments, v.skip), keptOf(sets, v.skip), keptOf(replicaSets, v.skip)
-	if r.Jobs != nil && r.CronJobs != nil {
-		jobs, err := r.Jobs.List(labels.Everything())
-		if err != nil {
-			return nil, fmt.Errorf("read the Jobs' cache: %w", err)
-		}
-		cronJobs, err := r.CronJobs.List(labels.Everything())
-		if err != nil {
-			return nil, fmt.Errorf("read the CronJobs' cache: %w", err)
-		}
-		st.Jobs, st.CronJobs = keptOf(jobs, v.skip), keptOf(cronJobs, v.skip)
-	}
-	for _, ro := range v.caches.Rollouts() {
-		if !v.skip(ro.Namespace) {
-			st.Rollouts = append(st.Rollouts, ro.ObjectMeta)
-		}
-	}
+	st.Deployments, st.StatefulSets, st.ReplicaSets, st.Rollouts = values(objs.Deployments), values(objs.StatefulSets), values(objs.ReplicaSets), values(objs.Rollouts)
+	st.Jobs, st.CronJobs = values(objs.Jobs), values(objs.CronJobs)
 	return st, nil
 }
 
@@ -156,16 +131,11 @@ func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, views costVie
 	}, nil
 }
 
-// keptOf copies the objects of the cache's list whose namespace skip keeps.
-func keptOf[T any, P interface {
-	*T
-	GetNamespace() string
-}](list []P, skip func(namespace string) bool) []T {
-	var out []T
-	for _, o := range list {
-		if !skip(o.GetNamespace()) {
-			out = append(out, *o)
-		}
+// values copies the objects of a cache's list (shallow: the cache's are never changed).
+func values[T any](list []*T) []T {
+	out := make([]T, len(list))
+	for i, o := range list {
+		out[i] = *o
 	}
 	return out
 }

@@ -19,22 +19,17 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
 // leader Lease, once the caches have synced, and the cost refresher (nil: off) beside
 // it; with CONVERGE=off there is no election and every replica refreshes the costs.
-func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, caches *clusterview.Caches, scope *clusterview.Scope, catalog *karpenter.Catalog, policies *policy.Cache, records *unavailability.Records,
-	recorder record.EventRecorder, m *converge.Metrics, synced <-chan struct{}, identity string, owner ownership.Owner, log *logrus.Logger, costs *report.CostRefresher,
-	signals *interruptionSignals,
-) error {
-	entry := log.WithField("component", "converge")
-	if !cfg.Converge {
+func (r *replica) startConverge(ctx context.Context, recorder record.EventRecorder, m *converge.Metrics, costs *report.CostRefresher, signals *interruptionSignals) error {
+	entry := r.log.WithField("component", "converge")
+	if !r.cfg.Converge {
 		entry.Info("convergence loop switched off (CONVERGE=off)")
 		if costs != nil {
 			go costs.Run(ctx)
@@ -43,43 +38,43 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	}
 	// What Karpenter is launching: a term whose pods wait is not called unavailable
 	// while NodeClaims for it are on their way.
-	dyn, err := dynamic.NewForConfig(restCfg)
+	dyn, err := dynamic.NewForConfig(r.restCfg)
 	if err != nil {
 		return fmt.Errorf("create dynamic client: %w", err)
 	}
-	claims, err := karpenter.NewNodeClaims(dyn, client.Discovery(), entry)
+	claims, err := karpenter.NewNodeClaims(dyn, r.client.Discovery(), entry)
 	if err != nil {
 		return err
 	}
 	// The loop's reads and evictions get a client and rate of their own: a pass over
 	// hundreds of short revisions must not slow the informers, Events or seat records
 	// that share the main client, nor be slowed by them.
-	loopCfg := rest.CopyConfig(restCfg)
+	loopCfg := rest.CopyConfig(r.restCfg)
 	loopCfg.QPS, loopCfg.Burst = 20, 40
 	// Its own user agent too, so the API server's audit log and metrics tell its
 	// requests from admission's.
-	loopCfg.UserAgent = restCfg.UserAgent + "/converge"
+	loopCfg.UserAgent = r.restCfg.UserAgent + "/converge"
 	loopClient, err := kubernetes.NewForConfig(loopCfg)
 	if err != nil {
 		return fmt.Errorf("create the convergence loop's client: %w", err)
 	}
 	convergeCfg := converge.Config{
-		Client: loopClient, Caches: caches, Records: records, Recorder: recorder, Metrics: m,
-		Namespaces: cfg.namespaces(),
-		Scope:      scope, MaxEvictionsPerMinute: cfg.MaxEvictions,
-		MaxUnavailableCluster: cfg.PaceCluster, MaxUnavailablePerNamespace: cfg.PaceNamespace,
-		FallbackAfter: cfg.FallbackAfter, Cooldown: cfg.FallbackCooldown, MaxUnavailable: cfg.MaxUnavailable,
+		Client: loopClient, Caches: r.caches, Records: r.records, Recorder: recorder, Metrics: m,
+		Namespaces: r.cfg.namespaces(),
+		Scope:      r.scope, MaxEvictionsPerMinute: r.cfg.MaxEvictions,
+		MaxUnavailableCluster: r.cfg.PaceCluster, MaxUnavailablePerNamespace: r.cfg.PaceNamespace,
+		FallbackAfter: r.cfg.FallbackAfter, Cooldown: r.cfg.FallbackCooldown, MaxUnavailable: r.cfg.MaxUnavailable,
 		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
-		Signals:  converge.NewKarpenterSignals(loopClient, catalog, claims),
+		Signals:  converge.NewKarpenterSignals(loopClient, r.catalog, claims),
 		Launches: claims,
-		Served:   termServed(catalog),
-		Timing:   cfg.Timing,
+		Served:   termServed(r.catalog),
+		Timing:   r.cfg.Timing,
 		Log:      entry,
 	}
 	if signals != nil {
-		convergeCfg.Interruptions, convergeCfg.MoveSignalledNodes = signals.tracker, cfg.MoveSignalledNodes
+		convergeCfg.Interruptions, convergeCfg.MoveSignalledNodes = signals.tracker, r.cfg.MoveSignalledNodes
 	}
-	convergeCfg.Stopped = policy.Stopped(policies.MovesOff, cfg.Namespace)
+	convergeCfg.Stopped = policy.Stopped(r.policies.MovesOff, r.cfg.Namespace)
 	loop, err := converge.NewLoop(convergeCfg)
 	if err != nil {
 		return err
@@ -91,30 +86,30 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 	// A policy change is a strategy change for the workloads it governs; a namespace's
 	// labels (policies.OnChange) and the webhook configuration (scope) change the scope.
 	// The stop switch on the webhook's namespace concerns every workload.
-	if err := policies.OnChange(func(ns string) {
-		if ns == cfg.Namespace {
+	if err := r.policies.OnChange(func(ns string) {
+		if ns == r.cfg.Namespace {
 			ns = ""
 		}
 		loop.PoliciesChanged(ns)
 	}); err != nil {
 		return err
 	}
-	if err := scope.OnChange(func() { loop.PoliciesChanged("") }); err != nil {
+	if err := r.scope.OnChange(func() { loop.PoliciesChanged("") }); err != nil {
 		return err
 	}
 	go claims.Run(ctx)
 	go func() {
 		select {
-		case <-synced:
+		case <-r.synced:
 		case <-ctx.Done():
 			return
 		}
 		// The elected replica also writes the policies' status, at most every 30s.
-		unserved := termUnserved(catalog)
-		status := &policy.StatusWriter{Cache: policies, Dyn: dyn, Log: entry, Unserved: unserved,
+		unserved := termUnserved(r.catalog)
+		status := &policy.StatusWriter{Cache: r.policies, Dyn: dyn, Log: entry, Unserved: unserved,
 			Audited:   func(a policy.Audited) { m.Audited(a.Workloads, a.WouldMove) },
 			Stopped:   func() string { return convergeCfg.Stopped("") },
-			Workloads: governable(caches, cfg.namespaces().Skip, scope, termFacts{unavailable: records.Unavailable, unserved: unserved}, cfg.Timing)}
+			Workloads: r.caches.Governable(r.cfg.namespaces().Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Timing)}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -130,7 +125,7 @@ func startConverge(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 			}
 			loop.Run(ctx, leading)
 		}
-		if err := converge.RunElected(ctx, client, cfg.Namespace, identity, owner, entry, run); err != nil {
+		if err := converge.RunElected(ctx, r.client, r.cfg.Namespace, r.identity, r.owner, entry, run); err != nil {
 			entry.WithError(err).Error("convergence loop not started")
 		}
 	}()

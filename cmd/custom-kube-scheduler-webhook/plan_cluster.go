@@ -19,7 +19,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/placement"
 )
 
 // input reads the flags and the manifest into what is planned.
@@ -202,7 +202,7 @@ func (o *planOptions) checkImages(ctx context.Context, stderr io.Writer, kc kube
 	}
 	ns := firstNonEmpty(w.namespace, kc.namespace)
 	resolver := imagearch.New(imagearch.Config{Kube: kc.client, Insecure: o.insecureRegistries})
-	ia := &webhook.ImageArchitectures{Images: resolver, Budget: 30 * time.Second}
+	ia := &placement.ImageArchitectures{Images: resolver, Budget: 30 * time.Second}
 	faults, _, err := ia.Check(ctx, ns, w.spec, in.Strategy, fmt.Sprintf("%s %s/%s", w.kind, ns, w.name))
 	if err != nil {
 		fmt.Fprintf(stderr, "warning: the images' architectures were not checked: %v\n", err)

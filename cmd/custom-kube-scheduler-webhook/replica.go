@@ -34,6 +34,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/admissiontoken"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/placement"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/validation"
 )
 
@@ -327,17 +328,17 @@ func (r *replica) waitForSync(ctx context.Context) {
 func (r *replica) newHandlers(recorder record.EventRecorder) {
 	cfg := r.cfg
 	namespaces := cfg.namespaces()
-	mutator := &webhook.PodMutator{
+	mutator := &placement.PodMutator{
 		Resolver: r.caches.Resolver, Capacity: r.catalog, Ledger: r.seats, Recorder: recorder, Metrics: r.metrics,
 		Namespaces: namespaces, Synced: r.synced, Deadline: cfg.AdmissionDeadline, Log: r.entry, Availability: r.records,
 	}
 	if r.images != nil {
-		mutator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
+		mutator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
 	}
 	validator := &validation.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry,
 		Scope: &validation.NamespaceScope{WhyNot: r.scope.WhyNotLabels, Each: r.policies.EachNamespace}}
 	if r.images != nil {
-		validator.Images = &webhook.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
+		validator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
 	}
 	r.handlers = &webhook.Handlers{
 		Mutate:     mutator.Admit,

@@ -167,7 +167,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := startConverge(ctx, cfg, r.restCfg, r.client, r.caches, r.scope, r.catalog, r.policies, r.records, recorder, convergeMetrics, r.synced, r.identity, r.owner, log, refresher, signals); err != nil {
+	if err := r.startConverge(ctx, recorder, convergeMetrics, refresher, signals); err != nil {
 		return err
 	}
 	return r.run(ctx, stop, start)

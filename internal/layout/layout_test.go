@@ -21,8 +21,9 @@ var allowed = map[string][]string{
 	"karpenter":                         {"karpenter/nodegroups", "strategy", "providerid"},
 	"clusterview":                       {"strategy", "policy"},
 	"ledger":                            {"strategy", "clusterview", "ownership"},
-	"webhook":                           {"strategy", "clusterview", "karpenter", "imagearch"},
-	"webhook/validation":                {"strategy", "policy", "api/v1alpha1", "imagearch", "webhook"},
+	"webhook":                           nil,
+	"webhook/placement":                 {"strategy", "clusterview", "karpenter", "imagearch", "webhook"},
+	"webhook/validation":                {"strategy", "policy", "api/v1alpha1", "imagearch", "webhook", "webhook/placement"},
 	"webhook/selfcert":                  nil,
 	"webhook/admissiontoken":            nil,
 	"unavailability":                    {"strategy", "ownership"},
@@ -42,7 +43,7 @@ var allowed = map[string][]string{
 var testOnly = []string{"internal/testcert", "internal/testregistry", "internal/fakeleases", "internal/awsfake", "internal/harness", "internal/layout", "internal/doccheck"}
 
 // TestImportsFollowTheLayout checks the product packages' imports (test files aside)
-// against allowed: no package but cmd imports webhook, clusterview builds on nothing of
+// against allowed: no package but cmd and the admission handlers import webhook, clusterview builds on nothing of
 // admission or the loop, and so on.
 func TestImportsFollowTheLayout(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"...").Output()

@@ -15,6 +15,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/placement"
 )
 
 // fakeArchCapacity offers the same architectures for every term.
@@ -58,7 +59,7 @@ func (b byImage) Architectures(_ context.Context, req imagearch.Request) ([]stri
 }
 
 func TestValidationOfTermsThatCannotRunTheImages(t *testing.T) {
-	images := &webhook.ImageArchitectures{Images: byImage{"amd64-only:1": {"amd64"}, "multi:1": {"amd64", "arm64"}, "amd64-only:2": {"amd64"}}, Capacity: fakeArchCapacity{"amd64", "arm64"}}
+	images := &placement.ImageArchitectures{Images: byImage{"amd64-only:1": {"amd64"}, "multi:1": {"amd64", "arm64"}, "amd64-only:2": {"amd64"}}, Capacity: fakeArchCapacity{"amd64", "arm64"}}
 	v := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog(), Images: images}
 	ctx := context.Background()
 	pinned := "kubernetes.io/arch=arm64,weight=1:capacity=spot"
@@ -82,7 +83,7 @@ func TestValidationOfTermsThatCannotRunTheImages(t *testing.T) {
 	}
 	// A term left open whose capacity offers none of the image's architectures: a
 	// warning (capacity changes), never a refusal.
-	odd := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog(), Images: &webhook.ImageArchitectures{Images: byImage{"s390x:1": {"s390x"}}, Capacity: fakeArchCapacity{"amd64", "arm64"}}}
+	odd := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog(), Images: &placement.ImageArchitectures{Images: byImage{"s390x:1": {"s390x"}}, Capacity: fakeArchCapacity{"amd64", "arm64"}}}
 	if resp := odd.Admit(ctx, archDeployment(t, admissionv1.Create, "capacity=spot", "s390x:1", "")); !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "offers kubernetes.io/arch amd64, arm64") {
 		t.Errorf("capacity offering none of the image's architectures: %+v", resp)
 	}

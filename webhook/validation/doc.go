@@ -3,8 +3,9 @@
 // ClusterPlacementPolicies, and a Namespace's default at apply time
 // (WorkloadValidator), and warns where the strategy governs nothing.
 //
-// It reads terms through webhook's Capacity and ImageArchitectures (the pod placement
-// the checks mirror) and counts its outcomes through a Counter (webhook.Metrics). It
-// may import strategy, policy, api/v1alpha1, imagearch (its request type) and webhook;
-// nothing but cmd imports it.
+// It reads terms through placement's Capacity and ImageArchitectures (the pod
+// placement the checks mirror) and counts its outcomes through a Counter
+// (webhook.Metrics). It may import strategy, policy, api/v1alpha1, imagearch (its
+// request type), webhook (Allow, the outcomes) and webhook/placement; nothing but cmd
+// imports it.
 package validation

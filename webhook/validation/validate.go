@@ -19,6 +19,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/placement"
 )
 
 // WorkloadValidator checks the strategy of Deployments, StatefulSets, ReplicaSets and
@@ -26,7 +27,7 @@ import (
 // PlacementPolicies and ClusterPlacementPolicies, and a Namespace's default, at apply
 // time, so a typo is caught by `kubectl apply` instead of stranding pods later.
 type WorkloadValidator struct {
-	Capacity webhook.Capacity // optional: warns about terms nothing serves
+	Capacity placement.Capacity // optional: warns about terms nothing serves
 	// Hints names the likely typo of a term nothing serves (nil: not named); a term
 	// with a likely typo is refused unless WarnOnly.
 	Hints Hinter
@@ -35,7 +36,7 @@ type WorkloadValidator struct {
 	Scope *NamespaceScope
 	// Images checks the terms against the architectures of the pod template's images
 	// (nil: not checked).
-	Images *webhook.ImageArchitectures
+	Images *placement.ImageArchitectures
 	// WarnOnly turns rejections into warnings.
 	WarnOnly bool
 	Metrics  Counter
@@ -297,7 +298,7 @@ func (v *WorkloadValidator) unserved(s *strategy.Strategy, owner, who string) (w
 		if _, served := v.Capacity.Tolerations(term.LabelMap()); served {
 			continue
 		}
-		msg := webhook.UnservedWarning(i, term, owner, who)
+		msg := placement.UnservedWarning(i, term, owner, who)
 		if v.Hints == nil {
 			warnings = append(warnings, msg)
 			continue

@@ -12,6 +12,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/doccheck"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/placement"
 )
 
 // unservedCapacity serves every term but those holding a label key in typos.
@@ -106,7 +107,7 @@ func TestApplyTimeMistakes(t *testing.T) {
 	said = append(said, v.Admit(context.Background(), deploymentRequest(t, admissionv1.Create, ann("spot=1,weight=x"), nil, nil)).Result.Message)
 	said = append(said, v.AdmitNotEnabled(context.Background(), deploymentRequest(t, admissionv1.Create, ann(burstStrategy), nil, nil)).Warnings...)
 	said = append(said, v.Admit(context.Background(), kindRequest(t, "batch", "Job", withAnnotations(ann("spot=1,weight=x"), nil), nil)).Warnings...)
-	images := &webhook.ImageArchitectures{Images: byImage{"amd64-only:1": {"amd64"}}, Capacity: fakeArchCapacity{"amd64", "arm64"}}
+	images := &placement.ImageArchitectures{Images: byImage{"amd64-only:1": {"amd64"}}, Capacity: fakeArchCapacity{"amd64", "arm64"}}
 	arch := &WorkloadValidator{Metrics: webhook.NewMetrics(), Log: quietLog(), Images: images}
 	said = append(said, arch.Admit(context.Background(), archDeployment(t, admissionv1.Create, "kubernetes.io/arch=arm64,weight=1:capacity=spot", "amd64-only:1", "")).Result.Message)
 	checkCatalogue(t, said)

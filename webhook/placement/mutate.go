@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // Event reasons the webhook records on workloads.
@@ -61,7 +62,7 @@ type PodMutator struct {
 	Ledger     SeatLedger
 	Capacity   Capacity             // optional
 	Recorder   record.EventRecorder // optional
-	Metrics    *Metrics
+	Metrics    *webhook.Metrics
 	Namespaces clusterview.NamespaceFilter
 	// Synced is closed once the caches have synced; until then held seats are unknown,
 	// so admissions wait for it (bounded by the API server's timeout).
@@ -137,33 +138,33 @@ func (m *PodMutator) ours(a *podAdmission) (string, *admissionv1.AdmissionRespon
 	req := a.req
 	// nodeSelector is immutable, so only CREATE of the pod itself is ours.
 	if req.Operation != admissionv1.Create || req.Kind.Kind != "Pod" || req.SubResource != "" || m.Namespaces.Skip(req.Namespace) {
-		return OutcomeSkipped, Allow()
+		return webhook.OutcomeSkipped, webhook.Allow()
 	}
 	pod, err := podOf(req)
 	if err != nil {
-		return OutcomeError, Allow(fmt.Sprintf("pod not placed: cannot read it: %v", err))
+		return webhook.OutcomeError, webhook.Allow(fmt.Sprintf("pod not placed: cannot read it: %v", err))
 	}
 	a.pod = pod
 	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return OutcomeSkipped, Allow()
+		return webhook.OutcomeSkipped, webhook.Allow()
 	}
 	if _, seated := pod.Annotations[strategy.AnnotationSeat]; seated {
 		// Reinvocation or a pod copied from a placed one: placing it again would move it.
-		return OutcomeSkipped, Allow()
+		return webhook.OutcomeSkipped, webhook.Allow()
 	}
 	owner := metav1.GetControllerOf(pod)
 	switch {
 	case owner != nil && owner.Kind == "DaemonSet":
-		return OutcomeSkipped, Allow()
+		return webhook.OutcomeSkipped, webhook.Allow()
 	case !clusterview.IsJob(owner) && (owner == nil || !strings.HasPrefix(owner.APIVersion, "apps/") || (owner.Kind != "ReplicaSet" && owner.Kind != "StatefulSet")):
 		if !a.podStrategy().Active() {
-			return OutcomeSkipped, Allow()
+			return webhook.OutcomeSkipped, webhook.Allow()
 		}
 		what := "a bare pod"
 		if owner != nil {
 			what = "a pod owned by a " + owner.Kind
 		}
-		return OutcomeSkipped, Allow(fmt.Sprintf("strategy ignored: %s has no Deployment, ReplicaSet, StatefulSet or Job to count seats in", what))
+		return webhook.OutcomeSkipped, webhook.Allow(fmt.Sprintf("strategy ignored: %s has no Deployment, ReplicaSet, StatefulSet or Job to count seats in", what))
 	}
 	a.owner = owner
 	return "", nil
@@ -204,7 +205,7 @@ func (m *PodMutator) resolve(ctx context.Context, a *podAdmission) (string, *adm
 		select {
 		case <-m.Synced:
 		case <-ctx.Done():
-			return OutcomeDeadline, Allow("pod not placed: the webhook's caches have not synced yet")
+			return webhook.OutcomeDeadline, webhook.Allow("pod not placed: the webhook's caches have not synced yet")
 		}
 	}
 	w, err := m.Resolver.Resolve(ctx, a.req.Namespace, a.owner)
@@ -214,9 +215,9 @@ func (m *PodMutator) resolve(ctx context.Context, a *podAdmission) (string, *adm
 		// say so, as a pod's own strategy that cannot be followed is said.
 		var owner *clusterview.OwnerError
 		if a.podStrategy().Active() || ctx.Err() != nil || errors.As(err, &owner) {
-			return pastDeadline(ctx, OutcomeError), Allow(fmt.Sprintf("pod not placed: %v", err))
+			return pastDeadline(ctx, webhook.OutcomeError), webhook.Allow(fmt.Sprintf("pod not placed: %v", err))
 		}
-		return OutcomeError, Allow()
+		return webhook.OutcomeError, webhook.Allow()
 	}
 	a.w = w
 	return "", nil
@@ -228,14 +229,14 @@ func (m *PodMutator) strategyOf(a *podAdmission) (*strategy.Strategy, string, *a
 	src := m.strategies.Resolve(append([]strategy.AnnotatedObject{{Name: "pod", Annotations: a.pod.Annotations}}, a.w.Chain...)...)
 	a.warnings, a.origin = src.Warnings, src.Origin
 	if !src.Active() {
-		return nil, OutcomeSkipped, Allow(a.warnings...)
+		return nil, webhook.OutcomeSkipped, webhook.Allow(a.warnings...)
 	}
 	s, err := src.Strategy, src.Err
 	if err != nil {
 		msg := fmt.Sprintf("%s on %s is invalid, pod not placed: %v", src.Key, src.Object, err)
 		a.events = append(a.events, [2]string{ReasonInvalidStrategy, msg})
 		m.log(a).WithError(err).Info("invalid strategy; admitting the pod unchanged")
-		return nil, OutcomeInvalid, Allow(append(a.warnings, msg)...)
+		return nil, webhook.OutcomeInvalid, webhook.Allow(append(a.warnings, msg)...)
 	}
 	for _, doubt := range s.Warnings {
 		a.warnings = append(a.warnings, fmt.Sprintf("%s on %s: %s", src.Key, src.Object, doubt))
@@ -250,7 +251,7 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 	seat, err := m.seat(ctx, req, w, a.pod)
 	if err != nil {
 		m.log(a).WithError(err).Warn("cannot pick a seat; admitting the pod unchanged")
-		return pastDeadline(ctx, OutcomeError), Allow(append(a.warnings, fmt.Sprintf("pod not placed: %v", err))...)
+		return pastDeadline(ctx, webhook.OutcomeError), webhook.Allow(append(a.warnings, fmt.Sprintf("pod not placed: %v", err))...)
 	}
 	var unavailable map[int]string
 	if m.Availability != nil {
@@ -266,14 +267,14 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 	a.warnings = append(a.warnings, d.Warnings...)
 	a.events = append(a.events, d.Events...)
 	if d.Unserved && !isDryRun(req) {
-		m.Metrics.unserved.WithLabelValues(s.Terms[d.Term].LabelString()).Inc()
+		m.Metrics.Unserved(s.Terms[d.Term].LabelString())
 	}
 	if d.Arch.outcome != "" && !isDryRun(req) {
-		m.Metrics.architectures.WithLabelValues(d.Arch.outcome).Inc()
+		m.Metrics.Architecture(d.Arch.outcome)
 	}
-	if d.Outcome != OutcomePlaced {
+	if d.Outcome != webhook.OutcomePlaced {
 		m.release(ctx, req, w, a.pod)
-		return d.Outcome, Allow(a.warnings...)
+		return d.Outcome, webhook.Allow(a.warnings...)
 	}
 	if err := ctx.Err(); err != nil {
 		// The API server has given up on this call (and, failing open, created the pod
@@ -285,19 +286,19 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 			m.release(rctx, req, w, a.pod)
 		}()
 		m.log(a).WithError(err).Warn("admission deadline passed; admitting the pod unchanged")
-		return OutcomeDeadline, Allow(append(a.warnings, fmt.Sprintf("pod not placed: the admission deadline passed (%v)", err))...)
+		return webhook.OutcomeDeadline, webhook.Allow(append(a.warnings, fmt.Sprintf("pod not placed: the admission deadline passed (%v)", err))...)
 	}
 	term := s.Terms[d.Term]
 	if !isDryRun(req) {
-		m.Metrics.placements.WithLabelValues(term.LabelString(), string(a.origin)).Inc()
+		m.Metrics.Placed(term.LabelString(), string(a.origin))
 	}
 	if debugEnabled(m.Log) {
 		m.log(a).WithFields(logrus.Fields{"seat": seat, "term": d.Term + 1, "labels": term.LabelString(), "dryRun": isDryRun(req)}).Debug("pod placed")
 	}
-	resp := Allow(a.warnings...)
+	resp := webhook.Allow(a.warnings...)
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = d.Patch, &pt
-	return OutcomePlaced, resp
+	return webhook.OutcomePlaced, resp
 }
 
 // debugEnabled reports whether log writes debug lines; loggers that cannot tell are
@@ -316,7 +317,7 @@ func debugEnabled(log logrus.FieldLogger) bool {
 // deadline outcome, so it is counted apart from real faults.
 func pastDeadline(ctx context.Context, outcome string) string {
 	if ctx.Err() != nil {
-		return OutcomeDeadline
+		return webhook.OutcomeDeadline
 	}
 	return outcome
 }

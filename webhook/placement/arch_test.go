@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"bytes"
@@ -23,6 +23,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testregistry"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 func TestArchitectureRequirementMergesIntoTheAffinity(t *testing.T) {
@@ -143,19 +144,19 @@ func TestArchitectureVerdict(t *testing.T) {
 		lookups  int32
 		message  string // in the warning or the cannot-run message
 	}{
-		{"both offered, amd64-only image", podWith(nil), plain, both, &fakeImages{arches: []string{"amd64"}}, ArchRequired, []string{"amd64"}, 1, ""},
-		{"both offered, multi-arch image", podWith(nil), plain, both, &fakeImages{arches: []string{"amd64", "arm64", "s390x"}}, ArchUnneeded, nil, 1, ""},
-		{"one offered: no lookup", podWith(nil), plain, fakeArchCapacity{"amd64"}, &fakeImages{arches: []string{"arm64"}}, ArchSkipped, nil, 0, ""},
-		{"the pod's nodeSelector pins it: no lookup", podWith(func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"beta.kubernetes.io/arch": "arm64"} }), plain, both, &fakeImages{arches: []string{"amd64"}}, ArchSkipped, nil, 0, ""},
+		{"both offered, amd64-only image", podWith(nil), plain, both, &fakeImages{arches: []string{"amd64"}}, webhook.ArchRequired, []string{"amd64"}, 1, ""},
+		{"both offered, multi-arch image", podWith(nil), plain, both, &fakeImages{arches: []string{"amd64", "arm64", "s390x"}}, webhook.ArchUnneeded, nil, 1, ""},
+		{"one offered: no lookup", podWith(nil), plain, fakeArchCapacity{"amd64"}, &fakeImages{arches: []string{"arm64"}}, webhook.ArchSkipped, nil, 0, ""},
+		{"the pod's nodeSelector pins it: no lookup", podWith(func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"beta.kubernetes.io/arch": "arm64"} }), plain, both, &fakeImages{arches: []string{"amd64"}}, webhook.ArchSkipped, nil, 0, ""},
 		{"the pod's affinity pins it in every term: no lookup", podWith(func(p *corev1.Pod) {
 			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
 				{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"arm64"}}}}}}}}
-		}), plain, both, &fakeImages{arches: []string{"amd64"}}, ArchSkipped, nil, 0, ""},
-		{"the term pins an arch the images support", podWith(nil), arm, both, &fakeImages{arches: []string{"amd64", "arm64"}}, ArchUnneeded, nil, 1, ""},
-		{"the term pins an arch the images lack", podWith(nil), arm, nil, &fakeImages{arches: []string{"amd64"}}, ArchCannotRun, nil, 1, "pins kubernetes.io/arch=arm64"},
-		{"the capacity offers none the images support", podWith(nil), plain, both, &fakeImages{arches: []string{"s390x"}}, ArchCannotRun, nil, 1, "offers kubernetes.io/arch amd64, arm64"},
-		{"the registry fails", podWith(nil), plain, both, &fakeImages{err: errors.New("registry down")}, ArchUnknown, nil, 1, "registry down"},
-		{"the registry is slow: the budget ends the wait", podWith(nil), plain, both, &fakeImages{block: true}, ArchUnknown, nil, 1, "not known"},
+		}), plain, both, &fakeImages{arches: []string{"amd64"}}, webhook.ArchSkipped, nil, 0, ""},
+		{"the term pins an arch the images support", podWith(nil), arm, both, &fakeImages{arches: []string{"amd64", "arm64"}}, webhook.ArchUnneeded, nil, 1, ""},
+		{"the term pins an arch the images lack", podWith(nil), arm, nil, &fakeImages{arches: []string{"amd64"}}, webhook.ArchCannotRun, nil, 1, "pins kubernetes.io/arch=arm64"},
+		{"the capacity offers none the images support", podWith(nil), plain, both, &fakeImages{arches: []string{"s390x"}}, webhook.ArchCannotRun, nil, 1, "offers kubernetes.io/arch amd64, arm64"},
+		{"the registry fails", podWith(nil), plain, both, &fakeImages{err: errors.New("registry down")}, webhook.ArchUnknown, nil, 1, "registry down"},
+		{"the registry is slow: the budget ends the wait", podWith(nil), plain, both, &fakeImages{block: true}, webhook.ArchUnknown, nil, 1, "not known"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ia := &ImageArchitectures{Images: tc.images, Capacity: tc.capacity, Budget: 20 * time.Millisecond}
@@ -189,7 +190,7 @@ func TestDecideKeepsTheSeatOfAPodItsTermCannotRun(t *testing.T) {
 			Arch: func(i int, term strategy.Term) archVerdict {
 				return ia.verdict(context.Background(), pod, "demo", i, term, w.Describe())
 			}})
-		if d.Outcome != OutcomePlaced {
+		if d.Outcome != webhook.OutcomePlaced {
 			t.Fatalf("seat %d: outcome %s (%v)", seat, d.Outcome, d.Warnings)
 		}
 		got := patched(t, pod, d.Patch)
@@ -200,7 +201,7 @@ func TestDecideKeepsTheSeatOfAPodItsTermCannotRun(t *testing.T) {
 		if marked != want.cannotRun {
 			t.Errorf("seat %d: cannot-run annotation %q, want it: %v", seat, msg, want.cannotRun)
 		}
-		if want.cannotRun && (len(d.Events) != 1 || d.Events[0][0] != ReasonImageArchitecture || !slices.ContainsFunc(d.Warnings, func(s string) bool { return strings.Contains(s, "will not start") })) {
+		if want.cannotRun && (len(d.Events) != 1 || d.Events[0][0] != reasonImageArchitecture || !slices.ContainsFunc(d.Warnings, func(s string) bool { return strings.Contains(s, "will not start") })) {
 			t.Errorf("seat %d: events %v, warnings %v", seat, d.Events, d.Warnings)
 		}
 		var arch []string

@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"context"
@@ -10,24 +10,15 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
-// ReasonImageArchitecture is the Event reason of a term whose capacity cannot run the
+// reasonImageArchitecture is the Event reason of a term whose capacity cannot run the
 // pod's images.
-const ReasonImageArchitecture = "ImageArchitectureMismatch"
+const reasonImageArchitecture = "ImageArchitectureMismatch"
 
 // defaultImageBudget is how long an admission waits for its images' architectures.
 const defaultImageBudget = time.Second
-
-// Outcomes of the architecture step, the values of architecture_decisions_total's
-// "outcome" label.
-const (
-	ArchRequired  = "required"   // a kubernetes.io/arch requirement was added
-	ArchUnneeded  = "unneeded"   // the images run on every architecture the term offers
-	ArchSkipped   = "skipped"    // nothing to decide: the pod pins the architecture, or the term offers one
-	ArchUnknown   = "unknown"    // the images' architectures could not be read in time; placed without
-	ArchCannotRun = "cannot_run" // the term offers no architecture the images support
-)
 
 // ImageLookup answers the architectures every image of a request supports
 // (*imagearch.Resolver).
@@ -69,7 +60,7 @@ type archVerdict struct {
 // verdict decides the architecture requirement of pod placed on term (index i).
 func (ia *ImageArchitectures) verdict(ctx context.Context, pod *corev1.Pod, namespace string, i int, term strategy.Term, owner string) archVerdict {
 	if podPinsArchitecture(pod) {
-		return archVerdict{outcome: ArchSkipped}
+		return archVerdict{outcome: webhook.ArchSkipped}
 	}
 	labels := term.LabelMap()
 	offered, pinned := termArchitectures(labels)
@@ -77,7 +68,7 @@ func (ia *ImageArchitectures) verdict(ctx context.Context, pod *corev1.Pod, name
 		offered = ia.Capacity.Architectures(labels)
 	}
 	if !pinned && len(offered) < 2 {
-		return archVerdict{outcome: ArchSkipped}
+		return archVerdict{outcome: webhook.ArchSkipped}
 	}
 	budget := ia.Budget
 	if budget <= 0 {
@@ -88,18 +79,18 @@ func (ia *ImageArchitectures) verdict(ctx context.Context, pod *corev1.Pod, name
 	supported, err := ia.Images.Architectures(lctx, imagearch.PodRequest(namespace, &pod.Spec))
 	switch {
 	case err != nil:
-		return archVerdict{outcome: ArchUnknown, warning: fmt.Sprintf("placed without a kubernetes.io/arch requirement: the architectures of the pod's images are not known (%v)", err)}
+		return archVerdict{outcome: webhook.ArchUnknown, warning: fmt.Sprintf("placed without a kubernetes.io/arch requirement: the architectures of the pod's images are not known (%v)", err)}
 	case len(supported) == 0:
-		return archVerdict{outcome: ArchSkipped}
+		return archVerdict{outcome: webhook.ArchSkipped}
 	}
 	runnable := imagearch.Intersect(offered, supported)
 	switch {
 	case len(runnable) == 0:
-		return archVerdict{outcome: ArchCannotRun, cannotRun: cannotRunMessage(i, term, owner, offered, supported, pinned, "the pod's images")}
+		return archVerdict{outcome: webhook.ArchCannotRun, cannotRun: cannotRunMessage(i, term, owner, offered, supported, pinned, "the pod's images")}
 	case pinned || len(runnable) == len(offered):
-		return archVerdict{outcome: ArchUnneeded}
+		return archVerdict{outcome: webhook.ArchUnneeded}
 	}
-	return archVerdict{outcome: ArchRequired, require: runnable}
+	return archVerdict{outcome: webhook.ArchRequired, require: runnable}
 }
 
 // cannotRunMessage says that term (0-based index i) of owner offers only architectures

@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // twentyTerms is the largest strategy the grammar allows.
@@ -129,7 +129,7 @@ func (l slowLedger) Release(ctx context.Context, revision clusterview.Revision, 
 // outcome "deadline", and a seat claimed for it is given back.
 func TestAdmissionDeadline(t *testing.T) {
 	deadlines := func(m *PodMutator) float64 {
-		return testutil.ToFloat64(m.Metrics.admissions.WithLabelValues("mutate", OutcomeDeadline))
+		return counter(t, m.Metrics, "admissions_total", map[string]string{"webhook": "mutate", "outcome": webhook.OutcomeDeadline})
 	}
 	t.Run("workload lookup", func(t *testing.T) {
 		m, _, _ := newCluster(burstStrategy).mutator(t)

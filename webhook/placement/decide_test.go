@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // The pure placement decision, case by case as the handler tests exercise it, without
@@ -48,12 +49,12 @@ func TestDecide(t *testing.T) {
 	}{
 		{
 			name: "first seat of a Deployment", strategy: seedStrategy, pod: withPod(nil), workload: deployment, seat: 1,
-			outcome: OutcomePlaced, selector: map[string]string{"nodesize": "od4vcpu16gb"},
+			outcome: webhook.OutcomePlaced, selector: map[string]string{"nodesize": "od4vcpu16gb"},
 			annotations: map[string]string{strategy.AnnotationSeat: "1", strategy.AnnotationTerm: "1", strategy.AnnotationDeletionCost: "-1", strategy.AnnotationReservation: "admission-uid", strategy.AnnotationFallbackFrom: ""},
 		},
 		{
 			name: "second seat goes to the later of two tied terms", strategy: seedStrategy, pod: withPod(nil), workload: deployment, seat: 2,
-			outcome: OutcomePlaced, selector: map[string]string{"nodesize": "spot8vcpu32gb"},
+			outcome: webhook.OutcomePlaced, selector: map[string]string{"nodesize": "spot8vcpu32gb"},
 			annotations: map[string]string{strategy.AnnotationSeat: "2", strategy.AnnotationTerm: "3", strategy.AnnotationDeletionCost: "-2"},
 		},
 		{
@@ -63,46 +64,46 @@ func TestDecide(t *testing.T) {
 				p.Spec.Tolerations = []corev1.Toleration{own}
 			}),
 			capacity: fakeCapacity{served: true, tolerations: []corev1.Toleration{spotTaint, {Key: "dedicated", Operator: corev1.TolerationOpExists}}},
-			outcome:  OutcomePlaced, selector: map[string]string{"zone": "a", "capacity": "spot"},
+			outcome:  webhook.OutcomePlaced, selector: map[string]string{"zone": "a", "capacity": "spot"},
 			tolerations: []corev1.Toleration{own, spotTaint},
 		},
 		{
 			name: "the template's deletion cost is kept", strategy: "capacity=spot", workload: deployment, seat: 3,
 			pod:     withPod(func(p *corev1.Pod) { p.Annotations = map[string]string{strategy.AnnotationDeletionCost: "100"} }),
-			outcome: OutcomePlaced, annotations: map[string]string{strategy.AnnotationDeletionCost: "100", strategy.AnnotationSeat: "3"},
+			outcome: webhook.OutcomePlaced, annotations: map[string]string{strategy.AnnotationDeletionCost: "100", strategy.AnnotationSeat: "3"},
 		},
 		{
 			name: "StatefulSet pods get neither deletion cost nor reservation", strategy: "capacity=spot", pod: withPod(nil), workload: statefulSet, seat: 4,
-			outcome: OutcomePlaced, annotations: map[string]string{strategy.AnnotationSeat: "4", strategy.AnnotationDeletionCost: "", strategy.AnnotationReservation: ""},
+			outcome: webhook.OutcomePlaced, annotations: map[string]string{strategy.AnnotationSeat: "4", strategy.AnnotationDeletionCost: "", strategy.AnnotationReservation: ""},
 		},
 		{
 			name: "a conflicting nodeSelector leaves the pod alone", strategy: "capacity=spot", workload: deployment, seat: 1,
 			pod:     withPod(func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"capacity": "on-demand"} }),
-			outcome: OutcomeConflict, warning: `capacity is "on-demand", the term wants "spot"`, event: ReasonNodeSelectorConflict,
+			outcome: webhook.OutcomeConflict, warning: `capacity is "on-demand", the term wants "spot"`, event: ReasonNodeSelectorConflict,
 		},
 		{
 			name: "an unserved term is placed with a warning", strategy: "capacity=spot", pod: withPod(nil), workload: deployment, seat: 1,
 			capacity: fakeCapacity{served: false},
-			outcome:  OutcomePlaced, selector: map[string]string{"capacity": "spot"},
+			outcome:  webhook.OutcomePlaced, selector: map[string]string{"capacity": "spot"},
 			warning: "served by no NodePool", event: ReasonUnservedTerm, unserved: true,
 		},
 		{
 			name: "an unavailable term's seat goes to the fallback", strategy: seedStrategy, pod: withPod(nil), workload: deployment, seat: 2,
 			unavailable: map[int]string{2: "pods unschedulable"},
-			outcome:     OutcomePlaced, selector: map[string]string{"nodesize": "spot4vcpu16gb"},
+			outcome:     webhook.OutcomePlaced, selector: map[string]string{"nodesize": "spot4vcpu16gb"},
 			annotations: map[string]string{strategy.AnnotationTerm: "2", strategy.AnnotationFallbackFrom: "3"},
 			warning:     "placed on term 2",
 		},
 		{
 			name: "with no term to fall back to, the seat stays on its own", strategy: "capacity=spot", pod: withPod(nil), workload: deployment, seat: 1,
 			unavailable: map[int]string{0: "pods unschedulable"},
-			outcome:     OutcomePlaced, selector: map[string]string{"capacity": "spot"},
+			outcome:     webhook.OutcomePlaced, selector: map[string]string{"capacity": "spot"},
 			annotations: map[string]string{strategy.AnnotationFallbackFrom: ""},
 			warning:     "placed on it anyway",
 		},
 		{
 			name: "a seat beyond the sequence is refused", strategy: "capacity=spot", pod: withPod(nil), workload: statefulSet, seat: math.MaxInt32 + 1,
-			outcome: OutcomeError, warning: "pod not placed",
+			outcome: webhook.OutcomeError, warning: "pod not placed",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,7 +121,7 @@ func TestDecide(t *testing.T) {
 			if tc.event != "" && (len(d.Events) == 0 || d.Events[len(d.Events)-1][0] != tc.event) {
 				t.Errorf("events %q, want one %s", d.Events, tc.event)
 			}
-			if d.Outcome != OutcomePlaced {
+			if d.Outcome != webhook.OutcomePlaced {
 				if d.Patch != nil {
 					t.Errorf("a pod left alone has a patch: %s", d.Patch)
 				}

@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // decisionInput is everything the placement of one pod depends on, gathered by the
@@ -34,7 +35,7 @@ type decisionInput struct {
 // decision is where a pod goes, or why it is left alone. Deciding has no side effects:
 // the handler records the Events and metrics it names.
 type decision struct {
-	// Outcome is OutcomePlaced (Patch is set), OutcomeConflict or OutcomeError.
+	// Outcome is webhook.OutcomePlaced (Patch is set), webhook.OutcomeConflict or webhook.OutcomeError.
 	Outcome string
 	// Term is the 0-based term the pod goes to (placed, or refused for a conflict); -1
 	// when its seat has no term.
@@ -58,7 +59,7 @@ func decide(in decisionInput) decision {
 	d := decision{Term: -1}
 	own, err := s.TermAt(in.Seat)
 	if err != nil {
-		d.Outcome, d.Warnings = OutcomeError, []string{fmt.Sprintf("pod not placed: %v", err)}
+		d.Outcome, d.Warnings = webhook.OutcomeError, []string{fmt.Sprintf("pod not placed: %v", err)}
 		return d
 	}
 	placed := fallbackOf(s, w, in.Seat, own, in.Unavailable)
@@ -72,7 +73,7 @@ func decide(in decisionInput) decision {
 	if conflicts := conflicting(pod.Spec.NodeSelector, selector); len(conflicts) > 0 {
 		msg := fmt.Sprintf("pod not placed: its nodeSelector conflicts with term %d (%s) of %s: %s",
 			index+1, term.LabelString(), w.Describe(), strings.Join(conflicts, ", "))
-		d.Outcome = OutcomeConflict
+		d.Outcome = webhook.OutcomeConflict
 		d.Warnings = append(d.Warnings, msg)
 		d.Events = append(d.Events, [2]string{ReasonNodeSelectorConflict, msg})
 		return d
@@ -105,7 +106,7 @@ func decide(in decisionInput) decision {
 		if msg := d.Arch.cannotRun; msg != "" {
 			msg += "; the pod is placed on its seat and will not start there"
 			d.Warnings = append(d.Warnings, msg)
-			d.Events = append(d.Events, [2]string{ReasonImageArchitecture, msg})
+			d.Events = append(d.Events, [2]string{reasonImageArchitecture, msg})
 			annotations[strategy.AnnotationCannotRun] = d.Arch.cannotRun
 		}
 	}
@@ -124,11 +125,11 @@ func decide(in decisionInput) decision {
 	}
 	patch, err := placementPatch(pod, selector, needed, d.Arch.require, annotations)
 	if err != nil {
-		d.Outcome = OutcomeError
+		d.Outcome = webhook.OutcomeError
 		d.Warnings = append(d.Warnings, fmt.Sprintf("pod not placed: %v", err))
 		return d
 	}
-	d.Outcome, d.Patch = OutcomePlaced, patch
+	d.Outcome, d.Patch = webhook.OutcomePlaced, patch
 	return d
 }
 

@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"context"
@@ -328,7 +328,7 @@ func expectUnchanged(t *testing.T, resp *admissionv1.AdmissionResponse, warning 
 		return
 	}
 	for _, w := range resp.Warnings {
-		if strings.Contains(w, warning) && strings.HasPrefix(w, warningPrefix) {
+		if strings.Contains(w, warning) && strings.HasPrefix(w, "custom-kube-scheduler-webhook: ") {
 			return
 		}
 	}

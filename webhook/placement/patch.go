@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"encoding/json"

@@ -1,11 +1,10 @@
-package webhook
+package placement
 
 import (
 	"context"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -41,7 +40,7 @@ func TestPolicyPlacesUnannotatedWorkload(t *testing.T) {
 					t.Fatalf("not placed by the policy: nodeSelector %v, warnings %q", pod.Spec.NodeSelector, resp.Warnings)
 				}
 				// The placement is counted under the strategy's source.
-				if n := testutil.ToFloat64(m.Metrics.placements.WithLabelValues("b=2", "PlacementPolicy")); n != 1 {
+				if n := counter(t, m.Metrics, "placements_total", map[string]string{"term": "b=2", "source": "PlacementPolicy"}); n != 1 {
 					t.Fatalf("placements_total{term=b=2,source=PlacementPolicy} = %v, want 1", n)
 				}
 				return

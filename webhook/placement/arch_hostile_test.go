@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // A registry answering a 32 MiB 404 that quotes an internal secret: the pod's warning
@@ -40,7 +41,7 @@ func TestArchitectureWarningsNeverEchoTheRegistry(t *testing.T) {
 
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Image: host + "/app:1"}}}}
 	v := ia.verdict(context.Background(), pod, "ns", 0, term, "Deployment ns/web")
-	if v.outcome != ArchUnknown || len(v.warning) > 512 || strings.Contains(v.warning, marker) || !strings.Contains(v.warning, "registry "+host+" answered HTTP 404") {
+	if v.outcome != webhook.ArchUnknown || len(v.warning) > 512 || strings.Contains(v.warning, marker) || !strings.Contains(v.warning, "registry "+host+" answered HTTP 404") {
 		t.Fatalf("outcome %s, warning of %d bytes: %.300q", v.outcome, len(v.warning), v.warning)
 	}
 
@@ -50,7 +51,7 @@ func TestArchitectureWarningsNeverEchoTheRegistry(t *testing.T) {
 	}
 	before := hits.Load()
 	v = ia.verdict(context.Background(), many, "ns", 0, term, "Deployment ns/web")
-	if v.outcome != ArchUnknown || strings.Count(v.warning, "distinct images") != 1 || hits.Load() != before {
+	if v.outcome != webhook.ArchUnknown || strings.Count(v.warning, "distinct images") != 1 || hits.Load() != before {
 		t.Fatalf("a pod of %d images: outcome %s, warning %q, %d lookups", len(many.Spec.Containers), v.outcome, v.warning, hits.Load()-before)
 	}
 }

@@ -1,4 +1,4 @@
-package webhook
+package placement
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
 // admitInput is one fuzzed admission: a pod built from the fields, or, with RawPod
@@ -188,7 +189,7 @@ func FuzzAdmit(f *testing.F) {
 	m := &PodMutator{
 		Ledger:     ledger,
 		Capacity:   fuzzCapacity{},
-		Metrics:    NewMetrics(),
+		Metrics:    webhook.NewMetrics(),
 		Namespaces: clusterview.NamespaceFilter{Blocklist: map[string]bool{"kube-system": true}, Own: "custom-kube-scheduler-webhook"},
 		Log:        quietLog(),
 	}
