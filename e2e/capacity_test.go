@@ -211,8 +211,9 @@ func TestNumericRequirementsAndApplyTimeWarnings(t *testing.T) {
 
 // An invalid strategy makes `kubectl apply` fail with the parser's message, and so does
 // a label key no capacity carries that is one letter off a key that exists (a likely
-// typo), naming that key; a key far from any is a warning; a Job carrying a strategy is
-// applied with a warning that Jobs are not split yet.
+// typo), naming that key; a key far from any is a warning; a Job carrying an invalid
+// strategy is applied (a batch run is never refused) with a warning that its pods will
+// not be placed.
 func TestApplyTimeValidation(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-validate")
@@ -235,8 +236,8 @@ func TestApplyTimeValidation(t *testing.T) {
 		t.Fatalf("a label key far from any must warn, not reject: %v\n%s", err, stderr)
 	}
 
-	// Jobs are not split yet: one carrying a strategy (even an invalid one) is applied,
-	// with a warning that says so.
+	// A Job carrying an invalid strategy is applied, with a warning that says its pods
+	// will not be placed.
 	job := fmt.Sprintf(`apiVersion: batch/v1
 kind: Job
 metadata:
@@ -251,9 +252,9 @@ spec:
 `, ns)
 	_, stderr, err = kubectl(ctx, job, "apply", "--dry-run=server", "-f", "-")
 	if err != nil {
-		t.Fatalf("a Job with a strategy must be applied (with a warning): %v\n%s", err, stderr)
+		t.Fatalf("a Job with an invalid strategy must be applied (with a warning): %v\n%s", err, stderr)
 	}
-	if want := "Jobs are not split yet: the strategy on Job " + ns + "/nightly is ignored; its pods are placed by the scheduler alone"; !strings.Contains(stderr, want) {
-		t.Fatalf("kubectl apply of a Job with a strategy printed no warning %q:\n%s", want, stderr)
+	if want := "CustomPodScheduleStrategy on Job " + ns + "/nightly is invalid, its pods will not be placed: term 1"; !strings.Contains(stderr, want) {
+		t.Fatalf("kubectl apply of a Job with an invalid strategy printed no warning %q:\n%s", want, stderr)
 	}
 }
