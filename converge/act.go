@@ -125,8 +125,8 @@ func (l *Loop) strike(ctx context.Context, snap *snapshot, p *passPlan, st strik
 	}
 	reason := st.reason
 	if l.cfg.Signals != nil {
-		if n, err := l.cfg.Signals.Nominated(ctx, snap.rev.namespace, st.pending); err == nil {
-			reason += fmt.Sprintf("; Karpenter nominated %d of the %d pending pods", n, len(st.pending))
+		if nominated, err := l.cfg.Signals.Nominated(ctx, snap.rev.namespace, st.pending); err == nil {
+			reason += fmt.Sprintf("; Karpenter nominated %d of the %d pending pods", len(nominated), len(st.pending))
 		}
 	}
 	state, err := l.cfg.Records.Strike(ctx, snap.rev.uid, snap.w.Describe(), st.term, reason, l.cfg.Cooldown)

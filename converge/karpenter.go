@@ -179,23 +179,43 @@ func decide(v karpenter.Verdict, words string, wordKinds []string) string {
 	return msg
 }
 
-// Nominated counts how many of pods (UIDs, all in namespace) Karpenter has nominated to
-// a NodeClaim or node (its Nominated Events), from one Events LIST of the namespace: the
-// evidence a strike reports, so it runs only when a term is marked.
-func (k *KarpenterSignals) Nominated(ctx context.Context, namespace string, pods map[types.UID]bool) (int, error) {
-	list, err := k.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.Set{"reason": "Nominated"}.String(),
-	})
-	if err != nil {
-		return 0, fmt.Errorf("list Nominated events in %s: %w", namespace, err)
+// Nominated says which of pods (UIDs, all in namespace) Karpenter has nominated to a
+// NodeClaim or node (its Nominated Events) since it last said it cannot schedule them
+// (its FailedScheduling Events): a nomination for a claim that failed is over. Two
+// Events LISTs of the namespace, by reason: the evidence a strike reports, and the
+// waiting pods of an unavailable term that stay for the capacity on its way
+// (readNominations), so they run only when such a term has some.
+func (k *KarpenterSignals) Nominated(ctx context.Context, namespace string, pods map[types.UID]bool) (map[types.UID]bool, error) {
+	latest := map[string]map[types.UID]time.Time{}
+	for _, reason := range []string{"Nominated", "FailedScheduling"} {
+		list, err := k.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.Set{"reason": reason}.String(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list %s events in %s: %w", reason, namespace, err)
+		}
+		at := map[types.UID]time.Time{}
+		for i := range list.Items {
+			e := &list.Items[i]
+			uid := e.InvolvedObject.UID
+			if e.Reason != reason || !pods[uid] || !byKarpenter(e) {
+				continue
+			}
+			if last, seen := at[uid]; !seen || eventTime(e).After(last) {
+				at[uid] = eventTime(e)
+			}
+		}
+		latest[reason] = at
 	}
 	nominated := map[types.UID]bool{}
-	for _, e := range list.Items {
-		if e.Reason == "Nominated" && pods[e.InvolvedObject.UID] && byKarpenter(&e) {
-			nominated[e.InvolvedObject.UID] = true
+	for uid, at := range latest["Nominated"] {
+		// Event times have a second's resolution: a tie counts as nominated (the
+		// term's NodeClaims progressing still bounds the wait).
+		if failed, ok := latest["FailedScheduling"][uid]; !ok || !failed.After(at) {
+			nominated[uid] = true
 		}
 	}
-	return len(nominated), nil
+	return nominated, nil
 }
 
 // eventWords returns Karpenter's latest word among events on why it cannot launch for
@@ -257,6 +277,7 @@ func byKarpenter(e *corev1.Event) bool {
 	return e.Source.Component == "karpenter" || e.ReportingController == "karpenter"
 }
 
+// eventTime is when e was last seen.
 func eventTime(e *corev1.Event) time.Time {
 	switch {
 	case !e.LastTimestamp.IsZero():

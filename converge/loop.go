@@ -47,8 +47,9 @@ const (
 // labels cannot launch capacity for pending pods now, "" when it said nothing.
 type Signals interface {
 	Unlaunchable(ctx context.Context, labels map[string]string, pending []clusterview.PlacedPod) string
-	// Nominated counts the pods (UIDs, of one namespace) Karpenter nominated for capacity.
-	Nominated(ctx context.Context, namespace string, pods map[types.UID]bool) (int, error)
+	// Nominated says which of pods (UIDs, of one namespace) Karpenter nominated for
+	// capacity.
+	Nominated(ctx context.Context, namespace string, pods map[types.UID]bool) (map[types.UID]bool, error)
 }
 
 // Interruptions is EC2's early word on a term's nodes (optional; interruption.Tracker):

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -748,6 +749,54 @@ func TestStrikeReportsNominations(t *testing.T) {
 	rec := w.record(t, "no unavailability record")
 	if st := rec.Terms[1]; !strings.Contains(st.Reason, "Karpenter nominated 2 of the 4 pending pods") {
 		t.Errorf("the record's reason %q does not say how many pending pods were nominated", st.Reason)
+	}
+}
+
+// A marked term's waiting pods that Karpenter nominated for capacity it is still bringing
+// (a NodePool whose limits leave room for some of a burst) wait for it; the others move,
+// as does one whose nomination Karpenter took back (it said it cannot schedule it since).
+// Once the term's NodeClaims stop progressing, the nominated ones move too.
+func TestNominatedPodsWaitForTheirNode(t *testing.T) {
+	pods := waitingOnSpot(5, 30*time.Second)
+	w := newWorld(t, 5, pods)
+	w.loop.cfg.Signals = NewKarpenterSignals(w.client, nil, nil)
+	ctx := context.Background()
+	said := func(p *corev1.Pod, reason, msg string, ago time.Duration) {
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s", p.Name, strings.ToLower(reason)), Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name, UID: p.UID},
+			Reason:         reason, Message: msg, Source: corev1.EventSource{Component: "karpenter"},
+			LastTimestamp: metav1.NewTime(time.Now().Add(-ago)),
+		}
+		if _, err := w.client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range pods[1:4] {
+		said(p, "Nominated", "Pod should schedule on: nodeclaim/spot-x", 20*time.Second)
+	}
+	said(pods[3], "FailedScheduling", "Failed to schedule pod, no instance type fits", 10*time.Second)
+	w.loop.Pass(ctx) // marks term 2 (nothing launching yet: time alone)
+	w.record(t, "no unavailability record")
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return w.records.Get(rsUID) != nil, nil
+	}); err != nil {
+		t.Fatal("the record never reached the informer")
+	}
+	launches := &fakeLaunches{f: karpenter.Flight{Launching: 1, LastProgress: time.Now()}}
+	w.loop.cfg.Launches = launches
+	w.loop.Pass(ctx)
+	got := w.evictions()
+	slices.Sort(got)
+	if want := []string{pods[3].Name, pods[4].Name}; !slices.Equal(got, want) {
+		t.Fatalf("evicted %v while a NodeClaim launches for the nominated pods; want only the others %v", got, want)
+	}
+	launches.mu.Lock()
+	launches.f = karpenter.Flight{LastProgress: time.Now().Add(-time.Minute)}
+	launches.mu.Unlock()
+	w.loop.Pass(ctx)
+	if got := w.evictions(); len(got) != 4 {
+		t.Fatalf("evicted %v once nothing launches; want the nominated pods moved too", got)
 	}
 }
 

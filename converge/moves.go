@@ -125,10 +125,11 @@ func (mp *movePlanner) moveOff(pod clusterview.PlacedPod) (move, bool) {
 	}
 	haveGone := have >= 0 && mp.unavailable[have]
 	signalled, _ := mp.signalledNode(pod, have)
-	if haveGone && pod.NodeName != "" && signalled == "" {
-		// The term's capacity is short, not gone: this pod has its node, so it stays.
-		// Only the pods that cannot get one move (their replacements fall back), and
-		// those on a node EC2 signalled: it is about to go.
+	if haveGone && (pod.NodeName != "" || mp.snap.nominated[pod.UID]) && signalled == "" {
+		// The term's capacity is short, not gone: this pod has its node, or Karpenter
+		// is bringing one for it, so it stays. Only the pods that cannot get one move
+		// (their replacements fall back), and those on a node EC2 signalled: it is
+		// about to go.
 		return move{}, false
 	}
 	if haveGone && (mp.snap.survey.waiting[want] != nil || mp.snap.survey.stranded[want] != nil) {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
@@ -42,6 +43,10 @@ type snapshot struct {
 	survey         survey
 	// signals holds Karpenter's word on the terms whose pods wait for a node.
 	signals map[int]capacitySignal
+	// nominated holds the waiting pods of a term marked unavailable that Karpenter
+	// nominated for the capacity it still brings: they wait for their node rather than
+	// move (readNominations).
+	nominated map[types.UID]bool
 	// risk holds EC2's word on the terms that have a signalled node (Config.Interruptions).
 	risk map[int]interruption.Verdict
 	// listFailed: the unplaced pods could not be listed (the pass is retried).
@@ -93,6 +98,7 @@ func (l *Loop) observe(ctx context.Context, rev revision, now time.Time) (*snaps
 	snap.pods = l.pods
 	snap.survey = surveyPods(snap.pods, snap.s, now, l.cfg.FallbackAfter)
 	l.readSignals(ctx, snap)
+	l.readNominations(ctx, snap)
 	l.readInterruptions(snap)
 	if l.mem.shouldList(rev.uid, snap.survey.placedLive < rev.replicas, now) {
 		snap.unplaced, err = l.unplaced(ctx, rev)
@@ -146,6 +152,41 @@ func (l *Loop) readSignals(ctx context.Context, snap *snapshot) {
 		}
 		snap.signals[t] = sig
 	}
+}
+
+// readNominations asks Karpenter which waiting pods it nominated for the capacity it is
+// still bringing to a term marked unavailable (a NodePool whose limits left room for
+// some of a burst's pods and not all). Those pods wait for that capacity: evicting them
+// would waste the nodes launched for them. The nomination counts only while the term's
+// NodeClaims progress (karpenter.Flight): a claim that failed ends it, and its pods
+// move then. (A pass that marks a term moves nothing, so marked terms are enough.)
+func (l *Loop) readNominations(ctx context.Context, snap *snapshot) {
+	if l.cfg.Signals == nil || l.cfg.Launches == nil {
+		return
+	}
+	waiting := map[types.UID]bool{}
+	for t := range snap.s.Terms {
+		if _, on := snap.active[t]; !on {
+			continue
+		}
+		if f := l.cfg.Launches.Flight(snap.s.Terms[t].LabelMap(), snap.now); !f.Progressing(snap.now, l.cfg.FallbackAfter) {
+			continue
+		}
+		for _, pod := range snap.pods {
+			if pod.NodeName == "" && pod.TermIn(snap.s) == t && isUnschedulable(pod) {
+				waiting[pod.UID] = true
+			}
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	nominated, err := l.cfg.Signals.Nominated(ctx, snap.rev.namespace, waiting)
+	if err != nil {
+		l.cfg.Log.WithError(err).WithField("workload", snap.w.Describe()).Warn("cannot read Karpenter's nominations; the waiting pods of an unavailable term move")
+		return
+	}
+	snap.nominated = nominated
 }
 
 // readInterruptions asks, for each term, which of its nodes had an EC2 signal within the

@@ -665,6 +665,7 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 	d := deployment(ns, "partial", strat, replicas, true)
 	d.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1500m")
 	createDeployment(ctx, t, d)
+	created := time.Now()
 	running := map[types.UID]string{} // spot4 pods that got a node, by UID
 	err = wait.PollUntilContextTimeout(ctx, time.Second, fallbackAfter+60*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=partial"})
@@ -686,6 +687,7 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 	if err != nil {
 		t.Fatalf("not all %d pods Running within FALLBACK_AFTER + 60s", replicas)
 	}
+	t.Logf("MEASURED partly limited term: all %d pods Running %s after the Deployment was created", replicas, time.Since(created).Round(time.Second))
 	pods := settled(ctx, t, ns, "partial", replicas)
 	onSpot, fallback := 0, 0
 	for _, p := range pods {
@@ -729,7 +731,9 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 	ranThere("in the cool-down")
 
 	limit("null")
+	lifted := time.Now()
 	waitExact(ctx, t, ns, "partial", strat, replicas, fallbackCooldown+90*time.Second)
+	t.Logf("MEASURED partly limited term: limit lifted -> exact: %s (cool-down %s)", time.Since(lifted).Round(time.Second), fallbackCooldown)
 	ranThere("back to exact")
 }
 
