@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -87,10 +86,8 @@ type Ledger struct {
 	identity  string
 	peerURL   string
 	peers     *http.Client // nil: claims are never forwarded
-	// secret proves an answer at the peer address came from this process (the
-	// self-check's nonce is answered with an HMAC under it); peerShared is set once
-	// another process answered there, and fails every later self-check.
-	secret     []byte
+	// peerShared is set once another process answered at the peer address, and fails
+	// every later self-check.
 	peerShared atomic.Bool
 	clock      clock.Clock
 	owner      ownership.Owner
@@ -152,10 +149,6 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 	}
 	if l.identity == "" {
 		return nil, errors.New("seat ledger: an identity is required")
-	}
-	l.secret = make([]byte, 32)
-	if _, err := rand.Read(l.secret); err != nil {
-		return nil, fmt.Errorf("seat ledger: a secret for the peer self-check: %w", err)
 	}
 	_, err := l.records.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { l.recordSeen(obj) },
