@@ -91,25 +91,25 @@ func placedPod(pod *corev1.Pod) (rev clusterview.Revision, seat int, hash uint64
 
 // PodVisible is called for every live placed pod the pod informer shows.
 func (l *Ledger) PodVisible(pod *corev1.Pod) {
-	l.podEvent(pod, func(s *revState, seat int) {
+	l.podEvent(pod, func(s *revState, p podSeat) {
 		if old, held := s.pods[pod.UID]; held {
-			if old == seat {
+			if old.seat == p.seat {
 				return
 			}
-			s.seats.untake(old)
+			s.seats.untake(old.seat)
 		}
-		s.pods[pod.UID] = seat
-		s.seats.take(seat)
+		s.pods[pod.UID] = p
+		s.seats.take(p.seat)
 	})
 }
 
 // PodGone is called when a placed pod stops holding its seat (terminating, finished,
 // deleted): the seat is free at once.
 func (l *Ledger) PodGone(pod *corev1.Pod) {
-	l.podEvent(pod, func(s *revState, _ int) {
-		if seat, held := s.pods[pod.UID]; held {
+	l.podEvent(pod, func(s *revState, _ podSeat) {
+		if old, held := s.pods[pod.UID]; held {
 			delete(s.pods, pod.UID)
-			s.seats.untake(seat)
+			s.seats.untake(old.seat)
 		}
 		l.forget(s)
 	})
@@ -117,7 +117,7 @@ func (l *Ledger) PodGone(pod *corev1.Pod) {
 
 // podEvent applies an informer event of a placed pod to its revision's state, under
 // the lock: seeing the pod, live or gone, fulfils its reservation first.
-func (l *Ledger) podEvent(pod *corev1.Pod, apply func(s *revState, seat int)) {
+func (l *Ledger) podEvent(pod *corev1.Pod, apply func(s *revState, p podSeat)) {
 	rev, seat, hash, ok := placedPod(pod)
 	if !ok {
 		return
@@ -128,5 +128,5 @@ func (l *Ledger) podEvent(pod *corev1.Pod, apply func(s *revState, seat int)) {
 	if hash != 0 {
 		l.fulfil(s, hash)
 	}
-	apply(s, seat)
+	apply(s, podSeat{seat: seat, hash: hash})
 }

@@ -308,8 +308,8 @@ func (l *Ledger) state(rev clusterview.Revision) *revState {
 	s := l.revs[rev]
 	if s == nil {
 		s = &revState{
-			rev: rev, reserved: map[uint64]*entry{}, fulfilled: newRecentIDs(),
-			pods: map[types.UID]int{}, seats: newSeatSet(),
+			rev: rev, reserved: map[uint64]*entry{},
+			pods: map[types.UID]podSeat{}, seats: newSeatSet(),
 			expiries: newMinHeap(func(a, b expiry) bool { return a.at.Before(b.at) }),
 		}
 		if l.metrics != nil {

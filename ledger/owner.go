@@ -195,14 +195,18 @@ func (l *Ledger) finishWrite(s *revState, w *ownershipWrite, err error) {
 }
 
 // takeOver holds the live reservations that the record another replica held (or
-// released) lists: claims whose pods this replica may not see yet. A holder that
-// crashed may also have answered seats after its last write; their pods have had the
-// wait before the takeover to become visible, and a seat handed out twice meanwhile
-// is the convergence loop's to move. It returns the holds added.
+// released) lists whose pods this replica does not see. A holder that crashed may also
+// have answered seats after its last write; their pods have had the wait before the
+// takeover to become visible, and a seat handed out twice meanwhile is the convergence
+// loop's to move. It returns the holds added.
 func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) []uint64 {
+	seen := make(map[uint64]bool, len(s.pods))
+	for _, p := range s.pods {
+		seen[p.hash] = true
+	}
 	var added []uint64
 	for h, e := range observedReservations(prev, s.observed) {
-		if now.Before(e.expires) && s.reserved[h] == nil {
+		if now.Before(e.expires) && s.reserved[h] == nil && !seen[h] {
 			e.claims = 1
 			l.hold(s, h, e)
 			added = append(added, h)

@@ -46,13 +46,15 @@ type revState struct {
 	// unfulfilled counts the counted reservations that expire (the ledger's metric).
 	unfulfilled prometheus.Counter
 	expiries    *minHeap[expiry]
-	// fulfilled holds the reservation ids whose pod this replica has seen, so that a
-	// reservation taken over from a record after its pod was seen does not count.
-	fulfilled  *recentIDs
-	lastFulfil time.Time
 
-	pods  map[types.UID]int // visible pod -> the seat it holds
+	pods  map[types.UID]podSeat // visible pods
 	seats seatSet
+}
+
+// podSeat is the seat a visible pod holds and the hash of its reservation id (0: none).
+type podSeat struct {
+	seat int
+	hash uint64
 }
 
 // seatSet counts, per seat, the visible pods holding it plus the live reservations on
@@ -128,7 +130,7 @@ func (l *Ledger) forget(s *revState) {
 	now := l.clock.Now()
 	s.expire(now)
 	s.shrink()
-	if now.After(s.lastFulfil.Add(2*l.ttl)) && s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
+	if s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
 		delete(l.revs, s.rev)
 	}
 }
@@ -141,9 +143,6 @@ func (s *revState) shrink() {
 		s.reserved = map[uint64]*entry{}
 		s.expiries.items = nil
 		s.queue, s.queueHead = nil, 0
-	}
-	if s.fulfilled.len() == 0 {
-		s.fulfilled = newRecentIDs()
 	}
 }
 
@@ -168,7 +167,6 @@ func (s *revState) lowest(now time.Time) int {
 
 // expire stops counting the reservations that expired by now, and forgets them.
 func (s *revState) expire(now time.Time) {
-	s.fulfilled.expire(now)
 	for s.expiries.Len() > 0 && !s.expiries.peek().at.After(now) {
 		x := s.expiries.pop()
 		e := s.reserved[x.hash]
@@ -219,19 +217,15 @@ func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) (int, err
 	return seat, nil
 }
 
-// hold adds reservation e (counted unless its pod was seen already).
+// hold adds reservation e, holding its seat until its pod is seen.
 func (l *Ledger) hold(s *revState, hash uint64, e *entry) {
 	if old := s.reserved[hash]; old != nil && old.counted {
 		s.uncount(old)
 	}
-	if !s.fulfilled.has(hash, l.clock.Now()) {
-		s.count(e)
-	}
+	s.count(e)
 	s.reserved[hash] = e
 	s.expiries.push(expiry{at: e.expires, hash: hash})
-	if e.counted {
-		s.queue = append(s.queue, queued{hash, e})
-	}
+	s.queue = append(s.queue, queued{hash, e})
 }
 
 // staleReservation is how long a reservation's pod has to show up before the
@@ -311,9 +305,6 @@ func (s *revState) remove(hash uint64, e *entry) {
 // fulfil records that the pod of reservation hash is visible: the pod, not the
 // reservation, holds the seat from now on.
 func (l *Ledger) fulfil(s *revState, hash uint64) {
-	now := l.clock.Now()
-	s.fulfilled.add(hash, now, now.Add(2*l.ttl))
-	s.lastFulfil = now
 	if e := s.reserved[hash]; e != nil && e.counted {
 		s.uncount(e)
 	}
