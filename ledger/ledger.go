@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -42,10 +43,6 @@ const (
 	// only once it has seen the record unchanged for this long.
 	DefaultOwnership = 5 * time.Second
 )
-
-// errRecordFull is Claim's error when a revision has more reservations in flight
-// than its record can hold.
-var errRecordFull = errors.New("too many seat reservations in flight for this revision")
 
 // errHandedOver is a peer's answer after Handover where it would have to take the
 // revision: it is stopping.
@@ -168,23 +165,9 @@ func (l *Ledger) Start(ctx context.Context) {
 	l.ctx = ctx
 	l.mu.Unlock()
 	go l.records.RunWithContext(ctx)
-	go every(ctx, l.ttl, l.sweep)
+	go wait.UntilWithContext(ctx, l.sweep, l.ttl)
 	// Records whose ownership ended unrenewed are released soon after.
-	go every(ctx, l.duration/8, l.releaseIdle)
-}
-
-// every runs f every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, f func(context.Context)) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			f(ctx)
-		}
-	}
+	go wait.UntilWithContext(ctx, l.releaseIdle, l.duration/8)
 }
 
 // HasSynced reports whether the record informer has listed the namespace.
@@ -215,10 +198,10 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 		s := l.state(rev)
 		now := l.clock.Now()
 		if l.owns(s, now) {
-			seat, err := l.reserve(s, req, now)
+			seat := l.reserve(s, req, now)
 			l.renewIfDue(s, now)
 			l.mu.Unlock()
-			return seat, false, err
+			return seat, false, nil
 		}
 		holder, peer := l.liveHolder(s, now)
 		switch {

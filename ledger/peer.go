@@ -98,8 +98,6 @@ func (l *Ledger) PeerHandler() http.Handler {
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})
 		case errors.Is(err, errNotOwner), errors.Is(err, errHandedOver):
 			writePeer(w, http.StatusConflict, peerResponse{Error: err.Error()})
-		case errors.Is(err, errRecordFull):
-			writePeer(w, http.StatusUnprocessableEntity, peerResponse{Error: err.Error()})
 		default:
 			writePeer(w, http.StatusServiceUnavailable, peerResponse{Error: err.Error()})
 		}

@@ -75,24 +75,14 @@ func appendReservation(buf []byte, h uint64, e *entry) []byte {
 // decodeReservations parses a record's reservations, skipping malformed items.
 func decodeReservations(s string) map[uint64]*entry {
 	out := map[uint64]*entry{}
-	for len(s) > 0 {
-		item := s
-		if i := strings.IndexByte(s, ','); i >= 0 {
-			item, s = s[:i], s[i+1:]
-		} else {
-			s = ""
-		}
-		i := strings.IndexByte(item, ':')
-		if i < 0 {
+	for item := range strings.SplitSeq(s, ",") {
+		f := strings.Split(item, ":")
+		if len(f) != 3 {
 			continue
 		}
-		j := strings.IndexByte(item[i+1:], ':')
-		if j < 0 {
-			continue
-		}
-		seat, err1 := strconv.Atoi(item[:i])
-		h, err2 := strconv.ParseUint(item[i+1:i+1+j], 36, 64)
-		exp, err3 := strconv.ParseInt(item[i+2+j:], 36, 64)
+		seat, err1 := strconv.Atoi(f[0])
+		h, err2 := strconv.ParseUint(f[1], 36, 64)
+		exp, err3 := strconv.ParseInt(f[2], 36, 64)
 		if err1 != nil || err2 != nil || err3 != nil || seat < 1 || h == 0 {
 			continue
 		}

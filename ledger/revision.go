@@ -193,28 +193,22 @@ func (s *revState) liveReservations(now time.Time) int {
 
 // reserve hands out the lowest free seat for the admission hash, the same one again to
 // a retried admission.
-func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) (int, error) {
+func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) int {
 	hash := req.hash
 	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
 		e.claims++
-		return e.seat, nil
+		return e.seat
 	}
 	s.expire(now)
 	if req.replicas >= 0 {
 		l.displaceStale(s, max(0, req.replicas-len(s.pods)), now)
 	}
-	// Only reservations whose pod is not seen yet count against the cap: a revision
-	// may admit any number of pods, as long as they keep showing up. At the cap the
-	// oldest gives way rather than a pod going unplaced.
-	if s.open >= maxReservations {
-		l.displaceOldest(s, 1, 0, now)
-	}
-	if s.open >= maxReservations {
-		return 0, errRecordFull
-	}
+	// Only reservations whose pod is not seen yet count against the record's cap; at
+	// the cap the oldest gives way rather than a pod going unplaced.
+	l.displaceOldest(s, s.open-maxReservations+1, 0, now)
 	seat := s.lowest(now)
 	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})
-	return seat, nil
+	return seat
 }
 
 // hold adds reservation e, holding its seat until its pod is seen.
