@@ -37,8 +37,7 @@ type peerRequest struct {
 	Release bool   `json:"release,omitempty"`
 	// Replicas is what the revision's ReplicaSet wants (absent: unknown).
 	Replicas *int `json:"replicas,omitempty"`
-	// Owner is the replica the caller believes answers at this address: another
-	// process there (the owner's container restarted, its IP reused) says so.
+	// Owner is the replica the caller expects at this address (410 from another).
 	Owner string `json:"owner,omitempty"`
 }
 
@@ -50,19 +49,17 @@ type peerResponse struct {
 	Identity string `json:"identity,omitempty"`
 }
 
-// errOwnerGone is evidence that the owner process is gone: its address refuses
-// connections, or another process answers there.
+// errOwnerGone: the owner's address refuses connections, or another process answers.
 var errOwnerGone = errors.New("the seat owner is gone")
 
 // errAnotherProcess: another process than the one asked for answered at its address.
 var errAnotherProcess = errors.New("another process answers there")
 
-// errPeerRefused is a definitive answer of the owner (a bad request, a full record):
-// the claim is not retried.
+// errPeerRefused is the owner's definitive refusal: the claim is not retried.
 var errPeerRefused = errors.New("the seat owner refused the claim")
 
-// PeerHandler answers claims and releases forwarded by other replicas: only as the
-// revision's owner (409 Conflict otherwise, and the caller reads the record again).
+// PeerHandler answers claims and releases forwarded by other replicas, as the revision's
+// owner only (409 otherwise: the caller reads the record again).
 func (l *Ledger) PeerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req peerRequest
@@ -110,9 +107,8 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-// forward asks the owner to, at peer, for a seat. errNotOwner: it does not own the
-// revision (any more); errPeerRefused: a definitive refusal; any other error: it could
-// not answer now.
+// forward asks the owner, at peer, for a seat (errNotOwner, errPeerRefused, errOwnerGone
+// or a transient error).
 func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, req claimRequest) (int, error) {
 	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: to}
 	if req.replicas >= 0 {
@@ -165,13 +161,10 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	case httpResp.StatusCode == http.StatusConflict:
 		return peerResponse{}, errNotOwner
 	case httpResp.StatusCode == http.StatusGone:
-		// Another process answers at the owner's address, maybe this one (its
-		// container restarted): the owner is gone. (Peer addresses are unique per
-		// live replica: the pod IP, checked by each replica before it is ready.)
+		// Another process at the owner's (unique: CheckPeerAddress) address.
 		return peerResponse{}, fmt.Errorf("%w (%w): %s", errOwnerGone, errAnotherProcess, resp.Error)
 	case httpResp.StatusCode == http.StatusForbidden:
-		// Not a refusal of the claim: the replicas' certificates differ for a moment
-		// while a new one spreads. Retried.
+		// Certificates differ for a moment while a new one spreads: retried.
 		return peerResponse{}, fmt.Errorf("forward a claim to %s: %s: %s", peer, httpResp.Status, resp.Error)
 	case httpResp.StatusCode >= 400 && httpResp.StatusCode < 500:
 		return peerResponse{}, fmt.Errorf("%w: %s: %s", errPeerRefused, httpResp.Status, resp.Error)
@@ -209,8 +202,7 @@ func (l *Ledger) CheckPeerAddress(ctx context.Context) error {
 	return nil
 }
 
-// ownAddress checks that the host of peerURL is, or resolves only to, addresses of this
-// machine's (this pod's) own network interfaces.
+// ownAddress checks that peerURL's host is, or resolves only to, this pod's addresses.
 func ownAddress(ctx context.Context, peerURL string) error {
 	u, err := url.Parse(peerURL)
 	if err != nil || u.Hostname() == "" {

@@ -15,19 +15,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// revState is what one replica knows of a revision: its record, its owner, the
-// reservations this replica holds and the seats taken.
+// revState is what one replica knows of a revision.
 type revState struct {
 	rev clusterview.Revision
 
-	// The newest version of the record this replica knows (nil: none exists), and when
-	// this replica first saw its holder and renew time: another holder's ownership is
-	// judged by this replica's clock, as client-go's leader election does.
+	// The newest record known (nil: none), and when this replica first saw its holder
+	// and renew time: ownership is judged by this replica's clock, as in client-go.
 	record   *coordinationv1.Lease
 	rv       uint64
 	observed time.Time
-	// ownedUntil is when this replica stops answering claims as the owner, unless a
-	// renewal lands first; renewedAt is the start of its last landed ownership write.
+	// ownedUntil ends this replica's answers as owner; renewedAt starts its last write.
 	ownedUntil time.Time
 	renewedAt  time.Time
 	term       time.Duration // the ownership duration of this replica's last landed write
@@ -36,9 +33,8 @@ type revState struct {
 	goneHolder string
 	goneSince  time.Time
 
-	// reserved holds this replica's reservations (its own, and those it took over),
-	// by id hash; open counts those whose pod is not seen yet (counted). queue lists
-	// the reservations in the order they were made, from queueHead (displaceOldest).
+	// reserved holds this replica's reservations by id hash; open counts those whose
+	// pod is not seen yet; queue lists them in order, from queueHead (displaceOldest).
 	reserved  map[uint64]*entry
 	open      int
 	queue     []queued
@@ -57,10 +53,8 @@ type podSeat struct {
 	hash uint64
 }
 
-// seatSet counts, per seat, the visible pods holding it plus the live reservations on
-// it. The lowest free seat is the top of free (seats freed below low) or else the first
-// untaken seat from low, so a claim costs O(log N) amortized, never a copy of the held
-// seats.
+// seatSet counts the visible pods and live reservations per seat. The lowest free seat
+// is the top of free (seats freed below low) or the first untaken from low: O(log N).
 type seatSet struct {
 	taken  map[int]int
 	free   *minHeap[int]
@@ -85,8 +79,7 @@ func (t *seatSet) untake(seat int) {
 	}
 }
 
-// lowest returns the lowest free seat. Every free seat below low is in free (stale
-// entries, taken again since, are dropped on the way).
+// lowest returns the lowest free seat, dropping stale entries of free on the way.
 func (t *seatSet) lowest() int {
 	for t.free.Len() > 0 {
 		top := t.free.peek()
@@ -106,9 +99,8 @@ type entry struct {
 	seat    int
 	expires time.Time
 	counted bool
-	// claims counts the attempts holding the reservation: the API server may call again
-	// with the same admission UID while an earlier attempt is still running, and the
-	// release of the attempt it abandoned must not free the retry's seat.
+	// claims counts the attempts holding it: the release of an attempt the API server
+	// abandoned must not free its retry's seat.
 	claims int
 }
 
@@ -118,8 +110,7 @@ type queued struct {
 	e    *entry
 }
 
-// ownershipWrite is one write of a revision's record by this replica (taking it,
-// renewing it); err is set before done is closed.
+// ownershipWrite is one write of a revision's record; err is set before done closes.
 type ownershipWrite struct {
 	done chan struct{}
 	err  error
@@ -135,9 +126,7 @@ func (l *Ledger) forget(s *revState) {
 	}
 }
 
-// shrink gives back the room a burst's reservations took once they are all gone: Go
-// maps and slices keep their largest size, so the owner of a revision would otherwise
-// hold the burst's high-water mark for the revision's life.
+// shrink gives back a burst's room once its reservations are gone (Go maps never shrink).
 func (s *revState) shrink() {
 	if len(s.reserved) == 0 && s.expiries.Len() == 0 {
 		s.reserved = map[uint64]*entry{}
@@ -184,8 +173,7 @@ func (s *revState) expire(now time.Time) {
 	s.compactQueue()
 }
 
-// liveReservations counts the reservations not expired by now (fulfilled ones too: they
-// stay in the record until they expire, for a replica whose pod informer lags).
+// liveReservations counts the reservations not expired by now, fulfilled ones too.
 func (s *revState) liveReservations(now time.Time) int {
 	s.expire(now)
 	return len(s.reserved)
@@ -222,26 +210,20 @@ func (l *Ledger) hold(s *revState, hash uint64, e *entry) {
 	s.queue = append(s.queue, queued{hash, e})
 }
 
-// staleReservation is how long a reservation's pod has to show up before the
-// reservation may give way to a claim of its revision that finds more reservations in
-// flight than the ReplicaSet can be creating (displaceStale): a real pod is seen well
-// within it; a forged review's never is, nor is one rejected after this webhook.
+// staleReservation is how long a reservation's pod has to show up before it may give
+// way (displaceStale): a real pod shows well within it, a forged review's never.
 const staleReservation = time.Second
 
-// displaceStale makes room for a claim of a revision whose ReplicaSet can be creating
-// room pods now (its replicas minus its pods seen): while as many reservations are in
-// flight as that, the oldest of them whose pod has not shown up for staleReservation
-// gives up its seat. So forged reviews cannot keep the lowest seats, and the retry of
-// a pod rejected after this webhook gets the seat of its first attempt back. Young
-// reservations stay whatever the count, so a ReplicaSet cache lagging behind a scale-up
-// takes nothing from pods on their way.
+// displaceStale makes room for a claim when as many reservations are in flight as the
+// ReplicaSet can be creating (room): the oldest whose pod has not shown for
+// staleReservation gives up its seat. So forged reviews cannot keep the lowest seats,
+// and a pod rejected after this webhook gets its seat back on retry.
 func (l *Ledger) displaceStale(s *revState, room int, now time.Time) {
 	l.displaceOldest(s, s.open-room+1, staleReservation, now)
 }
 
 // displaceOldest drops up to n unfulfilled reservations made at least minAge ago,
-// oldest first; their seats are free at once. The queue holds
-// them in the order they were made, so this costs O(1) per reservation over its life.
+// oldest first; their seats are free at once.
 func (l *Ledger) displaceOldest(s *revState, n int, minAge time.Duration, now time.Time) {
 	for n > 0 && s.queueHead < len(s.queue) {
 		q := s.queue[s.queueHead]
@@ -262,8 +244,7 @@ func (l *Ledger) displaceOldest(s *revState, n int, minAge time.Duration, now ti
 	s.compactQueue()
 }
 
-// compactQueue drops the queue's entries that no longer hold a seat once they are the
-// larger part, so it stays within about twice the reservations in flight.
+// compactQueue drops the queue's dead entries once they are the larger part.
 func (s *revState) compactQueue() {
 	if len(s.queue)-s.queueHead > 2*s.open+64 || s.queueHead > len(s.queue)/2 {
 		live := s.queue[:0]
@@ -277,8 +258,7 @@ func (s *revState) compactQueue() {
 	}
 }
 
-// unreserve gives back one attempt's claim of the reservation of admission hash; once
-// no attempt holds it, it goes and its seat is free at once.
+// unreserve gives back one attempt's claim of a reservation; the last frees its seat.
 func (l *Ledger) unreserve(s *revState, hash uint64) {
 	if e := s.reserved[hash]; e != nil {
 		if e.claims--; e.claims > 0 {
@@ -296,8 +276,7 @@ func (s *revState) remove(hash uint64, e *entry) {
 	delete(s.reserved, hash)
 }
 
-// fulfil records that the pod of reservation hash is visible: the pod, not the
-// reservation, holds the seat from now on.
+// fulfil: the pod of reservation hash is visible and holds the seat from now on.
 func (l *Ledger) fulfil(s *revState, hash uint64) {
 	if e := s.reserved[hash]; e != nil && e.counted {
 		s.uncount(e)
@@ -312,7 +291,6 @@ type minHeap[T any] struct {
 
 func newMinHeap[T any](less func(a, b T) bool) *minHeap[T] { return &minHeap[T]{less: less} }
 
-// Len, Less, Swap, Push and Pop implement heap.Interface; use push, pop and peek.
 func (h *minHeap[T]) Len() int           { return len(h.items) }
 func (h *minHeap[T]) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
 func (h *minHeap[T]) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
