@@ -139,7 +139,7 @@ func (l *Ledger) Start(ctx context.Context) {
 	l.mu.Unlock()
 	go l.records.RunWithContext(ctx)
 	go wait.UntilWithContext(ctx, l.sweep, l.ttl)
-	go wait.UntilWithContext(ctx, l.releaseIdle, l.duration/8)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) { l.releaseIdle(ctx) }, l.duration/8)
 }
 
 // HasSynced reports whether the record informer has listed the namespace.

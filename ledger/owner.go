@@ -274,39 +274,28 @@ func (l *Ledger) Handover(ctx context.Context) {
 	if l.handedOver.IsZero() {
 		l.handedOver = l.clock.Now()
 	}
-	var owned []*revState
+	var writes []*ownershipWrite
 	for _, s := range l.revs {
-		if holderOf(s.record) == l.identity {
-			s.ownedUntil = time.Time{} // answer no more claims
-			owned = append(owned, s)
+		s.ownedUntil = time.Time{} // answer no more claims
+		if s.writing != nil {
+			writes = append(writes, s.writing)
 		}
 	}
 	l.mu.Unlock()
-	for _, s := range owned {
-		l.mu.Lock()
-		if s.writing != nil {
-			w := s.writing
-			l.mu.Unlock()
-			<-w.done
-			l.mu.Lock()
-			s.ownedUntil = time.Time{}
-		}
-		if holderOf(s.record) != l.identity || s.writing != nil {
-			l.mu.Unlock()
-			continue
-		}
-		w := &ownershipWrite{done: make(chan struct{})}
-		s.writing = w
-		l.mu.Unlock()
-		if l.release(ctx, s, w) {
-			l.metrics.handovers.Inc()
-		}
+	for _, w := range writes {
+		<-w.done
 	}
+	l.mu.Lock()
+	for _, s := range l.revs {
+		s.ownedUntil = time.Time{} // a write that landed meanwhile
+	}
+	l.mu.Unlock()
+	l.metrics.handovers.Add(float64(l.releaseIdle(ctx)))
 }
 
 // releaseIdle releases the records this replica holds but no claim renewed, so the next
-// owner takes the revision at once knowing every seat answered.
-func (l *Ledger) releaseIdle(ctx context.Context) {
+// owner takes the revision at once knowing every seat answered; it counts the releases.
+func (l *Ledger) releaseIdle(ctx context.Context) int {
 	now := l.clock.Now()
 	var idle []*revState
 	var writes []*ownershipWrite
@@ -319,9 +308,13 @@ func (l *Ledger) releaseIdle(ctx context.Context) {
 		}
 	}
 	l.mu.Unlock()
+	released := 0
 	for i, s := range idle {
-		l.release(ctx, s, writes[i])
+		if l.release(ctx, s, writes[i]) {
+			released++
+		}
 	}
+	return released
 }
 
 // release writes the revision's record with no holder, finishes w (this replica's write
@@ -382,10 +375,13 @@ func (l *Ledger) sweep(ctx context.Context) {
 		if record == nil || s.writing != nil || now.Before(s.observed.Add(2*l.ttl)) {
 			continue
 		}
-		if liveEntries(observedReservations(record, s.observed), now) > 0 {
-			continue
+		live := false
+		for _, e := range observedReservations(record, s.observed) {
+			live = live || now.Before(e.expires)
 		}
-		idle = append(idle, record)
+		if !live {
+			idle = append(idle, record)
+		}
 	}
 	l.mu.Unlock()
 	for _, record := range idle {
@@ -401,14 +397,4 @@ func (l *Ledger) sweep(ctx context.Context) {
 	for _, s := range l.revs {
 		l.forget(s)
 	}
-}
-
-func liveEntries(view map[uint64]*entry, now time.Time) int {
-	n := 0
-	for _, e := range view {
-		if now.Before(e.expires) {
-			n++
-		}
-	}
-	return n
 }

@@ -34,11 +34,9 @@ type revState struct {
 	goneSince  time.Time
 
 	// reserved holds this replica's reservations by id hash; open counts those whose
-	// pod is not seen yet; queue lists them in order, from queueHead (displaceOldest).
-	reserved  map[uint64]*entry
-	open      int
-	queue     []queued
-	queueHead int
+	// pod is not seen yet.
+	reserved map[uint64]*entry
+	open     int
 	// unfulfilled counts the counted reservations that expire (the ledger's metric).
 	unfulfilled prometheus.Counter
 	expiries    *minHeap[expiry]
@@ -104,12 +102,6 @@ type entry struct {
 	claims int
 }
 
-// queued is a reservation in the order reservations were made (displaceOldest).
-type queued struct {
-	hash uint64
-	e    *entry
-}
-
 // ownershipWrite is one write of a revision's record; err is set before done closes.
 type ownershipWrite struct {
 	done chan struct{}
@@ -131,7 +123,6 @@ func (s *revState) shrink() {
 	if len(s.reserved) == 0 && s.expiries.Len() == 0 {
 		s.reserved = map[uint64]*entry{}
 		s.expiries.items = nil
-		s.queue, s.queueHead = nil, 0
 	}
 }
 
@@ -170,7 +161,6 @@ func (s *revState) expire(now time.Time) {
 		}
 		delete(s.reserved, x.hash)
 	}
-	s.compactQueue()
 }
 
 // liveReservations counts the reservations not expired by now, fulfilled ones too.
@@ -207,7 +197,6 @@ func (l *Ledger) hold(s *revState, hash uint64, e *entry) {
 	s.count(e)
 	s.reserved[hash] = e
 	s.expiries.push(expiry{at: e.expires, hash: hash})
-	s.queue = append(s.queue, queued{hash, e})
 }
 
 // staleReservation is how long a reservation's pod has to show up before it may give
@@ -223,38 +212,25 @@ func (l *Ledger) displaceStale(s *revState, room int, now time.Time) {
 }
 
 // displaceOldest drops up to n unfulfilled reservations made at least minAge ago,
-// oldest first; their seats are free at once.
+// oldest first; their seats are free at once. It scans the reservations, which happens
+// only when more are in flight than the ReplicaSet can be creating.
 func (l *Ledger) displaceOldest(s *revState, n int, minAge time.Duration, now time.Time) {
-	for n > 0 && s.queueHead < len(s.queue) {
-		q := s.queue[s.queueHead]
-		if e := s.reserved[q.hash]; e != q.e || !e.counted {
-			s.queueHead++ // fulfilled, released or expired since
-			continue
+	for ; n > 0; n-- {
+		var oldest *entry
+		var hash uint64
+		for h, e := range s.reserved {
+			// expires is when it was made plus the TTL (taken over: about so).
+			if e.counted && !now.Before(e.expires.Add(minAge-l.ttl)) && (oldest == nil || e.expires.Before(oldest.expires)) {
+				oldest, hash = e, h
+			}
 		}
-		if now.Before(q.e.expires.Add(minAge - l.ttl)) {
-			return // made less than minAge ago, and so is every later one
+		if oldest == nil {
+			return
 		}
-		s.remove(q.hash, q.e)
-		s.queueHead++
-		n--
+		s.remove(hash, oldest)
 		if l.metrics != nil {
 			l.metrics.displaced.Inc()
 		}
-	}
-	s.compactQueue()
-}
-
-// compactQueue drops the queue's dead entries once they are the larger part.
-func (s *revState) compactQueue() {
-	if len(s.queue)-s.queueHead > 2*s.open+64 || s.queueHead > len(s.queue)/2 {
-		live := s.queue[:0]
-		for _, q := range s.queue[s.queueHead:] {
-			if e := s.reserved[q.hash]; e == q.e && e.counted {
-				live = append(live, q)
-			}
-		}
-		clear(s.queue[len(live):])
-		s.queue, s.queueHead = live, 0
 	}
 }
 
