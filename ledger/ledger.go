@@ -83,8 +83,7 @@ type Ledger struct {
 type Options struct {
 	// Identity names this replica in records (hostname_pid).
 	Identity string
-	// PeerURL is the base URL other replicas reach this one's PeerHandler at; empty
-	// when this replica serves no peers (then others wait for its records to lapse).
+	// PeerURL is where other replicas reach this one's PeerHandler (empty: nowhere).
 	PeerURL string
 	// PeerClient calls other replicas' PeerHandler (nil: claims are never forwarded).
 	PeerClient *http.Client
@@ -92,8 +91,7 @@ type Options struct {
 	Ownership time.Duration
 	// Clock decides expiry (the real clock).
 	Clock clock.Clock
-	// Owner owns the seat records this replica writes (the webhook's Deployment), so
-	// they are deleted with it; the zero Owner sets no reference.
+	// Owner owns the seat records (the webhook's Deployment; zero: no reference).
 	Owner ownership.Owner
 }
 
