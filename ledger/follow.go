@@ -14,9 +14,9 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// apply makes record (a version newer than the one known, nil when it is gone) the
-// revision's record. A change of holder or renewal restarts this replica's clock on
-// the holder's ownership; a record held by another replica ends this one's.
+// apply makes record (newer than the one known, nil: gone) the revision's record. A new
+// holder or renewal restarts this replica's clock on it; another holder ends this
+// replica's ownership.
 func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
 	if record == nil || s.record == nil || holderOf(record) != holderOf(s.record) || !record.Spec.RenewTime.Equal(s.record.Spec.RenewTime) {
 		s.observed = l.clock.Now()
@@ -32,8 +32,7 @@ func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
 	}
 }
 
-// seatRecord returns the seat record an informer event is about (a deletion may come
-// as a tombstone when the watch missed it) and its revision.
+// seatRecord returns an informer event's seat record (maybe in a tombstone) and revision.
 func seatRecord(obj any) (*coordinationv1.Lease, clusterview.Revision, bool) {
 	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -77,8 +76,7 @@ func (l *Ledger) recordGone(obj any) {
 	l.forget(s)
 }
 
-// placedPod returns the seat revision a placed pod counts in, its seat and its
-// reservation hash (0 when it carries none).
+// placedPod returns a placed pod's revision, seat and reservation hash (0: none).
 func placedPod(pod *corev1.Pod) (rev clusterview.Revision, seat int, hash uint64, ok bool) {
 	if rev, seat, ok = clusterview.PlacedSeat(pod); !ok {
 		return rev, 0, 0, false
@@ -91,33 +89,32 @@ func placedPod(pod *corev1.Pod) (rev clusterview.Revision, seat int, hash uint64
 
 // PodVisible is called for every live placed pod the pod informer shows.
 func (l *Ledger) PodVisible(pod *corev1.Pod) {
-	l.podEvent(pod, func(s *revState, seat int) {
+	l.podEvent(pod, func(s *revState, p podSeat) {
 		if old, held := s.pods[pod.UID]; held {
-			if old == seat {
+			if old.seat == p.seat {
 				return
 			}
-			s.seats.untake(old)
+			s.seats.untake(old.seat)
 		}
-		s.pods[pod.UID] = seat
-		s.seats.take(seat)
+		s.pods[pod.UID] = p
+		s.seats.take(p.seat)
 	})
 }
 
 // PodGone is called when a placed pod stops holding its seat (terminating, finished,
 // deleted): the seat is free at once.
 func (l *Ledger) PodGone(pod *corev1.Pod) {
-	l.podEvent(pod, func(s *revState, _ int) {
-		if seat, held := s.pods[pod.UID]; held {
+	l.podEvent(pod, func(s *revState, _ podSeat) {
+		if old, held := s.pods[pod.UID]; held {
 			delete(s.pods, pod.UID)
-			s.seats.untake(seat)
+			s.seats.untake(old.seat)
 		}
 		l.forget(s)
 	})
 }
 
-// podEvent applies an informer event of a placed pod to its revision's state, under
-// the lock: seeing the pod, live or gone, fulfils its reservation first.
-func (l *Ledger) podEvent(pod *corev1.Pod, apply func(s *revState, seat int)) {
+// podEvent applies a placed pod's event under the lock, fulfilling its reservation first.
+func (l *Ledger) podEvent(pod *corev1.Pod, apply func(s *revState, p podSeat)) {
 	rev, seat, hash, ok := placedPod(pod)
 	if !ok {
 		return
@@ -128,5 +125,5 @@ func (l *Ledger) podEvent(pod *corev1.Pod, apply func(s *revState, seat int)) {
 	if hash != 0 {
 		l.fulfil(s, hash)
 	}
-	apply(s, seat)
+	apply(s, podSeat{seat: seat, hash: hash})
 }

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -26,59 +26,30 @@ import (
 
 // Seat records.
 const (
-	// recordKindSeats is the value of strategy.LabelSeatRecord on seat records. Their
-	// strategy.AnnotationReservations lists the owner's reservations when it wrote the
-	// record: "seat:id-hash:expiry" items separated by commas (hash: 64-bit FNV-1a of
-	// the admission UID, base 36; expiry: Unix seconds, base 36), about 25 bytes each.
+	// recordKindSeats is the value of strategy.LabelSeatRecord on seat records.
 	recordKindSeats = "seats"
-	// maxReservations keeps a record's annotation under the API server's 256 KiB limit
-	// for all annotations of an object.
+	// maxReservations keeps a record's annotations under the API server's 256 KiB.
 	maxReservations = 9000
 	// maxOwnership caps how far slow record writes lengthen the ownership duration.
 	maxOwnership = time.Minute
 	// writeTimeout bounds one record write or read.
 	writeTimeout = 10 * time.Second
-	// DefaultOwnership is how long a replica owns a revision after its last record
-	// write (the Lease's duration): another replica takes an unreleased revision over
-	// only once it has seen the record unchanged for this long.
+	// DefaultOwnership is the record's Lease duration: another replica takes an
+	// unreleased revision over once it has seen the record unchanged for this long.
 	DefaultOwnership = 5 * time.Second
 )
 
-// errRecordFull is Claim's error when a revision has more reservations in flight
-// than its record can hold.
-var errRecordFull = errors.New("too many seat reservations in flight for this revision")
-
-// errHandedOver is a peer's answer after Handover where it would have to take the
-// revision: it is stopping.
+// errHandedOver is a stopping peer's answer where it would have to take the revision.
 var errHandedOver = errors.New("the seat ledger is stopping and takes no revision")
 
 // errNotOwner is a peer's answer when it does not own the revision (any more).
 var errNotOwner = errors.New("the peer does not own the revision")
 
-// Ledger is the Ledger of every webhook replica: exact with any number of them, and
-// with no API write per claim.
-//
-// Each revision has one owner replica, the holder of its seat record (a
-// coordination.k8s.io Lease in the webhook's namespace, named after the revision). Only
-// the owner hands out the revision's seats, from memory: the seats held by placed pods
-// (from the pod informer, which every replica runs) and its reservations for pods
-// admitted but not seen yet. Another replica forwards its claims to the owner over
-// HTTPS (the address is on the record). So a burst costs one record write to take the
-// revision, a renewal every OwnershipDuration/4 while claims keep coming, and a release
-// once it is idle; an idle record is swept.
-//
-// A replica that stops releases its revisions, writing its live reservations into their
-// records, so another takes over at once knowing them; so does an owner whose claims
-// stopped, once its ownership ends. One that dies stops answering claims half the
-// duration after its last renewal began, and another takes over only after seeing the
-// record unchanged for the whole duration, or half of it after finding the owner's
-// process gone. It counts the reservations the record lists and the pods it sees: a
-// seat the dead owner answered after its last write whose pod is not visible yet can
-// be handed out again, and the convergence loop moves the second holder.
-//
-// A reservation counts until the owner sees a pod carrying its id (the
-// custom-kube-scheduler-webhook.io/reservation annotation; the pod then holds the seat
-// until it goes, so a deleted pod's seat is free at once), or until it expires.
+// Ledger hands out the seats of workload revisions, exactly with any number of
+// replicas and no API write per claim: each revision's owner (the holder of its seat
+// record, a Lease) answers from memory, the others forward to it, a stopping owner hands
+// over, and a dead one's revision is taken over from its record and the visible pods
+// (docs/design/seat-ledger.md).
 type Ledger struct {
 	client    kubernetes.Interface
 	namespace string
@@ -87,10 +58,8 @@ type Ledger struct {
 	identity  string
 	peerURL   string
 	peers     *http.Client // nil: claims are never forwarded
-	// secret proves an answer at the peer address came from this process (the
-	// self-check's nonce is answered with an HMAC under it); peerShared is set once
-	// another process answered there, and fails every later self-check.
-	secret     []byte
+	// peerShared is set once another process answered at the peer address, and fails
+	// every later self-check.
 	peerShared atomic.Bool
 	clock      clock.Clock
 	owner      ownership.Owner
@@ -103,8 +72,7 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	revs map[clusterview.Revision]*revState
-	// writeLatency is the slowest recent record write (noteWriteLatency); latencyKnown
-	// once a write has come back.
+	// writeLatency is the slowest recent record write (noteWriteLatency).
 	writeLatency time.Duration
 	latencyKnown bool
 	// handedOver is when Handover first ran (zero: not yet); see leavesToSuccessor.
@@ -115,8 +83,7 @@ type Ledger struct {
 type Options struct {
 	// Identity names this replica in records (hostname_pid).
 	Identity string
-	// PeerURL is the base URL other replicas reach this one's PeerHandler at; empty
-	// when this replica serves no peers (then others wait for its records to lapse).
+	// PeerURL is where other replicas reach this one's PeerHandler (empty: nowhere).
 	PeerURL string
 	// PeerClient calls other replicas' PeerHandler (nil: claims are never forwarded).
 	PeerClient *http.Client
@@ -124,15 +91,13 @@ type Options struct {
 	Ownership time.Duration
 	// Clock decides expiry (the real clock).
 	Clock clock.Clock
-	// Owner owns the seat records this replica writes (the webhook's Deployment), so
-	// they are deleted with it; the zero Owner sets no reference.
+	// Owner owns the seat records (the webhook's Deployment; zero: no reference).
 	Owner ownership.Owner
 }
 
-// New returns a ledger keeping its records in namespace, whose reservations
-// last ttl: long enough for the API server to persist an admitted pod and for the pod
-// informer to show it. Feed it placed pods (PodVisible, PodGone), serve its
-// PeerHandler, Start it and wait for HasSynced before the first Claim.
+// New returns a ledger keeping its records in namespace, whose reservations last ttl
+// (until the pod informer shows an admitted pod). Feed it placed pods (PodVisible,
+// PodGone), serve its PeerHandler, Start it and wait for HasSynced before Claim.
 func New(client kubernetes.Interface, namespace string, ttl time.Duration, log logrus.FieldLogger, opts Options) (*Ledger, error) {
 	l := &Ledger{
 		client: client, namespace: namespace, ttl: ttl, duration: opts.Ownership, identity: opts.Identity,
@@ -153,10 +118,6 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 	if l.identity == "" {
 		return nil, errors.New("seat ledger: an identity is required")
 	}
-	l.secret = make([]byte, 32)
-	if _, err := rand.Read(l.secret); err != nil {
-		return nil, fmt.Errorf("seat ledger: a secret for the peer self-check: %w", err)
-	}
 	_, err := l.records.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { l.recordSeen(obj) },
 		UpdateFunc: func(_, obj any) { l.recordSeen(obj) },
@@ -168,37 +129,22 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 	return l, nil
 }
 
-// Start runs the record informer, the release of records this replica stopped
-// renewing and the sweep of idle records until ctx ends.
+// Start runs the record informer, the release of idle owned records and the sweep of
+// idle records until ctx ends.
 func (l *Ledger) Start(ctx context.Context) {
 	l.mu.Lock()
 	l.ctx = ctx
 	l.mu.Unlock()
 	go l.records.RunWithContext(ctx)
-	go every(ctx, l.ttl, l.sweep)
-	// Records whose ownership ended unrenewed are released soon after.
-	go every(ctx, l.duration/8, l.releaseIdle)
-}
-
-// every runs f every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, f func(context.Context)) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			f(ctx)
-		}
-	}
+	go wait.UntilWithContext(ctx, l.sweep, l.ttl)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) { l.releaseIdle(ctx) }, l.duration/8)
 }
 
 // HasSynced reports whether the record informer has listed the namespace.
 func (l *Ledger) HasSynced() bool { return l.records.HasSynced() }
 
-// Claim implements Ledger: as the revision's owner, from memory; else through the owner,
-// or by taking the revision over when it has none.
+// Claim reserves a seat for the admission: as the revision's owner, from memory; else
+// through the owner, or by taking the revision over when it has none.
 func (l *Ledger) Claim(ctx context.Context, rev clusterview.Revision, admission types.UID, replicas int) (int, error) {
 	seat, forwarded, err := l.claim(ctx, rev, claimRequest{hash: idHash(admission), replicas: replicas}, true)
 	l.metrics.countClaim(err, forwarded)
@@ -212,9 +158,8 @@ type claimRequest struct {
 	replicas int
 }
 
-// claim reserves a seat for the admission whose id hashes to req.hash, and tells
-// whether a peer answered. Without forward it answers errNotOwner where another replica
-// owns the revision (a peer's call).
+// claim reserves a seat for req and tells whether a peer answered. Without forward (a
+// peer's call) it answers errNotOwner where another replica owns the revision.
 func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimRequest, forward bool) (seat int, forwarded bool, err error) {
 	backoff := 5 * time.Millisecond
 	for {
@@ -222,10 +167,10 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 		s := l.state(rev)
 		now := l.clock.Now()
 		if l.owns(s, now) {
-			seat, err := l.reserve(s, req, now)
+			seat := l.reserve(s, req, now)
 			l.renewIfDue(s, now)
 			l.mu.Unlock()
-			return seat, false, err
+			return seat, false, nil
 		}
 		holder, peer := l.liveHolder(s, now)
 		switch {
@@ -242,13 +187,11 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 				return 0, false, err
 			}
 		case l.leavesToSuccessor(now, forward):
-			// Handed over: another replica takes the revision at its next claim, and
-			// this one forwards to it meanwhile.
 			release := s.writing
 			l.mu.Unlock()
 			if !forward {
 				// The peer reads the record again on this answer: once the release
-				// has landed, so that one read shows it.
+				// landed, one read shows it.
 				if release != nil {
 					_ = waitWrite(ctx, release, rev)
 				}
@@ -273,9 +216,7 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 }
 
 // ownerMissed handles a forward to holder that got no seat: a stale record is read
-// again, a gone owner noted (ownerGone); the claim then retries until the owner answers,
-// or its record lapses, or it has been gone long enough for the pods of its last
-// answers to be visible.
+// again, a gone owner noted (ownerGone); the claim then retries.
 func (l *Ledger) ownerMissed(ctx context.Context, s *revState, holder string, err error) error {
 	switch {
 	case errors.Is(err, errNotOwner):
@@ -291,11 +232,10 @@ func (l *Ledger) ownerMissed(ctx context.Context, s *revState, holder string, er
 	return nil
 }
 
-// leavesToSuccessor reports whether this replica, having handed its revisions over,
-// leaves a revision nobody owns to the others: always for a peer's claim, for half the
-// ownership duration after Handover for its own. Then it takes it again (a last replica
-// must go on answering through its drain), and its next Handover releases it. l.mu is
-// held.
+// leavesToSuccessor reports whether this replica, having handed over, leaves a revision
+// nobody owns to the others: always for a peer's claim, for half the ownership after
+// Handover for its own (then a last replica takes it back to answer through its drain).
+// l.mu is held.
 func (l *Ledger) leavesToSuccessor(now time.Time, forward bool) bool {
 	return !l.handedOver.IsZero() && (!forward || now.Before(l.handedOver.Add(l.duration/2)))
 }
@@ -315,8 +255,8 @@ func (l *Ledger) state(rev clusterview.Revision) *revState {
 	s := l.revs[rev]
 	if s == nil {
 		s = &revState{
-			rev: rev, reserved: map[uint64]*entry{}, fulfilled: newRecentIDs(),
-			pods: map[types.UID]int{}, seats: newSeatSet(),
+			rev: rev, reserved: map[uint64]*entry{},
+			pods: map[types.UID]podSeat{}, seats: newSeatSet(),
 			expiries: newMinHeap(func(a, b expiry) bool { return a.at.Before(b.at) }),
 		}
 		if l.metrics != nil {
@@ -330,8 +270,7 @@ func (l *Ledger) state(rev clusterview.Revision) *revState {
 // owns reports whether this replica answers the revision's claims as its owner now.
 func (l *Ledger) owns(s *revState, now time.Time) bool { return now.Before(s.ownedUntil) }
 
-// Peek implements Ledger, from this replica's view: exact on the owner; elsewhere it
-// misses the owner's reservations not in the record.
+// Peek returns the lowest free seat in this replica's view (exact on the owner).
 func (l *Ledger) Peek(_ context.Context, rev clusterview.Revision) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -342,8 +281,8 @@ func (l *Ledger) Peek(_ context.Context, rev clusterview.Revision) (int, error) 
 	return s.lowest(l.clock.Now()), nil
 }
 
-// Release implements Ledger: the owner frees the seat at once. A release forwarded to an
-// owner that cannot be reached is dropped: the reservation then expires.
+// Release frees an admission's seat at its owner; one that cannot be reached lets the
+// reservation expire.
 func (l *Ledger) Release(ctx context.Context, rev clusterview.Revision, admission types.UID) {
 	hash := idHash(admission)
 	l.mu.Lock()
@@ -367,8 +306,7 @@ func (l *Ledger) Release(ctx context.Context, rev clusterview.Revision, admissio
 	}
 }
 
-// Reservations returns how many reservations this replica counts as taken (live, not
-// yet seen on a pod).
+// Reservations counts this replica's reservations whose pods are not seen yet.
 func (l *Ledger) Reservations() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -621,10 +621,9 @@ func TestWriteDoesNotTakeALiveOwnersRecord(t *testing.T) {
 	}
 }
 
-// An address that load-balances over several replicas (a Service's) fails the self-check
-// every time, not now and then: each answer must carry this process's proof, and once
-// another process has answered, the check keeps failing. An address that is not this
-// pod's own fails at once.
+// An address where another replica answers fails the self-check, and once another
+// process has answered, the check keeps failing. An address that is not this pod's own
+// fails at once.
 func TestCheckPeerAddressBehindABalancer(t *testing.T) {
 	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Options{})
 	ctx := context.Background()

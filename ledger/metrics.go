@@ -20,17 +20,13 @@ const (
 	ownedGone     = "owner_gone" // its owner's address refused, or another process answered there
 )
 
-// ledgerMetrics count what the seat ledger does; they exist whether or not anything
-// scrapes them (RegisterMetrics).
+// ledgerMetrics count what the seat ledger does (RegisterMetrics).
 type ledgerMetrics struct {
-	claims    *prometheus.CounterVec
-	ownership *prometheus.CounterVec
-	handovers prometheus.Counter
-	// unfulfilled counts reservations that expired with no pod seen: pods rejected
-	// after this webhook (a quota), admissions abandoned, or forged reviews.
+	claims      *prometheus.CounterVec
+	ownership   *prometheus.CounterVec
+	handovers   prometheus.Counter
 	unfulfilled prometheus.Counter
-	// displaced counts reservations that gave their seat to a claim (displaceStale).
-	displaced prometheus.Counter
+	displaced   prometheus.Counter
 }
 
 // newLedgerMetrics returns the ledger's metrics.
@@ -66,8 +62,7 @@ func newLedgerMetrics() *ledgerMetrics {
 	return m
 }
 
-// RegisterMetrics registers the ledger's metrics on reg, their names prefixed with
-// namespace and "_" (the product's metric namespace, which its binary decides).
+// RegisterMetrics registers the ledger's metrics on reg, prefixed with namespace + "_".
 func (l *Ledger) RegisterMetrics(reg prometheus.Registerer, namespace string) error {
 	reg = prometheus.WrapRegistererWithPrefix(namespace+"_", reg)
 	for _, c := range []prometheus.Collector{l.metrics.claims, l.metrics.ownership, l.metrics.handovers, l.metrics.unfulfilled, l.metrics.displaced} {
@@ -90,8 +85,7 @@ func (m *ledgerMetrics) countClaim(err error, forwarded bool) {
 	}
 }
 
-// takenFrom names how a revision came to this replica: hadRecord tells whether it had a
-// record, prev is that record's holder; l.mu is held.
+// takenFrom names how a revision came to this replica (prev: its record's holder).
 func takenFrom(s *revState, prev string, hadRecord bool) string {
 	switch {
 	case !hadRecord:

@@ -17,10 +17,10 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// liveHolder returns the replica owning the revision by the newest record this replica
-// knows, and the URL it answers claims at: "" when nobody does (no record, released,
-// or unchanged for the ownership duration). This replica's own name comes back even
-// when its ownership lapsed, since the record is still its to renew.
+// liveHolder returns the revision's owner by the newest record known and its peer URL:
+// "" when nobody owns it (no record, released, lapsed, or its holder gone for half the
+// configured ownership). This replica's own name comes back even when lapsed: the
+// record is still its to renew.
 func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 	r := s.record
 	if r == nil || r.Spec.HolderIdentity == nil || *r.Spec.HolderIdentity == "" {
@@ -34,19 +34,16 @@ func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 		return "", ""
 	}
 	if h := *r.Spec.HolderIdentity; s.goneHolder == h && !now.Before(s.goneSince.Add(l.duration/2)) {
-		// Gone, and the pods of its last answers have had time to show. The configured
-		// duration, not the record's: a cold start or slow writes lengthen a term up to
-		// a minute, and waiting half of that would pass the admission deadline and admit
-		// a burst unplaced; a seat handed out twice meanwhile is the loop's to move.
+		// The configured duration, not the record's (up to a minute): half of that
+		// would pass the admission deadline; a seat handed out twice is the loop's.
 		return "", ""
 	}
 	return *r.Spec.HolderIdentity, r.Annotations[strategy.AnnotationPeer]
 }
 
-// ownerGone records evidence that holder's process is gone (errOwnerGone). It answered
-// nothing since, so once the pods of its last answers have had half the ownership
-// duration to become visible, its revision is taken over without waiting for the
-// record to lapse. A newer record clears the evidence (apply).
+// ownerGone notes evidence that holder's process is gone (errOwnerGone): half the
+// configured ownership later its revision is taken over (liveHolder). A newer record
+// clears it (apply).
 func (l *Ledger) ownerGone(s *revState, holder string, now time.Time) {
 	if s.goneHolder != holder {
 		s.goneHolder, s.goneSince = holder, now
@@ -63,18 +60,16 @@ func (l *Ledger) acquire(s *revState) *ownershipWrite {
 	return s.writing
 }
 
-// renewIfDue renews the owner's record in the background once a quarter of the
-// ownership duration passed since the last renewal; claims go on meanwhile. Only claims
-// renew: an idle revision's record is released (releaseIdle).
+// renewIfDue renews the owner's record in the background a quarter of the term after
+// the last renewal; only claims renew, an idle record is released (releaseIdle).
 func (l *Ledger) renewIfDue(s *revState, now time.Time) {
 	if s.writing == nil && now.Sub(s.renewedAt) >= max(s.term, l.duration)/4 {
 		l.acquire(s)
 	}
 }
 
-// recordDuration is how long a record's holder owns its revision after a write: the
-// record's own Lease duration (its holder lengthens it when its writes are slow), never
-// less than this replica's.
+// recordDuration is how long a record's holder owns its revision after a write: its
+// Lease duration, never less than this replica's.
 func (l *Ledger) recordDuration(r *coordinationv1.Lease) time.Duration {
 	d := l.duration
 	if r != nil && r.Spec.LeaseDurationSeconds != nil {
@@ -83,17 +78,10 @@ func (l *Ledger) recordDuration(r *coordinationv1.Lease) time.Duration {
 	return d
 }
 
-// termFor is the ownership duration this replica writes into a record: the configured
-// one, or four times the slowest of its recent record writes when that is longer (up to
-// maxOwnership), so that a write that takes long still lands with ownership left to
-// answer claims in. Replicas taking over wait the record's duration, so safety holds
-// with any value. l.mu is held.
-//
-// Before any write has come back (a cold start) the latency is unknown: the term is
-// then long enough for any write that lands at all (twice writeTimeout), or a write
-// slower than half the configured duration would land with no ownership left, and the
-// first claims of every revision would wait for a second write past the admission
-// deadline.
+// termFor is the ownership duration this replica writes: the configured one, or four
+// times its slowest recent write (up to maxOwnership), so a slow write still lands with
+// ownership left to answer in; before any write came back, twice writeTimeout. l.mu is
+// held.
 func (l *Ledger) termFor() time.Duration {
 	if !l.latencyKnown {
 		return min(max(l.duration, 2*writeTimeout), max(l.duration, maxOwnership))
@@ -102,9 +90,8 @@ func (l *Ledger) termFor() time.Duration {
 	return min(d, max(l.duration, maxOwnership))
 }
 
-// noteWriteLatency keeps the slowest recent record write: a slower one at once, a
-// faster one halves the gap, so one slow write lengthens the next terms and calm
-// brings them back down. l.mu is held.
+// noteWriteLatency keeps the slowest recent write: a slower one at once, a faster one
+// halves the gap. l.mu is held.
 func (l *Ledger) noteWriteLatency(d time.Duration) {
 	l.latencyKnown = true
 	if d >= l.writeLatency {
@@ -114,18 +101,13 @@ func (l *Ledger) noteWriteLatency(d time.Duration) {
 	}
 }
 
-// writeOwnership writes the record with this replica as holder. Once the write lands,
-// this replica answers claims for half the record's ownership duration from the write's
-// start: a replica taking over after seeing the record unchanged for the whole duration
-// starts at least half of it after this replica's last answer. The duration grows with
-// slow writes (termFor), so a write slower than half the configured duration still
-// leaves time to answer in, on the next write if not this one.
+// writeOwnership writes the record with this replica as holder; once it lands, this
+// replica answers for half the term from the write's start, so one taking over after
+// the whole term starts at least half of it after this one's last answer.
 func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
 	l.mu.Lock()
 	start := l.clock.Now()
-	// The claim that started this write judged an older view: the record may have
-	// shown up since (the informer, a refresh), held by another live replica. Taking
-	// it then would make two owners: let the claims forward instead.
+	// The record may have shown up since the claim decided, held by a live replica.
 	if holder, _ := l.liveHolder(s, start); holder != "" && holder != l.identity {
 		l.mu.Unlock()
 		l.finishWrite(s, w, nil)
@@ -133,22 +115,19 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	}
 	prev := s.record
 	term := l.termFor()
-	// Taking over: hold the previous holder's listed reservations before listing them
-	// in this write (undone if it fails).
+	// Taking over: hold the listed reservations (undone if the write fails).
 	var inherited []uint64
 	if prev != nil && holderOf(prev) != l.identity {
 		inherited = l.takeOver(s, prev, start)
 	}
-	// Why the revision is taken, decided now: by the time the write lands, the
-	// informer may have applied it already, which clears the evidence of a gone owner.
+	// Decided now: once the write lands, the informer may have cleared goneHolder.
 	from := takenFrom(s, holderOf(prev), prev != nil)
 	record := l.ownedRecord(s, start, term)
 	l.mu.Unlock()
 
 	written, err := l.putRecord(ctx, record, prev == nil)
 	if err != nil && (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)) {
-		// Another replica wrote first, or the sweep deleted the record: read it again and
-		// let the claims decide anew.
+		// Another replica wrote first, or the sweep deleted it: read it again.
 		l.mu.Lock()
 		l.dropInherited(s, inherited)
 		l.mu.Unlock()
@@ -172,8 +151,7 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	l.finishWrite(s, w, err)
 }
 
-// putRecord creates or updates a record, within a timeout of its own: one hung
-// connection must not hold the revision.
+// putRecord creates or updates a record within writeTimeout.
 func (l *Ledger) putRecord(ctx context.Context, record *coordinationv1.Lease, create bool) (*coordinationv1.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
@@ -194,15 +172,17 @@ func (l *Ledger) finishWrite(s *revState, w *ownershipWrite, err error) {
 	close(w.done)
 }
 
-// takeOver holds the live reservations that the record another replica held (or
-// released) lists: claims whose pods this replica may not see yet. A holder that
-// crashed may also have answered seats after its last write; their pods have had the
-// wait before the takeover to become visible, and a seat handed out twice meanwhile
-// is the convergence loop's to move. It returns the holds added.
+// takeOver holds the live reservations the previous holder's record lists whose pods
+// this replica does not see, and returns them. Seats a crashed holder answered after
+// its last write are not listed: a seat handed out twice is the loop's to move.
 func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) []uint64 {
+	seen := make(map[uint64]bool, len(s.pods))
+	for _, p := range s.pods {
+		seen[p.hash] = true
+	}
 	var added []uint64
 	for h, e := range observedReservations(prev, s.observed) {
-		if now.Before(e.expires) && s.reserved[h] == nil {
+		if now.Before(e.expires) && s.reserved[h] == nil && !seen[h] {
 			e.claims = 1
 			l.hold(s, h, e)
 			added = append(added, h)
@@ -211,8 +191,7 @@ func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time
 	return added
 }
 
-// dropInherited undoes takeOver's holds when the write taking the record failed: the
-// record's holder, whoever it is now, keeps them.
+// dropInherited undoes takeOver's holds when the write taking the record failed.
 func (l *Ledger) dropInherited(s *revState, added []uint64) {
 	for _, h := range added {
 		if e := s.reserved[h]; e != nil {
@@ -221,8 +200,7 @@ func (l *Ledger) dropInherited(s *revState, added []uint64) {
 	}
 }
 
-// ownedRecord builds the next version of the revision's record with this replica as
-// holder, listing its live reservations.
+// ownedRecord is the revision's next record with this replica as holder.
 func (l *Ledger) ownedRecord(s *revState, now time.Time, term time.Duration) *coordinationv1.Lease {
 	record := l.nextRecord(s, now)
 	record.Spec.LeaseDurationSeconds = ptr.To(int32((term + time.Second - 1) / time.Second))
@@ -235,8 +213,7 @@ func (l *Ledger) ownedRecord(s *revState, now time.Time, term time.Duration) *co
 	return record
 }
 
-// nextRecord builds the next version of the revision's record with the live
-// reservations this replica holds.
+// nextRecord is the revision's next record, listing this replica's live reservations.
 func (l *Ledger) nextRecord(s *revState, now time.Time) *coordinationv1.Lease {
 	var record *coordinationv1.Lease
 	if s.record != nil {
@@ -267,8 +244,7 @@ func holderOf(record *coordinationv1.Lease) string {
 	return ptr.Deref(record.Spec.HolderIdentity, "")
 }
 
-// refresh reads the revision's record from the API server, for a view newer than the
-// informer's.
+// refresh reads the revision's record, for a view newer than the informer's.
 func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
@@ -288,52 +264,38 @@ func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 	return nil
 }
 
-// Handover releases every revision this replica owns, writing its live reservations
-// into their records, so that other replicas take them over at once: call it when the
-// drain begins, while this replica still answers (a peer's claim then gets 409 and
-// reads the record again, where a stopped server looks like a crash), and again once
-// the server has stopped. Revisions whose write fails lapse instead. From the first
-// call on, this replica forwards its claims to the revisions' new owners
+// Handover releases every revision this replica owns, listing its live reservations,
+// so others take them over at once: call it when the drain begins, while this replica
+// still answers (a peer's claim gets 409, not a closed port that looks like a crash),
+// and again once the server stopped. From then on this replica forwards its claims
 // (leavesToSuccessor).
 func (l *Ledger) Handover(ctx context.Context) {
 	l.mu.Lock()
 	if l.handedOver.IsZero() {
 		l.handedOver = l.clock.Now()
 	}
-	var owned []*revState
+	var writes []*ownershipWrite
 	for _, s := range l.revs {
-		if holderOf(s.record) == l.identity {
-			s.ownedUntil = time.Time{} // answer no more claims
-			owned = append(owned, s)
+		s.ownedUntil = time.Time{} // answer no more claims
+		if s.writing != nil {
+			writes = append(writes, s.writing)
 		}
 	}
 	l.mu.Unlock()
-	for _, s := range owned {
-		l.mu.Lock()
-		if s.writing != nil {
-			w := s.writing
-			l.mu.Unlock()
-			<-w.done
-			l.mu.Lock()
-			s.ownedUntil = time.Time{}
-		}
-		if holderOf(s.record) != l.identity || s.writing != nil {
-			l.mu.Unlock()
-			continue
-		}
-		w := &ownershipWrite{done: make(chan struct{})}
-		s.writing = w
-		l.mu.Unlock()
-		if l.release(ctx, s, w) {
-			l.metrics.handovers.Inc()
-		}
+	for _, w := range writes {
+		<-w.done
 	}
+	l.mu.Lock()
+	for _, s := range l.revs {
+		s.ownedUntil = time.Time{} // a write that landed meanwhile
+	}
+	l.mu.Unlock()
+	l.metrics.handovers.Add(float64(l.releaseIdle(ctx)))
 }
 
-// releaseIdle releases the records this replica holds but no longer answers claims for
-// (no claim renewed them): listing every seat it answered, so that the next owner takes
-// the revision at once knowing them. Only a record whose holder crashed lapses.
-func (l *Ledger) releaseIdle(ctx context.Context) {
+// releaseIdle releases the records this replica holds but no claim renewed, so the next
+// owner takes the revision at once knowing every seat answered; it counts the releases.
+func (l *Ledger) releaseIdle(ctx context.Context) int {
 	now := l.clock.Now()
 	var idle []*revState
 	var writes []*ownershipWrite
@@ -346,14 +308,17 @@ func (l *Ledger) releaseIdle(ctx context.Context) {
 		}
 	}
 	l.mu.Unlock()
+	released := 0
 	for i, s := range idle {
-		l.release(ctx, s, writes[i])
+		if l.release(ctx, s, writes[i]) {
+			released++
+		}
 	}
+	return released
 }
 
-// release writes the revision's record with no holder and finishes w, this replica's
-// write in flight for it; a record that is not this replica's any more stays. It
-// reports whether the release landed.
+// release writes the revision's record with no holder, finishes w (this replica's write
+// in flight for it) and reports whether the release landed.
 func (l *Ledger) release(ctx context.Context, s *revState, w *ownershipWrite) bool {
 	l.mu.Lock()
 	if holderOf(s.record) != l.identity || l.owns(s, l.clock.Now()) {
@@ -369,7 +334,6 @@ func (l *Ledger) release(ctx context.Context, s *revState, w *ownershipWrite) bo
 	written, err := l.client.CoordinationV1().Leases(l.namespace).Update(ctx, record, metav1.UpdateOptions{})
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		// Written or deleted meanwhile: not this replica's to release any more.
 		if rerr := l.refresh(ctx, s.rev); rerr != nil {
 			l.log.WithError(rerr).WithField("record", record.Name).Debug("cannot read a seat record again")
 		}
@@ -387,10 +351,9 @@ func (l *Ledger) release(ctx context.Context, s *revState, w *ownershipWrite) bo
 	return err == nil
 }
 
-// observedReservations reads a record's reservations with their expiries on this
-// replica's clock: each lasts, from when this replica observed the record, as long as it
-// had left when its writer wrote the record (by the writer's clock, its RenewTime), so
-// clocks of different nodes are never compared.
+// observedReservations reads a record's reservations with expiries on this replica's
+// clock: each lasts, from when it was observed, as long as it had left at the record's
+// RenewTime, so clocks of different nodes are never compared.
 func observedReservations(record *coordinationv1.Lease, observed time.Time) map[uint64]*entry {
 	view := decodeReservations(record.Annotations[strategy.AnnotationReservations])
 	if record.Spec.RenewTime != nil {
@@ -401,10 +364,8 @@ func observedReservations(record *coordinationv1.Lease, observed time.Time) map[
 	return view
 }
 
-// sweep deletes the records this replica has seen unrenewed for twice the TTL whose
-// reservations all expired, so no record outlives its burst for long. Deletion is
-// conditioned on the version seen: a record written meanwhile stays. Times are this
-// replica's own: when it observed the record, not the writer's RenewTime.
+// sweep deletes the records seen unrenewed for twice the TTL whose reservations all
+// expired, conditioned on the version seen.
 func (l *Ledger) sweep(ctx context.Context) {
 	now := l.clock.Now()
 	var idle []*coordinationv1.Lease
@@ -414,10 +375,13 @@ func (l *Ledger) sweep(ctx context.Context) {
 		if record == nil || s.writing != nil || now.Before(s.observed.Add(2*l.ttl)) {
 			continue
 		}
-		if liveEntries(observedReservations(record, s.observed), now) > 0 {
-			continue
+		live := false
+		for _, e := range observedReservations(record, s.observed) {
+			live = live || now.Before(e.expires)
 		}
-		idle = append(idle, record)
+		if !live {
+			idle = append(idle, record)
+		}
 	}
 	l.mu.Unlock()
 	for _, record := range idle {
@@ -433,14 +397,4 @@ func (l *Ledger) sweep(ctx context.Context) {
 	for _, s := range l.revs {
 		l.forget(s)
 	}
-}
-
-func liveEntries(view map[uint64]*entry, now time.Time) int {
-	n := 0
-	for _, e := range view {
-		if now.Before(e.expires) {
-			n++
-		}
-	}
-	return n
 }

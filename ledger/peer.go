@@ -5,19 +5,14 @@ package ledger
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
-	"net/netip"
 	"net/url"
 	"strings"
 	"syscall"
@@ -42,11 +37,8 @@ type peerRequest struct {
 	Release bool   `json:"release,omitempty"`
 	// Replicas is what the revision's ReplicaSet wants (absent: unknown).
 	Replicas *int `json:"replicas,omitempty"`
-	// Owner is the replica the caller believes answers at this address: another
-	// process there (the owner's container restarted, its IP reused) says so.
+	// Owner is the replica the caller expects at this address (410 from another).
 	Owner string `json:"owner,omitempty"`
-	// Nonce asks for a Proof (the self-check).
-	Nonce string `json:"nonce,omitempty"`
 }
 
 // peerResponse is the owner's answer.
@@ -55,32 +47,23 @@ type peerResponse struct {
 	Error string `json:"error,omitempty"`
 	// Identity names the answering replica on 410 Gone.
 	Identity string `json:"identity,omitempty"`
-	// Proof is the HMAC of the request's Nonce, Remote and Local under the answering
-	// process's secret.
-	Proof string `json:"proof,omitempty"`
-	// Remote and Local are the addresses of the connection the self-check's request
-	// came on, as the answering process saw them (caller, then itself).
-	Remote string `json:"remote,omitempty"`
-	Local  string `json:"local,omitempty"`
 }
 
-// errOwnerGone is evidence that the owner process is gone: its address refuses
-// connections, or another process answers there.
+// errOwnerGone: the owner's address refuses connections, or another process answers.
 var errOwnerGone = errors.New("the seat owner is gone")
 
 // errAnotherProcess: another process than the one asked for answered at its address.
 var errAnotherProcess = errors.New("another process answers there")
 
-// errPeerRefused is a definitive answer of the owner (a bad request, a full record):
-// the claim is not retried.
+// errPeerRefused is the owner's definitive refusal: the claim is not retried.
 var errPeerRefused = errors.New("the seat owner refused the claim")
 
-// PeerHandler answers claims and releases forwarded by other replicas: only as the
-// revision's owner (409 Conflict otherwise, and the caller reads the record again).
+// PeerHandler answers claims and releases forwarded by other replicas, as the revision's
+// owner only (409 otherwise: the caller reads the record again).
 func (l *Ledger) PeerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req peerRequest
-		if err := json.NewDecoder(io.LimitReader(r.Body, maxPeerBody)).Decode(&req); err != nil || req.Revision == "" || req.ID == 0 {
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxPeerBody)).Decode(&req); err != nil || (req.Revision == "") != (req.ID == 0) {
 			writePeer(w, http.StatusBadRequest, peerResponse{Error: "want a JSON claim with namespace, revision and id"})
 			return
 		}
@@ -88,12 +71,8 @@ func (l *Ledger) PeerHandler() http.Handler {
 			writePeer(w, http.StatusGone, peerResponse{Error: fmt.Sprintf("this is %s, not %s", l.identity, req.Owner), Identity: l.identity})
 			return
 		}
-		if req.Nonce != "" {
-			local := ""
-			if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-				local = a.String()
-			}
-			writePeer(w, http.StatusOK, peerResponse{Proof: l.proof(req.Nonce, r.RemoteAddr, local), Remote: r.RemoteAddr, Local: local})
+		if req.Revision == "" { // the self-check: this process answers here
+			writePeer(w, http.StatusOK, peerResponse{})
 			return
 		}
 		rev := clusterview.Revision{Namespace: req.Namespace, UID: req.Revision}
@@ -116,8 +95,6 @@ func (l *Ledger) PeerHandler() http.Handler {
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})
 		case errors.Is(err, errNotOwner), errors.Is(err, errHandedOver):
 			writePeer(w, http.StatusConflict, peerResponse{Error: err.Error()})
-		case errors.Is(err, errRecordFull):
-			writePeer(w, http.StatusUnprocessableEntity, peerResponse{Error: err.Error()})
 		default:
 			writePeer(w, http.StatusServiceUnavailable, peerResponse{Error: err.Error()})
 		}
@@ -130,9 +107,8 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-// forward asks the owner to, at peer, for a seat. errNotOwner: it does not own the
-// revision (any more); errPeerRefused: a definitive refusal; any other error: it could
-// not answer now.
+// forward asks the owner, at peer, for a seat (errNotOwner, errPeerRefused, errOwnerGone
+// or a transient error).
 func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, req claimRequest) (int, error) {
 	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: to}
 	if req.replicas >= 0 {
@@ -185,13 +161,10 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	case httpResp.StatusCode == http.StatusConflict:
 		return peerResponse{}, errNotOwner
 	case httpResp.StatusCode == http.StatusGone:
-		// Another process answers at the owner's address, maybe this one (its
-		// container restarted): the owner is gone. (Peer addresses are unique per
-		// live replica: the pod IP, checked by each replica before it is ready.)
+		// Another process at the owner's (unique: CheckPeerAddress) address.
 		return peerResponse{}, fmt.Errorf("%w (%w): %s", errOwnerGone, errAnotherProcess, resp.Error)
 	case httpResp.StatusCode == http.StatusForbidden:
-		// Not a refusal of the claim: the replicas' certificates differ for a moment
-		// while a new one spreads. Retried.
+		// Certificates differ for a moment while a new one spreads: retried.
 		return peerResponse{}, fmt.Errorf("forward a claim to %s: %s: %s", peer, httpResp.Status, resp.Error)
 	case httpResp.StatusCode >= 400 && httpResp.StatusCode < 500:
 		return peerResponse{}, fmt.Errorf("%w: %s: %s", errPeerRefused, httpResp.Status, resp.Error)
@@ -205,84 +178,31 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 // life of the process.
 var ErrPeerAddressShared = errors.New("another process answers at this replica's peer address")
 
-// proof is the HMAC-SHA256 of nonce and the connection's addresses under this
-// process's secret.
-func (l *Ledger) proof(nonce, remote, local string) string {
-	mac := hmac.New(sha256.New, l.secret)
-	mac.Write([]byte(nonce + "|" + remote + "|" + local))
-	return hex.EncodeToString(mac.Sum(nil))
-}
-
-// CheckPeerAddress proves that this process, and only it, answers at its peer address,
-// as other replicas reach it: the address must be one of this pod's own network
-// addresses (a Service's ClusterIP never is), and three calls on fresh connections must
-// each return the HMAC of a fresh nonce under this process's random secret, over the
-// very connection this process opened: the answering process reports the connection's
-// two ends as it saw them, and they must be this side's two ends swapped. Any balancer
-// or proxy in between (a Service's DNAT, a userspace proxy, a NodePort) shows up there
-// with certainty, even when it happens to pick this process every time: its connection
-// to the backend has another end than the one dialled. Other replicas take a refusal
-// at that address, or another process answering there, as proof that this replica is
-// gone, so it must be right before this replica takes any revision: gate readiness on
-// it. Once the check has seen a shared address, every later check fails too
-// (ErrPeerAddressShared).
+// CheckPeerAddress checks that this process answers at its peer address: it must be one
+// of this pod's own addresses (a Service's ClusterIP never is), and a call there must
+// reach this process. Other replicas take a refusal there, or another process answering,
+// as proof that this replica is gone: gate readiness on it. Once another process has
+// answered, every later check fails too.
 func (l *Ledger) CheckPeerAddress(ctx context.Context) error {
 	if l.peerURL == "" || l.peers == nil {
 		return nil
 	}
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port): %s", ErrPeerAddressShared, l.peerURL, fmt.Sprintf(format, args...))
-	}
-	if l.peerShared.Load() {
-		return fail("another process answered there before, or a proxy sits in front of it; use the pod's own address")
-	}
-	if err := ownAddress(ctx, l.peerURL); err != nil {
-		l.peerShared.Store(true)
-		return fail("%v", err)
-	}
-	for range 3 {
+	err := ownAddress(ctx, l.peerURL)
+	if err == nil {
 		l.peers.CloseIdleConnections()
-		nonce := make([]byte, 16)
-		if _, err := rand.Read(nonce); err != nil {
-			return fmt.Errorf("a nonce for the peer self-check: %w", err)
-		}
-		var dialled struct{ local, remote string }
-		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
-			dialled.local, dialled.remote = info.Conn.LocalAddr().String(), info.Conn.RemoteAddr().String()
-		}}
-		req := peerRequest{Namespace: "-", Revision: "self-check", ID: 1, Release: true, Owner: l.identity, Nonce: hex.EncodeToString(nonce)}
-		resp, err := l.callPeer(httptrace.WithClientTrace(ctx, trace), l.peerURL, req)
-		switch {
-		case errors.Is(err, errAnotherProcess):
-			l.peerShared.Store(true)
-			return fail("%v", err)
-		case err != nil:
+		_, err = l.callPeer(ctx, l.peerURL, peerRequest{Owner: l.identity, Release: true})
+		if err != nil && !errors.Is(err, errAnotherProcess) {
 			return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.peerURL, err)
-		case !hmac.Equal([]byte(resp.Proof), []byte(l.proof(req.Nonce, resp.Remote, resp.Local))):
-			l.peerShared.Store(true)
-			return fail("the answer there did not come from this process")
-		case !sameEnd(resp.Remote, dialled.local) || !sameEnd(resp.Local, dialled.remote):
-			l.peerShared.Store(true)
-			return fail("this process answered, but over another connection than the one it opened (%s to %s arrived as %s to %s): a proxy or balancer sits in front of it and may pick another replica next time",
-				dialled.local, dialled.remote, resp.Remote, resp.Local)
 		}
+	}
+	if err != nil || l.peerShared.Load() {
+		l.peerShared.Store(true)
+		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port): %v", ErrPeerAddressShared, l.peerURL, cmp.Or(err, errAnotherProcess))
 	}
 	return nil
 }
 
-// sameEnd reports whether two host:port strings name the same address and port (an
-// IPv4 address and its IPv4-mapped IPv6 form are the same).
-func sameEnd(a, b string) bool {
-	x, errX := netip.ParseAddrPort(a)
-	y, errY := netip.ParseAddrPort(b)
-	if errX != nil || errY != nil {
-		return false
-	}
-	return x.Addr().Unmap().WithZone("") == y.Addr().Unmap().WithZone("") && x.Port() == y.Port()
-}
-
-// ownAddress checks that the host of peerURL is, or resolves only to, addresses of this
-// machine's (this pod's) own network interfaces.
+// ownAddress checks that peerURL's host is, or resolves only to, this pod's addresses.
 func ownAddress(ctx context.Context, peerURL string) error {
 	u, err := url.Parse(peerURL)
 	if err != nil || u.Hostname() == "" {

@@ -1,9 +1,6 @@
 package ledger
 
-// The replicas reach one another over HTTPS by pod IP. Each side authenticates the other
-// by the webhook's serving certificate: the same one, or one the webhook's CA signed for
-// the same names (PeerTrust), so nothing but a replica can claim or release seats, and
-// replicas holding different leaves during a rotation still accept each other.
+// Replicas authenticate one another by the webhook's serving certificate (PeerTrust).
 
 import (
 	"bytes"
@@ -21,16 +18,13 @@ import (
 // (certwatcher.CertWatcher.GetCertificate).
 type CertificateSource func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 
-// PeerTrust decides which certificates mark another replica of this webhook: its own
-// serving certificate, or, with the CA that signs the webhook's serving certificates, any
-// certificate that CA signed for the same names. The second lets replicas accept one
-// another while a rotation gives them different leaves (cert-manager renews each pod's
-// mounted Secret at its own moment).
+// PeerTrust accepts another replica's certificate: this replica's own serving
+// certificate, or one the webhook's CA signed for the same names (so replicas holding
+// different leaves during a rotation accept each other).
 type PeerTrust struct {
 	// Own returns the certificate this replica serves now.
 	Own CertificateSource
-	// CAFile is the PEM bundle of the signing CA (ca.crt beside tls.crt, as cert-manager
-	// and CERT_MODE=self write it), read at each check so a new CA applies at once.
+	// CAFile is the signing CA's PEM (ca.crt beside tls.crt), read at each check.
 	// Empty or missing: a peer must present this replica's own certificate.
 	CAFile string
 }
@@ -111,21 +105,18 @@ func sameNames(a, b *x509.Certificate) bool {
 	return slices.Equal(dns(a), dns(b)) && slices.Equal(ips(a), ips(b))
 }
 
-// NewPeerClient returns the HTTPS client forwarding seat claims to the replica owning a
-// revision: it accepts only a server trust accepts, and presents this replica's serving
-// certificate itself.
+// NewPeerClient returns the HTTPS client forwarding claims: it accepts only a server
+// trust accepts, and presents this replica's serving certificate.
 func NewPeerClient(trust PeerTrust) *http.Client {
 	transport := &http.Transport{
 		TLSClientConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
-			// The chain is not verified for a host name: VerifyPeerCertificate checks it
-			// against the webhook's own certificate or CA and names.
+			// No host name to verify: VerifyPeerCertificate checks the chain.
 			InsecureSkipVerify:    true, //nolint:gosec // verified in VerifyPeerCertificate
 			VerifyPeerCertificate: func(chain [][]byte, _ [][]*x509.Certificate) error { return trust.verify(chain) },
 			GetClientCertificate:  func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return trust.Own(nil) },
 		},
-		// A burst forwards hundreds of claims at once to one owner: over HTTP/2 they
-		// share one connection instead of a TLS handshake each.
+		// A burst's claims share one HTTP/2 connection, not a handshake each.
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
@@ -134,8 +125,7 @@ func NewPeerClient(trust PeerTrust) *http.Client {
 }
 
 // RequirePeerCertificate serves next only to clients presenting a certificate trust
-// accepts (403 otherwise). The server must request client certificates (ServeDrain
-// does).
+// accepts (403 otherwise); the server must request client certificates.
 func RequirePeerCertificate(trust PeerTrust, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {

@@ -1,7 +1,8 @@
 package ledger
 
 // The seat record's encoding: one Lease per revision, its reservations in one
-// annotation.
+// annotation of "seat:id-hash:expiry" items (hash: FNV-1a of the admission UID, expiry:
+// Unix seconds, both base 36), about 25 bytes each.
 
 import (
 	"hash/fnv"
@@ -23,8 +24,7 @@ func recordRevision(record *coordinationv1.Lease) (clusterview.Revision, bool) {
 	return clusterview.Revision{Namespace: record.Labels[strategy.LabelRevisionNamespace], UID: types.UID(uid)}, uid != ""
 }
 
-// resourceVersion reads an object's resourceVersion as the number etcd makes it; an
-// unreadable one reads as 0 (older than anything).
+// resourceVersion reads a record's resourceVersion as etcd's number (unreadable: 0).
 func resourceVersion(record *coordinationv1.Lease) uint64 {
 	rv, _ := strconv.ParseUint(record.ResourceVersion, 10, 64)
 	return rv
@@ -40,9 +40,8 @@ func idHash(id types.UID) uint64 {
 	return 1
 }
 
-// encodeReservations lists the reservations whose pod is not seen yet, then as many of
-// the others as keep the record within maxReservations (a new owner whose pod informer
-// lags reads those; one it misses it sees on its pod in moments).
+// encodeReservations lists the reservations whose pod is not seen yet, then others (for
+// a new owner whose informer lags) up to maxReservations.
 func encodeReservations(items map[uint64]*entry) string {
 	n := min(len(items), maxReservations)
 	buf := make([]byte, 0, n*26)
@@ -67,32 +66,21 @@ func appendReservation(buf []byte, h uint64, e *entry) []byte {
 	buf = append(buf, ':')
 	buf = strconv.AppendUint(buf, h, 36)
 	buf = append(buf, ':')
-	// Whole seconds, rounded up: a reservation may outlive its TTL by a second, never
-	// end before it.
+	// Whole seconds, rounded up: never end before the TTL.
 	return strconv.AppendInt(buf, e.expires.Add(time.Second-1).Unix(), 36)
 }
 
 // decodeReservations parses a record's reservations, skipping malformed items.
 func decodeReservations(s string) map[uint64]*entry {
 	out := map[uint64]*entry{}
-	for len(s) > 0 {
-		item := s
-		if i := strings.IndexByte(s, ','); i >= 0 {
-			item, s = s[:i], s[i+1:]
-		} else {
-			s = ""
-		}
-		i := strings.IndexByte(item, ':')
-		if i < 0 {
+	for item := range strings.SplitSeq(s, ",") {
+		f := strings.Split(item, ":")
+		if len(f) != 3 {
 			continue
 		}
-		j := strings.IndexByte(item[i+1:], ':')
-		if j < 0 {
-			continue
-		}
-		seat, err1 := strconv.Atoi(item[:i])
-		h, err2 := strconv.ParseUint(item[i+1:i+1+j], 36, 64)
-		exp, err3 := strconv.ParseInt(item[i+2+j:], 36, 64)
+		seat, err1 := strconv.Atoi(f[0])
+		h, err2 := strconv.ParseUint(f[1], 36, 64)
+		exp, err3 := strconv.ParseInt(f[2], 36, 64)
 		if err1 != nil || err2 != nil || err3 != nil || seat < 1 || h == 0 {
 			continue
 		}

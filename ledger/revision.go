@@ -15,19 +15,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// revState is what one replica knows of a revision: its record, its owner, the
-// reservations this replica holds and the seats taken.
+// revState is what one replica knows of a revision.
 type revState struct {
 	rev clusterview.Revision
 
-	// The newest version of the record this replica knows (nil: none exists), and when
-	// this replica first saw its holder and renew time: another holder's ownership is
-	// judged by this replica's clock, as client-go's leader election does.
+	// The newest record known (nil: none), and when this replica first saw its holder
+	// and renew time: ownership is judged by this replica's clock, as in client-go.
 	record   *coordinationv1.Lease
 	rv       uint64
 	observed time.Time
-	// ownedUntil is when this replica stops answering claims as the owner, unless a
-	// renewal lands first; renewedAt is the start of its last landed ownership write.
+	// ownedUntil ends this replica's answers as owner; renewedAt starts its last write.
 	ownedUntil time.Time
 	renewedAt  time.Time
 	term       time.Duration // the ownership duration of this replica's last landed write
@@ -36,29 +33,26 @@ type revState struct {
 	goneHolder string
 	goneSince  time.Time
 
-	// reserved holds this replica's reservations (its own, and those it took over),
-	// by id hash; open counts those whose pod is not seen yet (counted). queue lists
-	// the reservations in the order they were made, from queueHead (displaceOldest).
-	reserved  map[uint64]*entry
-	open      int
-	queue     []queued
-	queueHead int
+	// reserved holds this replica's reservations by id hash; open counts those whose
+	// pod is not seen yet.
+	reserved map[uint64]*entry
+	open     int
 	// unfulfilled counts the counted reservations that expire (the ledger's metric).
 	unfulfilled prometheus.Counter
 	expiries    *minHeap[expiry]
-	// fulfilled holds the reservation ids whose pod this replica has seen, so that a
-	// reservation taken over from a record after its pod was seen does not count.
-	fulfilled  *recentIDs
-	lastFulfil time.Time
 
-	pods  map[types.UID]int // visible pod -> the seat it holds
+	pods  map[types.UID]podSeat // visible pods
 	seats seatSet
 }
 
-// seatSet counts, per seat, the visible pods holding it plus the live reservations on
-// it. The lowest free seat is the top of free (seats freed below low) or else the first
-// untaken seat from low, so a claim costs O(log N) amortized, never a copy of the held
-// seats.
+// podSeat is the seat a visible pod holds and the hash of its reservation id (0: none).
+type podSeat struct {
+	seat int
+	hash uint64
+}
+
+// seatSet counts the visible pods and live reservations per seat. The lowest free seat
+// is the top of free (seats freed below low) or the first untaken from low: O(log N).
 type seatSet struct {
 	taken  map[int]int
 	free   *minHeap[int]
@@ -83,8 +77,7 @@ func (t *seatSet) untake(seat int) {
 	}
 }
 
-// lowest returns the lowest free seat. Every free seat below low is in free (stale
-// entries, taken again since, are dropped on the way).
+// lowest returns the lowest free seat, dropping stale entries of free on the way.
 func (t *seatSet) lowest() int {
 	for t.free.Len() > 0 {
 		top := t.free.peek()
@@ -104,20 +97,12 @@ type entry struct {
 	seat    int
 	expires time.Time
 	counted bool
-	// claims counts the attempts holding the reservation: the API server may call again
-	// with the same admission UID while an earlier attempt is still running, and the
-	// release of the attempt it abandoned must not free the retry's seat.
+	// claims counts the attempts holding it: the release of an attempt the API server
+	// abandoned must not free its retry's seat.
 	claims int
 }
 
-// queued is a reservation in the order reservations were made (displaceOldest).
-type queued struct {
-	hash uint64
-	e    *entry
-}
-
-// ownershipWrite is one write of a revision's record by this replica (taking it,
-// renewing it); err is set before done is closed.
+// ownershipWrite is one write of a revision's record; err is set before done closes.
 type ownershipWrite struct {
 	done chan struct{}
 	err  error
@@ -128,22 +113,16 @@ func (l *Ledger) forget(s *revState) {
 	now := l.clock.Now()
 	s.expire(now)
 	s.shrink()
-	if now.After(s.lastFulfil.Add(2*l.ttl)) && s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
+	if s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
 		delete(l.revs, s.rev)
 	}
 }
 
-// shrink gives back the room a burst's reservations took once they are all gone: Go
-// maps and slices keep their largest size, so the owner of a revision would otherwise
-// hold the burst's high-water mark for the revision's life.
+// shrink gives back a burst's room once its reservations are gone (Go maps never shrink).
 func (s *revState) shrink() {
 	if len(s.reserved) == 0 && s.expiries.Len() == 0 {
 		s.reserved = map[uint64]*entry{}
 		s.expiries.items = nil
-		s.queue, s.queueHead = nil, 0
-	}
-	if s.fulfilled.len() == 0 {
-		s.fulfilled = newRecentIDs()
 	}
 }
 
@@ -168,7 +147,6 @@ func (s *revState) lowest(now time.Time) int {
 
 // expire stops counting the reservations that expired by now, and forgets them.
 func (s *revState) expire(now time.Time) {
-	s.fulfilled.expire(now)
 	for s.expiries.Len() > 0 && !s.expiries.peek().at.After(now) {
 		x := s.expiries.pop()
 		e := s.reserved[x.hash]
@@ -183,11 +161,9 @@ func (s *revState) expire(now time.Time) {
 		}
 		delete(s.reserved, x.hash)
 	}
-	s.compactQueue()
 }
 
-// liveReservations counts the reservations not expired by now (fulfilled ones too: they
-// stay in the record until they expire, for a replica whose pod informer lags).
+// liveReservations counts the reservations not expired by now, fulfilled ones too.
 func (s *revState) liveReservations(now time.Time) int {
 	s.expire(now)
 	return len(s.reserved)
@@ -195,102 +171,70 @@ func (s *revState) liveReservations(now time.Time) int {
 
 // reserve hands out the lowest free seat for the admission hash, the same one again to
 // a retried admission.
-func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) (int, error) {
+func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) int {
 	hash := req.hash
 	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
 		e.claims++
-		return e.seat, nil
+		return e.seat
 	}
 	s.expire(now)
 	if req.replicas >= 0 {
 		l.displaceStale(s, max(0, req.replicas-len(s.pods)), now)
 	}
-	// Only reservations whose pod is not seen yet count against the cap: a revision
-	// may admit any number of pods, as long as they keep showing up. At the cap the
-	// oldest gives way rather than a pod going unplaced.
-	if s.open >= maxReservations {
-		l.displaceOldest(s, 1, 0, now)
-	}
-	if s.open >= maxReservations {
-		return 0, errRecordFull
-	}
+	// Only reservations whose pod is not seen yet count against the record's cap; at
+	// the cap the oldest gives way rather than a pod going unplaced.
+	l.displaceOldest(s, s.open-maxReservations+1, 0, now)
 	seat := s.lowest(now)
 	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})
-	return seat, nil
+	return seat
 }
 
-// hold adds reservation e (counted unless its pod was seen already).
+// hold adds reservation e, holding its seat until its pod is seen.
 func (l *Ledger) hold(s *revState, hash uint64, e *entry) {
 	if old := s.reserved[hash]; old != nil && old.counted {
 		s.uncount(old)
 	}
-	if !s.fulfilled.has(hash, l.clock.Now()) {
-		s.count(e)
-	}
+	s.count(e)
 	s.reserved[hash] = e
 	s.expiries.push(expiry{at: e.expires, hash: hash})
-	if e.counted {
-		s.queue = append(s.queue, queued{hash, e})
-	}
 }
 
-// staleReservation is how long a reservation's pod has to show up before the
-// reservation may give way to a claim of its revision that finds more reservations in
-// flight than the ReplicaSet can be creating (displaceStale): a real pod is seen well
-// within it; a forged review's never is, nor is one rejected after this webhook.
+// staleReservation is how long a reservation's pod has to show up before it may give
+// way (displaceStale): a real pod shows well within it, a forged review's never.
 const staleReservation = time.Second
 
-// displaceStale makes room for a claim of a revision whose ReplicaSet can be creating
-// room pods now (its replicas minus its pods seen): while as many reservations are in
-// flight as that, the oldest of them whose pod has not shown up for staleReservation
-// gives up its seat. So forged reviews cannot keep the lowest seats, and the retry of
-// a pod rejected after this webhook gets the seat of its first attempt back. Young
-// reservations stay whatever the count, so a ReplicaSet cache lagging behind a scale-up
-// takes nothing from pods on their way.
+// displaceStale makes room for a claim when as many reservations are in flight as the
+// ReplicaSet can be creating (room): the oldest whose pod has not shown for
+// staleReservation gives up its seat. So forged reviews cannot keep the lowest seats,
+// and a pod rejected after this webhook gets its seat back on retry.
 func (l *Ledger) displaceStale(s *revState, room int, now time.Time) {
 	l.displaceOldest(s, s.open-room+1, staleReservation, now)
 }
 
 // displaceOldest drops up to n unfulfilled reservations made at least minAge ago,
-// oldest first; their seats are free at once. The queue holds
-// them in the order they were made, so this costs O(1) per reservation over its life.
+// oldest first; their seats are free at once. It scans the reservations, which happens
+// only when more are in flight than the ReplicaSet can be creating.
 func (l *Ledger) displaceOldest(s *revState, n int, minAge time.Duration, now time.Time) {
-	for n > 0 && s.queueHead < len(s.queue) {
-		q := s.queue[s.queueHead]
-		if e := s.reserved[q.hash]; e != q.e || !e.counted {
-			s.queueHead++ // fulfilled, released or expired since
-			continue
+	for ; n > 0; n-- {
+		var oldest *entry
+		var hash uint64
+		for h, e := range s.reserved {
+			// expires is when it was made plus the TTL (taken over: about so).
+			if e.counted && !now.Before(e.expires.Add(minAge-l.ttl)) && (oldest == nil || e.expires.Before(oldest.expires)) {
+				oldest, hash = e, h
+			}
 		}
-		if now.Before(q.e.expires.Add(minAge - l.ttl)) {
-			return // made less than minAge ago, and so is every later one
+		if oldest == nil {
+			return
 		}
-		s.remove(q.hash, q.e)
-		s.queueHead++
-		n--
+		s.remove(hash, oldest)
 		if l.metrics != nil {
 			l.metrics.displaced.Inc()
 		}
 	}
-	s.compactQueue()
 }
 
-// compactQueue drops the queue's entries that no longer hold a seat once they are the
-// larger part, so it stays within about twice the reservations in flight.
-func (s *revState) compactQueue() {
-	if len(s.queue)-s.queueHead > 2*s.open+64 || s.queueHead > len(s.queue)/2 {
-		live := s.queue[:0]
-		for _, q := range s.queue[s.queueHead:] {
-			if e := s.reserved[q.hash]; e == q.e && e.counted {
-				live = append(live, q)
-			}
-		}
-		clear(s.queue[len(live):])
-		s.queue, s.queueHead = live, 0
-	}
-}
-
-// unreserve gives back one attempt's claim of the reservation of admission hash; once
-// no attempt holds it, it goes and its seat is free at once.
+// unreserve gives back one attempt's claim of a reservation; the last frees its seat.
 func (l *Ledger) unreserve(s *revState, hash uint64) {
 	if e := s.reserved[hash]; e != nil {
 		if e.claims--; e.claims > 0 {
@@ -308,12 +252,8 @@ func (s *revState) remove(hash uint64, e *entry) {
 	delete(s.reserved, hash)
 }
 
-// fulfil records that the pod of reservation hash is visible: the pod, not the
-// reservation, holds the seat from now on.
+// fulfil: the pod of reservation hash is visible and holds the seat from now on.
 func (l *Ledger) fulfil(s *revState, hash uint64) {
-	now := l.clock.Now()
-	s.fulfilled.add(hash, now, now.Add(2*l.ttl))
-	s.lastFulfil = now
 	if e := s.reserved[hash]; e != nil && e.counted {
 		s.uncount(e)
 	}
@@ -327,7 +267,6 @@ type minHeap[T any] struct {
 
 func newMinHeap[T any](less func(a, b T) bool) *minHeap[T] { return &minHeap[T]{less: less} }
 
-// Len, Less, Swap, Push and Pop implement heap.Interface; use push, pop and peek.
 func (h *minHeap[T]) Len() int           { return len(h.items) }
 func (h *minHeap[T]) Less(i, j int) bool { return h.less(h.items[i], h.items[j]) }
 func (h *minHeap[T]) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
