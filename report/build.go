@@ -184,6 +184,9 @@ func (r *Report) addAs(st *State, pw policy.Workload, kind string, meta metav1.O
 		w.WhatIf = whatIfOf(st, then, thenChain, w.Replicas, uid, meta.Namespace, pods)
 	}
 	w.Held = strategy.Held(chain, src.Object)
+	if w.Held == "" && kind == "Job" {
+		w.Held = strategy.JobHeld(chain, src.Object) // as the loop holds it
+	}
 	if w.Held == "" && st.Stopped != nil {
 		w.Held = st.Stopped(meta.Namespace)
 	}
