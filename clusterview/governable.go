@@ -4,7 +4,6 @@ import (
 	"slices"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
@@ -12,8 +11,8 @@ import (
 )
 
 // Governable lists the workloads a policy may govern from the caches, for the
-// policies' status (Views: Deployments, Argo Rollouts when watched, StatefulSets and bare
-// ReplicaSets; and running Jobs), each marked Own when it decides its strategy itself
+// policies' status (Views: Deployments, Argo Rollouts when watched, StatefulSets, bare
+// ReplicaSets and running Jobs), each marked Own when it decides its strategy itself
 // (an annotation on it or its pod template, or the opt-out). timing is the cluster's
 // move window and minimum stay, which a policy or the workload may override.
 func (c *Caches) Governable(skip func(namespace string) bool, scope *Scope, terms TermFacts, timing strategy.Timing) func() []policy.Governable {
@@ -51,26 +50,8 @@ func (c *Caches) Governable(skip func(namespace string) bool, scope *Scope, term
 			out = append(out, g)
 		}
 		for _, v := range Views(objs) {
-			g := policy.Governable{Workload: policy.Workload{Namespace: v.Meta.Namespace, Kind: v.Kind, Labels: v.Meta.Labels}, Name: v.Meta.Name}
+			g := policy.Governable{Workload: v.Policy(), Name: v.Meta.Name, Shown: v.Kind}
 			add(g, v.Name(), v.Links(), Revision{Namespace: v.Meta.Namespace, UID: v.Revision}, replicasOf(v.Replicas), notCounted(&v))
-		}
-		for _, j := range objs.Jobs {
-			if JobFinished(j) {
-				continue // holds no seat; a CronJob every minute leaves many
-			}
-			// A CronJob's Job is matched as its CronJob, and its annotations follow the Job's.
-			g := policy.Governable{Workload: policy.Workload{Namespace: j.Namespace, Kind: "Job", Labels: j.Labels}, Name: j.Name, Shown: "Job"}
-			name := "Job " + j.Namespace + "/" + j.Name
-			links := []strategy.AnnotatedObject{{Name: "the pod template of " + name, Annotations: j.Spec.Template.Annotations}, {Name: name, Annotations: j.Annotations}}
-			if ref := metav1.GetControllerOfNoCopy(j); ref != nil && ref.Kind == "CronJob" {
-				for _, cj := range objs.CronJobs {
-					if cj.UID == ref.UID {
-						g.Kind, g.Labels = "CronJob", cj.Labels
-						links = append(links, strategy.AnnotatedObject{Name: "CronJob " + cj.Namespace + "/" + cj.Name, Annotations: cj.Annotations})
-					}
-				}
-			}
-			add(g, name, links, Revision{Namespace: j.Namespace, UID: j.UID}, max(0, JobReplicas(j)), "")
 		}
 		return out
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
@@ -20,7 +21,8 @@ import (
 // revision, replicas, rolling state and own strategy links. The current revision is
 // decided here and nowhere else.
 type WorkloadView struct {
-	// Kind is Deployment, Rollout, StatefulSet or ReplicaSet (a bare one).
+	// Kind is Deployment, Rollout, StatefulSet, ReplicaSet (a bare one) or Job (a
+	// running one).
 	Kind string
 	Meta metav1.ObjectMeta
 	// Template holds the pod template's annotations; a Rollout's are its current
@@ -38,13 +40,16 @@ type WorkloadView struct {
 	Older   []*appsv1.ReplicaSet
 	// Rolling: the workload's controller is moving pods to a new revision.
 	Rolling bool
+	// CronJob is the metadata of the CronJob that created a Job (nil: none): its
+	// annotations follow the Job's, and policies select the Job as the CronJob.
+	CronJob *metav1.ObjectMeta
 }
 
 // Name names the view for messages and strategy links, e.g. "Deployment shop/web".
 func (v *WorkloadView) Name() string { return v.Kind + " " + v.Meta.Namespace + "/" + v.Meta.Name }
 
 // Links are the workload's own strategy links in the webhook's order: its pod
-// template, itself, and a Rollout's current ReplicaSet.
+// template, itself, and a Rollout's current ReplicaSet or a Job's CronJob.
 func (v *WorkloadView) Links() []strategy.AnnotatedObject {
 	links := []strategy.AnnotatedObject{
 		{Name: "the pod template of " + v.Name(), Annotations: v.Template},
@@ -53,7 +58,18 @@ func (v *WorkloadView) Links() []strategy.AnnotatedObject {
 	if v.Kind == kindRollout && v.Current != nil {
 		links = append(links, strategy.AnnotatedObject{Name: "ReplicaSet " + v.Current.Namespace + "/" + v.Current.Name, Annotations: v.Current.Annotations})
 	}
+	if v.CronJob != nil {
+		links = append(links, strategy.AnnotatedObject{Name: "CronJob " + v.CronJob.Namespace + "/" + v.CronJob.Name, Annotations: v.CronJob.Annotations})
+	}
 	return links
+}
+
+// Policy is what policies select the workload by: a CronJob's Job as its CronJob.
+func (v *WorkloadView) Policy() policy.Workload {
+	if v.CronJob != nil {
+		return policy.Workload{Namespace: v.Meta.Namespace, Kind: "CronJob", Labels: v.CronJob.Labels}
+	}
+	return policy.Workload{Namespace: v.Meta.Namespace, Kind: v.Kind, Labels: v.Meta.Labels}
 }
 
 // Objects are the workload objects views are built of: the caches' (Caches.Objects)
@@ -65,13 +81,15 @@ type Objects struct {
 	// Rollouts holds Argo Rollouts' metadata (none: not served; their ReplicaSets are
 	// then bare ones, as the webhook places them).
 	Rollouts []*metav1.ObjectMeta
-	// Jobs and CronJobs (none when batch workloads are not watched).
+	// Jobs and CronJobs (none when batch workloads are not watched); a finished Job is
+	// no workload (its pods hold no seat; a CronJob every minute leaves many).
 	Jobs     []*batchv1.Job
 	CronJobs []*batchv1.CronJob
 }
 
 // Views lists the workloads of o. A ReplicaSet a Deployment controls is never a
-// workload of its own; one a Rollout of o controls is its Rollout's.
+// workload of its own; one a Rollout of o controls is its Rollout's. A running Job is
+// its own revision, for its JobReplicas.
 func Views(o Objects) []WorkloadView {
 	byOwner := map[types.UID][]*appsv1.ReplicaSet{}
 	rollouts := map[types.UID]bool{}
@@ -103,6 +121,21 @@ func Views(o Objects) []WorkloadView {
 	for _, s := range o.StatefulSets {
 		out = append(out, WorkloadView{Kind: "StatefulSet", Meta: s.ObjectMeta, Template: s.Spec.Template.Annotations, Replicas: s.Spec.Replicas,
 			Revision: s.UID, RevisionName: s.Name, Rolling: StatefulSetRolling(s)})
+	}
+	cronJobs := make(map[types.UID]*metav1.ObjectMeta, len(o.CronJobs))
+	for _, cj := range o.CronJobs {
+		cronJobs[cj.UID] = &cj.ObjectMeta
+	}
+	for _, j := range o.Jobs {
+		if JobFinished(j) {
+			continue
+		}
+		replicas := int32(max(0, JobReplicas(j)))
+		v := WorkloadView{Kind: "Job", Meta: j.ObjectMeta, Template: j.Spec.Template.Annotations, Replicas: &replicas, Revision: j.UID, RevisionName: j.Name}
+		if ref := metav1.GetControllerOfNoCopy(j); ref != nil && ref.Kind == "CronJob" {
+			v.CronJob = cronJobs[ref.UID]
+		}
+		out = append(out, v)
 	}
 	return out
 }

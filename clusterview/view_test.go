@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -38,5 +40,31 @@ func TestViewsCurrentRevision(t *testing.T) {
 	}
 	if r := RevisionsOf("Deployment", "shop", nil); r.Current != nil || r.Rolling {
 		t.Errorf("no ReplicaSet: %+v, want no current revision", r)
+	}
+}
+
+// A running Job is a view of its own, counted on its UID; a CronJob's Job has the
+// CronJob's annotations after its own and is selected by policies as the CronJob; a
+// finished Job is no view.
+func TestViewsJobs(t *testing.T) {
+	cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "demo", UID: "cj", Labels: map[string]string{"team": "batch"}}}
+	owned := []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "CronJob", Name: "nightly", UID: "cj", Controller: ptr.To(true)}}
+	running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "nightly-1", Namespace: "demo", UID: "job1", OwnerReferences: owned, Labels: map[string]string{"job": "x"}},
+		Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](3)}}
+	done := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "nightly-0", Namespace: "demo", UID: "job0", OwnerReferences: owned},
+		Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}
+	views := Views(Objects{Jobs: []*batchv1.Job{running, done}, CronJobs: []*batchv1.CronJob{cj}})
+	if len(views) != 1 {
+		t.Fatalf("views %+v: want the running Job only", views)
+	}
+	v := views[0]
+	if v.Kind != "Job" || v.Revision != "job1" || replicasOf(v.Replicas) != 3 {
+		t.Errorf("view %+v: want Job counted on job1 for 3 replicas", v)
+	}
+	if links := v.Links(); len(links) != 3 || links[2].Name != "CronJob demo/nightly" {
+		t.Errorf("links %+v: want the pod template, the Job, then its CronJob", links)
+	}
+	if p := v.Policy(); p.Kind != "CronJob" || p.Labels["team"] != "batch" {
+		t.Errorf("policy workload %+v: want the CronJob's kind and labels", p)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -843,5 +844,45 @@ func TestStopSwitch(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(w.loop.cfg.Metrics.stopped); v != 0 {
 		t.Errorf("converge_moves_stopped %v once lifted, want 0", v)
+	}
+}
+
+// A Job's pods on their fallback stay by default (a killed batch pod loses its work);
+// with the Job's move-job-pods opt-in the loop returns them within its budget, as a
+// Deployment's.
+func TestJobPodsMoveOnlyWhenOptedIn(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		annotation map[string]string
+		want       []string
+	}{
+		{"default", nil, nil},
+		{"opted in", map[string]string{strategy.AnnotationMoveJobPods: "true"}, []string{"web-12"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jobOwner := []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "crunch", UID: "job-1", Controller: ptr(true)}}
+			pods := fallbackPods(12)
+			for _, p := range pods {
+				p.OwnerReferences = jobOwner
+			}
+			w := newWorld(t, 0, pods)
+			ctx := context.Background()
+			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "crunch", Namespace: ns, UID: "job-1", Annotations: tc.annotation},
+				Spec: batchv1.JobSpec{Parallelism: ptr(int32(12)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+			job.Spec.Template.Annotations = map[string]string{strategy.AnnotationStrategy: strat}
+			if _, err := w.client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+				revs := w.loop.revisions()
+				return len(revs) == 1 && revs[0].kind == "Job", nil
+			}); err != nil {
+				t.Fatal("the running Job is no revision of the loop")
+			}
+			w.loop.Pass(ctx)
+			if got := w.evictions(); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("evicted %v, want %v (budget 1 when opted in, none by default)", got, tc.want)
+			}
+		})
 	}
 }

@@ -69,7 +69,8 @@ func (l *Loop) observe(ctx context.Context, rev revision, now time.Time) (*snaps
 	if err != nil {
 		return nil, false
 	}
-	src := l.strategies.Resolve(append([]strategy.AnnotatedObject{{Name: "pod template", Annotations: rev.templateAnnotations}}, w.Chain...)...)
+	chain := append([]strategy.AnnotatedObject{{Name: "pod template", Annotations: rev.templateAnnotations}}, w.Chain...)
+	src := l.strategies.Resolve(chain...)
 	if !src.Active() || src.Err != nil {
 		return nil, false
 	}
@@ -77,11 +78,12 @@ func (l *Loop) observe(ctx context.Context, rev revision, now time.Time) (*snaps
 	snap.hold = l.holdOf(w.Chain, src.Object, rev.namespace)
 	if rev.kind == "Job" && snap.hold == "" {
 		// A killed batch pod loses its work, and the Job controller counts it as failed
-		// against its backoffLimit: the loop still marks terms unavailable (new seats
-		// go to the fallback) and reports, but moves no running Job pod.
-		snap.hold = jobHold
+		// against its backoffLimit: unless the Job or its policy opts in, the loop still
+		// marks terms unavailable (new seats go to the fallback) and reports, but moves
+		// no running Job pod.
+		snap.hold = strategy.JobHeld(chain, src.Object)
 	}
-	snap.timing = strategy.TimingOf(append([]strategy.AnnotatedObject{{Name: "pod template", Annotations: rev.templateAnnotations}}, w.Chain...), src.Object, l.cfg.Timing)
+	snap.timing = strategy.TimingOf(chain, src.Object, l.cfg.Timing)
 	snap.rec = l.cfg.Records.Get(rev.uid)
 	snap.active = snap.rec.Active(now)
 	for t := range snap.active {
@@ -112,9 +114,6 @@ func (l *Loop) observe(ctx context.Context, rev revision, now time.Time) (*snaps
 	}
 	return snap, true
 }
-
-// jobHold is why the loop moves no Job's pods.
-const jobHold = "a Job's pods are not moved (a killed batch pod loses its work); its new pods are placed on the fallback while a term is unavailable"
 
 // holdOf says why the loop moves none of a revision's pods ("": it may): its chain says
 // so (strategy.Held: its workload opted out, or its policy is suspended), or

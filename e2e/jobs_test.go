@@ -85,20 +85,21 @@ func TestJobs(t *testing.T) {
 		ns := newNamespace(ctx, t, "e2e-job-cron")
 		// The strategy stands on the CronJob only: its Jobs must take it from there.
 		tmpl := batchJob(ns, "", 6, 6, false, nil)
+		// Every minute, one Job at a time: the CronJob controller creates the Job, whose
+		// pods wait behind jobGate until finishJob, so no second Job starts meanwhile.
 		cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: ns, Annotations: map[string]string{strategy.AnnotationStrategy: capacityStrategy}},
-			Spec: batchv1.CronJobSpec{Schedule: "0 3 1 1 *", Suspend: ptr(true),
+			Spec: batchv1.CronJobSpec{Schedule: "* * * * *", ConcurrencyPolicy: batchv1.ForbidConcurrent,
 				JobTemplate: batchv1.JobTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "nightly"}}, Spec: tmpl.Spec}}}
 		created, err := env.client.BatchV1().CronJobs(ns).Create(ctx, cj, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("creating the CronJob: %v", err)
 		}
-		// What `kubectl create job --from=cronjob/nightly` creates: the job template,
-		// controlled by the CronJob.
-		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "nightly-manual", Namespace: ns, Labels: cj.Spec.JobTemplate.Labels,
-			Annotations:     map[string]string{"cronjob.kubernetes.io/instantiate": "manual"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "CronJob", Name: created.Name, UID: created.UID, Controller: ptr(true)}}},
-			Spec: *cj.Spec.JobTemplate.Spec.DeepCopy()}
-		createJob(ctx, t, job)
+		job := cronJobsJob(ctx, t, created)
+		// Suspended now, so that no Job follows this one once it completes.
+		suspend := []byte(`{"spec":{"suspend":true}}`)
+		if _, err := env.client.BatchV1().CronJobs(ns).Patch(ctx, created.Name, types.MergePatchType, suspend, metav1.PatchOptions{}); err != nil {
+			t.Fatalf("suspending the CronJob: %v", err)
+		}
 		assertJobSplit(t, capacityStrategy, liveJobPods(ctx, t, job, 6))
 		finishJob(ctx, t, job)
 		waitNoSeatRecord(ctx, t, job.UID)
@@ -116,6 +117,32 @@ func TestJobs(t *testing.T) {
 		assertJobSplit(t, seedStrategy, liveJobPods(ctx, t, job, 7))
 		finishJob(ctx, t, job)
 	})
+}
+
+// cronJobsJob waits for the first Job the CronJob controller creates for cj (its
+// schedule every minute: at most a minute and the controller's resync).
+func cronJobsJob(ctx context.Context, t *testing.T, cj *batchv1.CronJob) *batchv1.Job {
+	t.Helper()
+	var job *batchv1.Job
+	start := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		jobs, err := env.client.BatchV1().Jobs(cj.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for i := range jobs.Items {
+			if ref := metav1.GetControllerOf(&jobs.Items[i]); ref != nil && ref.UID == cj.UID {
+				job = &jobs.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the CronJob controller created no Job for CronJob %s/%s: %v", cj.Namespace, cj.Name, err)
+	}
+	t.Logf("the CronJob controller created Job %s after %s", job.Name, time.Since(start).Round(time.Second))
+	return job
 }
 
 // batchJob is a Job labelled app=name whose pods wait behind jobGate; annotations go on

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/karpenter/pkg/utils/resources"
@@ -46,7 +47,7 @@ type PolicyLinks interface {
 	AppendLinks(dst []strategy.AnnotatedObject, w policy.Workload) []strategy.AnnotatedObject
 }
 
-// ReadManifest finds the one Deployment, StatefulSet or Argo Rollout that carries a
+// ReadManifest finds the one Deployment, StatefulSet, Argo Rollout, Job or CronJob that carries a
 // strategy in a YAML or JSON manifest (several documents may be separated by ---).
 func ReadManifest(data []byte) (Workload, error) { return ReadManifestWith(data, nil, "") }
 
@@ -78,7 +79,7 @@ func ReadManifestWith(data []byte, links PolicyLinks, defaultNamespace string) (
 	}
 	switch len(found) {
 	case 0:
-		return Workload{}, fmt.Errorf("no Deployment, StatefulSet or Rollout with an active %s annotation (kinds seen: %s)", strategy.AnnotationStrategy, strings.Join(kinds, ", "))
+		return Workload{}, fmt.Errorf("no Deployment, StatefulSet, Rollout, Job or CronJob with an active %s annotation (kinds seen: %s)", strategy.AnnotationStrategy, strings.Join(kinds, ", "))
 	case 1:
 		return found[0], nil
 	}
@@ -96,12 +97,15 @@ type rolloutDoc struct {
 	} `json:"spec"`
 }
 
-// workloadOf reads a Deployment, StatefulSet or Argo Rollout document; false for other
-// kinds and for workloads without an active strategy.
+// workloadOf reads a Deployment, StatefulSet, Argo Rollout, Job or CronJob document;
+// false for other kinds and for workloads without an active strategy.
 func workloadOf(kind string, doc []byte, links PolicyLinks, defaultNamespace string) (Workload, bool, error) {
 	var meta metav1.ObjectMeta
 	var tmpl corev1.PodTemplateSpec
 	var replicas *int32
+	// jobTemplate is a CronJob's job template's annotations, between its pod template's
+	// and its own (as the CronJob controller copies them onto each Job).
+	var jobTemplate map[string]string
 	switch kind {
 	case "Deployment":
 		var d appsv1.Deployment
@@ -124,14 +128,28 @@ func workloadOf(kind string, doc []byte, links PolicyLinks, defaultNamespace str
 			return Workload{}, false, nil // some other project's Rollout
 		}
 		meta, tmpl, replicas = r.ObjectMeta, r.Spec.Template, r.Spec.Replicas
+	case "Job":
+		var j batchv1.Job
+		if err := yaml.Unmarshal(doc, &j); err != nil {
+			return Workload{}, false, err
+		}
+		meta, tmpl, replicas = j.ObjectMeta, j.Spec.Template, jobReplicas(j.Spec)
+	case "CronJob":
+		var c batchv1.CronJob
+		if err := yaml.Unmarshal(doc, &c); err != nil {
+			return Workload{}, false, err
+		}
+		js := c.Spec.JobTemplate.Spec
+		meta, tmpl, replicas, jobTemplate = c.ObjectMeta, js.Template, jobReplicas(js), c.Spec.JobTemplate.Annotations
 	default:
 		return Workload{}, false, nil
 	}
 	name := kind + " " + meta.Name
-	chain := []strategy.AnnotatedObject{
-		{Name: "the pod template of " + name, Annotations: tmpl.Annotations},
-		{Name: name, Annotations: meta.Annotations},
+	chain := []strategy.AnnotatedObject{{Name: "the pod template of " + name, Annotations: tmpl.Annotations}}
+	if kind == "CronJob" {
+		chain = append(chain, strategy.AnnotatedObject{Name: "the job template of " + name, Annotations: jobTemplate})
 	}
+	chain = append(chain, strategy.AnnotatedObject{Name: name, Annotations: meta.Annotations})
 	if links != nil {
 		ns := meta.Namespace
 		if ns == "" {
@@ -154,4 +172,17 @@ func workloadOf(kind string, doc []byte, links PolicyLinks, defaultNamespace str
 	w.Requests = resources.Ceiling(pod).Requests
 	w.PodSpec = &tmpl.Spec
 	return w, true, nil
+}
+
+// jobReplicas is how many pods a Job of spec runs at once: its parallelism (1 when
+// absent, as the API server defaults it), no more than its completions.
+func jobReplicas(spec batchv1.JobSpec) *int32 {
+	n := int32(1)
+	if spec.Parallelism != nil {
+		n = *spec.Parallelism
+	}
+	if spec.Completions != nil {
+		n = min(n, *spec.Completions)
+	}
+	return &n
 }

@@ -27,7 +27,7 @@ spec: {replicas: 4}
 	if w.Strategy != "a=1,base=1:b=1" || w.Source != "PlacementPolicy shop/web-split" || w.Replicas != 4 {
 		t.Fatalf("got %+v", w)
 	}
-	if _, err := ReadManifest(manifest); err == nil || !strings.Contains(err.Error(), "no Deployment, StatefulSet or Rollout") {
+	if _, err := ReadManifest(manifest); err == nil || !strings.Contains(err.Error(), "no Deployment, StatefulSet, Rollout, Job or CronJob") {
 		t.Fatalf("without policies: %v", err)
 	}
 }

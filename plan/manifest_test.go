@@ -46,7 +46,7 @@ func TestReadManifest(t *testing.T) {
 
 func TestReadManifestErrors(t *testing.T) {
 	cases := map[string]string{
-		"kind: Service\nmetadata: {name: x}\n":  "no Deployment, StatefulSet or Rollout",
+		"kind: Service\nmetadata: {name: x}\n":  "no Deployment, StatefulSet, Rollout, Job or CronJob",
 		"kind: Deployment\nspec: [":             "document 1",
 		"kind: Deployment\nspec: {replicas: x}": "document 1 (Deployment)",
 	}
@@ -66,4 +66,51 @@ func FuzzReadManifest(f *testing.F) {
 			t.Fatalf("accepted %+v", w)
 		}
 	})
+}
+
+// A Job's manifest is planned for its parallelism (no more than its completions); a
+// CronJob's for its job template's, its strategy found on the CronJob as its Jobs find it.
+func TestReadManifestJobs(t *testing.T) {
+	const job = `apiVersion: batch/v1
+kind: Job
+metadata: {name: fanout, namespace: batch}
+spec:
+  parallelism: 8
+  completions: 5
+  template:
+    metadata:
+      annotations: {CustomPodScheduleStrategy: "karpenter.sh/capacity-type=on-demand,base=1:karpenter.sh/capacity-type=spot,weight=3"}
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox, resources: {requests: {cpu: "1"}}}]
+`
+	const cronJob = `apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+  annotations: {CustomPodScheduleStrategy: "karpenter.sh/capacity-type=on-demand,base=2:karpenter.sh/capacity-type=spot,weight=1"}
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      parallelism: 6
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{name: work, image: busybox}]
+`
+	w, err := ReadManifest([]byte(job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Kind != "Job" || w.Name != "fanout" || w.Replicas != 5 || w.Source != "the pod template of Job fanout" || w.Requests.Cpu().String() != "1" {
+		t.Errorf("Job: %+v", w)
+	}
+	w, err = ReadManifest([]byte(cronJob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Kind != "CronJob" || w.Name != "nightly" || w.Replicas != 6 || w.Source != "CronJob nightly" || !strings.Contains(w.Strategy, "base=2") {
+		t.Errorf("CronJob: %+v", w)
+	}
 }

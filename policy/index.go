@@ -127,6 +127,9 @@ func compile(kind string, meta metav1.ObjectMeta, spec v1alpha1.PlacementPolicyS
 		c.Link.Annotations[strategy.AnnotationMoveWindow] = (&strategy.Window{Schedule: w.Schedule, Duration: w.Duration.Duration,
 			TimeZone: w.TimeZone, MaxMoves: int(w.MaxMoves)}).String()
 	}
+	if spec.MoveJobPods {
+		c.Link.Annotations[strategy.AnnotationMoveJobPods] = "true"
+	}
 	if spec.MinFallbackStay != nil {
 		c.Link.Annotations[strategy.AnnotationMinFallbackStay] = spec.MinFallbackStay.Duration.String()
 	}

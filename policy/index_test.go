@@ -185,3 +185,24 @@ func TestPolicyTimingOnItsLink(t *testing.T) {
 		t.Errorf("timing %+v, err %v", got, got.Err)
 	}
 }
+
+// A policy's spec.moveJobPods rides on its link as the annotation and opts in the Jobs
+// it governs; a Job's own annotation saying "false" overrides it.
+func TestPolicyMoveJobPodsOnItsLink(t *testing.T) {
+	p := &v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "batch", Name: "jobs"}, Spec: v1alpha1.PlacementPolicySpec{Strategy: "a=1", MoveJobPods: true}}
+	c := CompileNamespaced(p)
+	job := strategy.AnnotatedObject{Name: "Job batch/x"}
+	if why := strategy.JobHeld([]strategy.AnnotatedObject{job, c.Link}, c.Link.Name); why != "" {
+		t.Errorf("a policy with moveJobPods: held %q", why)
+	}
+	job.Annotations = map[string]string{strategy.AnnotationMoveJobPods: "false"}
+	if why := strategy.JobHeld([]strategy.AnnotatedObject{job, c.Link}, c.Link.Name); why == "" {
+		t.Error("the Job's own \"false\" must override its policy's moveJobPods")
+	}
+	if why := strategy.JobHeld([]strategy.AnnotatedObject{{Name: "Job batch/z"}, c.Link}, "Job batch/z"); why == "" {
+		t.Error("a policy that does not govern the Job (its own strategy does) must not opt it in")
+	}
+	if why := strategy.JobHeld([]strategy.AnnotatedObject{{Name: "Job batch/y"}}, "Job batch/y"); why == "" {
+		t.Error("a Job without the opt-in must be held")
+	}
+}

@@ -4,7 +4,6 @@ package report
 // strategy.Judge.
 
 import (
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -74,7 +73,7 @@ type State struct {
 func Build(st *State, keep func(kind, name string) bool) Report {
 	podsByOwner := st.podsOf()
 	objs := clusterview.Objects{Deployments: pointers(st.Deployments), StatefulSets: pointers(st.StatefulSets),
-		ReplicaSets: pointers(st.ReplicaSets), Rollouts: pointers(st.Rollouts)}
+		ReplicaSets: pointers(st.ReplicaSets), Rollouts: pointers(st.Rollouts), Jobs: pointers(st.Jobs), CronJobs: pointers(st.CronJobs)}
 	var report Report
 	for _, v := range clusterview.Views(objs) {
 		if !keep(v.Kind, v.Meta.Name) {
@@ -89,7 +88,6 @@ func Build(st *State, keep func(kind, name string) bool) Report {
 		// others' pods are a total.
 		report.add(st, &v, podsByOwner, countPods(podsByOwner, v.Older))
 	}
-	report.addJobs(st, keep, podsByOwner)
 	sort.Slice(report.Workloads, func(i, j int) bool {
 		a, b := report.Workloads[i], report.Workloads[j]
 		return a.Namespace+"/"+a.Kind+"/"+a.Name < b.Namespace+"/"+b.Kind+"/"+b.Name
@@ -144,34 +142,9 @@ func countPods(pods eachPod, sets []*appsv1.ReplicaSet) int {
 	return n
 }
 
-// addJobs reports the running Jobs of st.
-func (r *Report) addJobs(st *State, keep func(kind, name string) bool, pods eachPod) {
-	cronJobs := map[types.UID]*batchv1.CronJob{}
-	for i := range st.CronJobs {
-		cronJobs[st.CronJobs[i].UID] = &st.CronJobs[i]
-	}
-	for i := range st.Jobs {
-		j := &st.Jobs[i]
-		if clusterview.JobFinished(j) || !keep("Job", j.Name) {
-			continue
-		}
-		replicas := int32(max(0, clusterview.JobReplicas(j)))
-		pw := policy.Workload{Namespace: j.Namespace, Kind: "Job", Labels: j.Labels}
-		name := fmt.Sprintf("Job %s/%s", j.Namespace, j.Name)
-		own := []strategy.AnnotatedObject{{Name: "the pod template of " + name, Annotations: j.Spec.Template.Annotations}, {Name: name, Annotations: j.Annotations}}
-		if ref := metav1.GetControllerOfNoCopy(j); ref != nil && ref.Kind == "CronJob" && cronJobs[ref.UID] != nil {
-			cj := cronJobs[ref.UID]
-			pw.Kind, pw.Labels = "CronJob", cj.Labels
-			own = append(own, strategy.AnnotatedObject{Name: fmt.Sprintf("CronJob %s/%s", cj.Namespace, cj.Name), Annotations: cj.Annotations})
-		}
-		r.addAs(st, pw, "Job", j.ObjectMeta, own, &replicas, j.Name, j.UID, pods, 0)
-	}
-}
-
 // add reports the workload v, whose other revisions hold older pods.
 func (r *Report) add(st *State, v *clusterview.WorkloadView, pods eachPod, older int) {
-	pw := policy.Workload{Namespace: v.Meta.Namespace, Kind: v.Kind, Labels: v.Meta.Labels}
-	r.addAs(st, pw, v.Kind, v.Meta, v.Links(), v.Replicas, v.RevisionName, v.Revision, pods, older)
+	r.addAs(st, v.Policy(), v.Kind, v.Meta, v.Links(), v.Replicas, v.RevisionName, v.Revision, pods, older)
 }
 
 // addAs reports one workload whose strategy links are own (its own first, as the
@@ -211,6 +184,9 @@ func (r *Report) addAs(st *State, pw policy.Workload, kind string, meta metav1.O
 		w.WhatIf = whatIfOf(st, then, thenChain, w.Replicas, uid, meta.Namespace, pods)
 	}
 	w.Held = strategy.Held(chain, src.Object)
+	if w.Held == "" && kind == "Job" {
+		w.Held = strategy.JobHeld(chain, src.Object) // as the loop holds it
+	}
 	if w.Held == "" && st.Stopped != nil {
 		w.Held = st.Stopped(meta.Namespace)
 	}

@@ -57,6 +57,12 @@ const (
 // the fallback) but evicts none of its pods.
 const AnnotationConverge = "custom-kube-scheduler-webhook.io/converge"
 
+// AnnotationMoveJobPods set to "true" on a Job or CronJob (or its pod template) lets the
+// convergence loop evict the Job's running pods to move them, within its budget; a
+// policy's spec.moveJobPods sets it for the Jobs it governs. Without it a Job's pods
+// stay where they are placed: a killed batch pod loses its work.
+const AnnotationMoveJobPods = "custom-kube-scheduler-webhook.io/move-job-pods"
+
 // Keys of the records (Leases in the webhook's namespace) every replica reads: the seat
 // ledger's and the convergence loop's, each selected by its own label.
 const (
@@ -216,6 +222,25 @@ func Find(chain ...AnnotatedObject) Source {
 func NotEnabled(ns, what string) string {
 	return fmt.Sprintf("namespace %s is not enabled for custom-kube-scheduler-webhook, so nothing will place the pods of %s: "+
 		"kubectl label namespace %s %s=true", ns, what, ns, LabelNamespaceEnabled)
+}
+
+// JobHeld says why the convergence loop moves none of a Job's pods ("": it may): the
+// first link carrying AnnotationMoveJobPods decides, of the Job's own links (Origin
+// empty: its pod template, itself, its CronJob) and source, the link its strategy came
+// from; without one they stay. A policy that does not govern the Job does not decide.
+func JobHeld(chain []AnnotatedObject, source string) string {
+	for _, o := range chain {
+		if o.Origin != "" && o.Name != source {
+			continue
+		}
+		if v, ok := o.Annotations[AnnotationMoveJobPods]; ok {
+			if strings.EqualFold(strings.TrimSpace(v), "true") {
+				return ""
+			}
+			return fmt.Sprintf("a Job's pods are not moved: %s is %q on %s", AnnotationMoveJobPods, v, o.Name)
+		}
+	}
+	return "a Job's pods are not moved (a killed batch pod loses its work; " + AnnotationMoveJobPods + `: "true" lets the loop move them)`
 }
 
 // Held says why the convergence loop moves none of a workload's pods, from its chain

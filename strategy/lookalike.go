@@ -58,7 +58,7 @@ func editDistance(a, b string, limit int) int {
 
 // userKeys are the annotation keys a user writes to choose a strategy and when its
 // moves happen.
-var userKeys = []string{AnnotationStrategy, AnnotationStrategyAlias, AnnotationOptIn, AnnotationMoveWindow, AnnotationMinFallbackStay}
+var userKeys = []string{AnnotationStrategy, AnnotationStrategyAlias, AnnotationOptIn, AnnotationMoveWindow, AnnotationMinFallbackStay, AnnotationMoveJobPods}
 
 // LookalikeKeys warns about the annotation keys of obj that look like a key a user
 // writes (userKeys) but are not one: a different case, a prefix, or a typo such as CustomPodSchedulingStrategy.

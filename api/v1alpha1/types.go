@@ -123,6 +123,12 @@ type PlacementPolicySpec struct {
 	// workload's custom-kube-scheduler-webhook.io/min-fallback-stay annotation overrides it.
 	// +optional
 	MinFallbackStay *metav1.Duration `json:"minFallbackStay,omitempty"`
+	// MoveJobPods lets the convergence loop evict the running pods of the Jobs the policy
+	// governs to move them, within the loop's budget. Absent or false: a Job's pods stay
+	// where they were placed (a killed batch pod loses its work). A Job's or CronJob's
+	// custom-kube-scheduler-webhook.io/move-job-pods annotation overrides it.
+	// +optional
+	MoveJobPods bool `json:"moveJobPods,omitempty"`
 }
 
 // MoveWindow is a recurring window, in the form of a Karpenter NodePool's disruption

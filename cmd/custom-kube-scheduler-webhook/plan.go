@@ -142,7 +142,7 @@ once the hold is lifted), 0 when none, 2 for an invalid policy.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.raw, "strategy", "", "the CustomPodScheduleStrategy value")
-	f.StringVarP(&o.file, "filename", "f", "", "a Deployment, StatefulSet or Argo Rollout manifest: its strategy, replicas and pod requests; with --cluster also a policy or Namespace manifest (the what-if of applying it)")
+	f.StringVarP(&o.file, "filename", "f", "", "a Deployment, StatefulSet, Argo Rollout, Job or CronJob manifest: its strategy, replicas and pod requests; with --cluster also a policy or Namespace manifest (the what-if of applying it)")
 	f.IntVar(&o.replicas, "replicas", 1, "number of replicas (with -f: the manifest's)")
 	f.IntVar(&o.maxReplicas, "max-replicas", 0, "with --cluster: the top of the replica range, e.g. an HPA's maxReplicas (default: --replicas)")
 	f.BoolVar(&o.cluster, "cluster", false, "check the plan against the live cluster's NodePools and node groups")

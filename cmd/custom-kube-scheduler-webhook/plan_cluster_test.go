@@ -43,7 +43,7 @@ func TestPlanClusterBadInputExitsTwo(t *testing.T) {
 		want string
 	}{
 		"both":             {[]string{"plan", "--strategy", s, "-f", manifest}, "not both"},
-		"no workload":      {[]string{"plan", "-f", manifest}, "no Deployment, StatefulSet or Rollout"},
+		"no workload":      {[]string{"plan", "-f", manifest}, "no Deployment, StatefulSet, Rollout, Job or CronJob"},
 		"missing file":     {[]string{"plan", "-f", manifest + ".absent"}, "read manifest"},
 		"range upside":     {[]string{"plan", "--cluster", "--strategy", s, "--replicas", "10", "--max-replicas", "5"}, "below --replicas"},
 		"range too big":    {[]string{"plan", "--cluster", "--strategy", s, "--max-replicas", "2000000"}, "--max-replicas must be at most"},
