@@ -424,7 +424,6 @@ type result struct {
 // its pods as spread and the policy status do (strategy.Judge).
 func (l *Loop) judge(snap *snapshot) (map[termSource]int, strategy.State) {
 	var unserved map[termSource]int
-	t := strategy.Tally{Replicas: snap.rev.replicas, Placed: snap.survey.placedOn, Unplaced: len(snap.unplaced)}
 	c := strategy.Conditions{Unavailable: func(i int) (string, bool) { st, ok := snap.active[i]; return st.Reason, ok }}
 	if l.cfg.Served != nil {
 		// Asked once per term: Judge and the gauge read the same answers.
@@ -442,7 +441,16 @@ func (l *Loop) judge(snap *snapshot) (map[termSource]int, strategy.State) {
 			}
 		}
 	}
-	return unserved, strategy.Judge(snap.s, t, c).State
+	// The cached pods and the unplaced ones listed live (when the revision is short of
+	// placed pods): the same tally as spread and the policy status.
+	each := func(fn func(clusterview.PlacedPod)) {
+		for _, pods := range [][]clusterview.PlacedPod{snap.pods, snap.unplaced} {
+			for _, p := range pods {
+				fn(p)
+			}
+		}
+	}
+	return unserved, clusterview.Judge(snap.s, snap.rev.replicas, each, c).State
 }
 
 // converge makes one revision's pass: observe it, plan what to do, and act on the plan
