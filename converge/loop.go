@@ -72,15 +72,9 @@ type Scope interface {
 	CoversPod(ns string, podLabels map[string]string) bool
 }
 
-// Config is what the loop needs.
-type Config struct {
-	Client     kubernetes.Interface
-	Caches     *clusterview.Caches
-	Records    *unavailability.Records
-	Recorder   record.EventRecorder
-	Metrics    *Metrics
-	Namespaces clusterview.NamespaceFilter
-	Scope      Scope
+// Settings are the loop's knobs a user turns, each one setting of serve
+// (docs/configuration.md); the rest of Config is wiring.
+type Settings struct {
 	// MaxEvictionsPerMinute caps the loop's evictions across the cluster (a token bucket
 	// of that size, refilled over a minute), on top of each workload's budget: what any
 	// defect can do is bounded. 0: the default, 30.
@@ -99,6 +93,25 @@ type Config struct {
 	// MaxUnavailable is the per-workload budget of pods not Running and Ready: an int
 	// or a percentage of the replicas (rounded down), at least 1.
 	MaxUnavailable intstr.IntOrString
+	// MoveSignalledNodes: pods on a signalled node of a term not at risk move too (their
+	// replacement is placed on the same term); off by default.
+	MoveSignalledNodes bool
+	// Timing is the cluster's move window and minimum stay on fallback (MOVE_WINDOW,
+	// MIN_FALLBACK_STAY): a workload's annotations or its policy's spec override them.
+	Timing strategy.Timing
+}
+
+// Config is what the loop needs.
+type Config struct {
+	Client     kubernetes.Interface
+	Caches     *clusterview.Caches
+	Records    *unavailability.Records
+	Recorder   record.EventRecorder
+	Metrics    *Metrics
+	Namespaces clusterview.NamespaceFilter
+	Scope      Scope
+	// Settings are the knobs a user turns (docs/configuration.md).
+	Settings
 	// Interval (default 2s) is how soon a revision is passed after a change, changes
 	// within it coalescing into one pass, and how often while it is not settled (pods
 	// waiting for a node, moves left, fewer placed pods than replicas).
@@ -126,13 +139,7 @@ type Config struct {
 	// flips during an incident (the converge annotation on the webhook's namespace, or on
 	// ns). Read before every eviction.
 	Stopped func(ns string) string
-	// MoveSignalledNodes: pods on a signalled node of a term not at risk move too (their
-	// replacement is placed on the same term); off by default.
-	MoveSignalledNodes bool
-	// Timing is the cluster's move window and minimum stay on fallback (MOVE_WINDOW,
-	// MIN_FALLBACK_STAY): a workload's annotations or its policy's spec override them.
-	Timing strategy.Timing
-	Log    logrus.FieldLogger
+	Log     logrus.FieldLogger
 }
 
 // Loop is the convergence loop; run it on the elected replica only.
