@@ -91,19 +91,6 @@ type TermFacts struct {
 // exactNow judges the live placed pods of revision against s for replicas pods
 // (strategy.Judge, as spread does), and says why when they are not exact.
 func (c *Caches) exactNow(revision Revision, replicas int, s *strategy.Strategy, terms TermFacts) (bool, string) {
-	t := strategy.Tally{Replicas: replicas, Placed: make([]int, len(s.Terms))}
-	c.EachPodOf(revision, func(p PlacedPod) {
-		if !p.HoldsSeat() {
-			return
-		}
-		if !p.Placed() {
-			t.Unplaced++
-			return
-		}
-		if i := p.TermIn(s); i >= 0 {
-			t.Placed[i]++
-		}
-	})
 	var cond strategy.Conditions
 	if terms.Unavailable != nil {
 		unavailable := terms.Unavailable(revision.UID)
@@ -112,7 +99,7 @@ func (c *Caches) exactNow(revision Revision, replicas int, s *strategy.Strategy,
 	if terms.Unserved != nil {
 		cond.Unserved = func(i int) (string, bool) { return terms.Unserved(s.Terms[i].LabelMap()) }
 	}
-	v := strategy.Judge(s, t, cond)
+	v := Judge(s, replicas, func(fn func(PlacedPod)) { c.EachPodOf(revision, fn) }, cond)
 	if v.Exact() {
 		return true, ""
 	}

@@ -32,6 +32,9 @@ type PlacedPod struct {
 	// holds since UnschedulableSince (zero when the API server gave no time).
 	Unschedulable      string
 	UnschedulableSince time.Time
+	// CannotRun: admission found that the pod's term offers no architecture its images
+	// support (strategy.AnnotationCannotRun).
+	CannotRun bool
 	// CPUMilli and MemoryBytes are the pod's requests as the scheduler and Karpenter
 	// count them (0: none).
 	CPUMilli, MemoryBytes int64
@@ -69,6 +72,24 @@ func (p PlacedPod) UnschedulableFor() (time.Time, bool) {
 // TermIn is the 0-based term of s the pod is on (strategy.TermOf), -1 when none.
 func (p PlacedPod) TermIn(s *strategy.Strategy) int {
 	return strategy.TermOfPlaced(s, p.Term, p.NodeSelectorLabel)
+}
+
+// Live is what strategy.Tally counts of the pod against s.
+func (p PlacedPod) Live(s *strategy.Strategy) strategy.LivePod {
+	return strategy.LivePod{Seat: p.Seat, Term: p.TermIn(s), CannotRun: p.CannotRun}
+}
+
+// Judge tallies the pods each yields that hold a seat (live: not terminating, not
+// finished) against s for replicas and judges them (strategy.Judge): the convergence
+// loop and the policy status count with it, and spread with the same strategy.Tally.Add.
+func Judge(s *strategy.Strategy, replicas int, each func(fn func(PlacedPod)), c strategy.Conditions) strategy.Verdict {
+	t := strategy.NewTally(replicas, len(s.Terms))
+	each(func(p PlacedPod) {
+		if p.HoldsSeat() {
+			t.Add(p.Live(s))
+		}
+	})
+	return strategy.Judge(s, t, c)
 }
 
 // NodeSelectorLabel returns the value of key in the pod's nodeSelector.
@@ -111,7 +132,7 @@ func (p *cachedPod) placed() PlacedPod {
 		Seat: p.seatNumber(), Term: positive(placement.term), FallbackFrom: positive(placement.fallbackFrom),
 		NodeName: value(p.nodeName), Phase: status.phase,
 		Terminating: p.deletion != nil, Ready: p.ready, DoNotDisrupt: p.doNotDisrupt,
-		Unschedulable: status.unschedulable, nodeSelector: placement.nodeSelector,
+		Unschedulable: status.unschedulable, nodeSelector: placement.nodeSelector, CannotRun: placement.cannotRun,
 	}
 	if p.requests != (unique.Handle[podRequests]{}) {
 		r := p.requests.Value()

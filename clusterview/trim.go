@@ -79,9 +79,12 @@ type podController struct {
 }
 
 // podPlacement is what a cached pod says of its term: the term and fallback-from
-// annotations (cachedAnnotations) and its node selector in encodeSelector's form.
+// annotations (cachedAnnotations), its node selector in encodeSelector's form, and
+// whether admission found that the term cannot run its images (AnnotationCannotRun is
+// there; its text is not kept).
 type podPlacement struct {
 	term, fallbackFrom, nodeSelector string
+	cannotRun                        bool
 }
 
 // podRequests are a cached pod's CPU and memory requests as the scheduler and
@@ -288,6 +291,7 @@ func trimPod(obj any) (any, error) {
 	}
 	p.owner = unique.Make(owner)
 	placement := podPlacement{term: pod.Annotations[strategy.AnnotationTerm], fallbackFrom: pod.Annotations[strategy.AnnotationFallbackFrom]}
+	placement.cannotRun = pod.Annotations[strategy.AnnotationCannotRun] != ""
 	if len(pod.Spec.NodeSelector) > 0 {
 		placement.nodeSelector = encodeSelector(pod.Spec.NodeSelector)
 	}

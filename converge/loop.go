@@ -73,15 +73,9 @@ type Scope interface {
 	CoversPod(ns string, podLabels map[string]string) bool
 }
 
-// Config is what the loop needs.
-type Config struct {
-	Client     kubernetes.Interface
-	Caches     *clusterview.Caches
-	Records    *unavailability.Records
-	Recorder   record.EventRecorder
-	Metrics    *Metrics
-	Namespaces clusterview.NamespaceFilter
-	Scope      Scope
+// Settings are the loop's knobs a user turns, each one setting of serve
+// (docs/configuration.md); the rest of Config is wiring.
+type Settings struct {
 	// MaxEvictionsPerMinute caps the loop's evictions across the cluster (a token bucket
 	// of that size, refilled over a minute), on top of each workload's budget: what any
 	// defect can do is bounded. 0: the default, 30.
@@ -100,6 +94,25 @@ type Config struct {
 	// MaxUnavailable is the per-workload budget of pods not Running and Ready: an int
 	// or a percentage of the replicas (rounded down), at least 1.
 	MaxUnavailable intstr.IntOrString
+	// MoveSignalledNodes: pods on a signalled node of a term not at risk move too (their
+	// replacement is placed on the same term); off by default.
+	MoveSignalledNodes bool
+	// Timing is the cluster's move window and minimum stay on fallback (MOVE_WINDOW,
+	// MIN_FALLBACK_STAY): a workload's annotations or its policy's spec override them.
+	Timing strategy.Timing
+}
+
+// Config is what the loop needs.
+type Config struct {
+	Client     kubernetes.Interface
+	Caches     *clusterview.Caches
+	Records    *unavailability.Records
+	Recorder   record.EventRecorder
+	Metrics    *Metrics
+	Namespaces clusterview.NamespaceFilter
+	Scope      Scope
+	// Settings are the knobs a user turns (docs/configuration.md).
+	Settings
 	// Interval (default 2s) is how soon a revision is passed after a change, changes
 	// within it coalescing into one pass, and how often while it is not settled (pods
 	// waiting for a node, moves left, fewer placed pods than replicas).
@@ -127,13 +140,7 @@ type Config struct {
 	// flips during an incident (the converge annotation on the webhook's namespace, or on
 	// ns). Read before every eviction.
 	Stopped func(ns string) string
-	// MoveSignalledNodes: pods on a signalled node of a term not at risk move too (their
-	// replacement is placed on the same term); off by default.
-	MoveSignalledNodes bool
-	// Timing is the cluster's move window and minimum stay on fallback (MOVE_WINDOW,
-	// MIN_FALLBACK_STAY): a workload's annotations or its policy's spec override them.
-	Timing strategy.Timing
-	Log    logrus.FieldLogger
+	Log     logrus.FieldLogger
 }
 
 // Loop is the convergence loop; run it on the elected replica only.
@@ -425,7 +432,6 @@ type result struct {
 // its pods as spread and the policy status do (strategy.Judge).
 func (l *Loop) judge(snap *snapshot) (map[termSource]int, strategy.State) {
 	var unserved map[termSource]int
-	t := strategy.Tally{Replicas: snap.rev.replicas, Placed: snap.survey.placedOn, Unplaced: len(snap.unplaced)}
 	c := strategy.Conditions{Unavailable: func(i int) (string, bool) { st, ok := snap.active[i]; return st.Reason, ok }}
 	if l.cfg.Served != nil {
 		// Asked once per term: Judge and the gauge read the same answers.
@@ -443,7 +449,16 @@ func (l *Loop) judge(snap *snapshot) (map[termSource]int, strategy.State) {
 			}
 		}
 	}
-	return unserved, strategy.Judge(snap.s, t, c).State
+	// The cached pods and the unplaced ones listed live (when the revision is short of
+	// placed pods): the same tally as spread and the policy status.
+	each := func(fn func(clusterview.PlacedPod)) {
+		for _, pods := range [][]clusterview.PlacedPod{snap.pods, snap.unplaced} {
+			for _, p := range pods {
+				fn(p)
+			}
+		}
+	}
+	return unserved, clusterview.Judge(snap.s, snap.rev.replicas, each, c).State
 }
 
 // converge makes one revision's pass: observe it, plan what to do, and act on the plan

@@ -144,7 +144,7 @@ func newWorldOf(t *testing.T, strat string, replicas int, pods []*corev1.Pod) *w
 		Client: w.client, Caches: caches, Records: w.records, Metrics: m, Log: log, Scope: w.scope,
 		// FALLBACK_AFTER 20 s from when the pods were built: the informers' start, 15 s on
 		// a loaded machine, must not age a pod built 5 s unschedulable into a stranded one.
-		FallbackAfter: 20*time.Second + time.Since(built), Cooldown: time.Minute,
+		Settings: Settings{FallbackAfter: 20*time.Second + time.Since(built), Cooldown: time.Minute},
 	})
 	if err != nil {
 		t.Fatal(err)

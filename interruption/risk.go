@@ -22,6 +22,15 @@ const (
 	DefaultMinNodes = 2
 )
 
+// Settings are the interruption signals' knobs a user turns (INTERRUPTION_QUEUE and
+// the rule's INTERRUPTION_* settings): serve reads them and hands them over.
+type Settings struct {
+	// Queue is the SQS queue of EC2 signals, a URL or a name ("": off).
+	Queue string
+	// Rule says when a term is at risk.
+	Rule Rule
+}
+
 // Rule says when a term is at risk: when at least MinNodes of its nodes, and at least
 // SharePercent of them, had a signal within Window.
 type Rule struct {

@@ -211,7 +211,7 @@ func (r *Report) addAs(st *State, pw policy.Workload, kind string, meta metav1.O
 	}
 	placement := s.Place(w.Replicas, func(t int) bool { _, ok := unavailable[t]; return ok })
 	w.Terms = termRows(st, s, s.Target(w.Replicas), placement.Counts(len(s.Terms)), unavailable)
-	t := tally{nodes: make([]map[string]int, len(s.Terms)), requested: make([]map[string]requests, len(s.Terms)), held: map[int]bool{}}
+	t := tally{nodes: make([]map[string]int, len(s.Terms)), requested: make([]map[string]requests, len(s.Terms)), held: map[int]bool{}, judged: strategy.NewTally(w.Replicas, len(s.Terms))}
 	for i := range s.Terms {
 		t.nodes[i], t.requested[i] = map[string]int{}, map[string]requests{}
 	}
@@ -312,10 +312,14 @@ type tally struct {
 	above     int
 	// unplacedStaying counts the unplaced pods that carry do-not-disrupt.
 	unplacedStaying int
+	// judged is the tally strategy.Judge reads.
+	judged strategy.Tally
 }
 
-// count adds one pod of the workload to its term's row.
+// count adds one pod of the workload to its term's row, and to the tally Judge reads
+// (strategy.Tally.Add, as the loop and the policy status count).
 func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placement, pod Pod, t *tally) {
+	t.judged.Add(pod.Live())
 	i := pod.TermIndex
 	if pod.Seat <= 0 || i < 0 || i >= len(s.Terms) {
 		w.Unplaced++
@@ -375,10 +379,8 @@ func (w *WorkloadReport) finish(st *State, s *strategy.Strategy, t *tally, unava
 	}
 	w.PendingRepairs += w.Unplaced - t.unplacedStaying + min(t.above, free)
 	w.DoNotDisrupt += t.unplacedStaying
-	tl := strategy.Tally{Replicas: w.Replicas, Unplaced: w.Unplaced, Placed: make([]int, len(w.Terms))}
 	for i := range w.Terms {
 		row := &w.Terms[i]
-		tl.Placed[i], tl.CannotRun = row.Placed, tl.CannotRun+row.CannotRun
 		for name, count := range t.nodes[i] {
 			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, t.requested[i][name].list()))
 		}
@@ -397,7 +399,7 @@ func (w *WorkloadReport) finish(st *State, s *strategy.Strategy, t *tally, unava
 			return hint, true
 		}
 	}
-	v := strategy.Judge(s, tl, c)
+	v := strategy.Judge(s, t.judged, c)
 	w.State, w.Why, w.Exact = string(v.State), v.Why, v.Exact()
 }
 

@@ -182,6 +182,11 @@ type Pod struct {
 	CPUMilli, MemoryBytes int64
 }
 
+// Live is what strategy.Tally counts of the pod.
+func (p Pod) Live() strategy.LivePod {
+	return strategy.LivePod{Seat: p.Seat, Term: p.TermIndex, CannotRun: p.CannotRun != ""}
+}
+
 // PodOf is the Pod of a pod read from the API server, on a term of s (nil: no term).
 func PodOf(pod *corev1.Pod, s *strategy.Strategy) Pod {
 	p := Pod{Name: pod.Name, HoldsSeat: strategy.HoldsSeat(pod), Phase: pod.Status.Phase, PendingReason: pendingReason(pod),

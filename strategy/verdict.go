@@ -28,9 +28,41 @@ type Tally struct {
 	Replicas int
 	// Placed counts the pods that hold a seat, per 0-based term they are on.
 	Placed []int
-	// Unplaced counts live pods without a seat; CannotRun those whose term offers no
-	// architecture their images support.
+	// Unplaced counts live pods without a seat or on no term of the strategy; CannotRun
+	// the placed ones whose term offers no architecture their images support.
 	Unplaced, CannotRun int
+}
+
+// NewTally is an empty tally of a revision of replicas pods over terms terms.
+func NewTally(replicas, terms int) Tally {
+	return Tally{Replicas: replicas, Placed: make([]int, terms)}
+}
+
+// LivePod is what a tally reads of one live pod of a revision (one that holds a seat:
+// not terminating, not finished). Every reader converts its own pod type to it and
+// counts with Tally.Add, so spread, the convergence loop and policy status count alike.
+type LivePod struct {
+	// Seat is the pod's seat, 1-based (0: none, the pod is unplaced).
+	Seat int
+	// Term is the 0-based term of the strategy the pod stands on (-1: none).
+	Term int
+	// CannotRun: admission found that its term offers no architecture its images
+	// support (AnnotationCannotRun).
+	CannotRun bool
+}
+
+// Add counts p: without a seat, or on no term of the strategy, it is unplaced (the loop
+// moves it either way); otherwise placed on its term, and counted again when it cannot
+// run there.
+func (t *Tally) Add(p LivePod) {
+	if p.Seat <= 0 || p.Term < 0 || p.Term >= len(t.Placed) {
+		t.Unplaced++
+		return
+	}
+	t.Placed[p.Term]++
+	if p.CannotRun {
+		t.CannotRun++
+	}
 }
 
 // Conditions is what a reader knows of the terms beside the pods: nil functions mean
@@ -57,7 +89,7 @@ func (v Verdict) Exact() bool { return v.State == StateExact }
 // Judge decides the state of a workload revision of s whose live pods are t.
 func Judge(s *Strategy, t Tally, c Conditions) Verdict {
 	if t.Unplaced > 0 {
-		return Verdict{StateOffTarget, fmt.Sprintf("%d pods carry no seat (admitted while the webhook was not asked or unreachable)", t.Unplaced)}
+		return Verdict{StateOffTarget, fmt.Sprintf("%d pods carry no seat on a term of the strategy (admitted while the webhook was not asked or unreachable, or placed under an earlier strategy)", t.Unplaced)}
 	}
 	if t.CannotRun > 0 {
 		return Verdict{StateOffTarget, fmt.Sprintf("%d pods are on a term that cannot run their images", t.CannotRun)}

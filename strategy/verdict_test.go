@@ -39,3 +39,18 @@ func TestJudge(t *testing.T) {
 		}
 	}
 }
+
+// TestTallyAdd pins how every reader counts a live pod: unplaced without a seat or off
+// the strategy's terms, placed on its term, and cannot-run only when placed.
+func TestTallyAdd(t *testing.T) {
+	tl := NewTally(4, 2)
+	for _, p := range []LivePod{
+		{Seat: 1, Term: 0}, {Seat: 2, Term: 1, CannotRun: true}, {Seat: 0, Term: -1},
+		{Seat: 3, Term: -1}, {Seat: 4, Term: 2}, {Seat: 0, Term: 1, CannotRun: true},
+	} {
+		tl.Add(p)
+	}
+	if tl.Placed[0] != 1 || tl.Placed[1] != 1 || tl.Unplaced != 4 || tl.CannotRun != 1 || tl.Replicas != 4 {
+		t.Fatalf("tally %+v", tl)
+	}
+}

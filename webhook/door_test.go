@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 // oneToken opens the door to one token.
@@ -34,7 +36,7 @@ func TestForgedReviewsWithoutTheTokenHoldNoSeat(t *testing.T) {
 	url, _, _, client := startServer(t, h)
 
 	forge := func(path string) int {
-		req := createRequest(t, rsPod())
+		req := webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid"))
 		req.UID = types.UID("forged-" + path)
 		return postStatus(t, client, url+path, req)
 	}
@@ -48,8 +50,8 @@ func TestForgedReviewsWithoutTheTokenHoldNoSeat(t *testing.T) {
 	if n := admitted.Load(); n != 0 {
 		t.Fatalf("%d forged reviews were admitted", n)
 	}
-	real := createRequest(t, rsPod())
-	resp, err := postReviewAt(client, url+"/s3cr3ttokenofthisinstall/mutate", real)
+	real := webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid"))
+	resp, err := webhooktest.PostReview(client, url+"/s3cr3ttokenofthisinstall/mutate", real)
 	if err != nil {
 		t.Fatalf("the API server's review: %v", err)
 	}
@@ -75,7 +77,9 @@ func TestNotEnabledWebhookBehindTheToken(t *testing.T) {
 	}
 	h.Door = oneToken("s3cr3ttokenofthisinstall")
 	url, _, _, client := startServer(t, h)
-	post := func(path string) int { return postStatus(t, client, url+path, createRequest(t, rsPod())) }
+	post := func(path string) int {
+		return postStatus(t, client, url+path, webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid")))
+	}
 	if code := post("/validate/not-enabled"); code != http.StatusNotFound {
 		t.Errorf("/validate/not-enabled without the token: HTTP %d, want 404", code)
 	}

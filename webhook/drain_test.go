@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testcert"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 // On the stop signal /readyz fails at once, admissions are still served during the
@@ -55,17 +56,17 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 	if s := status("/readyz"); s != http.StatusOK {
 		t.Fatalf("/readyz %d before the stop signal", s)
 	}
-	slowReq := createRequest(t, rsPod())
+	slowReq := webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid"))
 	slowReq.Namespace = "slow"
 	slowDone := make(chan error, 1)
-	go func() { _, err := postReview(client, url, slowReq); slowDone <- err }()
+	go func() { _, err := webhooktest.Mutate(client, url, slowReq); slowDone <- err }()
 
 	signal()
 	time.Sleep(100 * time.Millisecond)
 	if s := status("/readyz"); s != http.StatusServiceUnavailable {
 		t.Errorf("/readyz %d during the drain, want 503", s)
 	}
-	if _, err := postReview(client, url, createRequest(t, rsPod())); err != nil {
+	if _, err := webhooktest.Mutate(client, url, webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid"))); err != nil {
 		t.Errorf("admission during the drain: %v", err)
 	}
 	time.Sleep(period) // past the drain period: the server now waits for the slow one
@@ -98,7 +99,7 @@ func TestDrainServesIdleConnectionsThenClosesThem(t *testing.T) {
 		t.Helper()
 		body, err := json.Marshal(admissionv1.AdmissionReview{
 			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-			Request:  createRequest(t, rsPod()),
+			Request:  webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid")),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 // A body declared over the cap is refused before it is read; one sent without a
@@ -60,13 +62,16 @@ func TestExcessAdmissionsGet429(t *testing.T) {
 	url, _, _, client := startServer(t, h)
 	errs := make(chan error, 2)
 	for range 2 {
-		go func() { _, err := postReview(client, url, createRequest(t, rsPod())); errs <- err }()
+		go func() {
+			_, err := webhooktest.Mutate(client, url, webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid")))
+			errs <- err
+		}()
 	}
 	for entered.Load() < 2 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	start := time.Now()
-	_, err := postReview(client, url, createRequest(t, rsPod()))
+	_, err := webhooktest.Mutate(client, url, webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid")))
 	if err == nil || !strings.Contains(err.Error(), "429") {
 		t.Fatalf("third admission: %v, want 429", err)
 	}
@@ -79,7 +84,7 @@ func TestExcessAdmissionsGet429(t *testing.T) {
 			t.Errorf("admission in flight: %v", err)
 		}
 	}
-	if _, err := postReview(client, url, createRequest(t, rsPod())); err != nil {
+	if _, err := webhooktest.Mutate(client, url, webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid"))); err != nil {
 		t.Errorf("admission after the burst: %v", err)
 	}
 }
@@ -119,9 +124,9 @@ func TestMaxBodyLoadStaysUnderMemoryLimit(t *testing.T) {
 	mux := h.Mux()
 
 	// A review whose pod carries one annotation filling the body up to the cap.
-	pod := rsPod()
+	pod := webhooktest.RSPod("demo", "rs-uid")
 	pod.Annotations = map[string]string{"filler": "@@FILL@@"}
-	review := admissionv1.AdmissionReview{Request: createRequest(t, pod)}
+	review := admissionv1.AdmissionReview{Request: webhooktest.CreateRequest(t, pod)}
 	review.APIVersion, review.Kind = "admission.k8s.io/v1", "AdmissionReview"
 	tmpl, err := json.Marshal(review)
 	if err != nil {

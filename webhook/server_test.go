@@ -1,11 +1,9 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -21,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testcert"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 // startServer serves handlers over HTTPS on an ephemeral port with a certificate
@@ -81,36 +80,6 @@ func writeFile(t testing.TB, path string, data []byte) {
 	}
 }
 
-func postReview(client *http.Client, url string, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
-	return postReviewAt(client, url+"/mutate", req)
-}
-
-// postReviewAt posts a review of req to the full URL.
-func postReviewAt(client *http.Client, url string, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
-	review := admissionv1.AdmissionReview{Request: req}
-	review.APIVersion, review.Kind = "admission.k8s.io/v1", "AdmissionReview"
-	body, err := json.Marshal(review)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, errors.New(resp.Status)
-	}
-	var out admissionv1.AdmissionReview
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, err
-	}
-	if out.Response == nil || out.Response.UID != req.UID {
-		return nil, errors.New("response does not carry the request UID")
-	}
-	return out.Response, nil
-}
-
 func TestServerRejectsBadRequests(t *testing.T) {
 	url, _, _, client := startServer(t, stubHandlers())
 	cases := map[string]string{
@@ -152,8 +121,8 @@ func TestPodReviewIsDecodedOnce(t *testing.T) {
 		Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog(),
 	}
 	url, _, _, client := startServer(t, h)
-	pod := rsPod()
-	if _, err := postReview(client, url, createRequest(t, pod)); err != nil {
+	pod := webhooktest.RSPod("demo", "rs-uid")
+	if _, err := webhooktest.Mutate(client, url, webhooktest.CreateRequest(t, pod)); err != nil {
 		t.Fatal(err)
 	}
 	if got == nil || got.GenerateName != pod.GenerateName || len(got.OwnerReferences) != 1 || raw != 0 {
@@ -171,7 +140,7 @@ func TestAdmissionPanicAdmitsUnchanged(t *testing.T) {
 		Ready: func() error { return nil }, Metrics: NewMetrics(), Log: quietLog(),
 	}
 	url, _, _, client := startServer(t, h)
-	resp, err := postReview(client, url, createRequest(t, rsPod()))
+	resp, err := webhooktest.Mutate(client, url, webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid")))
 	if err != nil {
 		t.Fatal(err)
 	}

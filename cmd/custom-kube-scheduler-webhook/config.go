@@ -126,17 +126,10 @@ type serveConfig struct {
 	LiveLookupQPS        float32
 	LiveLookups          int
 	// Deprecations are warnings about settings that no longer do anything.
-	Deprecations     []string
-	Converge         bool
-	FallbackAfter    time.Duration
-	FallbackCooldown time.Duration
-	MaxUnavailable   intstr.IntOrString
-	MaxEvictions     int
-	// PaceCluster and PaceNamespace are the pace (converge.Config.MaxUnavailableCluster
-	// and MaxUnavailablePerNamespace).
-	PaceCluster, PaceNamespace int
-	// Timing is the cluster's move window and minimum stay on fallback.
-	Timing            strategy.Timing
+	Deprecations []string
+	// Converge switches the convergence loop on; Loop are its settings.
+	Converge          bool
+	Loop              converge.Settings
 	AdmissionDeadline time.Duration
 	Profiling         bool
 	// OwnerDeployment owns the Leases serve creates (empty: none).
@@ -146,11 +139,8 @@ type serveConfig struct {
 	CostInterval time.Duration
 	// CostPrices is the price file read at startup (nil: AWS).
 	CostPrices *pricing.Table
-	// InterruptionQueue is the queue of EC2 signals ("": off); InterruptionRule when a
-	// term is at risk; MoveSignalledNodes the per-node option.
-	InterruptionQueue  string
-	InterruptionRule   interruption.Rule
-	MoveSignalledNodes bool
+	// Interruption reads EC2's interruption signals (its Queue "": off).
+	Interruption interruption.Settings
 	// Images configures the image architecture lookups (Enabled false: off).
 	Images imageSettings
 }
@@ -297,29 +287,29 @@ func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 	if c.Profiling, err = onOff(v, "profiling", "PROFILING"); err != nil {
 		return err
 	}
-	if c.FallbackAfter, err = positiveDuration(v, "fallback-after", "FALLBACK_AFTER"); err != nil {
+	if c.Loop.FallbackAfter, err = positiveDuration(v, "fallback-after", "FALLBACK_AFTER"); err != nil {
 		return err
 	}
-	if c.FallbackCooldown, err = positiveDuration(v, "fallback-cooldown", "FALLBACK_COOLDOWN"); err != nil {
+	if c.Loop.Cooldown, err = positiveDuration(v, "fallback-cooldown", "FALLBACK_COOLDOWN"); err != nil {
 		return err
 	}
-	c.MaxUnavailable = intstr.Parse(strings.TrimSpace(v.GetString("converge-max-unavailable")))
-	if _, err := converge.Budget(c.MaxUnavailable, 10); err != nil {
+	c.Loop.MaxUnavailable = intstr.Parse(strings.TrimSpace(v.GetString("converge-max-unavailable")))
+	if _, err := converge.Budget(c.Loop.MaxUnavailable, 10); err != nil {
 		return err
 	}
-	if c.Timing.Window, err = strategy.ParseWindow(v.GetString("move-window")); err != nil {
+	if c.Loop.Timing.Window, err = strategy.ParseWindow(v.GetString("move-window")); err != nil {
 		return fmt.Errorf("MOVE_WINDOW: %w", err)
 	}
-	if c.Timing.MinStay, err = strategy.ParseMinFallbackStay(v.GetString("min-fallback-stay")); err != nil {
+	if c.Loop.Timing.MinStay, err = strategy.ParseMinFallbackStay(v.GetString("min-fallback-stay")); err != nil {
 		return fmt.Errorf("MIN_FALLBACK_STAY: %w", err)
 	}
-	if c.MaxEvictions, err = positiveInt(v, "max-evictions-per-minute", "MAX_EVICTIONS_PER_MINUTE"); err != nil {
+	if c.Loop.MaxEvictionsPerMinute, err = positiveInt(v, "max-evictions-per-minute", "MAX_EVICTIONS_PER_MINUTE"); err != nil {
 		return err
 	}
-	if c.PaceCluster, err = positiveInt(v, "converge-max-unavailable-cluster", "CONVERGE_MAX_UNAVAILABLE_CLUSTER"); err != nil {
+	if c.Loop.MaxUnavailableCluster, err = positiveInt(v, "converge-max-unavailable-cluster", "CONVERGE_MAX_UNAVAILABLE_CLUSTER"); err != nil {
 		return err
 	}
-	if c.PaceNamespace, err = positiveInt(v, "converge-max-unavailable-per-namespace", "CONVERGE_MAX_UNAVAILABLE_PER_NAMESPACE"); err != nil {
+	if c.Loop.MaxUnavailablePerNamespace, err = positiveInt(v, "converge-max-unavailable-per-namespace", "CONVERGE_MAX_UNAVAILABLE_PER_NAMESPACE"); err != nil {
 		return err
 	}
 	return nil
@@ -395,11 +385,11 @@ func (c *serveConfig) parseImages(v *viper.Viper) error {
 // are off, so a typo shows before the queue is set).
 func (c *serveConfig) parseInterruption(v *viper.Viper) error {
 	var err error
-	c.InterruptionQueue = strings.TrimSpace(v.GetString("interruption-queue"))
-	if c.InterruptionQueue != "" && !c.Converge {
-		return fmt.Errorf("INTERRUPTION_QUEUE %q needs CONVERGE=on: the convergence loop acts on the signals", c.InterruptionQueue)
+	c.Interruption.Queue = strings.TrimSpace(v.GetString("interruption-queue"))
+	if c.Interruption.Queue != "" && !c.Converge {
+		return fmt.Errorf("INTERRUPTION_QUEUE %q needs CONVERGE=on: the convergence loop acts on the signals", c.Interruption.Queue)
 	}
-	if c.InterruptionRule.Window, err = positiveDuration(v, "interruption-window", "INTERRUPTION_WINDOW"); err != nil {
+	if c.Interruption.Rule.Window, err = positiveDuration(v, "interruption-window", "INTERRUPTION_WINDOW"); err != nil {
 		return err
 	}
 	share := strings.TrimSpace(v.GetString("interruption-risk-share"))
@@ -407,14 +397,14 @@ func (c *serveConfig) parseInterruption(v *viper.Viper) error {
 	if err != nil || !strings.HasSuffix(share, "%") || n < 1 || n > 100 {
 		return fmt.Errorf("INTERRUPTION_RISK_SHARE %q: want a percentage from 1%% to 100%%", share)
 	}
-	c.InterruptionRule.SharePercent = n
-	if c.InterruptionRule.MinNodes, err = positiveInt(v, "interruption-risk-min-nodes", "INTERRUPTION_RISK_MIN_NODES"); err != nil {
+	c.Interruption.Rule.SharePercent = n
+	if c.Interruption.Rule.MinNodes, err = positiveInt(v, "interruption-risk-min-nodes", "INTERRUPTION_RISK_MIN_NODES"); err != nil {
 		return err
 	}
-	if c.MoveSignalledNodes, err = onOff(v, "interruption-move-signalled-nodes", "INTERRUPTION_MOVE_SIGNALLED_NODES"); err != nil {
+	if c.Loop.MoveSignalledNodes, err = onOff(v, "interruption-move-signalled-nodes", "INTERRUPTION_MOVE_SIGNALLED_NODES"); err != nil {
 		return err
 	}
-	return c.InterruptionRule.Validate()
+	return c.Interruption.Rule.Validate()
 }
 
 // plainAddress reads METRICS_ADDRESS or HEALTH_ADDRESS: "0" (as in controller-runtime)
@@ -481,7 +471,6 @@ func peerAddress(setting, listen, podIP string, inPod bool) (string, error) {
 	return "https://" + net.JoinHostPort(host, port), nil
 }
 
-// onOff reads a switch: on or off (true and false are taken too).
 // oneOf reads a setting that takes one of choices, in any case.
 func oneOf(v *viper.Viper, key, env string, choices ...string) (string, error) {
 	mode := strings.ToLower(strings.TrimSpace(v.GetString(key)))
@@ -491,6 +480,7 @@ func oneOf(v *viper.Viper, key, env string, choices ...string) (string, error) {
 	return mode, nil
 }
 
+// onOff reads a switch: on or off (true and false are taken too).
 func onOff(v *viper.Viper, key, env string) (bool, error) {
 	switch mode := strings.ToLower(strings.TrimSpace(v.GetString(key))); mode {
 	case "on", "true":

@@ -18,8 +18,8 @@ func TestInterruptionConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.InterruptionQueue != "" || cfg.MoveSignalledNodes || cfg.InterruptionRule != interruption.DefaultRule() {
-		t.Fatalf("defaults: queue %q, per-node %v, rule %+v; want off with %+v", cfg.InterruptionQueue, cfg.MoveSignalledNodes, cfg.InterruptionRule, interruption.DefaultRule())
+	if cfg.Interruption.Queue != "" || cfg.Loop.MoveSignalledNodes || cfg.Interruption.Rule != interruption.DefaultRule() {
+		t.Fatalf("defaults: queue %q, per-node %v, rule %+v; want off with %+v", cfg.Interruption.Queue, cfg.Loop.MoveSignalledNodes, cfg.Interruption.Rule, interruption.DefaultRule())
 	}
 	cfg, err = loadServeConfig(serveFlags(t, "--interruption-queue", "cksw-signals", "--interruption-window", "90s",
 		"--interruption-risk-share", "30%", "--interruption-risk-min-nodes", "3", "--interruption-move-signalled-nodes"))
@@ -27,7 +27,7 @@ func TestInterruptionConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := interruption.Rule{Window: 90 * time.Second, SharePercent: 30, MinNodes: 3}
-	if cfg.InterruptionQueue != "cksw-signals" || !cfg.MoveSignalledNodes || cfg.InterruptionRule != want {
+	if cfg.Interruption.Queue != "cksw-signals" || !cfg.Loop.MoveSignalledNodes || cfg.Interruption.Rule != want {
 		t.Fatalf("set: %+v", cfg)
 	}
 	for _, bad := range []struct {

@@ -61,18 +61,15 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 	convergeCfg := converge.Config{
 		Client: loopClient, Caches: r.caches, Records: r.records, Recorder: recorder, Metrics: m,
 		Namespaces: r.cfg.namespaces(),
-		Scope:      r.scope, MaxEvictionsPerMinute: r.cfg.MaxEvictions,
-		MaxUnavailableCluster: r.cfg.PaceCluster, MaxUnavailablePerNamespace: r.cfg.PaceNamespace,
-		FallbackAfter: r.cfg.FallbackAfter, Cooldown: r.cfg.FallbackCooldown, MaxUnavailable: r.cfg.MaxUnavailable,
+		Scope:      r.scope, Settings: r.cfg.Loop,
 		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
 		Signals:  converge.NewKarpenterSignals(loopClient, r.catalog, claims),
 		Launches: claims,
 		Served:   termServed(r.catalog),
-		Timing:   r.cfg.Timing,
 		Log:      entry,
 	}
 	if signals != nil {
-		convergeCfg.Interruptions, convergeCfg.MoveSignalledNodes = signals.tracker, r.cfg.MoveSignalledNodes
+		convergeCfg.Interruptions = signals.tracker
 	}
 	convergeCfg.Stopped = policy.Stopped(r.policies.MovesOff, r.cfg.Namespace)
 	loop, err := converge.NewLoop(convergeCfg)
@@ -109,7 +106,7 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 		status := &policy.StatusWriter{Cache: r.policies, Dyn: dyn, Log: entry, Unserved: unserved,
 			Audited:   func(a policy.Audited) { m.Audited(a.Workloads, a.WouldMove) },
 			Stopped:   func() string { return convergeCfg.Stopped("") },
-			Workloads: r.caches.Governable(r.cfg.namespaces().Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Timing)}
+			Workloads: r.caches.Governable(r.cfg.namespaces().Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Loop.Timing)}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -146,20 +143,20 @@ type interruptionSignals struct {
 // refresh run on the elected replica (startConverge). A queue that is missing or denies
 // access does not stop serve: the poller logs, counts and retries.
 func newInterruptionSignals(ctx context.Context, cfg *serveConfig, nodes interruption.Nodes, reg prometheus.Registerer, log logrus.FieldLogger) (*interruptionSignals, error) {
-	if cfg.InterruptionQueue == "" {
+	if cfg.Interruption.Queue == "" {
 		return nil, nil
 	}
 	metrics, err := interruption.NewMetrics(reg, webhook.MetricsNamespace)
 	if err != nil {
 		return nil, err
 	}
-	sqsClient, region, err := interruption.NewSQSClient(ctx, cfg.InterruptionQueue)
+	sqsClient, region, err := interruption.NewSQSClient(ctx, cfg.Interruption.Queue)
 	if err != nil {
 		return nil, err
 	}
 	s := &interruptionSignals{}
 	s.tracker, err = interruption.NewTracker(interruption.TrackerConfig{
-		Nodes: nodes, Rule: cfg.InterruptionRule, Metrics: metrics, Log: log,
+		Nodes: nodes, Rule: cfg.Interruption.Rule, Metrics: metrics, Log: log,
 		Changed: func() {
 			if loop := s.changed.Load(); loop != nil {
 				loop.InterruptionSignalled()
@@ -169,9 +166,9 @@ func newInterruptionSignals(ctx context.Context, cfg *serveConfig, nodes interru
 	if err != nil {
 		return nil, err
 	}
-	s.poller = &interruption.Poller{Queue: sqsClient, Name: cfg.InterruptionQueue, Region: region,
+	s.poller = &interruption.Poller{Queue: sqsClient, Name: cfg.Interruption.Queue, Region: region,
 		Handle: s.tracker.Handle, Metrics: metrics, Log: log}
-	log.WithFields(logrus.Fields{"queue": cfg.InterruptionQueue, "region": region, "moveSignalledNodes": cfg.MoveSignalledNodes}).
-		Info("interruption signals on: " + cfg.InterruptionRule.String())
+	log.WithFields(logrus.Fields{"queue": cfg.Interruption.Queue, "region": region, "moveSignalledNodes": cfg.Loop.MoveSignalledNodes}).
+		Info("interruption signals on: " + cfg.Interruption.Rule.String())
 	return s, nil
 }

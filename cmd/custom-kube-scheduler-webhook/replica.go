@@ -5,20 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
@@ -121,11 +118,12 @@ func (r *replica) startViews(ctx context.Context) error {
 	}
 	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
 	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
-	caFile := filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")
-	if err := checkPeerCA(ctx, cfg, r.client, caFile, log); err != nil {
-		return err
+	r.peerTrust = ledger.PeerTrust{Own: r.certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")}
+	if !cfg.SelfCert { // CERT_MODE=self writes ca.crt
+		if err := r.peerTrust.CheckReplicas(ctx, r.client, cfg.Namespace, cfg.OwnerDeployment, log); err != nil {
+			return err
+		}
 	}
-	r.peerTrust = ledger.PeerTrust{Own: r.certs.GetCertificate, CAFile: caFile}
 	if r.seats, r.ledgerSynced, err = newLedger(ctx, cfg, r.restCfg, r.caches, r.identity, ledger.NewPeerClient(r.peerTrust), r.owner, log); err != nil {
 		return err
 	}
@@ -173,34 +171,6 @@ func (r *replica) startDoor(ctx context.Context) error {
 		return err
 	}
 	go r.door.Run(ctx)
-	return nil
-}
-
-// checkPeerCA refuses several replicas whose certificate files come without a CA
-// (CERT_MODE=file, no ca.crt beside TLS_CERT_FILE): replicas then trust only the very
-// leaf they serve, so while a renewed certificate reaches the replicas one after another
-// every claim forwarded between an old and a new one fails. The count is the owner
-// Deployment's spec.replicas (OWNER_DEPLOYMENT, set by the chart); without it, a warning.
-func checkPeerCA(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, caFile string, log logrus.FieldLogger) error {
-	if cfg.SelfCert {
-		return nil // CERT_MODE=self writes ca.crt
-	}
-	if _, err := os.Stat(caFile); err == nil {
-		return nil
-	}
-	if cfg.OwnerDeployment == "" {
-		log.Warnf("no CA certificate at %s: run one replica only (several pin one another's serving certificate, and forwarded seat claims fail during a rotation)", caFile)
-		return nil
-	}
-	d, err := client.AppsV1().Deployments(cfg.Namespace).Get(ctx, cfg.OwnerDeployment, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading the replicas of Deployment %s/%s (OWNER_DEPLOYMENT) to check the CA certificate: %w", cfg.Namespace, cfg.OwnerDeployment, err)
-	}
-	if replicas := ptr.Deref(d.Spec.Replicas, 1); replicas > 1 {
-		return fmt.Errorf("CERT_MODE=file with %d replicas needs the CA certificate at %s (ca.crt beside TLS_CERT_FILE, as cert-manager writes it): "+
-			"without it replicas trust only the leaf certificate they serve, and seat claims forwarded between replicas fail while a renewed certificate spreads; "+
-			"add ca.crt to the certificate Secret, use certMode self or cert-manager, or run one replica", replicas, caFile)
-	}
 	return nil
 }
 

@@ -40,7 +40,7 @@ var allowed = map[string][]string{
 }
 
 // testOnly are packages for tests, never imported by product code.
-var testOnly = []string{"internal/testcert", "internal/testregistry", "internal/fakeleases", "internal/awsfake", "internal/harness", "internal/layout", "internal/doccheck"}
+var testOnly = []string{"internal/testcert", "webhook/internal/webhooktest", "internal/testregistry", "internal/fakeleases", "internal/awsfake", "internal/harness", "internal/layout", "internal/doccheck"}
 
 // TestImportsFollowTheLayout checks the product packages' imports (test files aside)
 // against allowed: no package but cmd and the admission handlers import webhook, clusterview builds on nothing of

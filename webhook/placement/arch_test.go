@@ -24,6 +24,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/testregistry"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 func TestArchitectureRequirementMergesIntoTheAffinity(t *testing.T) {
@@ -230,9 +231,9 @@ func BenchmarkAdmitImageArchitectures(b *testing.B) {
 	image := host + "/app:1"
 	testregistry.PushImage(b, image, testregistry.PlatformImage(b, "amd64"))
 	m.Images = &ImageArchitectures{Images: imagearch.New(imagearch.Config{Insecure: []string{host}}), Capacity: fakeArchCapacity{"amd64", "arm64"}}
-	pod := rsPod()
+	pod := webhooktest.RSPod(testNS, testRSUID)
 	pod.Spec.Containers[0].Image = image
-	req := createRequest(b, pod)
+	req := webhooktest.CreateRequest(b, pod)
 	b.ReportAllocs()
 	for b.Loop() {
 		req.UID = uuid.NewUUID()

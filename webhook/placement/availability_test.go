@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 // unavailable is a fixed Availability: these 0-based terms of every revision.
@@ -21,7 +22,7 @@ func TestFallbackPlacement(t *testing.T) {
 	m, _, _ := newCluster("karpenter.sh/capacity-type=on-demand,base=1:karpenter.sh/capacity-type=spot,weight=3").mutator(t)
 	m.Availability = unavailable{1: "until 2026-01-01T00:00:00Z: 3 pods unschedulable for 90s"}
 	for seat := 1; seat <= 3; seat++ {
-		req := createRequest(t, rsPod())
+		req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 		resp := m.Admit(context.Background(), req)
 		pod := applyPatch(t, req, resp)
 		if got := pod.Spec.NodeSelector["karpenter.sh/capacity-type"]; got != "on-demand" {
@@ -46,7 +47,7 @@ func TestFallbackPlacement(t *testing.T) {
 func TestNoFallbackTerm(t *testing.T) {
 	m, _, _ := newCluster("karpenter.sh/capacity-type=on-demand,base=1:karpenter.sh/capacity-type=spot,weight=3").mutator(t)
 	m.Availability = unavailable{0: "x", 1: "y"}
-	req := createRequest(t, rsPod())
+	req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 	resp := m.Admit(context.Background(), req)
 	pod := applyPatch(t, req, resp)
 	if _, ok := pod.Annotations[strategy.AnnotationFallbackFrom]; ok || pod.Spec.NodeSelector["karpenter.sh/capacity-type"] != "on-demand" {

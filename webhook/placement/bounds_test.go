@@ -15,6 +15,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 // twentyTerms is the largest strategy the grammar allows.
@@ -25,7 +26,7 @@ const twentyTerms = "p=a,base=3,weight=1000:p=b,weight=999:p=c,weight=7:p=d,base
 
 // stsPod is a pod of StatefulSet "db" with the given pod-index label, owned by uid.
 func stsPod(index string, uid types.UID) *corev1.Pod {
-	pod := rsPod()
+	pod := webhooktest.RSPod(testNS, testRSUID)
 	pod.GenerateName, pod.Name = "", "db-x"
 	pod.Labels = map[string]string{"app": "db", appsv1.PodIndexLabel: index}
 	pod.OwnerReferences = []metav1.OwnerReference{controllerRef("StatefulSet", "db", uid)}
@@ -37,7 +38,7 @@ func stsPod(index string, uid types.UID) *corev1.Pod {
 func TestHugePodIndexIsRefused(t *testing.T) {
 	m, _, _ := newCluster(seedStrategy).mutator(t)
 	for _, index := range []string{"9223372036854775807", "9223372036854775806", "2147483647", "99999999999999999999"} {
-		req := createRequest(t, stsPod(index, testStatefulUID))
+		req := webhooktest.CreateRequest(t, stsPod(index, testStatefulUID))
 		resp := m.Admit(context.Background(), req)
 		if !resp.Allowed || resp.Patch != nil {
 			t.Fatalf("pod-index %s: want admitted unchanged, got %+v", index, resp)
@@ -47,7 +48,7 @@ func TestHugePodIndexIsRefused(t *testing.T) {
 		}
 	}
 	// The highest seat still is placed: ordinal MaxSeat-1.
-	req := createRequest(t, stsPod("2147483646", testStatefulUID))
+	req := webhooktest.CreateRequest(t, stsPod("2147483646", testStatefulUID))
 	if seat, _ := strategy.SeatOf(applyPatch(t, req, m.Admit(context.Background(), req))); seat != strategy.MaxSeat {
 		t.Fatalf("ordinal MaxSeat-1 got seat %d", seat)
 	}
@@ -59,7 +60,7 @@ func TestLargeOrdinalIsPlacedQuickly(t *testing.T) {
 	m, _, _ := newCluster(twentyTerms).mutator(t)
 	for _, index := range []string{"100000000", "2147483646"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		req := createRequest(t, stsPod(index, testStatefulUID))
+		req := webhooktest.CreateRequest(t, stsPod(index, testStatefulUID))
 		start := time.Now()
 		done := make(chan struct{})
 		go func() {
@@ -82,7 +83,7 @@ func TestLargeOrdinalIsPlacedQuickly(t *testing.T) {
 // forged (or stale): the pod is not placed, as for a ReplicaSet.
 func TestStatefulSetOwnerUIDIsVerified(t *testing.T) {
 	m, _, _ := newCluster(seedStrategy).mutator(t)
-	req := createRequest(t, stsPod("3", "forged-uid"))
+	req := webhooktest.CreateRequest(t, stsPod("3", "forged-uid"))
 	resp := m.Admit(context.Background(), req)
 	if !resp.Allowed || resp.Patch != nil {
 		t.Fatalf("a forged StatefulSet owner was placed: %s", resp.Patch)
@@ -135,7 +136,7 @@ func TestAdmissionDeadline(t *testing.T) {
 		m, _, _ := newCluster(burstStrategy).mutator(t)
 		m.Deadline = 50 * time.Millisecond
 		m.Resolver = slowResolver{inner: m.Resolver, delay: time.Minute}
-		req := createRequest(t, rsPod())
+		req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 		start := time.Now()
 		resp := m.Admit(context.Background(), req)
 		if d := time.Since(start); d > time.Second {
@@ -153,7 +154,7 @@ func TestAdmissionDeadline(t *testing.T) {
 		m.Deadline = 50 * time.Millisecond
 		released := make(chan types.UID, 1)
 		m.Ledger = slowLedger{SeatLedger: ledger, delay: 100 * time.Millisecond, released: released}
-		req := createRequest(t, rsPod())
+		req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 		resp := m.Admit(context.Background(), req)
 		if !resp.Allowed || resp.Patch != nil || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "admission deadline passed") {
 			t.Fatalf("want unplaced with a deadline warning, got %+v", resp)
@@ -180,7 +181,7 @@ func TestAdmissionDeadline(t *testing.T) {
 	t.Run("in time", func(t *testing.T) {
 		m, _, _ := newCluster(burstStrategy).mutator(t)
 		m.Deadline = 5 * time.Second
-		req := createRequest(t, rsPod())
+		req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 		applyPatch(t, req, m.Admit(context.Background(), req))
 	})
 }
@@ -188,7 +189,7 @@ func TestAdmissionDeadline(t *testing.T) {
 // A strategy's doubts (a term containing another's labels) reach the user at admission.
 func TestContainedTermsWarnAtAdmission(t *testing.T) {
 	m, _, _ := newCluster("a=1:a=1,b=2").mutator(t)
-	req := createRequest(t, rsPod())
+	req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 	resp := m.Admit(context.Background(), req)
 	applyPatch(t, req, resp)
 	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "on Deployment shop/web: term 2 (a=1,b=2) selects every label of term 1 (a=1)") {

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
@@ -116,36 +115,6 @@ func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *led
 		Namespaces: clusterview.NamespaceFilter{Blocklist: map[string]bool{"kube-system": true, "blocked": true}, Own: "custom-kube-scheduler-webhook"},
 		Log:        quietLog(),
 	}, recorder, ledger
-}
-
-// rsPod is a pod the ReplicaSet controller would create: generateName, no name.
-func rsPod() *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName:    "web-5c4ff85997-",
-			Namespace:       testNS,
-			Labels:          map[string]string{"app": "web"},
-			OwnerReferences: []metav1.OwnerReference{controllerRef("ReplicaSet", "web-5c4ff85997", testRSUID)},
-		},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "alpine"}}},
-	}
-}
-
-func createRequest(t testing.TB, pod *corev1.Pod) *admissionv1.AdmissionRequest {
-	t.Helper()
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := pod.Namespace
-	return &admissionv1.AdmissionRequest{
-		UID:       uuid.NewUUID(),
-		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-		Namespace: ns,
-		Operation: admissionv1.Create,
-		Object:    runtime.RawExtension{Raw: raw},
-	}
 }
 
 // applyPatch applies the response's JSON patch to the request's pod.

@@ -22,6 +22,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 // admitInput is one fuzzed admission: a pod built from the fields, or, with RawPod
@@ -198,10 +199,10 @@ func FuzzAdmit(f *testing.F) {
 		m.Resolver = fuzzResolver(t, client, strat, flags, start)
 		var req *admissionv1.AdmissionRequest
 		if flags&0x80 != 0 {
-			req = createRequest(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS}})
+			req = webhooktest.CreateRequest(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS}})
 			req.Object.Raw = rawPod
 		} else {
-			req = createRequest(t, in.pod())
+			req = webhooktest.CreateRequest(t, in.pod())
 		}
 		if flags&0x10 != 0 {
 			req.DryRun = new(true)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 func jobRef(kind, name string, uid string) metav1.OwnerReference {
@@ -29,10 +30,10 @@ func TestIndexedJobSeatIsIndex(t *testing.T) {
 	m, _, _ := (&cluster{objects: []runtime.Object{job}}).mutator(t)
 	s, _ := strategy.Parse(seedStrategy)
 	for _, index := range []int{4, 0, 4, 9} {
-		pod := rsPod()
+		pod := webhooktest.RSPod(testNS, testRSUID)
 		pod.OwnerReferences = []metav1.OwnerReference{jobRef("Job", "batch", "job-uid-1")}
 		pod.Annotations = map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(index)}
-		req := createRequest(t, pod)
+		req := webhooktest.CreateRequest(t, pod)
 		got := applyPatch(t, req, m.Admit(context.Background(), req))
 		if seat, _ := strategy.SeatOf(got); seat != index+1 {
 			t.Errorf("index %d got seat %d", index, seat)
@@ -59,9 +60,9 @@ func TestCronJobStrategyReachesItsJobs(t *testing.T) {
 	m, _, _ := (&cluster{objects: []runtime.Object{cj, job}}).mutator(t)
 	s, _ := strategy.Parse(burstStrategy)
 	for i := 1; i <= 4; i++ {
-		pod := rsPod()
+		pod := webhooktest.RSPod(testNS, testRSUID)
 		pod.OwnerReferences = []metav1.OwnerReference{jobRef("Job", "nightly-1", "job-uid-2")}
-		req := createRequest(t, pod)
+		req := webhooktest.CreateRequest(t, pod)
 		got := applyPatch(t, req, m.Admit(context.Background(), req))
 		if seat, _ := strategy.SeatOf(got); seat != i {
 			t.Errorf("pod %d got seat %d", i, seat)

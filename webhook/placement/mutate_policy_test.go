@@ -12,6 +12,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 // TestPolicyPlacesUnannotatedWorkload: a Deployment without a strategy takes its
@@ -29,7 +30,7 @@ func TestPolicyPlacesUnannotatedWorkload(t *testing.T) {
 			pol := v1alpha1.PlacementPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "split"}, Spec: v1alpha1.PlacementPolicySpec{Strategy: tc.strat}}
 			ns := corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS, Annotations: map[string]string{strategy.AnnotationStrategy: "c=1"}}}
 			m.Resolver.(*clusterview.ListerResolver).Policies = policy.NewIndex([]v1alpha1.PlacementPolicy{pol}, nil, []corev1.Namespace{ns})
-			req := createRequest(t, rsPod())
+			req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 			resp := m.Admit(context.Background(), req)
 			if !resp.Allowed {
 				t.Fatalf("blocked: %+v", resp.Result)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 const testRolloutUID = types.UID("rollout-uid-1")
@@ -35,7 +36,7 @@ func TestRolloutPodPlacedByRolloutAnnotation(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "web", UID: testRolloutUID, Annotations: map[string]string{strategy.AnnotationStrategy: "a=1:b=2"}},
 	}
 	m, _, _ := rolloutCluster(ro).mutator(t)
-	req := createRequest(t, rsPod())
+	req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 	resp := m.Admit(context.Background(), req)
 	if !resp.Allowed {
 		t.Fatalf("blocked: %+v", resp.Result)
@@ -48,7 +49,7 @@ func TestRolloutPodPlacedByRolloutAnnotation(t *testing.T) {
 	// An invalid strategy on the Rollout: the Event names it and goes to it.
 	ro.Annotations[strategy.AnnotationStrategy] = "nolabel"
 	m, rec, _ := rolloutCluster(ro).mutator(t)
-	resp = m.Admit(context.Background(), createRequest(t, rsPod()))
+	resp = m.Admit(context.Background(), webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID)))
 	if resp.Patch != nil || !strings.Contains(strings.Join(resp.Warnings, "\n"), "on Rollout shop/web is invalid") {
 		t.Fatalf("patch %s, warnings %q; want unchanged, naming the Rollout", resp.Patch, resp.Warnings)
 	}
@@ -61,7 +62,7 @@ func TestRolloutPodPlacedByRolloutAnnotation(t *testing.T) {
 // blocked, with a warning that says why, though the pod itself names no strategy.
 func TestRolloutMissingAdmitsUnplacedWithWarning(t *testing.T) {
 	m, _, _ := rolloutCluster().mutator(t)
-	resp := m.Admit(context.Background(), createRequest(t, rsPod()))
+	resp := m.Admit(context.Background(), webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID)))
 	if !resp.Allowed {
 		t.Fatalf("blocked: %+v", resp.Result)
 	}
@@ -78,9 +79,9 @@ func TestRolloutPodAnnotationFirst(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "web", UID: testRolloutUID, Annotations: map[string]string{strategy.AnnotationStrategy: "a=1:b=2"}},
 	}
 	m, _, _ := rolloutCluster(ro).mutator(t)
-	pod := rsPod()
+	pod := webhooktest.RSPod(testNS, testRSUID)
 	pod.Annotations = map[string]string{strategy.AnnotationStrategy: "c=3"}
-	req := createRequest(t, pod)
+	req := webhooktest.CreateRequest(t, pod)
 	got := applyPatch(t, req, m.Admit(context.Background(), req))
 	if got.Spec.NodeSelector["c"] != "3" {
 		t.Fatalf("nodeSelector %v, want the pod's own strategy", got.Spec.NodeSelector)

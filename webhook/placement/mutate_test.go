@@ -20,6 +20,7 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 func TestPlacesSeedDeploymentInOrder(t *testing.T) {
@@ -27,7 +28,7 @@ func TestPlacesSeedDeploymentInOrder(t *testing.T) {
 	s, _ := strategy.Parse(seedStrategy)
 	counts := make([]int, 3)
 	for i := 1; i <= 10; i++ {
-		req := createRequest(t, rsPod())
+		req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 		resp := m.Admit(context.Background(), req)
 		pod := applyPatch(t, req, resp)
 		seat, _ := strategy.SeatOf(pod)
@@ -69,7 +70,7 @@ func TestSkips(t *testing.T) {
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
-			req := createRequest(t, rsPod())
+			req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 			mutate(req)
 			expectUnchanged(t, m.Admit(context.Background(), req), "")
 		})
@@ -89,26 +90,26 @@ func TestSkips(t *testing.T) {
 	}
 	for name, mutate := range podCases {
 		t.Run(name, func(t *testing.T) {
-			pod := rsPod()
+			pod := webhooktest.RSPod(testNS, testRSUID)
 			mutate(pod)
-			expectUnchanged(t, m.Admit(context.Background(), createRequest(t, pod)), "")
+			expectUnchanged(t, m.Admit(context.Background(), webhooktest.CreateRequest(t, pod)), "")
 		})
 	}
 	t.Run("bare pod with a strategy is left alone with a warning", func(t *testing.T) {
-		pod := rsPod()
+		pod := webhooktest.RSPod(testNS, testRSUID)
 		pod.OwnerReferences = nil
 		pod.Annotations = map[string]string{strategy.AnnotationStrategy: burstStrategy}
-		expectUnchanged(t, m.Admit(context.Background(), createRequest(t, pod)), "bare pod")
+		expectUnchanged(t, m.Admit(context.Background(), webhooktest.CreateRequest(t, pod)), "bare pod")
 	})
 	t.Run("pod of a Job that does not exist is left alone with a warning", func(t *testing.T) {
-		pod := rsPod()
+		pod := webhooktest.RSPod(testNS, testRSUID)
 		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j", UID: "job", Controller: ptr.To(true)}}
 		pod.Annotations = map[string]string{strategy.AnnotationStrategy: burstStrategy}
-		expectUnchanged(t, m.Admit(context.Background(), createRequest(t, pod)), `Job shop/j`)
+		expectUnchanged(t, m.Admit(context.Background(), webhooktest.CreateRequest(t, pod)), `Job shop/j`)
 	})
 	t.Run("workload without a strategy", func(t *testing.T) {
 		m, _, _ := newAnnotatedCluster(nil).mutator(t)
-		expectUnchanged(t, m.Admit(context.Background(), createRequest(t, rsPod())), "")
+		expectUnchanged(t, m.Admit(context.Background(), webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))), "")
 	})
 }
 
@@ -119,11 +120,11 @@ func TestMergesNodeSelectorAndTolerations(t *testing.T) {
 		{Key: "dedicated", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 		{Key: "team", Operator: corev1.TolerationOpEqual, Value: "a", Effect: corev1.TaintEffectNoSchedule},
 	}, served: true}
-	pod := rsPod()
+	pod := webhooktest.RSPod(testNS, testRSUID)
 	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/arch": "arm64", "karpenter.sh/capacity-type": "on-demand"}
 	pod.Spec.Tolerations = []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpExists}}
 	pod.Annotations = map[string]string{"keep": "me"}
-	req := createRequest(t, pod)
+	req := webhooktest.CreateRequest(t, pod)
 	resp := m.Admit(context.Background(), req)
 	got := applyPatch(t, req, resp)
 	want := map[string]string{"kubernetes.io/arch": "arm64", "karpenter.sh/capacity-type": "on-demand"}
@@ -158,9 +159,9 @@ func TestMergesNodeSelectorAndTolerations(t *testing.T) {
 
 func TestTemplateDeletionCostIsKept(t *testing.T) {
 	m, _, _ := newCluster(burstStrategy).mutator(t)
-	pod := rsPod()
+	pod := webhooktest.RSPod(testNS, testRSUID)
 	pod.Annotations = map[string]string{strategy.AnnotationDeletionCost: "100"}
-	req := createRequest(t, pod)
+	req := webhooktest.CreateRequest(t, pod)
 	if got := applyPatch(t, req, m.Admit(context.Background(), req)); got.Annotations[strategy.AnnotationDeletionCost] != "100" {
 		t.Fatalf("the template's own deletion cost was changed: %v", got.Annotations)
 	}
@@ -168,9 +169,9 @@ func TestTemplateDeletionCostIsKept(t *testing.T) {
 
 func TestConflictingNodeSelector(t *testing.T) {
 	m, recorder, ledger := newCluster(burstStrategy).mutator(t)
-	pod := rsPod()
+	pod := webhooktest.RSPod(testNS, testRSUID)
 	pod.Spec.NodeSelector = map[string]string{"karpenter.sh/capacity-type": "spot"} // seat 1 is on-demand
-	resp := m.Admit(context.Background(), createRequest(t, pod))
+	resp := m.Admit(context.Background(), webhooktest.CreateRequest(t, pod))
 	expectUnchanged(t, resp, `karpenter.sh/capacity-type is "spot", the term wants "on-demand"`)
 	expectEvent(t, recorder, ReasonNodeSelectorConflict)
 	// The release is written in the background.
@@ -180,7 +181,7 @@ func TestConflictingNodeSelector(t *testing.T) {
 		t.Fatalf("the conflicting pod's seat was not released: %v", err)
 	}
 	// The seat goes to the next pod.
-	req := createRequest(t, rsPod())
+	req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 	if seat, _ := strategy.SeatOf(applyPatch(t, req, m.Admit(context.Background(), req))); seat != 1 {
 		t.Fatalf("next pod got seat %d, want 1", seat)
 	}
@@ -188,16 +189,16 @@ func TestConflictingNodeSelector(t *testing.T) {
 
 func TestReinvocationIsNoOp(t *testing.T) {
 	m, _, _ := newCluster(burstStrategy).mutator(t)
-	req := createRequest(t, rsPod())
+	req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 	placed := applyPatch(t, req, m.Admit(context.Background(), req))
-	again := createRequest(t, placed)
+	again := webhooktest.CreateRequest(t, placed)
 	expectUnchanged(t, m.Admit(context.Background(), again), "")
 }
 
 func TestDryRunReservesNothing(t *testing.T) {
 	m, recorder, ledger := newCluster(burstStrategy).mutator(t)
 	for range 3 {
-		req := createRequest(t, rsPod())
+		req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 		req.DryRun = ptr.To(true)
 		pod := applyPatch(t, req, m.Admit(context.Background(), req))
 		if seat, _ := strategy.SeatOf(pod); seat != 1 || pod.Spec.NodeSelector["karpenter.sh/capacity-type"] != "on-demand" {
@@ -214,7 +215,7 @@ func TestDryRunReservesNothing(t *testing.T) {
 
 func TestRetriedAdmissionKeepsItsSeat(t *testing.T) {
 	m, _, _ := newCluster(burstStrategy).mutator(t)
-	req := createRequest(t, rsPod())
+	req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 	first, _ := strategy.SeatOf(applyPatch(t, req, m.Admit(context.Background(), req)))
 	second, _ := strategy.SeatOf(applyPatch(t, req, m.Admit(context.Background(), req)))
 	if first != 1 || second != 1 {
@@ -226,10 +227,10 @@ func TestStatefulSetSeatIsOrdinal(t *testing.T) {
 	m, _, _ := newCluster(seedStrategy).mutator(t)
 	s, _ := strategy.Parse(seedStrategy)
 	for _, ordinal := range []int{4, 0, 9} {
-		pod := rsPod()
+		pod := webhooktest.RSPod(testNS, testRSUID)
 		pod.GenerateName, pod.Name = "", fmt.Sprintf("db-%d", ordinal)
 		pod.OwnerReferences = []metav1.OwnerReference{controllerRef("StatefulSet", "db", testStatefulUID)}
-		req := createRequest(t, pod)
+		req := webhooktest.CreateRequest(t, pod)
 		got := applyPatch(t, req, m.Admit(context.Background(), req))
 		if seat, _ := strategy.SeatOf(got); seat != ordinal+1 {
 			t.Errorf("db-%d got seat %d", ordinal, seat)
@@ -246,7 +247,7 @@ func TestStatefulSetSeatIsOrdinal(t *testing.T) {
 func TestUnservedTermWarnsButPlaces(t *testing.T) {
 	m, recorder, _ := newCluster(burstStrategy).mutator(t)
 	m.Capacity = fakeCapacity{served: false}
-	req := createRequest(t, rsPod())
+	req := webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 	resp := m.Admit(context.Background(), req)
 	applyPatch(t, req, resp)
 	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "served by no NodePool") {
@@ -295,7 +296,7 @@ func TestMalformedStrategies(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.raw[:min(len(c.raw), 30)], func(t *testing.T) {
 			m, recorder, _ := newCluster(c.raw).mutator(t)
-			resp := m.Admit(context.Background(), createRequest(t, rsPod()))
+			resp := m.Admit(context.Background(), webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID)))
 			expectUnchanged(t, resp, c.fault)
 			if !strings.Contains(resp.Warnings[0], "on Deployment shop/web is invalid") {
 				t.Errorf("warning does not name the workload: %q", resp.Warnings[0])
@@ -352,7 +353,7 @@ func expectEvent(t *testing.T, recorder *record.FakeRecorder, reason string) {
 // stays low and iterations stay comparable.
 func BenchmarkAdmit(b *testing.B) {
 	m, _, _ := newCluster(burstStrategy).mutator(b)
-	req := createRequest(b, rsPod())
+	req := webhooktest.CreateRequest(b, webhooktest.RSPod(testNS, testRSUID))
 	b.ReportAllocs()
 	for b.Loop() {
 		req.UID = uuid.NewUUID()

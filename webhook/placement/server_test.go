@@ -1,10 +1,7 @@
 package placement
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -18,6 +15,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/internal/webhooktest"
 )
 
 // startServer serves m's admissions over HTTPS (HTTP/2, as the API server calls) on a
@@ -32,32 +30,6 @@ func startServer(t testing.TB, m *PodMutator) (url string, client *http.Client) 
 	return srv.URL, srv.Client()
 }
 
-// postReview posts a review of req to /mutate.
-func postReview(client *http.Client, url string, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
-	review := admissionv1.AdmissionReview{Request: req}
-	review.APIVersion, review.Kind = "admission.k8s.io/v1", "AdmissionReview"
-	body, err := json.Marshal(review)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Post(url+"/mutate", "application/json", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, errors.New(resp.Status)
-	}
-	var out admissionv1.AdmissionReview
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, err
-	}
-	if out.Response == nil || out.Response.UID != req.UID {
-		return nil, errors.New("response does not carry the request UID")
-	}
-	return out.Response, nil
-}
-
 // 200 concurrent admissions for one ReplicaSet, before any pod exists, over real HTTPS:
 // seats 1..200 each exactly once, and the per-term counts are the target for 200.
 func TestConcurrentBurstOverHTTPSIsExact(t *testing.T) {
@@ -68,7 +40,7 @@ func TestConcurrentBurstOverHTTPSIsExact(t *testing.T) {
 
 	reqs := make([]*admissionv1.AdmissionRequest, n)
 	for i := range reqs {
-		reqs[i] = createRequest(t, rsPod())
+		reqs[i] = webhooktest.CreateRequest(t, webhooktest.RSPod(testNS, testRSUID))
 	}
 	resps := make([]*admissionv1.AdmissionResponse, n)
 	errs := make([]error, n)
@@ -79,7 +51,7 @@ func TestConcurrentBurstOverHTTPSIsExact(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			resps[i], errs[i] = postReview(client, url, reqs[i])
+			resps[i], errs[i] = webhooktest.Mutate(client, url, reqs[i])
 		}()
 	}
 	close(start)
@@ -155,14 +127,14 @@ func TestLiveLookupsAreBounded(t *testing.T) {
 func BenchmarkAdmitOverHTTPS(b *testing.B) {
 	m, _, _ := newCluster(burstStrategy).mutator(b)
 	url, client := startServer(b, m)
-	pod := rsPod()
+	pod := webhooktest.RSPod(testNS, testRSUID)
 	b.SetParallelism(50) // 100 in flight on 2 cores
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			req := createRequest(b, pod)
-			if _, err := postReview(client, url, req); err != nil {
+			req := webhooktest.CreateRequest(b, pod)
+			if _, err := webhooktest.Mutate(client, url, req); err != nil {
 				b.Error(err)
 				return
 			}

@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"context"
@@ -16,34 +16,34 @@ import (
 )
 
 // Several replicas with certificate files but no ca.crt are refused with a message
-// that names the file and the ways out; one replica, a CA, or CERT_MODE=self run.
+// that names the file and the ways out; one replica, or a CA, run.
 func TestSeveralReplicasWithoutACAAreRefused(t *testing.T) {
 	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.crt")
+	trust := PeerTrust{CAFile: filepath.Join(dir, "ca.crt")}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	deploy := func(replicas int32) *fake.Clientset {
 		return fake.NewClientset(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "hook", Namespace: "ns"}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas)}})
 	}
-	cfg := &serveConfig{Namespace: "ns", OwnerDeployment: "hook"}
 	ctx := context.Background()
-	err := checkPeerCA(ctx, cfg, deploy(2), caFile, log)
-	if err == nil || !strings.Contains(err.Error(), caFile) || !strings.Contains(err.Error(), "2 replicas") || !strings.Contains(err.Error(), "one replica") {
+	err := trust.CheckReplicas(ctx, deploy(2), "ns", "hook", log)
+	if err == nil || !strings.Contains(err.Error(), trust.CAFile) || !strings.Contains(err.Error(), "2 replicas") || !strings.Contains(err.Error(), "one replica") {
 		t.Fatalf("2 replicas without ca.crt: %v, want a refusal naming the file and the ways out", err)
 	}
-	if err := checkPeerCA(ctx, cfg, deploy(1), caFile, log); err != nil {
+	if err := trust.CheckReplicas(ctx, deploy(1), "ns", "hook", log); err != nil {
 		t.Fatalf("1 replica without ca.crt: %v", err)
 	}
-	if err := checkPeerCA(ctx, &serveConfig{Namespace: "ns", OwnerDeployment: "hook", SelfCert: true}, deploy(3), caFile, log); err != nil {
-		t.Fatalf("CERT_MODE=self: %v", err)
+	if err := trust.CheckReplicas(ctx, deploy(3), "ns", "", log); err != nil {
+		t.Fatalf("no owner Deployment: %v, want a warning only", err)
 	}
-	if err := os.WriteFile(caFile, []byte("ca"), 0o600); err != nil {
+	if err := os.WriteFile(trust.CAFile, []byte("ca"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkPeerCA(ctx, cfg, deploy(3), caFile, log); err != nil {
+	if err := trust.CheckReplicas(ctx, deploy(3), "ns", "hook", log); err != nil {
 		t.Fatalf("3 replicas with ca.crt: %v", err)
 	}
-	if err := checkPeerCA(ctx, cfg, fake.NewClientset(), filepath.Join(dir, "none"), log); err == nil || !strings.Contains(err.Error(), "OWNER_DEPLOYMENT") {
+	missing := PeerTrust{CAFile: filepath.Join(dir, "none")}
+	if err := missing.CheckReplicas(ctx, fake.NewClientset(), "ns", "hook", log); err == nil || !strings.Contains(err.Error(), "OWNER_DEPLOYMENT") {
 		t.Fatalf("owner Deployment missing: %v", err)
 	}
 }
