@@ -92,7 +92,7 @@ func Judge(s *strategy.Strategy, replicas int, each func(fn func(PlacedPod)), c 
 	return strategy.Judge(s, t, c)
 }
 
-// NodeSelectorLabel returns the value of key in the pod's nodeSelector.
+// NodeSelectorLabel returns the value of key in the pod's nodeSelector (NodeSelector's form).
 func (p PlacedPod) NodeSelectorLabel(key string) (string, bool) {
 	var (
 		got   string
@@ -107,7 +107,9 @@ func (p PlacedPod) NodeSelectorLabel(key string) (string, bool) {
 	return got, found
 }
 
-// NodeSelector returns the pod's nodeSelector in a map of its own (nil when empty).
+// NodeSelector returns the pod's nodeSelector in a map of its own (nil when empty), as
+// strategy.PlacementSelector reads it: a required node affinity "In" that every term
+// carries appears as its values joined by strategy.SetSeparator.
 func (p PlacedPod) NodeSelector() map[string]string {
 	if p.nodeSelector == "" {
 		return nil

@@ -292,8 +292,9 @@ func trimPod(obj any) (any, error) {
 	p.owner = unique.Make(owner)
 	placement := podPlacement{term: pod.Annotations[strategy.AnnotationTerm], fallbackFrom: pod.Annotations[strategy.AnnotationFallbackFrom]}
 	placement.cannotRun = pod.Annotations[strategy.AnnotationCannotRun] != ""
-	if len(pod.Spec.NodeSelector) > 0 {
-		placement.nodeSelector = encodeSelector(pod.Spec.NodeSelector)
+	// A set term is patched as a required node affinity: kept in the selector's form.
+	if sel := strategy.PlacementSelector(pod); len(sel) > 0 {
+		placement.nodeSelector = encodeSelector(sel)
 	}
 	if placement != (podPlacement{}) {
 		p.placement = unique.Make(placement)

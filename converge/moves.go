@@ -323,11 +323,13 @@ func (mp *movePlanner) canaryFirst() {
 	}
 }
 
-// selectorConflicts reports whether sel sets a key of some term to another value.
+// selectorConflicts reports whether sel sets a key of some term to another value. A set
+// (the pod's own required node affinity) is not a conflict, as admission merges the
+// term into it.
 func selectorConflicts(s *strategy.Strategy, sel map[string]string) bool {
 	for _, t := range s.Terms {
 		for _, l := range t.Labels {
-			if v, ok := sel[l.Key]; ok && v != l.Value {
+			if v, ok := sel[l.Key]; ok && !strings.Contains(v, strategy.SetSeparator) && !l.Admits(v) {
 				return true
 			}
 		}

@@ -5,7 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
-	"sigs.k8s.io/karpenter/pkg/scheduling"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // KnownArchitectures are the CPU architectures Karpenter's providers launch: amd64 and
@@ -23,7 +24,7 @@ func nodePoolArchitectures(np *karpv1.NodePool, term map[string]string) []string
 	if err != nil {
 		return nil
 	}
-	reqs.Add(scheduling.NewLabelRequirements(term).Values()...)
+	reqs.Add(TermRequirements(term).Values()...)
 	r := reqs.Get(corev1.LabelArchStable)
 	var out []string
 	for _, a := range KnownArchitectures {
@@ -48,22 +49,22 @@ func labelArchitectures(labels, term map[string]string) []string {
 		out = slices.Clone(KnownArchitectures)
 	}
 	if want, pinned := termArchitecture(term); pinned {
-		if !slices.Contains(out, want) {
+		if out = slices.DeleteFunc(out, func(a string) bool { return !slices.Contains(want, a) }); len(out) == 0 {
 			return nil
 		}
-		return []string{want}
 	}
 	return out
 }
 
-// termArchitecture is the architecture term pins, if any (under either key).
-func termArchitecture(term map[string]string) (string, bool) {
+// termArchitecture is the architecture (or set of them) term pins, if any (under
+// either key).
+func termArchitecture(term map[string]string) ([]string, bool) {
 	for k, v := range term {
 		if normalizedKey(k) == corev1.LabelArchStable {
-			return v, true
+			return strategy.SplitValues(v), true
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 // ArchitecturesOf returns the sorted union of the sources' architectures.

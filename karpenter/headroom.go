@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/scheduling"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // ListNodePools lists the cluster's NodePools once, typed and sorted by name.
@@ -97,7 +99,7 @@ func Offerings(np *karpv1.NodePool, term map[string]string) (instanceTypes, capa
 	narrowed := scheduling.NewRequirements(reqs.Values()...)
 	for k, v := range term {
 		key := normalizedKey(k)
-		r := scheduling.NewRequirement(key, corev1.NodeSelectorOpIn, v)
+		r := scheduling.NewRequirement(key, corev1.NodeSelectorOpIn, strategy.SplitValues(v)...)
 		if narrowed.Has(key) {
 			r = narrowed.Get(key).Intersection(r)
 		}

@@ -111,7 +111,7 @@ func hintFor(v vocabulary, term map[string]string) (string, bool) {
 				msg, likely = msg+fmt.Sprintf("; did you mean %q?", want), true
 			}
 			said = append(said, msg)
-		case values != nil && !values.Has(term[k]):
+		case values != nil && !values.HasAny(strategy.SplitValues(term[k])...):
 			known := sets.List(values)
 			msg := fmt.Sprintf("no NodePool, node group or node offers %s=%s (offered: %s)", k, term[k], firstValues(known))
 			if want := strategy.Closest(term[k], known); want != "" {

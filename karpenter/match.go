@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/scheduling"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // AWSWellKnownLabels returns the labels the Karpenter AWS provider
@@ -81,8 +82,20 @@ func NewMatcher(extra ...string) *Matcher {
 // undefined and still serve.
 func (m *Matcher) WellKnownLabels() []string { return sets.List(m.wellKnown) }
 
+// TermRequirements are a term's labels as Karpenter requirements: a single value
+// is "In [value]" (as NewLabelRequirements makes it), a set of values
+// (strategy.SetSeparator) is "In [values...]". A NodePool or node group whose
+// requirements are Compatible with them allows at least one value of each set.
+func TermRequirements(term map[string]string) scheduling.Requirements {
+	reqs := scheduling.NewRequirements()
+	for k, v := range term {
+		reqs.Add(scheduling.NewRequirement(k, corev1.NodeSelectorOpIn, strategy.SplitValues(v)...))
+	}
+	return reqs
+}
+
 // NodePool returns nil when the NodePool can launch a node carrying every
-// label of term, or an error saying why not (Karpenter's own message, e.g.
+// label of term (one value of each set), or an error saying why not (Karpenter's own message, e.g.
 // `label "nodesize" does not have known values`). It does not look at the
 // pool's readiness; see Catalog for that.
 func (m *Matcher) NodePool(np *karpv1.NodePool, term map[string]string) error {
@@ -90,7 +103,7 @@ func (m *Matcher) NodePool(np *karpv1.NodePool, term map[string]string) error {
 	if err != nil {
 		return err
 	}
-	if err := reqs.Compatible(scheduling.NewLabelRequirements(term), allowUndefined(m.wellKnown)); err != nil {
+	if err := reqs.Compatible(TermRequirements(term), allowUndefined(m.wellKnown)); err != nil {
 		return fmt.Errorf("nodepool %q: %w", np.Name, err)
 	}
 	return nil
@@ -175,13 +188,14 @@ func (m *Matcher) NodeGroup(g nodegroups.Group, term map[string]string) error {
 			undefinedOK.Insert(k)
 		}
 	}
-	if err := reqs.Compatible(scheduling.NewLabelRequirements(term), allowUndefined(undefinedOK)); err != nil {
+	if err := reqs.Compatible(TermRequirements(term), allowUndefined(undefinedOK)); err != nil {
 		return fmt.Errorf("node group %q: %w", g.Name, err)
 	}
 	return nil
 }
 
-// Node returns nil when the node's labels carry every label of term. This is
+// Node returns nil when the node's labels carry every label of term (a value of
+// each set). This is
 // Karpenter's existing-node check (no undefined label allowed) specialised to
 // single values on both sides, which reduces to equality after Karpenter's
 // key normalisation (beta.kubernetes.io/arch is kubernetes.io/arch, ...); it
@@ -196,7 +210,7 @@ func (m *Matcher) Node(nodeLabels, term map[string]string) error {
 		if !ok {
 			return fmt.Errorf("node has no label %q", key)
 		}
-		if got != want {
+		if !strategy.AdmitsValue(k, want, got) {
 			return fmt.Errorf("node label %s=%s, want %s", key, got, want)
 		}
 	}

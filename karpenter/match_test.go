@@ -1,6 +1,7 @@
 package karpenter
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -241,5 +242,42 @@ func TestMatcherNode(t *testing.T) {
 		if err := m.Node(labels, tc.term); (err == nil) != tc.serve {
 			t.Errorf("Node(%v) = %v, want serve=%v", tc.term, err, tc.serve)
 		}
+	}
+}
+
+// A set term is served by a NodePool, node group or node that allows one of its values.
+func TestMatcherSetTerm(t *testing.T) {
+	m := NewMatcher()
+	set := map[string]string{karpv1.CapacityTypeLabelKey: "reserved|on-demand"}
+	for _, tc := range []struct {
+		name  string
+		np    *karpv1.NodePool
+		serve bool
+	}{
+		{"reserved only", pool("r", nil, req(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, "reserved")), true},
+		{"on-demand and spot", pool("o", nil, req(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, "on-demand", "spot")), true},
+		{"unconstrained", pool("u", nil), true},
+		{"spot only", pool("s", nil, req(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, "spot")), false},
+		{"anything but reserved and on-demand", pool("n", nil, req(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpNotIn, "reserved", "on-demand")), false},
+	} {
+		if err := m.NodePool(tc.np, set); (err == nil) != tc.serve {
+			t.Errorf("%s: NodePool = %v, want served %v", tc.name, err, tc.serve)
+		}
+	}
+	for v, serve := range map[string]bool{"reserved": true, "on-demand": true, "spot": false} {
+		if err := m.Node(map[string]string{karpv1.CapacityTypeLabelKey: v}, set); (err == nil) != serve {
+			t.Errorf("a %s node: Node = %v, want served %v", v, err, serve)
+		}
+	}
+	g := nodegroups.Group{Name: "g", Labels: map[string]string{"tier": "b"}}
+	if err := m.NodeGroup(g, map[string]string{"tier": "a|b"}); err != nil {
+		t.Errorf("a node group with one value of the set: %v", err)
+	}
+	if err := m.NodeGroup(g, map[string]string{"tier": "a|c"}); err == nil {
+		t.Error("a node group with no value of the set serves it")
+	}
+	its, cts, err := Offerings(pool("r", nil, req(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, "reserved", "spot")), set)
+	if err != nil || its != nil || !slices.Equal(cts, []string{"reserved"}) {
+		t.Errorf("Offerings = %v %v %v, want capacity types [reserved]", its, cts, err)
 	}
 }

@@ -3,6 +3,7 @@ package karpenter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -19,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/scheduling"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // RegistrationTimeout is how long Karpenter lets a launched NodeClaim take to register
@@ -172,12 +175,13 @@ func claimCarries(nc *karpv1.NodeClaim, labels map[string]string) bool {
 	reqs := scheduling.NewNodeSelectorRequirementsWithMinValues(nc.Spec.Requirements...)
 	for k, v := range labels {
 		if have, ok := nc.Labels[k]; ok {
-			if have != v {
+			if !strategy.AdmitsValue(k, v, have) {
 				return false
 			}
 			continue
 		}
-		if !reqs.Has(k) || !reqs.Get(k).Has(v) {
+		// A set term is carried when the claim allows one of its values.
+		if !reqs.Has(k) || !slices.ContainsFunc(strategy.SplitValues(v), reqs.Get(k).Has) {
 			return false
 		}
 	}

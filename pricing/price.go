@@ -12,6 +12,10 @@ import (
 const (
 	OnDemand = "on-demand"
 	Spot     = "spot"
+	// Reserved is capacity bought ahead: an On-Demand Capacity Reservation or a
+	// Capacity Block (Karpenter's reserved, EKS's CAPACITY_BLOCK). It is paid whether
+	// pods use it or not, so no Source prices it: reports charge it nothing.
+	Reserved = "reserved"
 )
 
 // ErrNoPrice is wrapped by every answer that found no price for a Key (an instance type
@@ -55,6 +59,8 @@ func NormalizeCapacityType(s string) string {
 		return OnDemand
 	case Spot:
 		return Spot
+	case Reserved, "capacity-block":
+		return Reserved
 	}
 	return s
 }

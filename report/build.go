@@ -19,6 +19,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
@@ -382,7 +383,11 @@ func (w *WorkloadReport) finish(st *State, s *strategy.Strategy, t *tally, unava
 	for i := range w.Terms {
 		row := &w.Terms[i]
 		for name, count := range t.nodes[i] {
-			row.Nodes = append(row.Nodes, nodeReport(st.Nodes[name], name, count, t.requested[i][name].list()))
+			n := nodeReport(st.Nodes[name], name, count, t.requested[i][name].list())
+			if pricing.NormalizeCapacityType(n.CapacityType) == pricing.Reserved {
+				row.ReservedPods += count
+			}
+			row.Nodes = append(row.Nodes, n)
 		}
 		sort.Slice(row.Nodes, func(a, b int) bool { return row.Nodes[a].Name < row.Nodes[b].Name })
 	}

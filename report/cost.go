@@ -124,8 +124,12 @@ func nodePrices(ctx context.Context, prices pricing.Source, n NodeReport) (price
 	if onDemand, err = prices.Price(ctx, key); err != nil {
 		return 0, 0, err
 	}
-	if capacity == pricing.OnDemand {
+	switch capacity {
+	case pricing.OnDemand:
 		return onDemand, onDemand, nil
+	case pricing.Reserved:
+		// A reservation is paid whether used or not: a pod on it adds nothing.
+		return 0, onDemand, nil
 	}
 	key.CapacityType = capacity
 	if price, err = prices.Price(ctx, key); err != nil {

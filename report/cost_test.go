@@ -112,3 +112,43 @@ func TestShare(t *testing.T) {
 		t.Error("a share of a node without allocatable")
 	}
 }
+
+// A pod on reserved capacity is counted per term and priced at nothing (the reservation
+// is paid anyway); its on-demand price still shows what it saves.
+func TestReservedPodsAreCountedAndFree(t *testing.T) {
+	prices, err := pricing.ParseTable(strings.NewReader("m5.xlarge on-demand * 0.192\nm5.xlarge spot * 0.08\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep := appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo", UID: "dep", Annotations: map[string]string{strategy.AnnotationStrategy: "capacity=reserved|on-demand,base=2:capacity=spot"}},
+		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](3)},
+	}
+	rs := appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "demo", UID: "rs",
+		Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}, OwnerReferences: ownedBy("Deployment", "web", "dep")}}
+	st := &State{
+		Deployments: []appsv1.Deployment{dep},
+		ReplicaSets: []appsv1.ReplicaSet{rs},
+		Pods: []corev1.Pod{
+			withRequests(placedPod("p1", "rs", 1, "reserved", corev1.PodRunning, "res1"), "1", "1Gi"),
+			withRequests(placedPod("p2", "rs", 2, "on-demand", corev1.PodRunning, "od1"), "1", "1Gi"),
+			withRequests(placedPod("p3", "rs", 3, "spot", corev1.PodRunning, "spot1"), "1", "1Gi"),
+		},
+		Nodes: map[string]*corev1.Node{
+			"res1":  pricedNode("res1", "reserved", "m5.xlarge", "z-a", "4", "16Gi"),
+			"od1":   pricedNode("od1", "on-demand", "m5.xlarge", "z-a", "4", "16Gi"),
+			"spot1": pricedNode("spot1", "spot", "m5.xlarge", "z-a", "4", "16Gi"),
+		},
+	}
+	r := Build(st, nil2all)
+	AddCost(context.Background(), &r, prices)
+	w := r.Workloads[0]
+	if !w.Exact || w.Terms[0].Placed != 2 || w.Terms[0].ReservedPods != 1 || w.Terms[1].ReservedPods != 0 {
+		t.Fatalf("terms %+v (exact %v), want 2 pods on the set term, 1 of them reserved", w.Terms, w.Exact)
+	}
+	c := w.Terms[0].Cost
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-4 }
+	if !near(c.USDPerHour, 0.192/4) || !near(c.OnDemandUSDPerHour, 2*0.192/4) || c.PricedPods != 2 || len(c.Unpriced) != 0 {
+		t.Fatalf("set term cost %+v, want only the on-demand pod charged", c)
+	}
+}

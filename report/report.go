@@ -131,6 +131,9 @@ type TermReport struct {
 	CannotRunReason string       `json:"cannotRunReason,omitempty"`
 	ServedBy        []string     `json:"servedBy"`
 	Nodes           []NodeReport `json:"nodes"`
+	// ReservedPods counts the term's pods on reserved capacity (capacity reservations,
+	// Capacity Blocks): already paid for, priced at nothing.
+	ReservedPods int `json:"reservedPods,omitempty"`
 	// Cost is set by AddCost.
 	Cost *Cost `json:"cost,omitempty"`
 }

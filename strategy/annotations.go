@@ -2,6 +2,8 @@ package strategy
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -99,9 +101,55 @@ func HoldsSeat(pod *corev1.Pod) bool {
 // by both, and reading it as the first would move it for ever.
 func TermOf(s *Strategy, pod *corev1.Pod) int {
 	recorded, _ := strconv.Atoi(pod.Annotations[AnnotationTerm])
+	sel := PlacementSelector(pod)
 	return TermOfPlaced(s, recorded, func(key string) (string, bool) {
-		v, ok := pod.Spec.NodeSelector[key]
+		v, ok := sel[key]
 		return v, ok
+	})
+}
+
+// PlacementSelector is what the pod selects, in a term's LabelMap form: its
+// nodeSelector, and for each other key a required node affinity "In" that every
+// nodeSelectorTerm carries with the same values (how a set term is patched), as
+// those values joined by SetSeparator. It returns the nodeSelector itself when the
+// pod has no such affinity.
+func PlacementSelector(pod *corev1.Pod) map[string]string {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return pod.Spec.NodeSelector
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		return pod.Spec.NodeSelector
+	}
+	var out map[string]string
+	for _, r := range terms[0].MatchExpressions {
+		if r.Operator != corev1.NodeSelectorOpIn || len(r.Values) == 0 || slices.ContainsFunc(r.Values, func(v string) bool { return strings.Contains(v, SetSeparator) }) {
+			continue
+		}
+		if _, pinned := pod.Spec.NodeSelector[r.Key]; pinned {
+			continue
+		}
+		if !slices.ContainsFunc(terms[1:], func(t corev1.NodeSelectorTerm) bool { return !hasIn(t, r) }) {
+			if out == nil {
+				out = make(map[string]string, len(pod.Spec.NodeSelector)+1)
+				maps.Copy(out, pod.Spec.NodeSelector)
+			}
+			if _, seen := out[r.Key]; !seen {
+				out[r.Key] = strings.Join(r.Values, SetSeparator)
+			}
+		}
+	}
+	if out == nil {
+		return pod.Spec.NodeSelector
+	}
+	return out
+}
+
+// hasIn reports whether t carries the requirement r (same key, In, same values).
+func hasIn(t corev1.NodeSelectorTerm, r corev1.NodeSelectorRequirement) bool {
+	return slices.ContainsFunc(t.MatchExpressions, func(o corev1.NodeSelectorRequirement) bool {
+		return o.Key == r.Key && o.Operator == corev1.NodeSelectorOpIn && slices.Equal(o.Values, r.Values)
 	})
 }
 

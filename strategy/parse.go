@@ -100,23 +100,40 @@ func (s *Strategy) checkWellKnown() {
 	for i, t := range s.Terms {
 		for _, l := range t.Labels {
 			known, ok := wellKnownValues[l.Key]
-			if !ok || slices.Contains(known, l.Value) {
+			if !ok {
 				continue
 			}
-			s.Warnings = append(s.Warnings, fmt.Sprintf("term %d (%s): %s=%s is not one of the values it usually takes (%s); accepted, in case your NodePools or nodes set it, but check for a typo",
-				i+1, t.LabelString(), l.Key, l.Value, strings.Join(known, ", ")))
+			for _, v := range l.Values() {
+				if slices.Contains(known, v) {
+					continue
+				}
+				s.Warnings = append(s.Warnings, fmt.Sprintf("term %d (%s): %s=%s is not one of the values it usually takes (%s); accepted, in case your NodePools or nodes set it, but check for a typo",
+					i+1, t.LabelString(), l.Key, v, strings.Join(known, ", ")))
+			}
 		}
 	}
 }
 
-// contains reports whether every label of small is in big.
+// contains reports whether every label of small is in big (a set equal to a set in
+// any order).
 func contains(big, small map[string]string) bool {
 	for k, v := range small {
-		if cur, ok := big[k]; !ok || cur != v {
+		if cur, ok := big[k]; !ok || !sameValues(cur, v) {
 			return false
 		}
 	}
 	return true
+}
+
+// sameValues reports whether two term values (single or set) hold the same values.
+func sameValues(a, b string) bool {
+	if a == b {
+		return true
+	}
+	as, bs := SplitValues(a), SplitValues(b)
+	slices.Sort(as)
+	slices.Sort(bs)
+	return slices.Equal(as, bs)
 }
 
 // parseTerm parses one term; the caller fills in the term number and text of the error.
@@ -165,8 +182,10 @@ func parseTerm(text string) (Term, *ParseError) {
 			if errs := validation.IsQualifiedName(key); len(errs) > 0 {
 				return Term{}, &ParseError{Part: part, Reason: fmt.Sprintf("label key %q is invalid: %s", key, errs[0])}
 			}
-			if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
-				return Term{}, &ParseError{Part: part, Reason: fmt.Sprintf("label value %q of %q is invalid: %s", value, key, errs[0])}
+			value, err := parseValues(key, value)
+			if err != nil {
+				err.Part = part
+				return Term{}, err
 			}
 			if seen[key] {
 				return Term{}, &ParseError{Part: part, Reason: fmt.Sprintf("label key %q is given twice", key)}
@@ -187,6 +206,33 @@ func parseTerm(text string) (Term, *ParseError) {
 		}
 	}
 	return t, nil
+}
+
+// parseValues checks a label part's value: one label value, or a set of at least two
+// distinct label values separated by '|' (whitespace around each ignored). It returns
+// the canonical form, values joined by '|' in annotation order.
+func parseValues(key, value string) (string, *ParseError) {
+	if !strings.Contains(value, SetSeparator) {
+		if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+			return "", &ParseError{Reason: fmt.Sprintf("label value %q of %q is invalid: %s", value, key, errs[0])}
+		}
+		return value, nil
+	}
+	values := SplitValues(value)
+	for i, v := range values {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			return "", &ParseError{Reason: fmt.Sprintf("set of values %q of %q has an empty value (a '|' at either end, or two in a row?)", value, key)}
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return "", &ParseError{Reason: fmt.Sprintf("label value %q in the set of %q is invalid: %s", v, key, errs[0])}
+		}
+		if slices.Contains(values[:i], v) {
+			return "", &ParseError{Reason: fmt.Sprintf("label value %q is given twice in the set of %q", v, key)}
+		}
+		values[i] = v
+	}
+	return strings.Join(values, SetSeparator), nil
 }
 
 // parseBounded accepts only plain decimal digits: no sign, no spaces, no hex.

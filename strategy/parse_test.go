@@ -3,8 +3,11 @@ package strategy
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestParseValid(t *testing.T) {
@@ -187,6 +190,7 @@ func FuzzParse(f *testing.F) {
 		"nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb,weight=1:nodesize=spot8vcpu32gb,weight=1",
 		"a=1:b=1:c=1", "", ":", "a", "a=1,,", "a=1,base=-1", "a=1,weight=99999999999999999999", "é=ü",
 		"a=1:a=1", "a=1,b=2:b=2,a=1", "a=1:a=1,b=2",
+		"karpenter.sh/capacity-type=reserved|on-demand,base=2:karpenter.sh/capacity-type=spot", "a=1|2|3", "a=|", "a=1| 1", "a=1|2:a=2|1",
 	} {
 		f.Add(seed)
 	}
@@ -204,6 +208,18 @@ func FuzzParse(f *testing.F) {
 		for _, term := range s.Terms {
 			if len(term.Labels) == 0 || term.Base < 0 || term.Base > MaxBase || term.Weight < 0 || term.Weight > MaxWeight {
 				t.Fatalf("Parse(%q) accepted an out-of-bounds term %+v", raw, term)
+			}
+			for _, l := range term.Labels {
+				// A set has at least two distinct valid label values, each admitted by it.
+				values := l.Values()
+				if l.IsSet() != (len(values) > 1) {
+					t.Fatalf("Parse(%q): label %+v: IsSet disagrees with its %d values", raw, l, len(values))
+				}
+				for i, v := range values {
+					if l.IsSet() && (v == "" || slices.Contains(values[:i], v)) || len(validation.IsValidLabelValue(v)) > 0 || !l.Admits(v) {
+						t.Fatalf("Parse(%q) accepted label %+v with value %q", raw, l, v)
+					}
+				}
 			}
 		}
 		again, err := Parse(s.String())

@@ -11,6 +11,7 @@ package strategy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -34,11 +35,66 @@ const (
 	keyWeight = "weight"
 )
 
-// Label is one node label a term selects, kept in annotation order.
+// Label is one node label a term selects, kept in annotation order. Value is one
+// label value, or a set of values joined by SetSeparator ("reserved|on-demand"): '|'
+// is not allowed in a Kubernetes label value, so the two forms cannot be confused.
 type Label struct {
 	Key   string
 	Value string
 }
+
+// SetSeparator separates the values of a label part that accepts a set of values.
+const SetSeparator = "|"
+
+// CapacityTypeLabel is Karpenter's capacity type label; its reserved value is capacity
+// already paid for (On-Demand Capacity Reservations, Capacity Blocks).
+const CapacityTypeLabel = "karpenter.sh/capacity-type"
+
+// Values returns the label's values: one for a single value, several for a set.
+func (l Label) Values() []string { return SplitValues(l.Value) }
+
+// IsSet reports whether the label accepts a set of values.
+func (l Label) IsSet() bool { return strings.Contains(l.Value, SetSeparator) }
+
+// SplitValues splits a term's label value (single or set) into its values.
+func SplitValues(v string) []string { return strings.Split(v, SetSeparator) }
+
+// Admits reports whether a pod (or node) whose label key is have (a single value, or
+// a set joined by SetSeparator, as PlacementSelector reads a pod's required node
+// affinity) is on this label: every value of have is one of the label's. A pod whose
+// on-demand term was widened to accept reserved capacity (on-demand|reserved) still
+// counts for the on-demand term.
+func (l Label) Admits(have string) bool {
+	return AdmitsValue(l.Key, l.Value, have)
+}
+
+// AdmitsValue is Label.Admits for a key and a term value (single or set).
+func AdmitsValue(key, want, have string) bool {
+	if want == have {
+		return true
+	}
+	if !strings.Contains(have, SetSeparator) && !strings.Contains(want, SetSeparator) {
+		return false
+	}
+	wants := SplitValues(want)
+	haves := SplitValues(have)
+	for _, v := range haves {
+		if slices.Contains(wants, v) {
+			continue
+		}
+		if len(haves) > 1 && key == CapacityTypeLabel && v == CapacityReserved && slices.Contains(wants, CapacityOnDemand) {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// Karpenter's capacity type values that reservations concern.
+const (
+	CapacityOnDemand = "on-demand"
+	CapacityReserved = "reserved"
+)
 
 // Term is one capacity kind of a strategy: the node labels its pods select, how many
 // pods it takes before any weighting (Base), and its share of the rest (Weight).
@@ -61,7 +117,8 @@ type Strategy struct {
 	prefix *prefixCache // nil on a hand-built Strategy: every seat is computed
 }
 
-// LabelMap returns the term's labels as a map, the shape of a pod's nodeSelector.
+// LabelMap returns the term's labels as a map, the shape of a pod's nodeSelector; a
+// set's value keeps its SetSeparator form, which readers split with SplitValues.
 func (t Term) LabelMap() map[string]string {
 	m := make(map[string]string, len(t.Labels))
 	for _, l := range t.Labels {
@@ -74,7 +131,7 @@ func (t Term) LabelMap() map[string]string {
 // pod with it lands only on the term's capacity.
 func (t Term) SelectedBy(nodeSelector map[string]string) bool {
 	for _, l := range t.Labels {
-		if v, ok := nodeSelector[l.Key]; !ok || v != l.Value {
+		if v, ok := nodeSelector[l.Key]; !ok || !l.Admits(v) {
 			return false
 		}
 	}
@@ -84,7 +141,7 @@ func (t Term) SelectedBy(nodeSelector map[string]string) bool {
 // selectedByLabel is SelectedBy over a look-up of the nodeSelector's labels.
 func (t Term) selectedByLabel(label func(key string) (string, bool)) bool {
 	for _, l := range t.Labels {
-		if v, ok := label(l.Key); !ok || v != l.Value {
+		if v, ok := label(l.Key); !ok || !l.Admits(v) {
 			return false
 		}
 	}

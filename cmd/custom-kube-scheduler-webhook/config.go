@@ -81,6 +81,7 @@ var serveSettings = []setting{
 	{"interruption-risk-min-nodes", "INTERRUPTION_RISK_MIN_NODES", "2", "with interruption-queue: fewest signalled nodes that put a term at risk, whatever its size"},
 	{"interruption-move-signalled-nodes", "INTERRUPTION_MOVE_SIGNALLED_NODES", "off", "with interruption-queue: on moves the pods of every signalled node within the budget, even when its term is not at risk (their replacements stay on the term); off moves only those of terms at risk"},
 	{"admission-deadline", "ADMISSION_DEADLINE", "4s", "time a pod admission may take; past it the pod is admitted unplaced with a warning (keep it below the webhook's timeoutSeconds, 5 in the chart)"},
+	{"on-demand-accepts-reserved", "ON_DEMAND_ACCEPTS_RESERVED", "off", "on: a term karpenter.sh/capacity-type=on-demand is patched as a required node affinity In [on-demand, reserved], so Karpenter fills capacity reservations first, as it advises; off: the term's nodeSelector stays on-demand only (docs/configuration.md)"},
 	{"image-architectures", "IMAGE_ARCHITECTURES", "on", "on: a pod whose term leaves kubernetes.io/arch open, on capacity offering more than one architecture, is limited to the architectures all its images support (read from their registries, cached), and a term offering none of them is reported; off: images are never looked up (docs/architecture-aware-placement.md)"},
 	{"image-lookup-budget", "IMAGE_LOOKUP_BUDGET", "1s", "how long an admission waits for its images' architectures (below ADMISSION_DEADLINE); past it the pod is placed without the requirement, with a warning, and the lookup goes on for the next pod"},
 	{"image-tag-ttl", "IMAGE_TAG_TTL", "10m", "how long the architectures of an image named by tag are remembered (by digest: for ever; a failed lookup: 30s)"},
@@ -141,6 +142,8 @@ type serveConfig struct {
 	CostPrices *pricing.Table
 	// Interruption reads EC2's interruption signals (its Queue "": off).
 	Interruption interruption.Settings
+	// OnDemandAcceptsReserved widens on-demand terms to accept reserved capacity.
+	OnDemandAcceptsReserved bool
 	// Images configures the image architecture lookups (Enabled false: off).
 	Images imageSettings
 }
@@ -222,6 +225,10 @@ func (c *serveConfig) parseModes(v *viper.Viper) error {
 	}
 	certMode, err := oneOf(v, "cert-mode", "CERT_MODE", "file", "self")
 	c.SelfCert = certMode == "self"
+	if err != nil {
+		return err
+	}
+	c.OnDemandAcceptsReserved, err = onOff(v, "on-demand-accepts-reserved", "ON_DEMAND_ACCEPTS_RESERVED")
 	return err
 }
 

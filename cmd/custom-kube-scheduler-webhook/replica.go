@@ -301,6 +301,7 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 	mutator := &placement.PodMutator{
 		Resolver: r.caches.Resolver, Capacity: r.catalog, Ledger: r.seats, Recorder: recorder, Metrics: r.metrics,
 		Namespaces: namespaces, Synced: r.synced, Deadline: cfg.AdmissionDeadline, Log: r.entry, Availability: r.records,
+		OnDemandAcceptsReserved: cfg.OnDemandAcceptsReserved,
 	}
 	if r.images != nil {
 		mutator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}

@@ -245,6 +245,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 			for _, reason := range t.PendingReasons {
 				fmt.Fprintf(tw, "\t  pending: %s\n", reason)
 			}
+			if t.ReservedPods > 0 {
+				fmt.Fprintf(tw, "\t  %d of its pods on reserved capacity (priced at nothing: already paid for)\n", t.ReservedPods)
+			}
 			if t.CannotRun > 0 {
 				fmt.Fprintf(tw, "\t  %d of its pods cannot run here: %s\n", t.CannotRun, t.CannotRunReason)
 			}

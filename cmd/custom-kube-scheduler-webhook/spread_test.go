@@ -22,7 +22,7 @@ func TestWriteSpreadText(t *testing.T) {
 		Terms: []report.TermReport{
 			{Term: 1, Labels: map[string]string{"capacity": "on-demand"}, Target: 1, Expected: 3, Placed: 3, Running: 3,
 				UnavailableUntil: "2026-11-23T01:00:00Z", UnavailableReason: "2 pods unschedulable for 90s", ServedBy: []string{"NodePool/on-demand"},
-				Nodes: []report.NodeReport{{Name: "n1", CapacityType: "on-demand", Pods: 3}}},
+				Nodes: []report.NodeReport{{Name: "n1", CapacityType: "on-demand", Pods: 3}, {Name: "r1", CapacityType: "reserved", Pods: 1}}, ReservedPods: 1},
 			{Term: 2, Labels: map[string]string{"capacity": "spot"}, Target: 3, Expected: 1, Placed: 1, Pending: 1, FallbackPods: 2,
 				PendingReasons: []string{"Unschedulable: 0/2 nodes are available"}, ServedBy: []string{}, Nodes: []report.NodeReport{}},
 		},
@@ -32,7 +32,7 @@ func TestWriteSpreadText(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"spread NOT exact", "pods of older revisions 1", "pending: Unschedulable: 0/2 nodes are available",
-		"unavailable until 2026-11-23T01:00:00Z", "2 of its pods on fallback", "NodePool/on-demand", "n1"} {
+		"unavailable until 2026-11-23T01:00:00Z", "2 of its pods on fallback", "NodePool/on-demand", "n1", "r1(reserved)x1", "1 of its pods on reserved capacity"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, out.String())
 		}

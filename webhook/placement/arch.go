@@ -87,7 +87,7 @@ func (ia *ImageArchitectures) verdict(ctx context.Context, pod *corev1.Pod, name
 	switch {
 	case len(runnable) == 0:
 		return archVerdict{outcome: webhook.ArchCannotRun, cannotRun: cannotRunMessage(i, term, owner, offered, supported, pinned, "the pod's images")}
-	case pinned || len(runnable) == len(offered):
+	case len(runnable) == len(offered):
 		return archVerdict{outcome: webhook.ArchUnneeded}
 	}
 	return archVerdict{outcome: webhook.ArchRequired, require: runnable}
@@ -103,11 +103,11 @@ func cannotRunMessage(i int, term strategy.Term, owner string, offered, supporte
 	return fmt.Sprintf("term %d (%s) of %s cannot run %s: %s, and they support only %s", i+1, term.LabelString(), owner, who, what, imagearch.Describe(supported))
 }
 
-// termArchitectures is the architecture a term's labels pin, if they do.
+// termArchitectures is the architecture (or set of them) a term's labels pin, if they do.
 func termArchitectures(labels map[string]string) ([]string, bool) {
 	for _, k := range []string{corev1.LabelArchStable, betaArchLabel} {
 		if v, ok := labels[k]; ok {
-			return []string{v}, true
+			return strategy.SplitValues(v), true
 		}
 	}
 	return nil, false

@@ -30,6 +30,9 @@ type decisionInput struct {
 	Admission types.UID
 	// Arch decides the architecture requirement of the pod on term i (nil: not asked).
 	Arch func(i int, term strategy.Term) archVerdict
+	// OnDemandAcceptsReserved widens a term's karpenter.sh/capacity-type=on-demand to
+	// on-demand|reserved, as Karpenter advises, so reservations already paid for fill first.
+	OnDemandAcceptsReserved bool
 }
 
 // decision is where a pod goes, or why it is left alone. Deciding has no side effects:
@@ -70,6 +73,9 @@ func decide(in decisionInput) decision {
 	d.Term = index
 	term := s.Terms[index]
 	selector := term.LabelMap()
+	if in.OnDemandAcceptsReserved && selector[strategy.CapacityTypeLabel] == strategy.CapacityOnDemand {
+		selector[strategy.CapacityTypeLabel] = strategy.CapacityOnDemand + strategy.SetSeparator + strategy.CapacityReserved
+	}
 	if conflicts := conflicting(pod.Spec.NodeSelector, selector); len(conflicts) > 0 {
 		msg := fmt.Sprintf("pod not placed: its nodeSelector conflicts with term %d (%s) of %s: %s",
 			index+1, term.LabelString(), w.Describe(), strings.Join(conflicts, ", "))
@@ -133,11 +139,12 @@ func decide(in decisionInput) decision {
 	return d
 }
 
-// conflicting lists the keys the pod already selects with another value than want.
+// conflicting lists the keys the pod already selects with another value than want (or
+// a value outside want's set).
 func conflicting(have, want map[string]string) []string {
 	var out []string
 	for k, v := range want {
-		if cur, ok := have[k]; ok && cur != v {
+		if cur, ok := have[k]; ok && !strategy.AdmitsValue(k, v, cur) {
 			out = append(out, fmt.Sprintf("%s is %q, the term wants %q", k, cur, v))
 		}
 	}

@@ -161,6 +161,7 @@ var admitSeeds = []admitInput{
 	{Strategy: twentyTerms, Flags: 2, PodIndex: "100000000"},
 	{Strategy: twentyTerms, Flags: 3, PodIndex: "100000000", PodOwner: "forged"},
 	{Strategy: "a=1:a=1"},
+	{Strategy: "karpenter.sh/capacity-type=reserved|on-demand,base=2:karpenter.sh/capacity-type=spot", SelKey: "karpenter.sh/capacity-type", SelV: "on-demand"},
 	{Strategy: "a=1,b=2:b=2,a=1"},
 	{Strategy: "a=1:a=1,b=2", Flags: 0x08},
 	{Strategy: "karpenter.sh/capacity-type=spot", SelKey: "karpenter.sh/capacity-type", SelV: "on-demand"},

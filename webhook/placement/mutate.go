@@ -78,6 +78,9 @@ type PodMutator struct {
 	Availability Availability
 	// Images narrows kubernetes.io/arch to what the pod's images run on (nil: off).
 	Images *ImageArchitectures
+	// OnDemandAcceptsReserved patches a karpenter.sh/capacity-type=on-demand term as
+	// "In [on-demand, reserved]" (docs/configuration.md).
+	OnDemandAcceptsReserved bool
 
 	strategies strategy.Resolver
 }
@@ -257,7 +260,8 @@ func (m *PodMutator) place(ctx context.Context, a *podAdmission, s *strategy.Str
 	if m.Availability != nil {
 		unavailable = m.Availability.Unavailable(w.Revision)
 	}
-	in := decisionInput{Pod: a.pod, Workload: w, Strategy: s, Seat: seat, Unavailable: unavailable, Capacity: m.Capacity, Admission: req.UID}
+	in := decisionInput{Pod: a.pod, Workload: w, Strategy: s, Seat: seat, Unavailable: unavailable, Capacity: m.Capacity, Admission: req.UID,
+		OnDemandAcceptsReserved: m.OnDemandAcceptsReserved}
 	if m.Images != nil {
 		in.Arch = func(i int, term strategy.Term) archVerdict {
 			return m.Images.verdict(ctx, a.pod, req.Namespace, i, term, w.Describe())

@@ -3,6 +3,7 @@ package placement
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -38,14 +39,32 @@ func escapePointer(key string) string {
 	return pointerEscaper.Replace(key)
 }
 
-// placementPatch is the JSON patch that places pod: the term's labels added to its
-// nodeSelector, the tolerations it needs, the architectures its images run on (nil:
-// none required), the seat annotations and the managed label.
+// placementPatch is the JSON patch that places pod: the term's single-valued labels
+// added to its nodeSelector, its sets of values as required node affinity "In", the
+// tolerations it needs, the architectures its images run on (nil: none required), the
+// seat annotations and the managed label.
 func placementPatch(pod *corev1.Pod, selector map[string]string, tolerations []corev1.Toleration, arches []string, annotations map[string]string) ([]byte, error) {
 	p := &podPatch{pod: pod}
-	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, selector)
+	single := make(map[string]string, len(selector))
+	var reqs []corev1.NodeSelectorRequirement
+	for _, k := range slices.Sorted(maps.Keys(selector)) {
+		v := selector[k]
+		if !strings.Contains(v, strategy.SetSeparator) {
+			single[k] = v
+			continue
+		}
+		if _, pinned := pod.Spec.NodeSelector[k]; pinned {
+			// The pod narrowed the set itself (decide checked its value is in it).
+			continue
+		}
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpIn, Values: strategy.SplitValues(v)})
+	}
+	p.addToMap("/spec/nodeSelector", pod.Spec.NodeSelector, single)
 	p.mergeTolerations(tolerations)
-	p.requireArchitectures(arches)
+	if len(arches) > 0 {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: arches})
+	}
+	p.require(reqs)
 	p.addToMap("/metadata/annotations", pod.Annotations, annotations)
 	p.addToMap("/metadata/labels", pod.Labels, map[string]string{strategy.LabelManaged: "true"})
 	return p.marshal()
@@ -98,17 +117,17 @@ func (p *podPatch) mergeTolerations(needed []corev1.Toleration) {
 	}
 }
 
-// requireArchitectures adds the required node affinity kubernetes.io/arch In arches
-// to every term of the pod's required node affinity (terms are ORed, so each must
-// carry it), or a term of its own when the pod has none. Nothing of the pod's is
-// replaced: only absent fields are added, and a term already holding exactly this
-// requirement (a copied pod) is left as it is.
-func (p *podPatch) requireArchitectures(arches []string) {
-	if len(arches) == 0 {
+// require adds reqs (required node affinity, such as kubernetes.io/arch In the
+// architectures the images run on, or a term's set of values) to every term of the
+// pod's required node affinity (terms are ORed, so each must carry them), or as a term
+// of its own when the pod has none. Nothing of the pod's is replaced: only absent
+// fields are added, and a requirement a term already holds exactly (a copied pod) is
+// not added again.
+func (p *podPatch) require(reqs []corev1.NodeSelectorRequirement) {
+	if len(reqs) == 0 {
 		return
 	}
-	req := corev1.NodeSelectorRequirement{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: arches}
-	fresh := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{req}}}}
+	fresh := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}}}
 	const (
 		affinity = "/spec/affinity"
 		node     = affinity + "/nodeAffinity"
@@ -128,17 +147,25 @@ func (p *podPatch) requireArchitectures(arches []string) {
 		p.ops = append(p.ops, patchOp{Op: "add", Path: terms, Value: fresh.NodeSelectorTerms})
 	default:
 		for i, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-			if slices.ContainsFunc(t.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
-				return r.Key == req.Key && r.Operator == req.Operator && slices.Equal(r.Values, req.Values)
-			}) {
+			var add []corev1.NodeSelectorRequirement
+			for _, req := range reqs {
+				if !slices.ContainsFunc(t.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
+					return r.Key == req.Key && r.Operator == req.Operator && slices.Equal(r.Values, req.Values)
+				}) {
+					add = append(add, req)
+				}
+			}
+			if len(add) == 0 {
 				continue
 			}
 			path := terms + "/" + strconv.Itoa(i) + "/matchExpressions"
 			if t.MatchExpressions == nil {
-				p.ops = append(p.ops, patchOp{Op: "add", Path: path, Value: []corev1.NodeSelectorRequirement{req}})
+				p.ops = append(p.ops, patchOp{Op: "add", Path: path, Value: add})
 				continue
 			}
-			p.ops = append(p.ops, patchOp{Op: "add", Path: path + "/-", Value: req})
+			for _, req := range add {
+				p.ops = append(p.ops, patchOp{Op: "add", Path: path + "/-", Value: req})
+			}
 		}
 	}
 }
