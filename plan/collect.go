@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,7 +72,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		}
 	}
 	if o.Name == "" {
-		c.Unseen = append(c.Unseen, "the convergence loop's unavailability records (kept per workload revision: give -f with a live Deployment, StatefulSet or Rollout to read its record)")
+		c.Unseen = append(c.Unseen, "the convergence loop's unavailability records (kept per workload revision: give -f with a live Deployment, StatefulSet, Rollout or Job to read its record)")
 		return c, nil, nil
 	}
 	placed, err := live(ctx, client, dyn, s, o, &c)
@@ -133,8 +134,22 @@ func live(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interfac
 			return nil, err
 		}
 		st.StatefulSets, selector = []appsv1.StatefulSet{*ss}, ss.Spec.Selector
+	case "Job":
+		j, err := client.BatchV1().Jobs(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		st.Jobs, selector = []batchv1.Job{*j}, j.Spec.Selector
+		// A CronJob's Job finds its strategy on the CronJob too.
+		if ref := metav1.GetControllerOf(j); ref != nil && ref.Kind == "CronJob" {
+			cj, err := client.BatchV1().CronJobs(o.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("its CronJob %s: %w", ref.Name, err)
+			}
+			st.CronJobs = []batchv1.CronJob{*cj}
+		}
 	default:
-		return nil, fmt.Errorf("kind %q: want Deployment, StatefulSet or Rollout", o.Kind)
+		return nil, fmt.Errorf("kind %q: want Deployment, StatefulSet, Rollout or Job (a CronJob's pods are counted per Job: give -f with one of its Jobs)", o.Kind)
 	}
 	pods, err := client.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(selector)})
 	if err != nil {
