@@ -39,28 +39,17 @@ m5.xlarge spot      z-b 0.09
 	if err != nil {
 		t.Fatal(err)
 	}
-	dep := appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo", UID: "dep", Annotations: map[string]string{strategy.AnnotationStrategy: reportStrategy}},
-		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](4)},
-	}
-	rs := appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "demo", UID: "rs",
-		Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}, OwnerReferences: ownedBy("Deployment", "web", "dep")}}
-	st := &State{
-		Deployments: []appsv1.Deployment{dep},
-		ReplicaSets: []appsv1.ReplicaSet{rs},
-		Pods: []corev1.Pod{
-			withRequests(placedPod("p1", "rs", 1, "on-demand", corev1.PodRunning, "od1"), "1", "1Gi"),
-			withRequests(placedPod("p2", "rs", 2, "spot", corev1.PodRunning, "spot-a"), "1", "2Gi"),
-			withRequests(placedPod("p3", "rs", 3, "spot", corev1.PodRunning, "spot-b"), "500m", "8Gi"),
-			withRequests(placedPod("p4", "rs", 4, "spot", corev1.PodRunning, "mystery"), "1", "1Gi"),
-		},
-		Nodes: map[string]*corev1.Node{
-			"od1":     pricedNode("od1", "on-demand", "m5.xlarge", "z-a", "4", "16Gi"),
-			"spot-a":  pricedNode("spot-a", "spot", "m5.xlarge", "z-a", "4", "16Gi"),
-			"spot-b":  pricedNode("spot-b", "spot", "m5.xlarge", "z-b", "4", "16Gi"),
-			"mystery": pricedNode("mystery", "spot", "x9.huge", "z-a", "4", "16Gi"),
-		},
-	}
+	st := deploymentState(reportStrategy, 4, []corev1.Pod{
+		withRequests(placedPod("p1", "rs", 1, "on-demand", corev1.PodRunning, "od1"), "1", "1Gi"),
+		withRequests(placedPod("p2", "rs", 2, "spot", corev1.PodRunning, "spot-a"), "1", "2Gi"),
+		withRequests(placedPod("p3", "rs", 3, "spot", corev1.PodRunning, "spot-b"), "500m", "8Gi"),
+		withRequests(placedPod("p4", "rs", 4, "spot", corev1.PodRunning, "mystery"), "1", "1Gi"),
+	}, map[string]*corev1.Node{
+		"od1":     pricedNode("od1", "on-demand", "m5.xlarge", "z-a", "4", "16Gi"),
+		"spot-a":  pricedNode("spot-a", "spot", "m5.xlarge", "z-a", "4", "16Gi"),
+		"spot-b":  pricedNode("spot-b", "spot", "m5.xlarge", "z-b", "4", "16Gi"),
+		"mystery": pricedNode("mystery", "spot", "x9.huge", "z-a", "4", "16Gi"),
+	})
 	r := Build(st, nil2all)
 	AddCost(context.Background(), &r, prices)
 	w := r.Workloads[0]
@@ -120,26 +109,15 @@ func TestReservedPodsAreCountedAndFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dep := appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo", UID: "dep", Annotations: map[string]string{strategy.AnnotationStrategy: "capacity=reserved|on-demand,base=2:capacity=spot"}},
-		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](3)},
-	}
-	rs := appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "demo", UID: "rs",
-		Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}, OwnerReferences: ownedBy("Deployment", "web", "dep")}}
-	st := &State{
-		Deployments: []appsv1.Deployment{dep},
-		ReplicaSets: []appsv1.ReplicaSet{rs},
-		Pods: []corev1.Pod{
-			withRequests(placedPod("p1", "rs", 1, "reserved", corev1.PodRunning, "res1"), "1", "1Gi"),
-			withRequests(placedPod("p2", "rs", 2, "on-demand", corev1.PodRunning, "od1"), "1", "1Gi"),
-			withRequests(placedPod("p3", "rs", 3, "spot", corev1.PodRunning, "spot1"), "1", "1Gi"),
-		},
-		Nodes: map[string]*corev1.Node{
-			"res1":  pricedNode("res1", "reserved", "m5.xlarge", "z-a", "4", "16Gi"),
-			"od1":   pricedNode("od1", "on-demand", "m5.xlarge", "z-a", "4", "16Gi"),
-			"spot1": pricedNode("spot1", "spot", "m5.xlarge", "z-a", "4", "16Gi"),
-		},
-	}
+	st := deploymentState("capacity=reserved|on-demand,base=2:capacity=spot", 3, []corev1.Pod{
+		withRequests(placedPod("p1", "rs", 1, "reserved", corev1.PodRunning, "res1"), "1", "1Gi"),
+		withRequests(placedPod("p2", "rs", 2, "on-demand", corev1.PodRunning, "od1"), "1", "1Gi"),
+		withRequests(placedPod("p3", "rs", 3, "spot", corev1.PodRunning, "spot1"), "1", "1Gi"),
+	}, map[string]*corev1.Node{
+		"res1":  pricedNode("res1", "reserved", "m5.xlarge", "z-a", "4", "16Gi"),
+		"od1":   pricedNode("od1", "on-demand", "m5.xlarge", "z-a", "4", "16Gi"),
+		"spot1": pricedNode("spot1", "spot", "m5.xlarge", "z-a", "4", "16Gi"),
+	})
 	r := Build(st, nil2all)
 	AddCost(context.Background(), &r, prices)
 	w := r.Workloads[0]
@@ -151,4 +129,16 @@ func TestReservedPodsAreCountedAndFree(t *testing.T) {
 	if !near(c.USDPerHour, 0.192/4) || !near(c.OnDemandUSDPerHour, 2*0.192/4) || c.PricedPods != 2 || len(c.Unpriced) != 0 {
 		t.Fatalf("set term cost %+v, want only the on-demand pod charged", c)
 	}
+}
+
+// deploymentState is Deployment demo/web of strat and replicas, its ReplicaSet "rs",
+// and pods and nodes.
+func deploymentState(strat string, replicas int32, pods []corev1.Pod, nodes map[string]*corev1.Node) *State {
+	dep := appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo", UID: "dep", Annotations: map[string]string{strategy.AnnotationStrategy: strat}},
+		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To(replicas)},
+	}
+	rs := appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "demo", UID: "rs",
+		Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}, OwnerReferences: ownedBy("Deployment", "web", "dep")}}
+	return &State{Deployments: []appsv1.Deployment{dep}, ReplicaSets: []appsv1.ReplicaSet{rs}, Pods: pods, Nodes: nodes}
 }
