@@ -571,7 +571,9 @@ func TestSlowLaunchBurstIsNotUnavailable(t *testing.T) {
 	setDelay(delay.String())
 	t.Cleanup(func() { setDelay("0s") })
 
-	// Big pods, so the burst needs new nodes rather than room left by earlier tests.
+	// Big pods on new nodes only: the nodes earlier tests left (a return from fallback
+	// leaves room for dozens of such pods) are cordoned for the test.
+	cordonUntilCleanup(ctx, t, "karpenter.sh/capacity-type")
 	d := deployment(ns, "burst", capacityStrategy, replicas, true)
 	d.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = cpu
 	start := time.Now()
@@ -646,19 +648,7 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 	}
 	limit(fmt.Sprintf(`{"cpu":"%d"}`, cpu+4))
 	t.Cleanup(func() { limit("null") })
-	nodesBefore, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "nodesize=spot4vcpu16gb"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodesBefore.Items {
-		if _, err := env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatalf("cordoning %s: %v", n.Name, err)
-		}
-		name := n.Name
-		t.Cleanup(func() {
-			_, _ = env.client.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{})
-		})
-	}
+	cordonUntilCleanup(ctx, t, "nodesize=spot4vcpu16gb")
 
 	// 1 on-demand seat and 5 spot4 seats of 1.5 CPU: the one new node holds 2 of them.
 	const replicas = 6
@@ -735,6 +725,25 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 	waitExact(ctx, t, ns, "partial", strat, replicas, fallbackCooldown+90*time.Second)
 	t.Logf("MEASURED partly limited term: limit lifted -> exact: %s (cool-down %s)", time.Since(lifted).Round(time.Second), fallbackCooldown)
 	ranThere("back to exact")
+}
+
+// cordonUntilCleanup cordons the nodes that match selector now, so a test's pods need
+// new capacity rather than room left by earlier tests; the test's cleanup uncordons them.
+func cordonUntilCleanup(ctx context.Context, t *testing.T, selector string) {
+	t.Helper()
+	list, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatalf("listing nodes %s: %v", selector, err)
+	}
+	for _, n := range list.Items {
+		if _, err := env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("cordoning %s: %v", n.Name, err)
+		}
+		name := n.Name
+		t.Cleanup(func() {
+			_, _ = env.client.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{})
+		})
+	}
 }
 
 // envString, envInt and envDuration read a test setting from the environment.
