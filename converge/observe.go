@@ -6,6 +6,7 @@ package converge
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -171,11 +172,7 @@ func (l *Loop) readNominations(ctx context.Context, snap *snapshot) {
 		if f := l.cfg.Launches.Flight(snap.s.Terms[t].LabelMap(), snap.now); !f.Progressing(snap.now, l.cfg.FallbackAfter) {
 			continue
 		}
-		for _, pod := range snap.pods {
-			if pod.NodeName == "" && pod.TermIn(snap.s) == t && isUnschedulable(pod) {
-				waiting[pod.UID] = true
-			}
-		}
+		maps.Copy(waiting, pendingOn(snap, t))
 	}
 	if len(waiting) == 0 {
 		return
