@@ -597,7 +597,11 @@ func TestSlowLaunchBurstIsNotUnavailable(t *testing.T) {
 	t.Logf("MEASURED burst of %d pods (%s CPU each, nodes registering %s after launch): all Running in %s; longest wait for a node %s (FALLBACK_AFTER %s); %d Nominated events; the loop held off %v times because Karpenter was launching",
 		replicas, cpu.String(), delay, took.Round(time.Second), longest.Round(time.Second), short, len(nominated.Items), kept)
 	if longest < short {
-		t.Errorf("no pod waited FALLBACK_AFTER (%s) for a node: the burst did not test a slow launch", short)
+		nodes := map[string]int{}
+		for _, p := range pods {
+			nodes[p.Spec.NodeName]++
+		}
+		t.Errorf("no pod waited FALLBACK_AFTER (%s) for a node: the burst did not test a slow launch (pods per node: %v)", short, nodes)
 	}
 	if kept < 1 {
 		t.Errorf("custom_kube_scheduler_webhook_terms_kept_launching_total is %v: the loop never saw pods wait on a launch", kept)
@@ -727,22 +731,57 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 	ranThere("back to exact")
 }
 
-// cordonUntilCleanup cordons the nodes that match selector now, so a test's pods need
-// new capacity rather than room left by earlier tests; the test's cleanup uncordons them.
+// cordonUntilCleanup cordons the nodes that match selector, so a test's pods need new
+// capacity rather than room left by earlier tests; the test's cleanup uncordons them. It
+// first waits out the NodeClaims still launching (an earlier test's capacity may register
+// seconds later, uncordoned: CI saw a burst run on such nodes in 4 s), and repeats until a
+// pass finds no node left to cordon.
 func cordonUntilCleanup(ctx context.Context, t *testing.T, selector string) {
 	t.Helper()
-	list, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		t.Fatalf("listing nodes %s: %v", selector, err)
-	}
-	for _, n := range list.Items {
-		if _, err := env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatalf("cordoning %s: %v", n.Name, err)
+	cordoned := map[string]bool{}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, stderr, err := kubectl(ctx, "", "get", "nodeclaims", "-o", "json")
+		if err != nil {
+			return false, fmt.Errorf("listing NodeClaims: %v\n%s", err, stderr)
 		}
-		name := n.Name
-		t.Cleanup(func() {
+		var claims struct {
+			Items []struct {
+				Status struct{ NodeName string } `json:"status"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(out), &claims); err != nil {
+			return false, fmt.Errorf("reading NodeClaims: %w", err)
+		}
+		launching := 0
+		for _, c := range claims.Items {
+			if c.Status.NodeName == "" {
+				launching++
+			}
+		}
+		list, err := env.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, fmt.Errorf("listing nodes %s: %w", selector, err)
+		}
+		fresh := 0
+		for _, n := range list.Items {
+			if cordoned[n.Name] || n.Spec.Unschedulable {
+				continue
+			}
+			if _, err := env.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+				return false, fmt.Errorf("cordoning %s: %w", n.Name, err)
+			}
+			cordoned[n.Name] = true
+			fresh++
+		}
+		return fresh == 0 && launching == 0, nil
+	})
+	t.Cleanup(func() {
+		for name := range cordoned {
 			_, _ = env.client.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{})
-		})
+		}
+	})
+	if err != nil {
+		t.Fatalf("cordoning the nodes %s once no NodeClaim is launching: %v", selector, err)
 	}
 }
 
