@@ -116,7 +116,7 @@ func exactNow(ctx context.Context, ns, name, strat string, replicas int) (bool, 
 		if p.Status.Phase != corev1.PodRunning {
 			problems = append(problems, fmt.Sprintf("%s %s", p.Name, p.Status.Phase))
 		}
-		term := termOfSelector(s, p.Spec.NodeSelector)
+		term := termOfSelector(s, strategy.PlacementSelector(&p))
 		seat, err := strconv.Atoi(p.Annotations[strategy.AnnotationSeat])
 		if err != nil || term < 0 {
 			problems = append(problems, "unplaced "+p.Name)

@@ -225,8 +225,9 @@ func nodes(ctx context.Context, t *testing.T) map[string]corev1.Node {
 
 // assertExactSpread checks that pods (one revision, settled) hold exactly the
 // strategy's target for len(pods): per term, counted by what decides placement
-// (the pod's nodeSelector), and that every pod is Running on a Karpenter node
-// whose labels satisfy its nodeSelector, with seat and term annotations that
+// (the pod's nodeSelector, and a set term's required node affinity In), and that
+// every pod is Running on a Karpenter node whose labels satisfy both, with seat
+// and term annotations that
 // agree with the seat sequence and seats 1..n each taken once.
 // It returns the per-term counts.
 func assertExactSpread(ctx context.Context, t *testing.T, strat string, pods []corev1.Pod) []int {
@@ -242,9 +243,10 @@ func assertExactSpread(ctx context.Context, t *testing.T, strat string, pods []c
 	var seats []int
 	var problems []string
 	for _, p := range pods {
-		term := termOfSelector(s, p.Spec.NodeSelector)
+		sel := strategy.PlacementSelector(&p)
+		term := termOfSelector(s, sel)
 		if term < 0 {
-			problems = append(problems, fmt.Sprintf("pod %s: nodeSelector %v matches no term (not mutated?)", p.Name, p.Spec.NodeSelector))
+			problems = append(problems, fmt.Sprintf("pod %s: selects %v, which matches no term (not mutated?)", p.Name, sel))
 		} else {
 			got[term]++
 		}
@@ -277,12 +279,14 @@ func assertExactSpread(ctx context.Context, t *testing.T, strat string, pods []c
 }
 
 // termOfSelector returns the 0-based index of the first term whose labels are all
-// in the nodeSelector, or -1.
+// in sel (a nodeSelector, or strategy.PlacementSelector's form, where a set term's
+// values are joined in any order), or -1.
 func termOfSelector(s *strategy.Strategy, sel map[string]string) int {
 	for i, term := range s.Terms {
 		ok := true
 		for k, v := range term.LabelMap() {
-			if sel[k] != v {
+			have, found := sel[k]
+			if !found || !sameSet(strategy.SplitValues(have), strategy.SplitValues(v)) {
 				ok = false
 				break
 			}
@@ -307,12 +311,20 @@ func checkPlacement(p corev1.Pod, allNodes map[string]corev1.Node) string {
 	if node.Labels[labelNodePool] == "" {
 		return fmt.Sprintf("pod %s: node %s was not provisioned by Karpenter (no %s label)", p.Name, node.Name, labelNodePool)
 	}
-	for k, v := range p.Spec.NodeSelector {
-		if node.Labels[k] != v {
-			return fmt.Sprintf("pod %s: node %s has %s=%q, nodeSelector wants %q", p.Name, node.Name, k, node.Labels[k], v)
+	for k, v := range strategy.PlacementSelector(&p) {
+		if !slices.Contains(strategy.SplitValues(v), node.Labels[k]) {
+			return fmt.Sprintf("pod %s: node %s has %s=%q, the pod selects %q", p.Name, node.Name, k, node.Labels[k], v)
 		}
 	}
 	return ""
+}
+
+// sameSet reports whether a and b hold the same values, in any order.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 // assertNotMutated checks that the webhook left pods exactly as their template made them.

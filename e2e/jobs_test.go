@@ -239,7 +239,7 @@ func assertJobSplit(t *testing.T, strat string, pods []corev1.Pod) {
 	got := make([]int, len(s.Terms))
 	var seats []int
 	for _, p := range pods {
-		term := termOfSelector(s, p.Spec.NodeSelector)
+		term := termOfSelector(s, strategy.PlacementSelector(&p))
 		seat, err := strconv.Atoi(p.Annotations[strategy.AnnotationSeat])
 		if term < 0 || err != nil {
 			t.Errorf("pod %s not placed: nodeSelector %v, seat %q", p.Name, p.Spec.NodeSelector, p.Annotations[strategy.AnnotationSeat])

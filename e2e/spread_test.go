@@ -125,9 +125,9 @@ func TestDeletedPodReplacedOnSameTerm(t *testing.T) {
 			t.Errorf("seat %d (term %d) was not refilled", seat, s.TermOfSeat(seat)+1)
 		case p.Name == bySeat[seat].Name:
 			t.Errorf("pod %s on seat %d was not replaced", p.Name, seat)
-		case termOfSelector(s, p.Spec.NodeSelector) != s.TermOfSeat(seat):
+		case termOfSelector(s, strategy.PlacementSelector(&p)) != s.TermOfSeat(seat):
 			t.Errorf("replacement %s for seat %d selects term %d, want term %d",
-				p.Name, seat, termOfSelector(s, p.Spec.NodeSelector)+1, s.TermOfSeat(seat)+1)
+				p.Name, seat, termOfSelector(s, strategy.PlacementSelector(&p))+1, s.TermOfSeat(seat)+1)
 		}
 	}
 }

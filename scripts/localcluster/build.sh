@@ -2,7 +2,8 @@
 # Build (or reuse) the test-only binaries of the local cluster:
 #   kube-apiserver, kube-controller-manager, kube-scheduler  (scripts/localcluster/kbin)
 #   kwok                                                      (sigs.k8s.io/kwok/cmd/kwok)
-#   karpenter-kwok: Karpenter with its kwok cloud provider     (sigs.k8s.io/karpenter/kwok)
+#   karpenter-kwok: Karpenter with its kwok cloud provider     (sigs.k8s.io/karpenter/kwok;
+#                   for karpenterkwok/go.mod's version, that module: reservations)
 #   kubelet, only with REAL_NODE=1 (the real node of realnode.sh)  (scripts/localcluster/kbin)
 # They are cached outside the repo, one directory per version, and rebuilt only
 # when a version changes. The first run compiles Kubernetes: minutes, not seconds.
@@ -66,7 +67,12 @@ build_kube() {
 
 # build_karpenter OUTDIR: both kwok and Karpenter's provider install as "kwok", so
 # install into a directory of its own and rename.
+# With KARPENTER_RESERVED=1, from karpenterkwok/ (the same Karpenter, with reservations).
 build_karpenter() {
+	if [[ $KARPENTER_RESERVED == 1 ]]; then
+		(cd "$KARPENTER_RESERVED_MOD" && go build -v -trimpath -o "$1/karpenter-kwok" .)
+		return
+	fi
 	GOBIN=$1 go install -v -trimpath "sigs.k8s.io/karpenter/kwok@$KARPENTER_VERSION" &&
 		mv "$1/kwok" "$1/karpenter-kwok"
 }

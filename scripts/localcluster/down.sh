@@ -38,5 +38,5 @@ fi
 rm -rf "$PKI" "$PIDS" "$LOGS" "$LOCALCLUSTER_DIR/etcd" "$LOCALCLUSTER_DIR/apiserver-certs" "$LOCALCLUSTER_DIR/registry"
 rm -f "$KUBECONFIG_FILE" "$LOCALCLUSTER_DIR/kwok-stages.yaml" "$LOCALCLUSTER_DIR/port-offset" "$LOCALCLUSTER_DIR/real-node" \
 	"$LOCALCLUSTER_DIR/webhook-registration.yaml" "$LOCALCLUSTER_DIR/audit-policy.yaml" "$LOCALCLUSTER_DIR/aws.env" "$LOCALCLUSTER_DIR/awslocal" \
-	"$LOCALCLUSTER_DIR/webhook-kubeconfig" "$LOCALCLUSTER_DIR/webhook-rbac.yaml"
+	"$LOCALCLUSTER_DIR/webhook-kubeconfig" "$LOCALCLUSTER_DIR/webhook-rbac.yaml" "$LOCALCLUSTER_DIR/instance-types.json"
 rmdir "$LOCALCLUSTER_DIR" 2>/dev/null || true

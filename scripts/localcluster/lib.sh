@@ -30,6 +30,22 @@ LOCALCLUSTER_PORT_OFFSET=${LOCALCLUSTER_PORT_OFFSET:-0}
 KUBE_BIN_DIR=$LOCALCLUSTER_CACHE/kube-$KUBE_VERSION
 KWOK_BIN=$LOCALCLUSTER_CACHE/kwok-$KWOK_VERSION/kwok
 KARPENTER_BIN=$LOCALCLUSTER_CACHE/karpenter-kwok-$KARPENTER_VERSION/karpenter-kwok
+# For the Karpenter version of karpenterkwok/go.mod, Karpenter is built from that module:
+# its kwok provider then serves a capacity reservation (README: reserved capacity).
+# Cached by the module's content, so an edit rebuilds it. Other versions (v1.0 has no
+# reserved capacity type) run the plain provider and offer no reservation.
+KARPENTER_RESERVED_MOD=$LC_SCRIPTS/karpenterkwok
+KARPENTER_RESERVED=0
+if [[ $KARPENTER_VERSION == "$(awk '$1 == "sigs.k8s.io/karpenter" { print $2; exit }' "$KARPENTER_RESERVED_MOD/go.mod")" ]]; then
+	KARPENTER_RESERVED=1
+	KARPENTER_BIN=$LOCALCLUSTER_CACHE/karpenter-kwok-reserved-$KARPENTER_VERSION-$(cat "$KARPENTER_RESERVED_MOD"/go.mod "$KARPENTER_RESERVED_MOD"/go.sum "$KARPENTER_RESERVED_MOD"/main.go | sha256sum | cut -c1-12)/karpenter-kwok
+fi
+# The reservation (KARPENTER_RESERVED=1): one instance type, zone and ID, and how many
+# nodes it holds. Only the NodePool "reserved" (nodepool-reserved.yaml) launches into it.
+RESERVATION_INSTANCE_TYPE=s-4x-amd64-linux
+RESERVATION_ZONE=test-zone-a
+RESERVATION_ID=cr-kwok-e2e
+RESERVATION_NODES=${RESERVATION_NODES:-2}
 # The real node's kubelet (REAL_NODE=1), same Kubernetes version as the control plane.
 KUBELET_BIN=$LOCALCLUSTER_CACHE/kubelet-$KUBE_VERSION/kubelet
 

@@ -197,6 +197,31 @@ lc_kubectl create --dry-run=client -o json -f "$KARP_MOD/kwok/charts/crds/" -f "
 	lc_kubectl apply --server-side -f - >/dev/null
 lc_kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
 lc_kubectl apply --server-side -f "$LC_SCRIPTS/nodepools.yaml" >/dev/null
+# The capacity reservation (KARPENTER_RESERVED=1, lib.sh): the provider's own instance
+# types (its built-in file, which INSTANCE_TYPES_FILE_PATH replaces) plus one reserved
+# offering, as the AWS provider builds it: the on-demand offering of one instance type
+# and zone with capacity type "reserved", the reservation's ID as a requirement, its
+# size in nodes, and a price far below on-demand; every other offering says it has no
+# reservation ID (Karpenter's contract for ReservedCapacityLabels).
+karpenter_env=()
+if [[ $KARPENTER_RESERVED == 1 ]]; then
+	INSTANCE_TYPES=$LOCALCLUSTER_DIR/instance-types.json
+	jq --arg it "$RESERVATION_INSTANCE_TYPE" --arg zone "$RESERVATION_ZONE" --arg id "$RESERVATION_ID" \
+		--argjson nodes "$RESERVATION_NODES" '
+		def req(k): (.Requirements[] | select(.key == k) | .values[0]);
+		map(.offerings |= map(.Requirements += [{key: "karpenter.k8s.aws/capacity-reservation-id", operator: "DoesNotExist"}])
+			| if .name == $it then .offerings += [.offerings[]
+				| select(req("karpenter.sh/capacity-type") == "on-demand" and req("topology.kubernetes.io/zone") == $zone)
+				| .Price /= 10000000 | .ReservationCapacity = $nodes
+				| .Requirements = [{key: "karpenter.sh/capacity-type", operator: "In", values: ["reserved"]},
+					{key: "topology.kubernetes.io/zone", operator: "In", values: [$zone]},
+					{key: "karpenter.k8s.aws/capacity-reservation-id", operator: "In", values: [$id]}]]
+			else . end)' "$KARP_MOD/kwok/cloudprovider/instance_types.json" >"$INSTANCE_TYPES"
+	[[ $(jq '[.[].offerings[] | select(.ReservationCapacity > 0)] | length' "$INSTANCE_TYPES") == 1 ]] ||
+		lc_die "no reserved offering for $RESERVATION_INSTANCE_TYPE in $RESERVATION_ZONE in $INSTANCE_TYPES"
+	karpenter_env=(INSTANCE_TYPES_FILE_PATH="$INSTANCE_TYPES")
+	lc_kubectl apply --server-side -f "$LC_SCRIPTS/nodepool-reserved.yaml" >/dev/null
+fi
 lc_log "Karpenter CRDs, KWOKNodeClass and NodePools applied"
 # Argo Rollouts' Rollout CRD, from its Go module (no controller): the webhook follows a
 # ReplicaSet's Rollout when the API serves it, which it looks for when it starts.
@@ -212,7 +237,7 @@ lc_log "Argo Rollouts $ARGO_ROLLOUTS_VERSION Rollout CRD applied (no controller)
 # SYSTEM_NAMESPACE and DISABLE_WEBHOOK: Karpenter v1.0 needs a namespace and would serve
 # its conversion webhook; later versions ignore both.
 lc_start karpenter env KUBECONFIG="$K" DISABLE_LEADER_ELECTION=true \
-	SYSTEM_NAMESPACE=kube-system DISABLE_WEBHOOK=true \
+	SYSTEM_NAMESPACE=kube-system DISABLE_WEBHOOK=true "${karpenter_env[@]}" \
 	METRICS_PORT="$KARPENTER_METRICS_PORT" HEALTH_PROBE_PORT="$KARPENTER_HEALTH_PORT" \
 	BATCH_MAX_DURATION=2s BATCH_IDLE_DURATION=500ms LOG_LEVEL=info "$KARPENTER_BIN"
 # env execs the binary, so the recorded PID is Karpenter's own.
