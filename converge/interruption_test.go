@@ -226,3 +226,32 @@ func TestQuietSignalsMarkNothing(t *testing.T) {
 		t.Fatal("a record was written")
 	}
 }
+
+// A Capacity Block's end announced for one of the term's four nodes: the term is marked
+// (the end is certain, one node is enough) until a cool-down after the block's end, not
+// after the warning, so no seat goes back before its nodes are gone; only that node's
+// pods move.
+func TestCapacityBlockEndMarksUntilItsEnd(t *testing.T) {
+	w, ir, nodeOf := spotWorld(t)
+	ctx := context.Background()
+	now := time.Now()
+	end := now.Add(30 * time.Minute)
+	ir.mu.Lock()
+	ir.signals["s2"] = interruption.NodeSignals{Instance: "i-s2", At: map[interruption.Kind]time.Time{interruption.KindCapacityBlockEnd: now.Add(-15 * time.Minute)}, Ends: end}
+	ir.mu.Unlock()
+	w.loop.Pass(ctx)
+	st := w.record(t, "one node of an ending Capacity Block: want the term marked").Terms[1]
+	if want := end.Add(time.Minute); st.Until.Sub(want).Abs() > time.Second {
+		t.Errorf("marked until %s, want a cool-down (1m) after the block's end (%s)", st.Until, want)
+	}
+	if st.Risk == nil || st.Risk.ByKind[string(interruption.KindCapacityBlockEnd)] != 1 || !strings.Contains(st.Reason, "a Capacity Block ends at") {
+		t.Errorf("record %+v (risk %+v), want the block's end as the evidence", st, st.Risk)
+	}
+	w.waitForRecord(t)
+	w.loop.Pass(ctx)
+	got := w.evictions()
+	sort.Strings(got)
+	if want := podsOn(nodeOf, "s2"); !slices.Equal(got, want) {
+		t.Fatalf("evicted %v, want the pods of the block's node %v", got, want)
+	}
+}

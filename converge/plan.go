@@ -187,7 +187,7 @@ func unavailableBecause(snap *snapshot, t int, cfg planConfig) (string, *note) {
 }
 
 // markAtRisk marks the terms EC2's signals put at risk, until a cool-down after their
-// last signal: a new mark for a term not unavailable (a strike: its seats go to the
+// last signal (after the end of a Capacity Block whose end was announced): a new mark for a term not unavailable (a strike: its seats go to the
 // fallback), a longer one for a term already marked when its record would end before
 // that. A longer mark is written with a tenth of the cool-down to spare, so a stream of
 // signals writes each record at most every tenth of the cool-down; the term returns
@@ -199,7 +199,13 @@ func (p *passPlan) markAtRisk(snap *snapshot, cfg planConfig, unavailable map[in
 		if !ok || !v.AtRisk {
 			continue
 		}
-		until := v.Last.Add(cfg.cooldown)
+		quiet := v.Last
+		if v.Ends.After(quiet) {
+			// A Capacity Block's end: the term stays marked until its nodes are gone,
+			// so no seat goes back onto the ending reservation.
+			quiet = v.Ends
+		}
+		until := quiet.Add(cfg.cooldown)
 		if !until.After(snap.now) {
 			continue // quiet for the cool-down already
 		}

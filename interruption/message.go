@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -24,17 +25,28 @@ const (
 	// KindStateChange is a state-change notification; only stopping, stopped,
 	// shutting-down and terminated count as a signal (Signal.Counts).
 	KindStateChange Kind = "state-change"
+	// KindCapacityBlockEnd is a Capacity Block's expiration warning, 40 minutes before
+	// its end: EC2 terminates every instance of the reservation from 30 minutes before
+	// the end. It names the reservation, not an instance.
+	KindCapacityBlockEnd Kind = "capacity-block-end"
 )
 
 // Kinds lists every kind, in the order the docs and metrics name them.
-var Kinds = []Kind{KindInterruption, KindRebalance, KindStateChange}
+var Kinds = []Kind{KindInterruption, KindRebalance, KindStateChange, KindCapacityBlockEnd}
 
-// detailTypes maps EventBridge's detail-type to the kind.
+// detailTypes maps EventBridge's detail-type to the kind. AWS's pages name the
+// Capacity Block's warning both ways (EventBridge's list of EC2 events, and the EC2
+// guide's example event): both are read.
 var detailTypes = map[string]Kind{
-	"EC2 Spot Instance Interruption Warning": KindInterruption,
-	"EC2 Instance Rebalance Recommendation":  KindRebalance,
-	"EC2 Instance State-change Notification": KindStateChange,
+	"EC2 Spot Instance Interruption Warning":        KindInterruption,
+	"EC2 Instance Rebalance Recommendation":         KindRebalance,
+	"EC2 Instance State-change Notification":        KindStateChange,
+	"Capacity Block Expiration Warning":             KindCapacityBlockEnd,
+	"Capacity Block Reservation Expiration Warning": KindCapacityBlockEnd,
 }
+
+// reservationID is an EC2 capacity reservation id (cr- and 8 or 17 hex digits).
+var reservationID = regexp.MustCompile(`^cr-(?:[0-9a-f]{8}|[0-9a-f]{17})$`)
 
 // lossStates are the instance states a state-change notification counts for.
 var lossStates = map[string]bool{"stopping": true, "stopped": true, "shutting-down": true, "terminated": true}
@@ -45,9 +57,13 @@ const MaxMessageBytes = 256 << 10
 // Signal is one decoded EC2 event.
 type Signal struct {
 	// ID is EventBridge's event id: a message delivered twice has the same one.
-	ID       string
-	Kind     Kind
+	ID   string
+	Kind Kind
+	// Instance is the instance the event is about ("" for a Capacity Block's warning).
 	Instance string
+	// Reservation and End are a Capacity Block's id and end ("" and zero otherwise).
+	Reservation string
+	End         time.Time
 	// State is the new instance state of a state-change notification ("" otherwise).
 	State string
 	// Time is when EC2 emitted the event.
@@ -68,7 +84,7 @@ func (s Signal) Key() string {
 	if s.ID != "" {
 		return s.ID
 	}
-	return string(s.Kind) + "/" + s.Instance + "/" + s.State + "/" + s.Time.UTC().Format(time.RFC3339Nano)
+	return string(s.Kind) + "/" + s.Instance + s.Reservation + "/" + s.State + "/" + s.Time.UTC().Format(time.RFC3339Nano)
 }
 
 // DecodeError is why a message is not a signal. Reason is the metrics' "result" label:
@@ -97,8 +113,10 @@ type envelope struct {
 }
 
 type detail struct {
-	InstanceID string `json:"instance-id"`
-	State      string `json:"state"`
+	InstanceID    string `json:"instance-id"`
+	State         string `json:"state"`
+	ReservationID string `json:"capacity-reservation-id"`
+	EndDate       string `json:"end-date"`
 }
 
 // Decode reads one SQS message body as the EventBridge event of an EC2 instance. It
@@ -120,13 +138,13 @@ func Decode(body []byte) (Signal, error) {
 	}
 	kind, ok := detailTypes[env.DetailType]
 	if !ok {
-		return Signal{}, &DecodeError{Reason: ResultUnsupported, Detail: fmt.Sprintf("detail-type %q is none of the three EC2 events read", clip(env.DetailType))}
+		return Signal{}, &DecodeError{Reason: ResultUnsupported, Detail: fmt.Sprintf("detail-type %q is none of the EC2 events read", clip(env.DetailType))}
 	}
 	var d detail
 	if len(env.Detail) == 0 || json.Unmarshal(env.Detail, &d) != nil {
 		return Signal{}, malformed("%s without a detail object", kind)
 	}
-	if !providerid.ValidInstance(d.InstanceID) {
+	if kind != KindCapacityBlockEnd && !providerid.ValidInstance(d.InstanceID) {
 		return Signal{}, malformed("%s: instance-id %q is not an instance id", kind, clip(d.InstanceID))
 	}
 	at, err := time.Parse(time.RFC3339, env.Time)
@@ -137,12 +155,29 @@ func Decode(body []byte) (Signal, error) {
 		return Signal{}, malformed("%s: account or region missing", kind)
 	}
 	s := Signal{ID: env.ID, Kind: kind, Instance: d.InstanceID, Time: at, Account: env.Account, Region: env.Region}
+	if kind == KindCapacityBlockEnd {
+		return capacityBlock(s, d)
+	}
 	if kind == KindStateChange {
 		if d.State == "" {
 			return Signal{}, malformed("%s without a state", kind)
 		}
 		s.State = strings.ToLower(d.State)
 	}
+	return s, nil
+}
+
+// capacityBlock completes a Capacity Block's warning: the reservation and its end (RFC
+// 3339; AWS writes milliseconds), which is after the warning.
+func capacityBlock(s Signal, d detail) (Signal, error) {
+	if !reservationID.MatchString(d.ReservationID) {
+		return Signal{}, malformed("%s: capacity-reservation-id %q is not a reservation id", s.Kind, clip(d.ReservationID))
+	}
+	end, err := time.Parse(time.RFC3339, d.EndDate)
+	if err != nil || !end.After(s.Time) {
+		return Signal{}, malformed("%s: end-date %q is no RFC 3339 time after the event's", s.Kind, clip(d.EndDate))
+	}
+	s.Instance, s.Reservation, s.End = "", d.ReservationID, end
 	return s, nil
 }
 

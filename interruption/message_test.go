@@ -32,6 +32,17 @@ func TestDecode(t *testing.T) {
 		{name: "state change",
 			body: event("e3", "EC2 Instance State-change Notification", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc","state":"Shutting-Down"}`),
 			want: Signal{ID: "e3", Kind: KindStateChange, Instance: "i-0abc", State: "shutting-down", Time: at, Account: "123456789012", Region: "eu-west-1"}},
+		{name: "Capacity Block warning, as EventBridge lists it",
+			body: event("e4", "Capacity Block Expiration Warning", "123456789012", "eu-west-1", at, `{"capacity-reservation-id":"cr-0123456789abcdef0","end-date":"2026-03-01T12:40:00.000Z"}`),
+			want: Signal{ID: "e4", Kind: KindCapacityBlockEnd, Reservation: "cr-0123456789abcdef0", End: at.Add(40 * time.Minute), Time: at, Account: "123456789012", Region: "eu-west-1"}},
+		{name: "Capacity Block warning, as the EC2 guide's example names it",
+			body: event("e5", "Capacity Block Reservation Expiration Warning", "123456789012", "eu-west-1", at, `{"capacity-reservation-id":"cr-12345678","end-date":"2026-03-01T12:40:00Z","instance-id":"i-0abc"}`),
+			want: Signal{ID: "e5", Kind: KindCapacityBlockEnd, Reservation: "cr-12345678", End: at.Add(40 * time.Minute), Time: at, Account: "123456789012", Region: "eu-west-1"}},
+		{name: "Capacity Block delivered", body: event("e", "Capacity Block Reservation Delivered", "1", "r", at, `{"capacity-reservation-id":"cr-12345678","end-date":"2026-03-01T12:40:00Z"}`), reason: ResultUnsupported},
+		{name: "Capacity Block without a reservation", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"end-date":"2026-03-01T12:40:00Z"}`), reason: ResultMalformed},
+		{name: "Capacity Block with a bad reservation", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"capacity-reservation-id":"cr-../x","end-date":"2026-03-01T12:40:00Z"}`), reason: ResultMalformed},
+		{name: "Capacity Block without an end", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"capacity-reservation-id":"cr-12345678"}`), reason: ResultMalformed},
+		{name: "Capacity Block ending before its warning", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"capacity-reservation-id":"cr-12345678","end-date":"2026-03-01T11:00:00Z"}`), reason: ResultMalformed},
 		{name: "garbage", body: "hello", reason: ResultMalformed},
 		{name: "empty", body: "", reason: ResultMalformed},
 		{name: "JSON array", body: "[1,2]", reason: ResultMalformed},
@@ -90,6 +101,7 @@ func FuzzDecode(f *testing.F) {
 		event("e1", "EC2 Spot Instance Interruption Warning", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc","instance-action":"terminate"}`),
 		event("e2", "EC2 Instance Rebalance Recommendation", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc"}`),
 		event("e3", "EC2 Instance State-change Notification", "123456789012", "eu-west-1", at, `{"instance-id":"i-0abc","state":"terminated"}`),
+		event("e4", "Capacity Block Expiration Warning", "123456789012", "eu-west-1", at, `{"capacity-reservation-id":"cr-0123456789abcdef0","end-date":"2026-03-01T12:40:00.000Z"}`),
 		"", "{}", "null", `{"source":"aws.ec2","detail":{"instance-id":1}}`, "\xff\xfe",
 	} {
 		f.Add([]byte(seed))
@@ -103,7 +115,16 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if !providerid.ValidInstance(s.Instance) || s.Time.IsZero() || s.Account == "" || s.Region == "" || s.Kind == "" {
+		if s.Time.IsZero() || s.Account == "" || s.Region == "" || s.Kind == "" {
+			t.Fatalf("accepted an incomplete signal %+v", s)
+		}
+		if s.Kind == KindCapacityBlockEnd {
+			if !reservationID.MatchString(s.Reservation) || !s.End.After(s.Time) || s.Instance != "" {
+				t.Fatalf("accepted a Capacity Block warning without its reservation and end: %+v", s)
+			}
+			return
+		}
+		if !providerid.ValidInstance(s.Instance) || s.Reservation != "" || !s.End.IsZero() {
 			t.Fatalf("accepted an incomplete signal %+v", s)
 		}
 		if s.Kind == KindStateChange && s.State == "" {

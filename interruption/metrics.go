@@ -20,7 +20,8 @@ const (
 	ResultMalformed = "malformed"
 	// ResultUnsupported: an EC2 event of another detail-type.
 	ResultUnsupported = "unsupported"
-	// ResultUnknownInstance: no node of the cluster has the instance.
+	// ResultUnknownInstance: no node of the cluster has the instance (or, for a
+	// Capacity Block's warning, is on the reservation).
 	ResultUnknownInstance = "unknown-instance"
 	// ResultOtherAccount and ResultOtherRegion: an event of an account or region other
 	// than the queue's.
@@ -56,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "interruption_messages_total",
-			Help: "Messages read from the interruption queue, each handled (and deleted) once, by result: signal (recorded), duplicate, stale (older than INTERRUPTION_WINDOW), ignored (a state change that is no loss), malformed, unsupported (another EC2 event), unknown-instance, other-account, other-region.",
+			Help: "Messages read from the interruption queue, each handled (and deleted) once, by result: signal (recorded), duplicate, stale (older than INTERRUPTION_WINDOW; a Capacity Block's warning: after its end), ignored (a state change that is no loss), malformed, unsupported (another EC2 event), unknown-instance (or a reservation no node is on), other-account, other-region.",
 		}, []string{"result"}),
 		receiveErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "interruption_receive_errors_total",
@@ -64,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 		}, []string{"reason"}),
 		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "interruption_signals_total",
-			Help: "EC2 signals seen for nodes of a term (the term's node labels), by kind: interruption-warning, rebalance-recommendation, state-change.",
+			Help: "EC2 signals seen for nodes of a term (the term's node labels), by kind: interruption-warning, rebalance-recommendation, state-change, capacity-block-end (per node of the reservation).",
 		}, []string{"term", "kind"}),
 		nodesAtRisk: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "interruption_nodes_at_risk",

@@ -67,10 +67,14 @@ func (r Rule) Validate() error {
 type NodeSignals struct {
 	Instance string
 	At       map[Kind]time.Time
+	// Ends is the end of the Capacity Block the node is on, when its end was announced
+	// (KindCapacityBlockEnd): that signal holds until then, whatever the window, as the
+	// node goes with the block.
+	Ends time.Time
 }
 
-// Latest is the latest of the node's signals within the window ending at now, and its
-// kind; ok is false when none is.
+// Latest is the latest of the node's signals that hold at now (within the window ending
+// at now; a Capacity Block's until its end), and its kind; ok is false when none does.
 func (n NodeSignals) Latest(now time.Time, window time.Duration) (time.Time, Kind, bool) {
 	var (
 		latest time.Time
@@ -78,11 +82,19 @@ func (n NodeSignals) Latest(now time.Time, window time.Duration) (time.Time, Kin
 	)
 	for _, k := range Kinds {
 		at, ok := n.At[k]
-		if ok && within(at, now, window) && at.After(latest) {
+		if ok && n.holds(k, at, now, window) && at.After(latest) {
 			latest, kind = at, k
 		}
 	}
 	return latest, kind, !latest.IsZero()
+}
+
+// holds reports whether the node's signal of kind k, at at, still counts at now.
+func (n NodeSignals) holds(k Kind, at, now time.Time, window time.Duration) bool {
+	if k == KindCapacityBlockEnd {
+		return !at.After(now) && now.Before(n.Ends)
+	}
+	return within(at, now, window)
 }
 
 // within reports whether at is in the window (now-window, now].
@@ -99,7 +111,10 @@ type Verdict struct {
 	// ByKind counts the signalled nodes with each kind within the window.
 	ByKind map[Kind]int
 	// Last is the latest signal within the window (zero: none).
-	Last   time.Time
+	Last time.Time
+	// Ends is the latest end of a Capacity Block among the signalled nodes (zero: none):
+	// the term's signals are not quiet before it.
+	Ends   time.Time
 	AtRisk bool
 	rule   Rule
 	now    time.Time
@@ -122,18 +137,22 @@ func (r Rule) Assess(termNodes []string, signals map[string]NodeSignals, now tim
 		if v.Signalled == nil {
 			v.Signalled, v.ByKind = map[string]NodeSignals{}, map[Kind]int{}
 		}
-		v.Signalled[name] = NodeSignals{Instance: ns.Instance, At: maps.Clone(ns.At)}
+		v.Signalled[name] = NodeSignals{Instance: ns.Instance, At: maps.Clone(ns.At), Ends: ns.Ends}
 		for k, at := range ns.At {
-			if within(at, now, r.Window) {
+			if ns.holds(k, at, now, r.Window) {
 				v.ByKind[k]++
 			}
 		}
 		if last.After(v.Last) {
 			v.Last = last
 		}
+		if v.ByKind[KindCapacityBlockEnd] > 0 && ns.Ends.After(v.Ends) {
+			v.Ends = ns.Ends
+		}
 	}
 	n := len(v.Signalled)
-	v.AtRisk = n >= r.MinNodes && n*100 >= r.SharePercent*v.Nodes
+	// A Capacity Block's end is a date, not a risk: one node of it is enough.
+	v.AtRisk = (n >= r.MinNodes && n*100 >= r.SharePercent*v.Nodes) || v.ByKind[KindCapacityBlockEnd] > 0
 	return v
 }
 
@@ -148,9 +167,13 @@ func (v Verdict) Evidence() string {
 			kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
 		}
 	}
-	return fmt.Sprintf("EC2 signals for %d of the term's %d nodes within %s (rule: %d%%, at least %d): %s; last at %s; instances %s",
+	ends := ""
+	if !v.Ends.IsZero() {
+		ends = "; a Capacity Block ends at " + v.Ends.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("EC2 signals for %d of the term's %d nodes within %s (rule: %d%%, at least %d): %s; last at %s%s; instances %s",
 		len(v.Signalled), v.Nodes, v.rule.Window, v.rule.SharePercent, v.rule.MinNodes, strings.Join(kinds, ", "),
-		v.Last.UTC().Format(time.RFC3339), strings.Join(v.Instances(8), ", "))
+		v.Last.UTC().Format(time.RFC3339), ends, strings.Join(v.Instances(8), ", "))
 }
 
 // Instances lists up to max of the signalled nodes' instances, sorted, with "+N more"

@@ -3,6 +3,9 @@ package interruption
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,10 +60,21 @@ type Tracker struct {
 	// nodes after private IPs, which EC2 gives to a new instance once the old one is
 	// gone, and the new node must not inherit the old instance's signal.
 	signals map[string]NodeSignals
+	// blocks are the Capacity Blocks whose end was announced, by reservation id: a node
+	// labelled with one (reservationLabel) is signalled until the block's end, Karpenter
+	// nodes launched into it after the warning included.
+	blocks map[string]block
 	// terms are the terms asked about (Assess), by label string: the metrics' terms.
 	terms      map[string]*termState
 	generation uint64
 }
+
+// reservationLabel is the label Karpenter's AWS provider gives a node launched into a
+// capacity reservation: the reservation's id.
+const reservationLabel = "karpenter.k8s.aws/capacity-reservation-id"
+
+// block is a Capacity Block whose end was announced: when (at) and its end.
+type block struct{ at, end time.Time }
 
 type termState struct {
 	term    strategy.Term
@@ -81,7 +95,7 @@ func NewTracker(cfg TrackerConfig) (*Tracker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Tracker{cfg: cfg, seen: map[string]time.Time{}, signals: map[string]NodeSignals{}, terms: map[string]*termState{}}, nil
+	return &Tracker{cfg: cfg, seen: map[string]time.Time{}, signals: map[string]NodeSignals{}, blocks: map[string]block{}, terms: map[string]*termState{}}, nil
 }
 
 // Handle judges one message body from a queue whose events come from want: a signal is
@@ -118,7 +132,13 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 		at = now
 	}
 	window := t.cfg.Rule.Window
-	if now.Sub(at) >= window {
+	if sig.Kind == KindCapacityBlockEnd {
+		// The warning holds until the block's end, whatever its age.
+		if !now.Before(sig.End) {
+			log.WithField("result", ResultStale).Infof("interruption queue: Capacity Block %s ended at %s; event dropped", sig.Reservation, sig.End.UTC().Format(time.RFC3339))
+			return t.count(ResultStale)
+		}
+	} else if now.Sub(at) >= window {
 		log.WithField("result", ResultStale).Infof("interruption queue: event from %s ago dropped, older than INTERRUPTION_WINDOW (%s)", now.Sub(at).Round(time.Second), window)
 		return t.count(ResultStale)
 	}
@@ -130,6 +150,9 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 		t.mu.Unlock()
 		log.WithField("result", ResultDuplicate).Debug("interruption queue: event seen before")
 		return t.count(ResultDuplicate)
+	}
+	if sig.Kind == KindCapacityBlockEnd {
+		return t.recordBlock(sig, at, log)
 	}
 	node, ok := t.cfg.Nodes.ByInstance(sig.Instance)
 	if !ok {
@@ -160,6 +183,57 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 	return t.count(ResultSignal)
 }
 
+// recordBlock records a Capacity Block's warning, with t.mu held (and released): the
+// nodes labelled with its reservation are signalled until its end. A reservation no
+// node of the cluster is on is dropped, as an unknown instance is.
+func (t *Tracker) recordBlock(sig Signal, at time.Time, log logrus.FieldLogger) Outcome {
+	var names []string
+	t.cfg.Nodes.Each(func(n Node) {
+		if n.Labels[reservationLabel] != sig.Reservation {
+			return
+		}
+		names = append(names, n.Name)
+		for key, ts := range t.terms {
+			if ts.term.SelectedBy(n.Labels) {
+				t.cfg.Metrics.signals.WithLabelValues(key, string(sig.Kind)).Inc()
+			}
+		}
+	})
+	log = log.WithField("reservation", sig.Reservation)
+	if len(names) == 0 {
+		t.mu.Unlock()
+		log.WithField("result", ResultUnknownInstance).Infof("interruption queue: no node of the cluster is on capacity reservation %s (label %s); event dropped", sig.Reservation, reservationLabel)
+		return t.count(ResultUnknownInstance)
+	}
+	t.seen[sig.Key()] = at
+	b := t.blocks[sig.Reservation]
+	t.blocks[sig.Reservation] = block{at: later(b.at, at), end: later(b.end, sig.End)}
+	t.generation++
+	t.mu.Unlock()
+	log.WithFields(logrus.Fields{"nodes": len(names), "result": ResultSignal}).Infof("interruption signal: Capacity Block %s ends at %s; its %d nodes are signalled until then (%s)",
+		sig.Reservation, sig.End.UTC().Format(time.RFC3339), len(names), strings.Join(firstOf(names, 8), ", "))
+	if t.cfg.Changed != nil {
+		t.cfg.Changed()
+	}
+	return t.count(ResultSignal)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// firstOf returns up to max of names, sorted, with "+N more" for the rest.
+func firstOf(names []string, max int) []string {
+	slices.Sort(names)
+	if len(names) > max {
+		return append(names[:max:max], fmt.Sprintf("+%d more", len(names)-max))
+	}
+	return names
+}
+
 func (t *Tracker) count(result string) Outcome {
 	t.cfg.Metrics.messages.WithLabelValues(result).Inc()
 	return Outcome{Result: result}
@@ -177,7 +251,7 @@ func (t *Tracker) Assess(term strategy.Term, now time.Time) Verdict {
 		t.terms[key] = ts
 	}
 	ts.asked = now
-	if len(t.signals) == 0 {
+	if len(t.signals) == 0 && len(t.blocks) == 0 {
 		return Verdict{rule: t.cfg.Rule, now: now}
 	}
 	return t.assessLocked(key, ts, now)
@@ -196,7 +270,16 @@ func (t *Tracker) assessLocked(key string, ts *termState, now time.Time) Verdict
 			return
 		}
 		names = append(names, n.Name)
-		if ns, ok := t.signals[n.Instance]; ok && n.Instance != "" {
+		ns, ok := t.signals[n.Instance]
+		ok = ok && n.Instance != ""
+		if b, on := t.blocks[n.Labels[reservationLabel]]; on {
+			at := map[Kind]time.Time{KindCapacityBlockEnd: b.at}
+			for k, a := range ns.At {
+				at[k] = a
+			}
+			ns, ok = NodeSignals{Instance: n.Instance, At: at, Ends: b.end}, true
+		}
+		if ok {
 			byName[n.Name] = ns
 		}
 	})
@@ -231,6 +314,12 @@ func (t *Tracker) Refresh(now time.Time) {
 		}
 		if len(ns.At) == 0 {
 			delete(t.signals, instance)
+		}
+	}
+	for id, b := range t.blocks {
+		if !now.Before(b.end) {
+			delete(t.blocks, id)
+			t.generation++
 		}
 	}
 	for key, ts := range t.terms {
