@@ -53,12 +53,19 @@ func patchNodes(ctx context.Context, t *testing.T, names []string, body string) 
 	}
 }
 
+// blockAhead is how far ahead of its warning the block ends in the test (the moves took
+// 8 s), blockCooldown the loop's FALLBACK_COOLDOWN there.
+const (
+	blockAhead    = time.Minute
+	blockCooldown = 20 * time.Second
+)
+
 // A Capacity Block ends: one node of the spot4 term is labelled as the block's (the
 // local cluster has no reservations; Karpenter's AWS provider labels a node with its
-// reservation's id), and EC2's expiration warning arrives (the end 2 minutes ahead, not
-// 40, to keep the test short). The term is marked until a cool-down after the end,
-// though one signalled node would never mark it on a rebalance recommendation; the pods of the block's node
-// move within the budget to the fallback, and no pod goes back onto that node or the
+// reservation's id), and EC2's expiration warning arrives (the end blockAhead ahead, not
+// 40 minutes, and a shorter cool-down, to keep the test short). The term is marked until
+// a cool-down after the end, though one signalled node would never mark it on a
+// rebalance recommendation; the pods of the block's node move within the budget to the fallback, and no pod goes back onto that node or the
 // term before the end. At the end the test takes the block's node away (cordoned, as
 // EC2 reclaims them); a cool-down later the seats return to the term on its other
 // nodes and the workload is exact again.
@@ -103,11 +110,11 @@ func TestCapacityBlockEndMovesItsPodsAndNotBack(t *testing.T) {
 
 	// The converger starts after the labels: its node view lists them (a message read
 	// before that view synced comes back after the visibility timeout).
-	conv, queue := startSignalsConverger(ctx, t)
+	conv, queue := startSignalsConverger(ctx, t, "FALLBACK_COOLDOWN="+blockCooldown.String())
 	const p = "custom_kube_scheduler_webhook_"
 	m := func(name string, labels harness.Labels) float64 { return metricSum(ctx, t, conv, name, labels) }
 	signalled := time.Now()
-	end := signalled.Add(2 * time.Minute).Truncate(time.Second)
+	end := signalled.Add(blockAhead).Truncate(time.Second)
 	if _, err := queue.Send("cksw-signals", blockWarning(signalled, end)); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +130,7 @@ func TestCapacityBlockEndMovesItsPodsAndNotBack(t *testing.T) {
 	marked := time.Since(signalled)
 	st := rec.Terms[1]
 	t.Logf("record: term 2 until %s: %s; evidence %+v", st.Until.Format(time.RFC3339), st.Reason, *st.Risk)
-	if want := end.Add(fallbackCooldown); st.Until.Sub(want).Abs() > time.Second {
+	if want := end.Add(blockCooldown); st.Until.Sub(want).Abs() > time.Second {
 		t.Errorf("marked until %s, want a cool-down after the block's end (%s)", st.Until, want)
 	}
 	if st.Risk.SignalledNodes != 1 || st.Risk.ByKind[string(interruption.KindCapacityBlockEnd)] != 1 || st.Risk.Nodes < 2 {
@@ -189,14 +196,14 @@ func TestCapacityBlockEndMovesItsPodsAndNotBack(t *testing.T) {
 	patchNodes(ctx, t, blockNodes, `{"spec":{"unschedulable":true}}`)
 
 	watcher = watchBudget(ctx, ns, "block", blockReplicas)
-	waitMetric(ctx, t, conv, p+"converge_evictions_total", harness.Labels{"reason": converge.MoveReturn, "result": "evicted"}, 1, fallbackCooldown+2*time.Minute)
+	waitMetric(ctx, t, conv, p+"converge_evictions_total", harness.Labels{"reason": converge.MoveReturn, "result": "evicted"}, 1, blockCooldown+2*time.Minute)
 	returned := time.Since(end)
 	exactAfter := waitExact(ctx, t, ns, "block", signalsStrategy, blockReplicas, 6*time.Minute)
 	maxUnavailable, at = watcher.stop()
 	t.Logf("MEASURED capacity block return: end -> first return eviction %s (cool-down %s), -> exact %s after; most pods unavailable at once %d (budget %d)",
-		returned.Round(time.Second), fallbackCooldown, exactAfter.Round(time.Second), maxUnavailable, budget)
-	if returned < fallbackCooldown-time.Second {
-		t.Errorf("the return started %s after the block's end, before the cool-down (%s)", returned, fallbackCooldown)
+		returned.Round(time.Second), blockCooldown, exactAfter.Round(time.Second), maxUnavailable, budget)
+	if returned < blockCooldown-time.Second {
+		t.Errorf("the return started %s after the block's end, before the cool-down (%s)", returned, blockCooldown)
 	}
 	if maxUnavailable > budget {
 		t.Errorf("%d pods unavailable at once during the return, the budget is %d: %s", maxUnavailable, budget, at)

@@ -51,18 +51,20 @@ func rebalanceEvent(id, instance string, at time.Time) string {
 
 // startSignalsConverger serves a local SQS endpoint from the test process and starts a
 // converger reading its queue, with a short window and the suite's cool-down.
-func startSignalsConverger(ctx context.Context, t *testing.T) (*harness.Serve, *awsfake.SQS) {
+func startSignalsConverger(ctx context.Context, t *testing.T, extraEnv ...string) (*harness.Serve, *awsfake.SQS) {
 	t.Helper()
 	fake := awsfake.NewSQS(signalsAccount)
 	srv := httptest.NewServer(fake)
 	fake.URL = srv.URL
 	url := fake.CreateQueue("cksw-signals")
 	dir := t.TempDir()
-	p := startConverger(ctx, t, "converge-signals", 12,
-		"INTERRUPTION_QUEUE="+url, "INTERRUPTION_WINDOW="+signalsWindow.String(),
-		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_SESSION_TOKEN=", "AWS_REGION="+signalsRegion,
-		"AWS_PROFILE=", "AWS_CONFIG_FILE="+filepath.Join(dir, "config"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "credentials"),
-		"AWS_EC2_METADATA_DISABLED=true", "AWS_ENDPOINT_URL=", "AWS_ENDPOINT_URL_SQS="+srv.URL)
+	settings := append([]string{
+		"INTERRUPTION_QUEUE=" + url, "INTERRUPTION_WINDOW=" + signalsWindow.String(),
+		"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_SESSION_TOKEN=", "AWS_REGION=" + signalsRegion,
+		"AWS_PROFILE=", "AWS_CONFIG_FILE=" + filepath.Join(dir, "config"), "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(dir, "credentials"),
+		"AWS_EC2_METADATA_DISABLED=true", "AWS_ENDPOINT_URL=", "AWS_ENDPOINT_URL_SQS=" + srv.URL,
+	}, extraEnv...)
+	p := startConverger(ctx, t, "converge-signals", 12, settings...)
 	// Registered after the converger's Cleanup: runs before it, so the server's Close
 	// would wait for the converger's long poll; the poll gives up with the process.
 	t.Cleanup(func() {
