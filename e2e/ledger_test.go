@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -189,20 +191,40 @@ func ownerMidBurst(ctx context.Context, t *testing.T, lb *balancer, start int64,
 
 // countUnplacedCreations watches the pods of ns from now on until the test ends and
 // returns a function giving how many were created without a seat: admitted unplaced.
+// The watch resumes where it stopped (client-go's RetryWatcher): on a saturated API
+// server a plain watch is closed under a slow reader, and its count then stopped short
+// (0 reported where the survivor logged 45 pods without a seat). A count that cannot
+// resume fails the test rather than reading low.
 func countUnplacedCreations(ctx context.Context, t *testing.T, ns string) func() int {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	w, err := env.client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		cancel()
+		t.Fatalf("listing the pods of %s: %v", ns, err)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return env.client.CoreV1().Pods(ns).Watch(ctx, opts)
+		},
+	})
 	if err != nil {
 		cancel()
 		t.Fatalf("watching the pods of %s: %v", ns, err)
 	}
 	var mu sync.Mutex
 	count := 0
+	var broken error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				mu.Lock()
+				broken = fmt.Errorf("the watch of the pods of %s ended: %v", ns, ev.Object)
+				mu.Unlock()
+				continue
+			}
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok || ev.Type != watch.Added {
 				continue
@@ -222,6 +244,9 @@ func countUnplacedCreations(ctx context.Context, t *testing.T, ns string) func()
 	return func() int {
 		mu.Lock()
 		defer mu.Unlock()
+		if broken != nil {
+			t.Errorf("counting pods admitted unplaced: %v", broken)
+		}
 		return count
 	}
 }
