@@ -48,7 +48,6 @@ var serveSettings = []setting{
 	{"peer-address", "PEER_ADDRESS", "", "base URL at which other replicas reach this one with the seat claims of revisions it owns; empty: https://$POD_IP:<listen port>, or the listen address's host (127.0.0.1 when it has none) outside a pod"},
 	{"validation-mode", "VALIDATION_MODE", "reject", "invalid strategy on a workload at apply time: reject or warn"},
 	{"eks-cluster-name", "EKS_CLUSTER_NAME", "", "EKS cluster whose managed node groups serve terms; empty turns node-group lookups off"},
-	{"nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL", "5m", "how often node groups are listed"},
 	{"cert-mode", "CERT_MODE", "file", "file: certificate files are provided (cert-manager, a Secret); self: bootstrap and rotate a CA and serving certificate in a Secret"},
 	{"cert-secret-name", "CERT_SECRET_NAME", "custom-kube-scheduler-webhook-certs", "with cert-mode self: the Secret holding the CA and serving certificate"},
 	{"service-name", "SERVICE_NAME", "custom-kube-scheduler-webhook", "with cert-mode self: the Service the serving certificate is issued for"},
@@ -56,11 +55,8 @@ var serveSettings = []setting{
 	{"validating-webhook-configuration", "VALIDATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: ValidatingWebhookConfiguration whose caBundle is kept current"},
 	{"admission-token-secret", "ADMISSION_TOKEN_SECRET", "", "Secret in the webhook's namespace holding the admission token: reviews are answered only at /<token>/mutate and /<token>/validate, and the token is written into the paths of MUTATING_WEBHOOK_CONFIGURATION and VALIDATING_WEBHOOK_CONFIGURATION and rotated with the serving certificate; empty answers /mutate and /validate to anyone who reaches the port (the chart sets it)"},
 	{"shutdown-drain", "SHUTDOWN_DRAIN", "5s", "on SIGTERM: /readyz fails at once, admissions are still served this long (until the endpoint removal has spread), then in-flight ones finish; 0 stops at once"},
-	{"max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS", "256", "admissions handled at once; more wait ADMISSION_QUEUE_WAIT, then get 429 (the failure policy applies)"},
+	{"max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS", "256", "admissions handled at once; more wait up to 1s, then get 429 (the failure policy applies)"},
 	{"max-inflight-body-bytes", "MAX_INFLIGHT_BODY_BYTES", "24Mi", "sum of AdmissionReview bodies handled at once (one body is capped at 3 MiB + 64 KiB); bounds admission memory"},
-	{"admission-queue-wait", "ADMISSION_QUEUE_WAIT", "1s", "how long an admission waits for room under the two limits above"},
-	{"live-lookup-qps", "LIVE_LOOKUP_QPS", "20", "rate of live GETs of workloads the cache has not seen yet (own client: the informers, the ledger and Events never wait behind them)"},
-	{"live-lookup-concurrency", "LIVE_LOOKUP_CONCURRENCY", "8", "live workload GETs at once; one more admits its pod unplaced at once"},
 	{"converge", "CONVERGE", "on", "on: the elected replica runs the convergence and capacity-fallback loop; off: placement at admission only (unavailable terms another replica's loop recorded are still honoured)"},
 	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
@@ -73,7 +69,6 @@ var serveSettings = []setting{
 	{"profiling", "PROFILING", "off", "on: serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on the metrics port (METRICS_ADDRESS), for diagnosing memory or CPU use; off in normal operation"},
 	{"owner-deployment", "OWNER_DEPLOYMENT", "", "Deployment in the webhook's namespace that owns the Leases this process creates (seat and unavailability records, the leader Lease), so they are deleted with it; empty: no owner (the chart sets its own Deployment)"},
 	{"cost-metrics", "COST_METRICS", "off", "on: export each workload term's realized cost (pods by capacity type, USD per hour, the saving against all on-demand), refreshed by the elected replica (every replica with CONVERGE=off); prices from AWS (needs pricing:GetProducts and ec2:DescribeSpotPriceHistory, which the chart does not grant) or COST_PRICES_FILE"},
-	{"cost-metrics-interval", "COST_METRICS_INTERVAL", "5m", "with cost-metrics on: how often the workloads are priced"},
 	{"cost-prices-file", "COST_PRICES_FILE", "", "with cost-metrics on: price file used instead of AWS (lines: instance-type capacity-type zone|region|* usd-per-hour), read at startup"},
 	{"interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue (URL, or name in AWS_REGION) that EventBridge sends EC2 spot interruption warnings, rebalance recommendations and instance state changes to; the elected replica reads it and marks a term at risk (its seats go to the fallback) when signals reach INTERRUPTION_RISK_SHARE of its nodes; needs CONVERGE=on and sqs:ReceiveMessage, sqs:DeleteMessage, sqs:GetQueueUrl; empty: off (docs/interruption-signals.md)"},
 	{"interruption-window", "INTERRUPTION_WINDOW", "10m", "with interruption-queue: how long a signal counts; older ones are never acted on"},
@@ -84,8 +79,6 @@ var serveSettings = []setting{
 	{"on-demand-accepts-reserved", "ON_DEMAND_ACCEPTS_RESERVED", "off", "on: a term karpenter.sh/capacity-type=on-demand is patched as a required node affinity In [on-demand, reserved], so Karpenter fills capacity reservations first, as it advises; off: the term's nodeSelector stays on-demand only (docs/configuration.md)"},
 	{"image-architectures", "IMAGE_ARCHITECTURES", "on", "on: a pod whose term leaves kubernetes.io/arch open, on capacity offering more than one architecture, is limited to the architectures all its images support (read from their registries, cached), and a term offering none of them is reported; off: images are never looked up (docs/architecture-aware-placement.md)"},
 	{"image-lookup-budget", "IMAGE_LOOKUP_BUDGET", "1s", "how long an admission waits for its images' architectures (below ADMISSION_DEADLINE); past it the pod is placed without the requirement, with a warning, and the lookup goes on for the next pod"},
-	{"image-tag-ttl", "IMAGE_TAG_TTL", "10m", "how long the architectures of an image named by tag are remembered (by digest: for ever; a failed lookup: 30s)"},
-	{"image-cache-size", "IMAGE_CACHE_SIZE", "4096", "image references whose architectures are remembered; the least recently used goes first"},
 	{"image-pull-secrets", "IMAGE_PULL_SECRETS", "off", "on: registries are read with the pod's and its ServiceAccount's imagePullSecrets (needs get on secrets and serviceaccounts in every namespace: the chart's imageArchitectures.pullSecrets); off: anonymous, or an ECR token from the webhook's own IAM role"},
 	{"image-insecure-registries", "IMAGE_INSECURE_REGISTRIES", "", "comma-separated registries (host:port) read over plain HTTP, e.g. a test registry on loopback; every other registry is read over HTTPS only"},
 	{"image-internal-registries", "IMAGE_INTERNAL_REGISTRIES", "", "comma-separated registries (host or host:port) read over HTTPS although they resolve to a loopback, link-local or IMAGE_REFUSED_NETWORKS address (a registry inside the cluster); any other registry, or redirect, leading there is refused (docs/security.md)"},
@@ -114,7 +107,6 @@ type serveConfig struct {
 	PeerAddress      string
 	WarnOnly         bool
 	EKSClusterName   string
-	NodeGroupRefresh time.Duration
 	SelfCert         bool
 	CertSecretName   string
 	ServiceName      string
@@ -124,8 +116,6 @@ type serveConfig struct {
 	AdmissionTokenSecret string
 	ShutdownDrain        time.Duration
 	Limits               webhook.AdmissionLimits
-	LiveLookupQPS        float32
-	LiveLookups          int
 	// Deprecations are warnings about settings that no longer do anything.
 	Deprecations []string
 	// Converge switches the convergence loop on; Loop are its settings.
@@ -135,9 +125,8 @@ type serveConfig struct {
 	Profiling         bool
 	// OwnerDeployment owns the Leases serve creates (empty: none).
 	OwnerDeployment string
-	// CostMetrics turns the realized-cost metrics on, refreshed every CostInterval.
-	CostMetrics  bool
-	CostInterval time.Duration
+	// CostMetrics turns the realized-cost metrics on.
+	CostMetrics bool
 	// CostPrices is the price file read at startup (nil: AWS).
 	CostPrices *pricing.Table
 	// Interruption reads EC2's interruption signals (its Queue "": off).
@@ -152,8 +141,6 @@ type serveConfig struct {
 type imageSettings struct {
 	Enabled     bool
 	Budget      time.Duration
-	TagTTL      time.Duration
-	CacheSize   int
 	PullSecrets bool
 	Insecure    []string
 	// Internal lists registries allowed on internal addresses (IMAGE_INTERNAL_REGISTRIES).
@@ -233,7 +220,7 @@ func (c *serveConfig) parseModes(v *viper.Viper) error {
 }
 
 // parseAdmission reads the admission path's settings: timings, limits, the validation
-// mode and the deprecated LEDGER.
+// mode and the retired settings.
 func (c *serveConfig) parseAdmission(v *viper.Viper) error {
 	var err error
 	if c.ReservationTTL, err = positiveDuration(v, "reservation-ttl", "RESERVATION_TTL"); err != nil {
@@ -242,15 +229,8 @@ func (c *serveConfig) parseAdmission(v *viper.Viper) error {
 	if c.AdmissionDeadline, err = positiveDuration(v, "admission-deadline", "ADMISSION_DEADLINE"); err != nil {
 		return err
 	}
-	// LEDGER chose between two ledgers; one remains, exact with any number of replicas.
-	// The old values still start the webhook (with a warning); anything else is a typo.
-	if ledger, set := os.LookupEnv("LEDGER"); set {
-		switch mode := strings.ToLower(strings.TrimSpace(ledger)); mode {
-		case "", "memory", "lease":
-			c.Deprecations = append(c.Deprecations, fmt.Sprintf("LEDGER=%s is deprecated and ignored: the one seat ledger keeps its records in the API server and is exact with any number of replicas", mode))
-		default:
-			return fmt.Errorf("LEDGER %q: deprecated setting, leave it unset (memory and lease are accepted and ignored)", mode)
-		}
+	if err := c.readRetired(); err != nil {
+		return err
 	}
 	validation, err := oneOf(v, "validation-mode", "VALIDATION_MODE", "reject", "warn")
 	if err != nil {
@@ -268,26 +248,12 @@ func (c *serveConfig) parseAdmission(v *viper.Viper) error {
 		return fmt.Errorf("MAX_INFLIGHT_BODY_BYTES %q: want a byte quantity such as 24Mi, at least one maximum body (%d bytes)", v.GetString("max-inflight-body-bytes"), webhook.MaxBodyBytes)
 	}
 	c.Limits.MaxInFlightBytes = q.Value()
-	if c.Limits.QueueWait, err = positiveDuration(v, "admission-queue-wait", "ADMISSION_QUEUE_WAIT"); err != nil {
-		return err
-	}
-	qps, err := strconv.ParseFloat(strings.TrimSpace(v.GetString("live-lookup-qps")), 32)
-	if err != nil || qps <= 0 {
-		return fmt.Errorf("LIVE_LOOKUP_QPS %q: want a positive number", v.GetString("live-lookup-qps"))
-	}
-	c.LiveLookupQPS = float32(qps)
-	if c.LiveLookups, err = positiveInt(v, "live-lookup-concurrency", "LIVE_LOOKUP_CONCURRENCY"); err != nil {
-		return err
-	}
 	return nil
 }
 
 // parseConvergence reads the convergence loop's and the capacity views' settings.
 func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 	var err error
-	if c.NodeGroupRefresh, err = positiveDuration(v, "nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL"); err != nil {
-		return err
-	}
 	if c.Converge, err = onOff(v, "converge", "CONVERGE"); err != nil {
 		return err
 	}
@@ -329,9 +295,6 @@ func (c *serveConfig) parseCost(v *viper.Viper) error {
 	if c.CostMetrics, err = onOff(v, "cost-metrics", "COST_METRICS"); err != nil {
 		return err
 	}
-	if c.CostInterval, err = positiveDuration(v, "cost-metrics-interval", "COST_METRICS_INTERVAL"); err != nil {
-		return err
-	}
 	file := strings.TrimSpace(v.GetString("cost-prices-file"))
 	switch {
 	case file == "":
@@ -358,12 +321,6 @@ func (c *serveConfig) parseImages(v *viper.Viper) error {
 	}
 	if im.Budget >= c.AdmissionDeadline {
 		return fmt.Errorf("IMAGE_LOOKUP_BUDGET %s: want less than ADMISSION_DEADLINE (%s)", im.Budget, c.AdmissionDeadline)
-	}
-	if im.TagTTL, err = positiveDuration(v, "image-tag-ttl", "IMAGE_TAG_TTL"); err != nil {
-		return err
-	}
-	if im.CacheSize, err = positiveInt(v, "image-cache-size", "IMAGE_CACHE_SIZE"); err != nil {
-		return err
 	}
 	if im.PullSecrets, err = onOff(v, "image-pull-secrets", "IMAGE_PULL_SECRETS"); err != nil {
 		return err

@@ -121,13 +121,12 @@ func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, views costVie
 		views.skip = func(string) bool { return false }
 	}
 	return &report.CostRefresher{
-		Collect:  func(ctx context.Context) (report.Report, error) { return views.collect(ctx, client) },
-		Prices:   costPriceSource(cfg.CostPrices),
-		Skip:     views.skip,
-		Metrics:  costs,
-		Interval: cfg.CostInterval,
-		Log:      log.WithField("component", "cost"),
-		Now:      time.Now,
+		Collect: func(ctx context.Context) (report.Report, error) { return views.collect(ctx, client) },
+		Prices:  costPriceSource(cfg.CostPrices),
+		Skip:    views.skip,
+		Metrics: costs,
+		Log:     log.WithField("component", "cost"),
+		Now:     time.Now,
 	}, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/awsfake"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
@@ -60,12 +59,12 @@ func TestCostMetricsFromPriceFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("m5.large on-demand * 0.1\nm5.large spot eu-west-1a 0.03\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := loadServeConfig(serveFlags(t, "--cost-metrics=on", "--cost-prices-file", file, "--cost-metrics-interval", "10m"))
+	cfg, err := loadServeConfig(serveFlags(t, "--cost-metrics=on", "--cost-prices-file", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.CostMetrics || cfg.CostPrices == nil || cfg.CostInterval != 10*time.Minute {
-		t.Fatalf("config: on %v, prices %v, interval %s", cfg.CostMetrics, cfg.CostPrices, cfg.CostInterval)
+	if !cfg.CostMetrics || cfg.CostPrices == nil {
+		t.Fatalf("config: on %v, prices %v", cfg.CostMetrics, cfg.CostPrices)
 	}
 	ctx := context.Background()
 	src, err := costPriceSource(cfg.CostPrices)(ctx)

@@ -134,6 +134,7 @@ func serveFlags(t *testing.T, args ...string) *pflag.FlagSet {
 	t.Helper()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	addSettingFlags(fs, serveSettings)
+	addRetiredFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -190,14 +191,13 @@ func TestServeConfigEnvironmentThenFlags(t *testing.T) {
 
 func TestServeConfigErrors(t *testing.T) {
 	cases := map[string]string{
-		"LOG_LEVEL":                  "loud",
-		"RESERVATION_TTL":            "soon",
-		"NODEGROUP_REFRESH_INTERVAL": "-5m",
-		"VALIDATION_MODE":            "maybe",
-		"CERT_MODE":                  "magic",
-		"LEDGER":                     "disk",
-		"METRICS_ADDRESS":            "8080",
-		"HEALTH_ADDRESS":             "localhost",
+		"LOG_LEVEL":       "loud",
+		"RESERVATION_TTL": "soon",
+		"VALIDATION_MODE": "maybe",
+		"CERT_MODE":       "magic",
+		"LEDGER":          "disk",
+		"METRICS_ADDRESS": "8080",
+		"HEALTH_ADDRESS":  "localhost",
 	}
 	for env, value := range cases {
 		t.Run(env, func(t *testing.T) {
@@ -226,6 +226,20 @@ func TestDeprecatedLedgerSetting(t *testing.T) {
 		if len(cfg.Deprecations) != 1 || !strings.Contains(cfg.Deprecations[0], "LEDGER="+v+" is deprecated") {
 			t.Fatalf("LEDGER=%s: deprecations %v", v, cfg.Deprecations)
 		}
+	}
+}
+
+// A retired setting starts the webhook with a warning, from the environment or a flag.
+func TestRetiredSettings(t *testing.T) {
+	for _, r := range retiredSettings {
+		t.Setenv(r.env, "1m")
+	}
+	cfg, err := loadServeConfig(serveFlags(t, "--image-cache-size", "100", "--cost-metrics-interval=1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Deprecations) != len(retiredSettings) || !strings.Contains(cfg.Deprecations[0], "NODEGROUP_REFRESH_INTERVAL=1m is deprecated and ignored") {
+		t.Fatalf("deprecations %v", cfg.Deprecations)
 	}
 }
 

@@ -144,7 +144,7 @@ func newImageResolver(cfg *serveConfig, client kubernetes.Interface) *imagearch.
 	if !cfg.Images.Enabled {
 		return nil
 	}
-	c := imagearch.Config{TagTTL: cfg.Images.TagTTL, MaxEntries: cfg.Images.CacheSize, Insecure: cfg.Images.Insecure,
+	c := imagearch.Config{Insecure: cfg.Images.Insecure,
 		Internal: cfg.Images.Internal, RefusedNetworks: cfg.Images.Refused, MetricsNamespace: webhook.MetricsNamespace}
 	if cfg.Images.PullSecrets {
 		c.Kube = client
@@ -183,14 +183,14 @@ func (r *replica) startCaches(ctx context.Context) error {
 		return err
 	}
 	liveCfg := rest.CopyConfig(r.restCfg)
-	liveCfg.QPS, liveCfg.Burst = r.cfg.LiveLookupQPS, int(2*r.cfg.LiveLookupQPS)+1
+	liveCfg.QPS, liveCfg.Burst = clusterview.LiveLookupQPS, 2*clusterview.LiveLookupQPS+1
 	liveClient, err := kubernetes.NewForConfig(liveCfg)
 	if err != nil {
 		return fmt.Errorf("create live lookup client: %w", err)
 	}
 	r.caches.Resolver.Client = liveClient
 	r.caches.Resolver.CacheGrace = cacheGrace
-	r.caches.Resolver.LiveSlots = make(chan struct{}, r.cfg.LiveLookups)
+	r.caches.Resolver.LiveSlots = make(chan struct{}, clusterview.LiveLookups)
 	if err := r.watchRollouts(ctx, liveCfg); err != nil {
 		return err
 	}

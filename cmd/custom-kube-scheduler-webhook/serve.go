@@ -78,6 +78,7 @@ value: --converge=off, --reservation-ttl 45s).`,
 		},
 	}
 	addSettingFlags(cmd.Flags(), serveSettings)
+	addRetiredFlags(cmd.Flags())
 	cmd.SetHelpFunc(groupedHelp)
 	// A bad flag too is logged in serve's format.
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -438,7 +439,7 @@ func newCatalog(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cli
 		if err != nil {
 			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
 		}
-		if groups, err = nodegroups.New(eks, nodegroups.Config{ClusterName: cfg.EKSClusterName, Interval: cfg.NodeGroupRefresh, Log: log.WithField("component", "nodegroups")}); err != nil {
+		if groups, err = nodegroups.New(eks, nodegroups.Config{ClusterName: cfg.EKSClusterName, Log: log.WithField("component", "nodegroups")}); err != nil {
 			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
 		}
 		opts.NodeGroups = groups
