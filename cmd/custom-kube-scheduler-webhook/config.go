@@ -85,56 +85,82 @@ var serveSettings = []setting{
 	{"image-refused-networks", "IMAGE_REFUSED_NETWORKS", "", "comma-separated CIDRs no registry may resolve to unless listed in IMAGE_INTERNAL_REGISTRIES or IMAGE_INSECURE_REGISTRIES: set the cluster's service and pod ranges (loopback and link-local are always refused)"},
 }
 
-// namespaces is the filter of the namespaces the webhook always leaves alone: the
-// blocklist and its own.
-func (c *serveConfig) namespaces() clusterview.NamespaceFilter {
-	return clusterview.NamespaceFilter{Blocklist: c.Blocklist, Own: c.Namespace}
-}
-
-// serveConfig is the validated configuration of `serve`.
+// serveConfig is the validated configuration of `serve`: one group of settings per
+// component, each handed to the part that runs it.
 type serveConfig struct {
-	LogLevel      logrus.Level
-	Blocklist     map[string]bool
-	ListenAddress string
-	// MetricsAddress and HealthAddress are "" when switched off ("0").
-	MetricsAddress   string
-	HealthAddress    string
-	TLSCertFile      string
-	TLSKeyFile       string
-	Kubeconfig       string
-	Namespace        string
-	ReservationTTL   time.Duration
-	PeerAddress      string
-	WarnOnly         bool
-	EKSClusterName   string
-	SelfCert         bool
-	CertSecretName   string
-	ServiceName      string
-	MutatingConfig   string
-	ValidatingConfig string
-	// AdmissionTokenSecret holds the admission token ("": no token, open paths).
-	AdmissionTokenSecret string
-	ShutdownDrain        time.Duration
-	Limits               webhook.AdmissionLimits
-	// Deprecations are warnings about settings that no longer do anything.
-	Deprecations []string
-	// Converge switches the convergence loop on; Loop are its settings.
-	Converge          bool
-	Loop              converge.Settings
-	AdmissionDeadline time.Duration
-	Profiling         bool
-	// OwnerDeployment owns the Leases serve creates (empty: none).
-	OwnerDeployment string
-	// CostMetrics turns the realized-cost metrics on.
-	CostMetrics bool
-	// CostPrices is the price file read at startup (nil: AWS).
-	CostPrices *pricing.Table
-	// Interruption reads EC2's interruption signals (its Queue "": off).
-	Interruption interruption.Settings
-	// OnDemandAcceptsReserved widens on-demand terms to accept reserved capacity.
-	OnDemandAcceptsReserved bool
+	LogLevel logrus.Level
+	// Namespaces are the ones never mutated: the blocklist and the webhook's own.
+	Namespaces clusterview.NamespaceFilter
+	Kube       kubeSettings
+	Serving    servingSettings
+	Certs      certSettings
+	Admission  admissionSettings
 	// Images configures the image architecture lookups (Enabled false: off).
 	Images imageSettings
+	Ledger ledgerSettings
+	// Converge switches the convergence loop on; Loop are its settings.
+	Converge bool
+	Loop     converge.Settings
+	// Interruption reads EC2's interruption signals (its Queue "": off).
+	Interruption interruption.Settings
+	Cost         costSettings
+	// Deprecations are warnings about settings that no longer do anything.
+	Deprecations []string
+}
+
+// kubeSettings say how the process reaches the cluster and what it owns there.
+type kubeSettings struct {
+	Kubeconfig string
+	// OwnerDeployment owns the Leases serve creates (empty: none).
+	OwnerDeployment string
+	// EKSClusterName names the cluster whose node groups are read ("": none).
+	EKSClusterName string
+}
+
+// servingSettings are the listeners and the drain.
+type servingSettings struct {
+	ListenAddress string
+	// MetricsAddress and HealthAddress are "" when switched off ("0").
+	MetricsAddress string
+	HealthAddress  string
+	ShutdownDrain  time.Duration
+	Profiling      bool
+}
+
+// certSettings are the serving certificate, the webhook configurations it and the
+// admission token are written into, and the token's Secret.
+type certSettings struct {
+	// Self bootstraps and rotates the certificate in SecretName (CERT_MODE=self).
+	Self                    bool
+	CertFile, KeyFile       string
+	SecretName, ServiceName string
+	MutatingConfig          string
+	ValidatingConfig        string
+	// TokenSecret holds the admission token ("": no token, open paths).
+	TokenSecret string
+}
+
+// admissionSettings are the admission handlers'.
+type admissionSettings struct {
+	Limits   webhook.AdmissionLimits
+	Deadline time.Duration
+	// WarnOnly answers an invalid strategy with a warning (VALIDATION_MODE=warn).
+	WarnOnly bool
+	// OnDemandAcceptsReserved widens on-demand terms to accept reserved capacity.
+	OnDemandAcceptsReserved bool
+}
+
+// ledgerSettings are the seat ledger's.
+type ledgerSettings struct {
+	ReservationTTL time.Duration
+	PeerAddress    string
+}
+
+// costSettings are the realized-cost metrics'.
+type costSettings struct {
+	Enabled bool
+	// Prices is the price file read at startup (nil: AWS).
+	Prices *pricing.Table
 }
 
 // imageSettings are the IMAGE_* settings.
@@ -161,22 +187,28 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		}
 	}
 	c := &serveConfig{
-		Blocklist:        parseList(v.GetString("blocklisted-namespace-list")),
-		ListenAddress:    v.GetString("listen-address"),
-		MetricsAddress:   plainAddress(v.GetString("metrics-address")),
-		HealthAddress:    plainAddress(v.GetString("health-address")),
-		TLSCertFile:      v.GetString("tls-cert-file"),
-		TLSKeyFile:       v.GetString("tls-key-file"),
-		Kubeconfig:       v.GetString("kubeconfig"),
-		Namespace:        strings.TrimSpace(v.GetString("webhook-namespace")),
-		EKSClusterName:   strings.TrimSpace(v.GetString("eks-cluster-name")),
-		CertSecretName:   v.GetString("cert-secret-name"),
-		ServiceName:      v.GetString("service-name"),
-		MutatingConfig:   v.GetString("mutating-webhook-configuration"),
-		ValidatingConfig: v.GetString("validating-webhook-configuration"),
-		OwnerDeployment:  strings.TrimSpace(v.GetString("owner-deployment")),
+		Namespaces: clusterview.NamespaceFilter{
+			Blocklist: parseList(v.GetString("blocklisted-namespace-list")),
+			Own:       strings.TrimSpace(v.GetString("webhook-namespace")),
+		},
+		Kube: kubeSettings{
+			Kubeconfig:      v.GetString("kubeconfig"),
+			OwnerDeployment: strings.TrimSpace(v.GetString("owner-deployment")),
+			EKSClusterName:  strings.TrimSpace(v.GetString("eks-cluster-name")),
+		},
+		Serving: servingSettings{
+			ListenAddress:  v.GetString("listen-address"),
+			MetricsAddress: plainAddress(v.GetString("metrics-address")),
+			HealthAddress:  plainAddress(v.GetString("health-address")),
+		},
+		Certs: certSettings{
+			CertFile: v.GetString("tls-cert-file"), KeyFile: v.GetString("tls-key-file"),
+			SecretName: v.GetString("cert-secret-name"), ServiceName: v.GetString("service-name"),
+			MutatingConfig:   v.GetString("mutating-webhook-configuration"),
+			ValidatingConfig: v.GetString("validating-webhook-configuration"),
+			TokenSecret:      strings.TrimSpace(v.GetString("admission-token-secret")),
+		},
 	}
-	c.AdmissionTokenSecret = strings.TrimSpace(v.GetString("admission-token-secret"))
 	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence, c.parseCost, c.parseImages, c.parseInterruption} {
 		if err := parse(v); err != nil {
 			return nil, err
@@ -187,13 +219,13 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 
 // parseAddresses checks the plain-HTTP addresses and works out the peer address.
 func (c *serveConfig) parseAddresses(v *viper.Viper) error {
-	for _, a := range []struct{ env, addr string }{{"METRICS_ADDRESS", c.MetricsAddress}, {"HEALTH_ADDRESS", c.HealthAddress}} {
+	for _, a := range []struct{ env, addr string }{{"METRICS_ADDRESS", c.Serving.MetricsAddress}, {"HEALTH_ADDRESS", c.Serving.HealthAddress}} {
 		if _, _, err := net.SplitHostPort(a.addr); a.addr != "" && err != nil {
 			return fmt.Errorf("%s %q: want host:port, :port, or 0 to turn it off", a.env, a.addr)
 		}
 	}
 	var err error
-	if c.PeerAddress, err = peerAddress(v.GetString("peer-address"), c.ListenAddress, os.Getenv("POD_IP"), os.Getenv("KUBERNETES_SERVICE_HOST") != ""); err != nil {
+	if c.Ledger.PeerAddress, err = peerAddress(v.GetString("peer-address"), c.Serving.ListenAddress, os.Getenv("POD_IP"), os.Getenv("KUBERNETES_SERVICE_HOST") != ""); err != nil {
 		return err
 	}
 	return nil
@@ -211,11 +243,11 @@ func (c *serveConfig) parseModes(v *viper.Viper) error {
 		return fmt.Errorf("LOG_LEVEL %q: want trace, debug, info, warn or error", level)
 	}
 	certMode, err := oneOf(v, "cert-mode", "CERT_MODE", "file", "self")
-	c.SelfCert = certMode == "self"
+	c.Certs.Self = certMode == "self"
 	if err != nil {
 		return err
 	}
-	c.OnDemandAcceptsReserved, err = onOff(v, "on-demand-accepts-reserved", "ON_DEMAND_ACCEPTS_RESERVED")
+	c.Admission.OnDemandAcceptsReserved, err = onOff(v, "on-demand-accepts-reserved", "ON_DEMAND_ACCEPTS_RESERVED")
 	return err
 }
 
@@ -223,10 +255,10 @@ func (c *serveConfig) parseModes(v *viper.Viper) error {
 // mode and the retired settings.
 func (c *serveConfig) parseAdmission(v *viper.Viper) error {
 	var err error
-	if c.ReservationTTL, err = positiveDuration(v, "reservation-ttl", "RESERVATION_TTL"); err != nil {
+	if c.Ledger.ReservationTTL, err = positiveDuration(v, "reservation-ttl", "RESERVATION_TTL"); err != nil {
 		return err
 	}
-	if c.AdmissionDeadline, err = positiveDuration(v, "admission-deadline", "ADMISSION_DEADLINE"); err != nil {
+	if c.Admission.Deadline, err = positiveDuration(v, "admission-deadline", "ADMISSION_DEADLINE"); err != nil {
 		return err
 	}
 	if err := c.readRetired(); err != nil {
@@ -236,18 +268,18 @@ func (c *serveConfig) parseAdmission(v *viper.Viper) error {
 	if err != nil {
 		return err
 	}
-	c.WarnOnly = validation == "warn"
-	if c.ShutdownDrain, err = time.ParseDuration(strings.TrimSpace(v.GetString("shutdown-drain"))); err != nil || c.ShutdownDrain < 0 {
+	c.Admission.WarnOnly = validation == "warn"
+	if c.Serving.ShutdownDrain, err = time.ParseDuration(strings.TrimSpace(v.GetString("shutdown-drain"))); err != nil || c.Serving.ShutdownDrain < 0 {
 		return fmt.Errorf("SHUTDOWN_DRAIN %q: want a duration such as 5s, or 0", v.GetString("shutdown-drain"))
 	}
-	if c.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
+	if c.Admission.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
 		return err
 	}
 	q, err := resource.ParseQuantity(strings.TrimSpace(v.GetString("max-inflight-body-bytes")))
 	if err != nil || q.Value() < webhook.MaxBodyBytes {
 		return fmt.Errorf("MAX_INFLIGHT_BODY_BYTES %q: want a byte quantity such as 24Mi, at least one maximum body (%d bytes)", v.GetString("max-inflight-body-bytes"), webhook.MaxBodyBytes)
 	}
-	c.Limits.MaxInFlightBytes = q.Value()
+	c.Admission.Limits.MaxInFlightBytes = q.Value()
 	return nil
 }
 
@@ -257,7 +289,7 @@ func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 	if c.Converge, err = onOff(v, "converge", "CONVERGE"); err != nil {
 		return err
 	}
-	if c.Profiling, err = onOff(v, "profiling", "PROFILING"); err != nil {
+	if c.Serving.Profiling, err = onOff(v, "profiling", "PROFILING"); err != nil {
 		return err
 	}
 	if c.Loop.FallbackAfter, err = positiveDuration(v, "fallback-after", "FALLBACK_AFTER"); err != nil {
@@ -292,16 +324,16 @@ func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 // stops the start with the line at fault rather than failing every refresh.
 func (c *serveConfig) parseCost(v *viper.Viper) error {
 	var err error
-	if c.CostMetrics, err = onOff(v, "cost-metrics", "COST_METRICS"); err != nil {
+	if c.Cost.Enabled, err = onOff(v, "cost-metrics", "COST_METRICS"); err != nil {
 		return err
 	}
 	file := strings.TrimSpace(v.GetString("cost-prices-file"))
 	switch {
 	case file == "":
-	case !c.CostMetrics:
+	case !c.Cost.Enabled:
 		return fmt.Errorf("COST_PRICES_FILE %q needs COST_METRICS=on", file)
 	default:
-		if c.CostPrices, err = pricing.LoadFile(file); err != nil {
+		if c.Cost.Prices, err = pricing.LoadFile(file); err != nil {
 			return fmt.Errorf("COST_PRICES_FILE: %w", err)
 		}
 	}
@@ -319,8 +351,8 @@ func (c *serveConfig) parseImages(v *viper.Viper) error {
 	if im.Budget, err = positiveDuration(v, "image-lookup-budget", "IMAGE_LOOKUP_BUDGET"); err != nil {
 		return err
 	}
-	if im.Budget >= c.AdmissionDeadline {
-		return fmt.Errorf("IMAGE_LOOKUP_BUDGET %s: want less than ADMISSION_DEADLINE (%s)", im.Budget, c.AdmissionDeadline)
+	if im.Budget >= c.Admission.Deadline {
+		return fmt.Errorf("IMAGE_LOOKUP_BUDGET %s: want less than ADMISSION_DEADLINE (%s)", im.Budget, c.Admission.Deadline)
 	}
 	if im.PullSecrets, err = onOff(v, "image-pull-secrets", "IMAGE_PULL_SECRETS"); err != nil {
 		return err

@@ -103,8 +103,8 @@ func (v costViews) podsOf(namespace string, owner types.UID, s *strategy.Strateg
 // prices what views hold; its one list, the nodes', goes through a client of its own,
 // at a low rate and with its own user agent, so that it neither slows admission's
 // client nor hides among its requests.
-func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, views costViews, costs *report.CostMetrics, log *logrus.Logger) (*report.CostRefresher, error) {
-	if !cfg.CostMetrics {
+func newServeCostRefresher(settings costSettings, restCfg *rest.Config, views costViews, costs *report.CostMetrics, log *logrus.Logger) (*report.CostRefresher, error) {
+	if !settings.Enabled {
 		return nil, nil
 	}
 	if views.caches == nil || views.synced == nil {
@@ -122,7 +122,7 @@ func newServeCostRefresher(cfg *serveConfig, restCfg *rest.Config, views costVie
 	}
 	return &report.CostRefresher{
 		Collect: func(ctx context.Context) (report.Report, error) { return views.collect(ctx, client) },
-		Prices:  costPriceSource(cfg.CostPrices),
+		Prices:  costPriceSource(settings.Prices),
 		Skip:    views.skip,
 		Metrics: costs,
 		Log:     log.WithField("component", "cost"),

@@ -63,12 +63,12 @@ func TestCostMetricsFromPriceFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.CostMetrics || cfg.CostPrices == nil {
-		t.Fatalf("config: on %v, prices %v", cfg.CostMetrics, cfg.CostPrices)
+	if !cfg.Cost.Enabled || cfg.Cost.Prices == nil {
+		t.Fatalf("config: on %v, prices %v", cfg.Cost.Enabled, cfg.Cost.Prices)
 	}
 	ctx := context.Background()
-	src, err := costPriceSource(cfg.CostPrices)(ctx)
-	if err != nil || src != pricing.Source(cfg.CostPrices) {
+	src, err := costPriceSource(cfg.Cost.Prices)(ctx)
+	if err != nil || src != pricing.Source(cfg.Cost.Prices) {
 		t.Fatalf("price source %v, %v: want the price file's table", src, err)
 	}
 	k := pricing.Key{InstanceType: "m5.large", CapacityType: "spot", Region: "eu-west-1", Zone: "eu-west-1a"}

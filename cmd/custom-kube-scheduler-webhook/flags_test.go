@@ -40,8 +40,8 @@ func TestServeTypedFlagsReachTheConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ReservationTTL.String() != "45s" || cfg.Limits.MaxInFlight != 8 || !cfg.Converge || cfg.Profiling || cfg.LogLevel.String() != "debug" {
-		t.Fatalf("flags not read: ttl %v, inflight %d, converge %v, profiling %v, level %v", cfg.ReservationTTL, cfg.Limits.MaxInFlight, cfg.Converge, cfg.Profiling, cfg.LogLevel)
+	if cfg.Ledger.ReservationTTL.String() != "45s" || cfg.Admission.Limits.MaxInFlight != 8 || !cfg.Converge || cfg.Serving.Profiling || cfg.LogLevel.String() != "debug" {
+		t.Fatalf("flags not read: ttl %v, inflight %d, converge %v, profiling %v, level %v", cfg.Ledger.ReservationTTL, cfg.Admission.Limits.MaxInFlight, cfg.Converge, cfg.Serving.Profiling, cfg.LogLevel)
 	}
 	if cfg, err = loadServeConfig(serveFlags(t, "--converge=off")); err != nil || cfg.Converge {
 		t.Fatalf("--converge=off: %v, converge %v", err, cfg != nil && cfg.Converge)

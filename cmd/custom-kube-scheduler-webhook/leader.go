@@ -60,7 +60,7 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 	}
 	convergeCfg := converge.Config{
 		Client: loopClient, Caches: r.caches, Records: r.records, Recorder: recorder, Metrics: m,
-		Namespaces: r.cfg.namespaces(),
+		Namespaces: r.cfg.Namespaces,
 		Scope:      r.scope, Settings: r.cfg.Loop,
 		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
 		Signals:  converge.NewKarpenterSignals(loopClient, r.catalog, claims),
@@ -71,7 +71,7 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 	if signals != nil {
 		convergeCfg.Interruptions = signals.tracker
 	}
-	convergeCfg.Stopped = policy.Stopped(r.policies.MovesOff, r.cfg.Namespace)
+	convergeCfg.Stopped = policy.Stopped(r.policies.MovesOff, r.cfg.Namespaces.Own)
 	loop, err := converge.NewLoop(convergeCfg)
 	if err != nil {
 		return err
@@ -84,7 +84,7 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 	// labels (policies.OnChange) and the webhook configuration (scope) change the scope.
 	// The stop switch on the webhook's namespace concerns every workload.
 	if err := r.policies.OnChange(func(ns string) {
-		if ns == r.cfg.Namespace {
+		if ns == r.cfg.Namespaces.Own {
 			ns = ""
 		}
 		loop.PoliciesChanged(ns)
@@ -106,7 +106,7 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 		status := &policy.StatusWriter{Cache: r.policies, Dyn: dyn, Log: entry, Unserved: unserved,
 			Audited:   func(a policy.Audited) { m.Audited(a.Workloads, a.WouldMove) },
 			Stopped:   func() string { return convergeCfg.Stopped("") },
-			Workloads: r.caches.Governable(r.cfg.namespaces().Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Loop.Timing)}
+			Workloads: r.caches.Governable(r.cfg.Namespaces.Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Loop.Timing)}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -122,7 +122,7 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 			}
 			loop.Run(ctx, leading)
 		}
-		if err := converge.RunElected(ctx, r.client, r.cfg.Namespace, r.identity, r.owner, entry, run); err != nil {
+		if err := converge.RunElected(ctx, r.client, r.cfg.Namespaces.Own, r.identity, r.owner, entry, run); err != nil {
 			entry.WithError(err).Error("convergence loop not started")
 		}
 	}()
@@ -142,21 +142,21 @@ type interruptionSignals struct {
 // reading nodes (the catalog's, which startViews runs); the poller and the tracker's
 // refresh run on the elected replica (startConverge). A queue that is missing or denies
 // access does not stop serve: the poller logs, counts and retries.
-func newInterruptionSignals(ctx context.Context, cfg *serveConfig, nodes interruption.Nodes, reg prometheus.Registerer, log logrus.FieldLogger) (*interruptionSignals, error) {
-	if cfg.Interruption.Queue == "" {
+func newInterruptionSignals(ctx context.Context, settings interruption.Settings, moveSignalledNodes bool, nodes interruption.Nodes, reg prometheus.Registerer, log logrus.FieldLogger) (*interruptionSignals, error) {
+	if settings.Queue == "" {
 		return nil, nil
 	}
 	metrics, err := interruption.NewMetrics(reg, webhook.MetricsNamespace)
 	if err != nil {
 		return nil, err
 	}
-	sqsClient, region, err := interruption.NewSQSClient(ctx, cfg.Interruption.Queue)
+	sqsClient, region, err := interruption.NewSQSClient(ctx, settings.Queue)
 	if err != nil {
 		return nil, err
 	}
 	s := &interruptionSignals{}
 	s.tracker, err = interruption.NewTracker(interruption.TrackerConfig{
-		Nodes: nodes, Rule: cfg.Interruption.Rule, Metrics: metrics, Log: log,
+		Nodes: nodes, Rule: settings.Rule, Metrics: metrics, Log: log,
 		Changed: func() {
 			if loop := s.changed.Load(); loop != nil {
 				loop.InterruptionSignalled()
@@ -166,9 +166,9 @@ func newInterruptionSignals(ctx context.Context, cfg *serveConfig, nodes interru
 	if err != nil {
 		return nil, err
 	}
-	s.poller = &interruption.Poller{Queue: sqsClient, Name: cfg.Interruption.Queue, Region: region,
+	s.poller = &interruption.Poller{Queue: sqsClient, Name: settings.Queue, Region: region,
 		Handle: s.tracker.Handle, Metrics: metrics, Log: log}
-	log.WithFields(logrus.Fields{"queue": cfg.Interruption.Queue, "region": region, "moveSignalledNodes": cfg.Loop.MoveSignalledNodes}).
-		Info("interruption signals on: " + cfg.Interruption.Rule.String())
+	log.WithFields(logrus.Fields{"queue": settings.Queue, "region": region, "moveSignalledNodes": moveSignalledNodes}).
+		Info("interruption signals on: " + settings.Rule.String())
 	return s, nil
 }

@@ -149,9 +149,9 @@ func TestServeConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LogLevel != logrus.InfoLevel || !reflect.DeepEqual(cfg.Blocklist, map[string]bool{"kube-system": true, "kube-public": true}) ||
-		cfg.ListenAddress != ":9443" || cfg.ReservationTTL != 30*time.Second || cfg.WarnOnly || cfg.SelfCert ||
-		cfg.Namespace != "custom-kube-scheduler-webhook" || cfg.MetricsAddress != ":8080" || cfg.HealthAddress != ":8081" {
+	if cfg.LogLevel != logrus.InfoLevel || !reflect.DeepEqual(cfg.Namespaces.Blocklist, map[string]bool{"kube-system": true, "kube-public": true}) ||
+		cfg.Serving.ListenAddress != ":9443" || cfg.Ledger.ReservationTTL != 30*time.Second || cfg.Admission.WarnOnly || cfg.Certs.Self ||
+		cfg.Namespaces.Own != "custom-kube-scheduler-webhook" || cfg.Serving.MetricsAddress != ":8080" || cfg.Serving.HealthAddress != ":8081" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 }
@@ -163,8 +163,8 @@ func TestServeConfigPlainAddressesOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.MetricsAddress != "" || cfg.HealthAddress != "127.0.0.1:18081" {
-		t.Fatalf("METRICS_ADDRESS=0, --health-address 127.0.0.1:18081: %q, %q", cfg.MetricsAddress, cfg.HealthAddress)
+	if cfg.Serving.MetricsAddress != "" || cfg.Serving.HealthAddress != "127.0.0.1:18081" {
+		t.Fatalf("METRICS_ADDRESS=0, --health-address 127.0.0.1:18081: %q, %q", cfg.Serving.MetricsAddress, cfg.Serving.HealthAddress)
 	}
 }
 
@@ -178,14 +178,14 @@ func TestServeConfigEnvironmentThenFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LogLevel != logrus.DebugLevel || cfg.ReservationTTL != 45*time.Second || !cfg.WarnOnly {
+	if cfg.LogLevel != logrus.DebugLevel || cfg.Ledger.ReservationTTL != 45*time.Second || !cfg.Admission.WarnOnly {
 		t.Fatalf("environment not read: %+v", cfg)
 	}
-	if want := map[string]bool{"kube-system": true, "default": true, "team-a": true}; !reflect.DeepEqual(cfg.Blocklist, want) {
-		t.Fatalf("blocklist %v, want %v", cfg.Blocklist, want)
+	if want := map[string]bool{"kube-system": true, "default": true, "team-a": true}; !reflect.DeepEqual(cfg.Namespaces.Blocklist, want) {
+		t.Fatalf("blocklist %v, want %v", cfg.Namespaces.Blocklist, want)
 	}
-	if cfg.ListenAddress != "127.0.0.1:9999" {
-		t.Fatalf("a given flag overrides the environment: %s", cfg.ListenAddress)
+	if cfg.Serving.ListenAddress != "127.0.0.1:9999" {
+		t.Fatalf("a given flag overrides the environment: %s", cfg.Serving.ListenAddress)
 	}
 }
 

@@ -159,12 +159,12 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	refresher, err := newServeCostRefresher(cfg, r.restCfg, costViews{caches: r.caches, policies: r.policies, records: r.records, synced: r.synced,
-		skip: func(ns string) bool { return cfg.namespaces().Skip(ns) || !r.scope.CoversNamespace(ns) }}, costs, log)
+	refresher, err := newServeCostRefresher(cfg.Cost, r.restCfg, costViews{caches: r.caches, policies: r.policies, records: r.records, synced: r.synced,
+		skip: func(ns string) bool { return cfg.Namespaces.Skip(ns) || !r.scope.CoversNamespace(ns) }}, costs, log)
 	if err != nil {
 		return err
 	}
-	signals, err := newInterruptionSignals(ctx, cfg, catalogNodes{r.catalog}, r.metrics.Registry, log.WithField("component", "interruption"))
+	signals, err := newInterruptionSignals(ctx, cfg.Interruption, cfg.Loop.MoveSignalledNodes, catalogNodes{r.catalog}, r.metrics.Registry, log.WithField("component", "interruption"))
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ type plainListeners struct {
 }
 
 // listenPlain opens METRICS_ADDRESS and HEALTH_ADDRESS.
-func listenPlain(cfg *serveConfig, handlers *webhook.Handlers) (*plainListeners, error) {
+func listenPlain(cfg servingSettings, handlers *webhook.Handlers) (*plainListeners, error) {
 	p := &plainListeners{handlers: handlers}
 	var err error
 	if cfg.MetricsAddress != "" {
@@ -375,13 +375,13 @@ func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool
 // startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,
 // writes them where the certificate watcher reads them, keeps the webhook
 // configurations' caBundle current and rotates; it returns once the files exist.
-func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, log *logrus.Logger) error {
-	if filepath.Dir(cfg.TLSCertFile) != filepath.Dir(cfg.TLSKeyFile) {
+func startSelfCert(ctx context.Context, cfg certSettings, namespace string, restCfg *rest.Config, log *logrus.Logger) error {
+	if filepath.Dir(cfg.CertFile) != filepath.Dir(cfg.KeyFile) {
 		return usageError("CERT_MODE=self writes the certificate and key into one directory: TLS_CERT_FILE and TLS_KEY_FILE must share it")
 	}
 	ready, err := selfcert.Start(ctx, selfcert.Config{
-		Namespace: cfg.Namespace, SecretName: cfg.CertSecretName, ServiceName: cfg.ServiceName,
-		CertDir: filepath.Dir(cfg.TLSCertFile), CertName: filepath.Base(cfg.TLSCertFile), KeyName: filepath.Base(cfg.TLSKeyFile),
+		Namespace: namespace, SecretName: cfg.SecretName, ServiceName: cfg.ServiceName,
+		CertDir: filepath.Dir(cfg.CertFile), CertName: filepath.Base(cfg.CertFile), KeyName: filepath.Base(cfg.KeyFile),
 		MutatingWebhookName: cfg.MutatingConfig, ValidatingWebhookName: cfg.ValidatingConfig,
 	}, restCfg, log.WithField("component", "selfcert"))
 	if err != nil {
@@ -397,7 +397,7 @@ func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 
 // newLedger returns the seat ledger, fed by the placed-pod cache, and what its
 // readiness waits on (the names of what has not synced).
-func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *clusterview.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*ledger.Ledger, func() []string, error) {
+func newLedger(ctx context.Context, cfg ledgerSettings, namespace string, restCfg *rest.Config, caches *clusterview.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*ledger.Ledger, func() []string, error) {
 	// The ledger's record writes (taking a revision, renewing it) are on the admission's
 	// critical path: a client-side limit would only queue claims past the webhook
 	// timeout (pods then admitted unplaced). The API server's priority and fairness
@@ -408,7 +408,7 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 	if err != nil {
 		return nil, nil, fmt.Errorf("create ledger client: %w", err)
 	}
-	seats, err := ledger.New(ledgerClient, cfg.Namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), ledger.Options{
+	seats, err := ledger.New(ledgerClient, namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), ledger.Options{
 		Identity: identity, PeerURL: cfg.PeerAddress, PeerClient: peers, Owner: owner,
 	})
 	if err != nil {
@@ -427,20 +427,20 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 
 // newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,
 // lists the cluster's EKS managed node groups.
-func newCatalog(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, log *logrus.Logger) (*karpenter.Catalog, *nodegroups.Cache, error) {
+func newCatalog(ctx context.Context, eksCluster string, restCfg *rest.Config, client kubernetes.Interface, log *logrus.Logger) (*karpenter.Catalog, *nodegroups.Cache, error) {
 	dyn, err := dynamic.NewForConfig(restCfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create dynamic client: %w", err)
 	}
 	var groups *nodegroups.Cache
 	opts := karpenter.Options{Kube: client, Dynamic: dyn, Log: log.WithField("component", "catalog")}
-	if cfg.EKSClusterName != "" {
+	if eksCluster != "" {
 		eks, err := nodegroups.NewClient(ctx, nodegroups.ClientOptions{})
 		if err != nil {
-			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
+			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", eksCluster, err)
 		}
-		if groups, err = nodegroups.New(eks, nodegroups.Config{ClusterName: cfg.EKSClusterName, Log: log.WithField("component", "nodegroups")}); err != nil {
-			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
+		if groups, err = nodegroups.New(eks, nodegroups.Config{ClusterName: eksCluster, Log: log.WithField("component", "nodegroups")}); err != nil {
+			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", eksCluster, err)
 		}
 		opts.NodeGroups = groups
 	}
