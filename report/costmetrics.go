@@ -168,8 +168,8 @@ type CostRefresher struct {
 	// pricing.AWS stays down after a failure that is not about one key.
 	Prices func(ctx context.Context) (pricing.Source, error)
 	// Skip names the namespaces left out of the series (nil: none).
-	Skip     func(namespace string) bool
-	Metrics  *CostMetrics
+	Skip    func(namespace string) bool
+	Metrics *CostMetrics
 	// Interval between refreshes; DefaultCostInterval when zero.
 	Interval time.Duration
 	Log      logrus.FieldLogger

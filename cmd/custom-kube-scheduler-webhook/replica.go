@@ -20,13 +20,16 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
@@ -61,6 +64,12 @@ type replica struct {
 	records      *unavailability.Records
 	images       *imagearch.Resolver // nil with IMAGE_ARCHITECTURES=off
 	synced       chan struct{}       // closed once every view has synced
+
+	// Made by serve for the leader's jobs (startConverge).
+	recorder        record.EventRecorder
+	convergeMetrics *converge.Metrics
+	costs           *report.CostRefresher // nil with COST_METRICS=off
+	signals         *interruption.Signals // nil without INTERRUPTION_QUEUE
 
 	// Made by newHandlers.
 	handlers              *webhook.Handlers

@@ -36,11 +36,11 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
@@ -148,27 +148,24 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
-	r.newHandlers(recorder)
+	r.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+	r.newHandlers(r.recorder)
 	costs := report.NewCostMetrics(webhook.MetricsNamespace)
 	sources := metricSources{REST: r.restMetrics, Ledger: r.seats, Certificate: r.certs.GetCertificate, Ready: r.handlers.Ready, Cost: costs, Images: r.images}
 	if r.groups != nil {
 		sources.NodeGroups = r.groups.Status
 	}
-	convergeMetrics, err := registerMetrics(r.metrics.Registry, sources)
-	if err != nil {
+	if r.convergeMetrics, err = registerMetrics(r.metrics.Registry, sources); err != nil {
 		return err
 	}
-	refresher, err := newServeCostRefresher(cfg.Cost, r.restCfg, costViews{caches: r.caches, policies: r.policies, records: r.records, synced: r.synced,
-		skip: func(ns string) bool { return cfg.Namespaces.Skip(ns) || !r.scope.CoversNamespace(ns) }}, costs, log)
-	if err != nil {
+	if r.costs, err = newServeCostRefresher(cfg.Cost, r.restCfg, report.Views{Caches: r.caches, Policies: r.policies, Records: r.records, Synced: r.synced,
+		Skip: func(ns string) bool { return cfg.Namespaces.Skip(ns) || !r.scope.CoversNamespace(ns) }}, costs, log); err != nil {
 		return err
 	}
-	signals, err := newInterruptionSignals(ctx, cfg.Interruption, cfg.Loop.MoveSignalledNodes, catalogNodes{r.catalog}, r.metrics.Registry, log.WithField("component", "interruption"))
-	if err != nil {
+	if r.signals, err = interruption.NewSignals(ctx, cfg.Interruption, interruption.NodesOf(r.catalog), r.metrics.Registry, webhook.MetricsNamespace, log.WithField("component", "interruption")); err != nil {
 		return err
 	}
-	if err := r.startConverge(ctx, recorder, convergeMetrics, refresher, signals); err != nil {
+	if err := r.startConverge(ctx); err != nil {
 		return err
 	}
 	return r.run(ctx, stop, start)
@@ -469,25 +466,4 @@ func replicaIdentity() string {
 		host = "unknown"
 	}
 	return fmt.Sprintf("%s_%d_%s", host, os.Getpid(), rand.Text()[:6])
-}
-
-// termServed tells whether any NodePool, node group or node serves a term's labels.
-func termServed(c *karpenter.Catalog) func(labels map[string]string) bool {
-	return func(labels map[string]string) bool {
-		_, served := c.Tolerations(labels)
-		return served
-	}
-}
-
-// termUnserved tells whether nothing serves a term's labels, and then the likely typo
-// (policy status and its exact counts).
-func termUnserved(c *karpenter.Catalog) policy.Unserved {
-	served := termServed(c)
-	return func(labels map[string]string) (string, bool) {
-		if served(labels) {
-			return "", false
-		}
-		hint, _ := c.Hint(labels)
-		return hint, true
-	}
 }
