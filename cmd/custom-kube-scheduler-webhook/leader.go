@@ -66,6 +66,7 @@ func (r *replica) startConverge(ctx context.Context) error {
 	}
 	if signals != nil {
 		convergeCfg.Interruptions = signals.Tracker
+		entry.WithField("moveSignalledNodes", r.cfg.Loop.MoveSignalledNodes).Info("the loop acts on the interruption signals")
 	}
 	convergeCfg.Stopped = policy.Stopped(r.policies.MovesOff, r.cfg.Namespaces.Own)
 	loop, err := converge.NewLoop(convergeCfg)
