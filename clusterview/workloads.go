@@ -72,6 +72,16 @@ type WorkloadResolver interface {
 	Resolve(ctx context.Context, namespace string, owner *metav1.OwnerReference) (*Workload, error)
 }
 
+// The bounds of live lookups that serve gives ListerResolver: a real owner missing
+// from the cache is rare (a new ReplicaSet, for milliseconds), so these only cap what
+// forged reviews can cost the API server.
+const (
+	// LiveLookupQPS is the rate of the live lookups' own client (burst: twice it, plus one).
+	LiveLookupQPS = 20
+	// LiveLookups is how many live lookups run at once (LiveSlots' capacity).
+	LiveLookups = 8
+)
+
 // ListerResolver resolves owners through informer listers and falls back to a live
 // GET when the cache has not seen the object yet: a Deployment's new ReplicaSet creates
 // its pods milliseconds after it is created itself.

@@ -12,7 +12,7 @@
 //     signals within the window reach a share of its nodes (and a minimum count), or
 //     one of its nodes is on a Capacity Block whose end was announced (until the end).
 //   - nodes.go is the node view the tracker reads (Nodes): the node of an instance by
-//     spec.providerID, and every node's labels. serve gives it from the capacity
+//     spec.providerID, and every node's labels; NodesOf reads it from the capacity
 //     catalog's Node watch, so signals add no watch of their own.
 //   - tracker.go keeps the signals per instance, not per node name (EKS node names
 //     come from private IPs, which EC2 reuses; duplicates, reordering and stale events
@@ -22,6 +22,8 @@
 //   - poller.go long-polls the queue with aws-sdk-go-v2's SQS client and deletes what
 //     it handled; a missing queue or a denied access is logged and counted, and
 //     retried.
+//   - signals.go builds the tracker and the poller from Settings (NewSignals) and runs
+//     them on the elected replica.
 //
 // It acts on nothing itself: the convergence loop marks a term at risk in the
 // unavailability records and moves pods through its own budgeted eviction path.

@@ -32,6 +32,22 @@ func (v vocabulary) add(key string, values ...string) {
 	}
 }
 
+// Serves tells whether any NodePool, node group or Ready node serves a term's labels.
+func (c *Catalog) Serves(term map[string]string) bool {
+	_, served := c.Tolerations(term)
+	return served
+}
+
+// Unserved tells whether nothing serves a term's labels, and then the likely typo
+// (Hint): policy status and its exact counts read it.
+func (c *Catalog) Unserved(term map[string]string) (hint string, unserved bool) {
+	if c.Serves(term) {
+		return "", false
+	}
+	hint, _ = c.Hint(term)
+	return hint, true
+}
+
 // Hint says, for a term nothing serves, which of its labels no NodePool, node group or
 // node offers, and the closest key or value that is offered: the likely typo, e.g.
 // `no capacity offers the label key "karpenter.sh/capcity-type"; did you mean

@@ -168,8 +168,9 @@ type CostRefresher struct {
 	// pricing.AWS stays down after a failure that is not about one key.
 	Prices func(ctx context.Context) (pricing.Source, error)
 	// Skip names the namespaces left out of the series (nil: none).
-	Skip     func(namespace string) bool
-	Metrics  *CostMetrics
+	Skip    func(namespace string) bool
+	Metrics *CostMetrics
+	// Interval between refreshes; DefaultCostInterval when zero.
 	Interval time.Duration
 	Log      logrus.FieldLogger
 	Now      func() time.Time
@@ -200,10 +201,18 @@ func (c *CostRefresher) Refresh(ctx context.Context) error {
 	return nil
 }
 
+// DefaultCostInterval is the refresh interval when CostRefresher.Interval is zero:
+// prices and placements change over hours, and a refresh reads every placed pod.
+const DefaultCostInterval = 5 * time.Minute
+
 // Run refreshes at once and then every Interval until ctx ends, then drops the series.
 func (c *CostRefresher) Run(ctx context.Context) {
 	defer c.Metrics.clear()
-	tick := time.NewTicker(c.Interval)
+	interval := c.Interval
+	if interval <= 0 {
+		interval = DefaultCostInterval
+	}
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		if err := c.Refresh(ctx); err != nil && ctx.Err() == nil {

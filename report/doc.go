@@ -10,9 +10,10 @@
 //   - AddCost prices each term's share of its nodes through a pricing.Source
 //     (`spread --cost`);
 //   - CostMetrics and CostRefresher export that realized cost per workload and term as
-//     Prometheus series, refreshed every interval (serve's COST_METRICS); cmd only
-//     wires them (settings, the price source, the registry, the elected replica, and
-//     the State read from its caches rather than listed).
+//     Prometheus series, refreshed every DefaultCostInterval (serve's COST_METRICS);
+//     Views reads their State from serve's caches rather than listing it, one placed
+//     pod at a time. cmd only wires them (settings, the price source, the registry,
+//     the elected replica).
 //
 // It may import clusterview (the workload views: which revision is current), strategy,
 // policy and api/v1alpha1 (the strategy a workload resolves to), karpenter and karpenter/nodegroups (what serves a term), unavailability (the

@@ -48,7 +48,6 @@ var serveSettings = []setting{
 	{"peer-address", "PEER_ADDRESS", "", "base URL at which other replicas reach this one with the seat claims of revisions it owns; empty: https://$POD_IP:<listen port>, or the listen address's host (127.0.0.1 when it has none) outside a pod"},
 	{"validation-mode", "VALIDATION_MODE", "reject", "invalid strategy on a workload at apply time: reject or warn"},
 	{"eks-cluster-name", "EKS_CLUSTER_NAME", "", "EKS cluster whose managed node groups serve terms; empty turns node-group lookups off"},
-	{"nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL", "5m", "how often node groups are listed"},
 	{"cert-mode", "CERT_MODE", "file", "file: certificate files are provided (cert-manager, a Secret); self: bootstrap and rotate a CA and serving certificate in a Secret"},
 	{"cert-secret-name", "CERT_SECRET_NAME", "custom-kube-scheduler-webhook-certs", "with cert-mode self: the Secret holding the CA and serving certificate"},
 	{"service-name", "SERVICE_NAME", "custom-kube-scheduler-webhook", "with cert-mode self: the Service the serving certificate is issued for"},
@@ -56,11 +55,8 @@ var serveSettings = []setting{
 	{"validating-webhook-configuration", "VALIDATING_WEBHOOK_CONFIGURATION", "custom-kube-scheduler-webhook", "with cert-mode self: ValidatingWebhookConfiguration whose caBundle is kept current"},
 	{"admission-token-secret", "ADMISSION_TOKEN_SECRET", "", "Secret in the webhook's namespace holding the admission token: reviews are answered only at /<token>/mutate and /<token>/validate, and the token is written into the paths of MUTATING_WEBHOOK_CONFIGURATION and VALIDATING_WEBHOOK_CONFIGURATION and rotated with the serving certificate; empty answers /mutate and /validate to anyone who reaches the port (the chart sets it)"},
 	{"shutdown-drain", "SHUTDOWN_DRAIN", "5s", "on SIGTERM: /readyz fails at once, admissions are still served this long (until the endpoint removal has spread), then in-flight ones finish; 0 stops at once"},
-	{"max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS", "256", "admissions handled at once; more wait ADMISSION_QUEUE_WAIT, then get 429 (the failure policy applies)"},
+	{"max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS", "256", "admissions handled at once; more wait up to 1s, then get 429 (the failure policy applies)"},
 	{"max-inflight-body-bytes", "MAX_INFLIGHT_BODY_BYTES", "24Mi", "sum of AdmissionReview bodies handled at once (one body is capped at 3 MiB + 64 KiB); bounds admission memory"},
-	{"admission-queue-wait", "ADMISSION_QUEUE_WAIT", "1s", "how long an admission waits for room under the two limits above"},
-	{"live-lookup-qps", "LIVE_LOOKUP_QPS", "20", "rate of live GETs of workloads the cache has not seen yet (own client: the informers, the ledger and Events never wait behind them)"},
-	{"live-lookup-concurrency", "LIVE_LOOKUP_CONCURRENCY", "8", "live workload GETs at once; one more admits its pod unplaced at once"},
 	{"converge", "CONVERGE", "on", "on: the elected replica runs the convergence and capacity-fallback loop; off: placement at admission only (unavailable terms another replica's loop recorded are still honoured)"},
 	{"fallback-after", "FALLBACK_AFTER", "3m", "how long a term's placed pods may stay Pending and unschedulable before the term is marked unavailable"},
 	{"fallback-cooldown", "FALLBACK_COOLDOWN", "5m", "how long an unavailable term's seats go to the fallback before it is tried again; doubles each time it strands again (up to 16x)"},
@@ -73,7 +69,6 @@ var serveSettings = []setting{
 	{"profiling", "PROFILING", "off", "on: serve Go's runtime profiles (heap, CPU, goroutines) at /debug/pprof/ on the metrics port (METRICS_ADDRESS), for diagnosing memory or CPU use; off in normal operation"},
 	{"owner-deployment", "OWNER_DEPLOYMENT", "", "Deployment in the webhook's namespace that owns the Leases this process creates (seat and unavailability records, the leader Lease), so they are deleted with it; empty: no owner (the chart sets its own Deployment)"},
 	{"cost-metrics", "COST_METRICS", "off", "on: export each workload term's realized cost (pods by capacity type, USD per hour, the saving against all on-demand), refreshed by the elected replica (every replica with CONVERGE=off); prices from AWS (needs pricing:GetProducts and ec2:DescribeSpotPriceHistory, which the chart does not grant) or COST_PRICES_FILE"},
-	{"cost-metrics-interval", "COST_METRICS_INTERVAL", "5m", "with cost-metrics on: how often the workloads are priced"},
 	{"cost-prices-file", "COST_PRICES_FILE", "", "with cost-metrics on: price file used instead of AWS (lines: instance-type capacity-type zone|region|* usd-per-hour), read at startup"},
 	{"interruption-queue", "INTERRUPTION_QUEUE", "", "SQS queue (URL, or name in AWS_REGION) that EventBridge sends EC2 spot interruption warnings, rebalance recommendations, instance state changes and Capacity Block expiration warnings to; the elected replica reads it and marks a term at risk (its seats go to the fallback) when signals reach INTERRUPTION_RISK_SHARE of its nodes, or one of its nodes is on an ending Capacity Block; needs CONVERGE=on and sqs:ReceiveMessage, sqs:DeleteMessage, sqs:GetQueueUrl; empty: off (docs/interruption-signals.md)"},
 	{"interruption-window", "INTERRUPTION_WINDOW", "10m", "with interruption-queue: how long a signal counts; older ones are never acted on"},
@@ -84,76 +79,94 @@ var serveSettings = []setting{
 	{"on-demand-accepts-reserved", "ON_DEMAND_ACCEPTS_RESERVED", "off", "on: a term karpenter.sh/capacity-type=on-demand is patched as a required node affinity In [on-demand, reserved], so Karpenter fills capacity reservations first, as it advises; off: the term's nodeSelector stays on-demand only (docs/configuration.md)"},
 	{"image-architectures", "IMAGE_ARCHITECTURES", "on", "on: a pod whose term leaves kubernetes.io/arch open, on capacity offering more than one architecture, is limited to the architectures all its images support (read from their registries, cached), and a term offering none of them is reported; off: images are never looked up (docs/architecture-aware-placement.md)"},
 	{"image-lookup-budget", "IMAGE_LOOKUP_BUDGET", "1s", "how long an admission waits for its images' architectures (below ADMISSION_DEADLINE); past it the pod is placed without the requirement, with a warning, and the lookup goes on for the next pod"},
-	{"image-tag-ttl", "IMAGE_TAG_TTL", "10m", "how long the architectures of an image named by tag are remembered (by digest: for ever; a failed lookup: 30s)"},
-	{"image-cache-size", "IMAGE_CACHE_SIZE", "4096", "image references whose architectures are remembered; the least recently used goes first"},
 	{"image-pull-secrets", "IMAGE_PULL_SECRETS", "off", "on: registries are read with the pod's and its ServiceAccount's imagePullSecrets (needs get on secrets and serviceaccounts in every namespace: the chart's imageArchitectures.pullSecrets); off: anonymous, or an ECR token from the webhook's own IAM role"},
 	{"image-insecure-registries", "IMAGE_INSECURE_REGISTRIES", "", "comma-separated registries (host:port) read over plain HTTP, e.g. a test registry on loopback; every other registry is read over HTTPS only"},
 	{"image-internal-registries", "IMAGE_INTERNAL_REGISTRIES", "", "comma-separated registries (host or host:port) read over HTTPS although they resolve to a loopback, link-local or IMAGE_REFUSED_NETWORKS address (a registry inside the cluster); any other registry, or redirect, leading there is refused (docs/security.md)"},
 	{"image-refused-networks", "IMAGE_REFUSED_NETWORKS", "", "comma-separated CIDRs no registry may resolve to unless listed in IMAGE_INTERNAL_REGISTRIES or IMAGE_INSECURE_REGISTRIES: set the cluster's service and pod ranges (loopback and link-local are always refused)"},
 }
 
-// namespaces is the filter of the namespaces the webhook always leaves alone: the
-// blocklist and its own.
-func (c *serveConfig) namespaces() clusterview.NamespaceFilter {
-	return clusterview.NamespaceFilter{Blocklist: c.Blocklist, Own: c.Namespace}
-}
-
-// serveConfig is the validated configuration of `serve`.
+// serveConfig is the validated configuration of `serve`: one group of settings per
+// component, each handed to the part that runs it.
 type serveConfig struct {
-	LogLevel      logrus.Level
-	Blocklist     map[string]bool
-	ListenAddress string
-	// MetricsAddress and HealthAddress are "" when switched off ("0").
-	MetricsAddress   string
-	HealthAddress    string
-	TLSCertFile      string
-	TLSKeyFile       string
-	Kubeconfig       string
-	Namespace        string
-	ReservationTTL   time.Duration
-	PeerAddress      string
-	WarnOnly         bool
-	EKSClusterName   string
-	NodeGroupRefresh time.Duration
-	SelfCert         bool
-	CertSecretName   string
-	ServiceName      string
-	MutatingConfig   string
-	ValidatingConfig string
-	// AdmissionTokenSecret holds the admission token ("": no token, open paths).
-	AdmissionTokenSecret string
-	ShutdownDrain        time.Duration
-	Limits               webhook.AdmissionLimits
-	LiveLookupQPS        float32
-	LiveLookups          int
-	// Deprecations are warnings about settings that no longer do anything.
-	Deprecations []string
-	// Converge switches the convergence loop on; Loop are its settings.
-	Converge          bool
-	Loop              converge.Settings
-	AdmissionDeadline time.Duration
-	Profiling         bool
-	// OwnerDeployment owns the Leases serve creates (empty: none).
-	OwnerDeployment string
-	// CostMetrics turns the realized-cost metrics on, refreshed every CostInterval.
-	CostMetrics  bool
-	CostInterval time.Duration
-	// CostPrices is the price file read at startup (nil: AWS).
-	CostPrices *pricing.Table
-	// Interruption reads EC2's interruption signals (its Queue "": off).
-	Interruption interruption.Settings
-	// OnDemandAcceptsReserved widens on-demand terms to accept reserved capacity.
-	OnDemandAcceptsReserved bool
+	LogLevel logrus.Level
+	// Namespaces are the ones never mutated: the blocklist and the webhook's own.
+	Namespaces clusterview.NamespaceFilter
+	Kube       kubeSettings
+	Serving    servingSettings
+	Certs      certSettings
+	Admission  admissionSettings
 	// Images configures the image architecture lookups (Enabled false: off).
 	Images imageSettings
+	Ledger ledgerSettings
+	// Converge switches the convergence loop on; Loop are its settings.
+	Converge bool
+	Loop     converge.Settings
+	// Interruption reads EC2's interruption signals (its Queue "": off).
+	Interruption interruption.Settings
+	Cost         costSettings
+	// Deprecations are warnings about settings that no longer do anything.
+	Deprecations []string
+}
+
+// kubeSettings say how the process reaches the cluster and what it owns there.
+type kubeSettings struct {
+	Kubeconfig string
+	// OwnerDeployment owns the Leases serve creates (empty: none).
+	OwnerDeployment string
+	// EKSClusterName names the cluster whose node groups are read ("": none).
+	EKSClusterName string
+}
+
+// servingSettings are the listeners and the drain.
+type servingSettings struct {
+	ListenAddress string
+	// MetricsAddress and HealthAddress are "" when switched off ("0").
+	MetricsAddress string
+	HealthAddress  string
+	ShutdownDrain  time.Duration
+	Profiling      bool
+}
+
+// certSettings are the serving certificate, the webhook configurations it and the
+// admission token are written into, and the token's Secret.
+type certSettings struct {
+	// Self bootstraps and rotates the certificate in SecretName (CERT_MODE=self).
+	Self                    bool
+	CertFile, KeyFile       string
+	SecretName, ServiceName string
+	MutatingConfig          string
+	ValidatingConfig        string
+	// TokenSecret holds the admission token ("": no token, open paths).
+	TokenSecret string
+}
+
+// admissionSettings are the admission handlers'.
+type admissionSettings struct {
+	Limits   webhook.AdmissionLimits
+	Deadline time.Duration
+	// WarnOnly answers an invalid strategy with a warning (VALIDATION_MODE=warn).
+	WarnOnly bool
+	// OnDemandAcceptsReserved widens on-demand terms to accept reserved capacity.
+	OnDemandAcceptsReserved bool
+}
+
+// ledgerSettings are the seat ledger's.
+type ledgerSettings struct {
+	ReservationTTL time.Duration
+	PeerAddress    string
+}
+
+// costSettings are the realized-cost metrics'.
+type costSettings struct {
+	Enabled bool
+	// Prices is the price file read at startup (nil: AWS).
+	Prices *pricing.Table
 }
 
 // imageSettings are the IMAGE_* settings.
 type imageSettings struct {
 	Enabled     bool
 	Budget      time.Duration
-	TagTTL      time.Duration
-	CacheSize   int
 	PullSecrets bool
 	Insecure    []string
 	// Internal lists registries allowed on internal addresses (IMAGE_INTERNAL_REGISTRIES).
@@ -174,22 +187,28 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 		}
 	}
 	c := &serveConfig{
-		Blocklist:        parseList(v.GetString("blocklisted-namespace-list")),
-		ListenAddress:    v.GetString("listen-address"),
-		MetricsAddress:   plainAddress(v.GetString("metrics-address")),
-		HealthAddress:    plainAddress(v.GetString("health-address")),
-		TLSCertFile:      v.GetString("tls-cert-file"),
-		TLSKeyFile:       v.GetString("tls-key-file"),
-		Kubeconfig:       v.GetString("kubeconfig"),
-		Namespace:        strings.TrimSpace(v.GetString("webhook-namespace")),
-		EKSClusterName:   strings.TrimSpace(v.GetString("eks-cluster-name")),
-		CertSecretName:   v.GetString("cert-secret-name"),
-		ServiceName:      v.GetString("service-name"),
-		MutatingConfig:   v.GetString("mutating-webhook-configuration"),
-		ValidatingConfig: v.GetString("validating-webhook-configuration"),
-		OwnerDeployment:  strings.TrimSpace(v.GetString("owner-deployment")),
+		Namespaces: clusterview.NamespaceFilter{
+			Blocklist: parseList(v.GetString("blocklisted-namespace-list")),
+			Own:       strings.TrimSpace(v.GetString("webhook-namespace")),
+		},
+		Kube: kubeSettings{
+			Kubeconfig:      v.GetString("kubeconfig"),
+			OwnerDeployment: strings.TrimSpace(v.GetString("owner-deployment")),
+			EKSClusterName:  strings.TrimSpace(v.GetString("eks-cluster-name")),
+		},
+		Serving: servingSettings{
+			ListenAddress:  v.GetString("listen-address"),
+			MetricsAddress: plainAddress(v.GetString("metrics-address")),
+			HealthAddress:  plainAddress(v.GetString("health-address")),
+		},
+		Certs: certSettings{
+			CertFile: v.GetString("tls-cert-file"), KeyFile: v.GetString("tls-key-file"),
+			SecretName: v.GetString("cert-secret-name"), ServiceName: v.GetString("service-name"),
+			MutatingConfig:   v.GetString("mutating-webhook-configuration"),
+			ValidatingConfig: v.GetString("validating-webhook-configuration"),
+			TokenSecret:      strings.TrimSpace(v.GetString("admission-token-secret")),
+		},
 	}
-	c.AdmissionTokenSecret = strings.TrimSpace(v.GetString("admission-token-secret"))
 	for _, parse := range []func(*viper.Viper) error{c.parseAddresses, c.parseModes, c.parseAdmission, c.parseConvergence, c.parseCost, c.parseImages, c.parseInterruption} {
 		if err := parse(v); err != nil {
 			return nil, err
@@ -200,13 +219,13 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 
 // parseAddresses checks the plain-HTTP addresses and works out the peer address.
 func (c *serveConfig) parseAddresses(v *viper.Viper) error {
-	for _, a := range []struct{ env, addr string }{{"METRICS_ADDRESS", c.MetricsAddress}, {"HEALTH_ADDRESS", c.HealthAddress}} {
+	for _, a := range []struct{ env, addr string }{{"METRICS_ADDRESS", c.Serving.MetricsAddress}, {"HEALTH_ADDRESS", c.Serving.HealthAddress}} {
 		if _, _, err := net.SplitHostPort(a.addr); a.addr != "" && err != nil {
 			return fmt.Errorf("%s %q: want host:port, :port, or 0 to turn it off", a.env, a.addr)
 		}
 	}
 	var err error
-	if c.PeerAddress, err = peerAddress(v.GetString("peer-address"), c.ListenAddress, os.Getenv("POD_IP"), os.Getenv("KUBERNETES_SERVICE_HOST") != ""); err != nil {
+	if c.Ledger.PeerAddress, err = peerAddress(v.GetString("peer-address"), c.Serving.ListenAddress, os.Getenv("POD_IP"), os.Getenv("KUBERNETES_SERVICE_HOST") != ""); err != nil {
 		return err
 	}
 	return nil
@@ -224,74 +243,53 @@ func (c *serveConfig) parseModes(v *viper.Viper) error {
 		return fmt.Errorf("LOG_LEVEL %q: want trace, debug, info, warn or error", level)
 	}
 	certMode, err := oneOf(v, "cert-mode", "CERT_MODE", "file", "self")
-	c.SelfCert = certMode == "self"
+	c.Certs.Self = certMode == "self"
 	if err != nil {
 		return err
 	}
-	c.OnDemandAcceptsReserved, err = onOff(v, "on-demand-accepts-reserved", "ON_DEMAND_ACCEPTS_RESERVED")
+	c.Admission.OnDemandAcceptsReserved, err = onOff(v, "on-demand-accepts-reserved", "ON_DEMAND_ACCEPTS_RESERVED")
 	return err
 }
 
 // parseAdmission reads the admission path's settings: timings, limits, the validation
-// mode and the deprecated LEDGER.
+// mode and the retired settings.
 func (c *serveConfig) parseAdmission(v *viper.Viper) error {
 	var err error
-	if c.ReservationTTL, err = positiveDuration(v, "reservation-ttl", "RESERVATION_TTL"); err != nil {
+	if c.Ledger.ReservationTTL, err = positiveDuration(v, "reservation-ttl", "RESERVATION_TTL"); err != nil {
 		return err
 	}
-	if c.AdmissionDeadline, err = positiveDuration(v, "admission-deadline", "ADMISSION_DEADLINE"); err != nil {
+	if c.Admission.Deadline, err = positiveDuration(v, "admission-deadline", "ADMISSION_DEADLINE"); err != nil {
 		return err
 	}
-	// LEDGER chose between two ledgers; one remains, exact with any number of replicas.
-	// The old values still start the webhook (with a warning); anything else is a typo.
-	if ledger, set := os.LookupEnv("LEDGER"); set {
-		switch mode := strings.ToLower(strings.TrimSpace(ledger)); mode {
-		case "", "memory", "lease":
-			c.Deprecations = append(c.Deprecations, fmt.Sprintf("LEDGER=%s is deprecated and ignored: the one seat ledger keeps its records in the API server and is exact with any number of replicas", mode))
-		default:
-			return fmt.Errorf("LEDGER %q: deprecated setting, leave it unset (memory and lease are accepted and ignored)", mode)
-		}
+	if err := c.readRetired(); err != nil {
+		return err
 	}
 	validation, err := oneOf(v, "validation-mode", "VALIDATION_MODE", "reject", "warn")
 	if err != nil {
 		return err
 	}
-	c.WarnOnly = validation == "warn"
-	if c.ShutdownDrain, err = time.ParseDuration(strings.TrimSpace(v.GetString("shutdown-drain"))); err != nil || c.ShutdownDrain < 0 {
+	c.Admission.WarnOnly = validation == "warn"
+	if c.Serving.ShutdownDrain, err = time.ParseDuration(strings.TrimSpace(v.GetString("shutdown-drain"))); err != nil || c.Serving.ShutdownDrain < 0 {
 		return fmt.Errorf("SHUTDOWN_DRAIN %q: want a duration such as 5s, or 0", v.GetString("shutdown-drain"))
 	}
-	if c.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
+	if c.Admission.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
 		return err
 	}
 	q, err := resource.ParseQuantity(strings.TrimSpace(v.GetString("max-inflight-body-bytes")))
 	if err != nil || q.Value() < webhook.MaxBodyBytes {
 		return fmt.Errorf("MAX_INFLIGHT_BODY_BYTES %q: want a byte quantity such as 24Mi, at least one maximum body (%d bytes)", v.GetString("max-inflight-body-bytes"), webhook.MaxBodyBytes)
 	}
-	c.Limits.MaxInFlightBytes = q.Value()
-	if c.Limits.QueueWait, err = positiveDuration(v, "admission-queue-wait", "ADMISSION_QUEUE_WAIT"); err != nil {
-		return err
-	}
-	qps, err := strconv.ParseFloat(strings.TrimSpace(v.GetString("live-lookup-qps")), 32)
-	if err != nil || qps <= 0 {
-		return fmt.Errorf("LIVE_LOOKUP_QPS %q: want a positive number", v.GetString("live-lookup-qps"))
-	}
-	c.LiveLookupQPS = float32(qps)
-	if c.LiveLookups, err = positiveInt(v, "live-lookup-concurrency", "LIVE_LOOKUP_CONCURRENCY"); err != nil {
-		return err
-	}
+	c.Admission.Limits.MaxInFlightBytes = q.Value()
 	return nil
 }
 
 // parseConvergence reads the convergence loop's and the capacity views' settings.
 func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 	var err error
-	if c.NodeGroupRefresh, err = positiveDuration(v, "nodegroup-refresh-interval", "NODEGROUP_REFRESH_INTERVAL"); err != nil {
-		return err
-	}
 	if c.Converge, err = onOff(v, "converge", "CONVERGE"); err != nil {
 		return err
 	}
-	if c.Profiling, err = onOff(v, "profiling", "PROFILING"); err != nil {
+	if c.Serving.Profiling, err = onOff(v, "profiling", "PROFILING"); err != nil {
 		return err
 	}
 	if c.Loop.FallbackAfter, err = positiveDuration(v, "fallback-after", "FALLBACK_AFTER"); err != nil {
@@ -326,19 +324,16 @@ func (c *serveConfig) parseConvergence(v *viper.Viper) error {
 // stops the start with the line at fault rather than failing every refresh.
 func (c *serveConfig) parseCost(v *viper.Viper) error {
 	var err error
-	if c.CostMetrics, err = onOff(v, "cost-metrics", "COST_METRICS"); err != nil {
-		return err
-	}
-	if c.CostInterval, err = positiveDuration(v, "cost-metrics-interval", "COST_METRICS_INTERVAL"); err != nil {
+	if c.Cost.Enabled, err = onOff(v, "cost-metrics", "COST_METRICS"); err != nil {
 		return err
 	}
 	file := strings.TrimSpace(v.GetString("cost-prices-file"))
 	switch {
 	case file == "":
-	case !c.CostMetrics:
+	case !c.Cost.Enabled:
 		return fmt.Errorf("COST_PRICES_FILE %q needs COST_METRICS=on", file)
 	default:
-		if c.CostPrices, err = pricing.LoadFile(file); err != nil {
+		if c.Cost.Prices, err = pricing.LoadFile(file); err != nil {
 			return fmt.Errorf("COST_PRICES_FILE: %w", err)
 		}
 	}
@@ -356,14 +351,8 @@ func (c *serveConfig) parseImages(v *viper.Viper) error {
 	if im.Budget, err = positiveDuration(v, "image-lookup-budget", "IMAGE_LOOKUP_BUDGET"); err != nil {
 		return err
 	}
-	if im.Budget >= c.AdmissionDeadline {
-		return fmt.Errorf("IMAGE_LOOKUP_BUDGET %s: want less than ADMISSION_DEADLINE (%s)", im.Budget, c.AdmissionDeadline)
-	}
-	if im.TagTTL, err = positiveDuration(v, "image-tag-ttl", "IMAGE_TAG_TTL"); err != nil {
-		return err
-	}
-	if im.CacheSize, err = positiveInt(v, "image-cache-size", "IMAGE_CACHE_SIZE"); err != nil {
-		return err
+	if im.Budget >= c.Admission.Deadline {
+		return fmt.Errorf("IMAGE_LOOKUP_BUDGET %s: want less than ADMISSION_DEADLINE (%s)", im.Budget, c.Admission.Deadline)
 	}
 	if im.PullSecrets, err = onOff(v, "image-pull-secrets", "IMAGE_PULL_SECRETS"); err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/awsfake"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
@@ -60,16 +59,16 @@ func TestCostMetricsFromPriceFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("m5.large on-demand * 0.1\nm5.large spot eu-west-1a 0.03\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := loadServeConfig(serveFlags(t, "--cost-metrics=on", "--cost-prices-file", file, "--cost-metrics-interval", "10m"))
+	cfg, err := loadServeConfig(serveFlags(t, "--cost-metrics=on", "--cost-prices-file", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.CostMetrics || cfg.CostPrices == nil || cfg.CostInterval != 10*time.Minute {
-		t.Fatalf("config: on %v, prices %v, interval %s", cfg.CostMetrics, cfg.CostPrices, cfg.CostInterval)
+	if !cfg.Cost.Enabled || cfg.Cost.Prices == nil {
+		t.Fatalf("config: on %v, prices %v", cfg.Cost.Enabled, cfg.Cost.Prices)
 	}
 	ctx := context.Background()
-	src, err := costPriceSource(cfg.CostPrices)(ctx)
-	if err != nil || src != pricing.Source(cfg.CostPrices) {
+	src, err := costPriceSource(cfg.Cost.Prices)(ctx)
+	if err != nil || src != pricing.Source(cfg.Cost.Prices) {
 		t.Fatalf("price source %v, %v: want the price file's table", src, err)
 	}
 	k := pricing.Key{InstanceType: "m5.large", CapacityType: "spot", Region: "eu-west-1", Zone: "eu-west-1a"}

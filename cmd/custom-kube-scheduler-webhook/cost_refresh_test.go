@@ -155,7 +155,7 @@ func costPod(rs *appsv1.ReplicaSet, seat, term int, t strategy.Term, node string
 }
 
 // costCaches are serve's views of client, synced.
-func costCaches(tb testing.TB, ctx context.Context, client *fake.Clientset) costViews {
+func costCaches(tb testing.TB, ctx context.Context, client *fake.Clientset) report.Views {
 	tb.Helper()
 	caches, err := clusterview.NewCaches(client, 0)
 	if err != nil {
@@ -167,7 +167,7 @@ func costCaches(tb testing.TB, ctx context.Context, client *fake.Clientset) cost
 	}
 	synced := make(chan struct{})
 	close(synced)
-	return costViews{caches: caches, synced: synced, skip: func(ns string) bool { return ns == "kube-system" }}
+	return report.Views{Caches: caches, Synced: synced, Skip: func(ns string) bool { return ns == "kube-system" }}
 }
 
 // costPrices prices the fake cluster's nodes.
@@ -199,7 +199,7 @@ func TestCostRefreshFromTheCaches(t *testing.T) {
 	report.AddCost(ctx, &listed, prices)
 
 	client.ClearActions()
-	cached, err := views.collect(ctx, client)
+	cached, err := views.Collect(ctx, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestCostRefreshHeap(t *testing.T) {
 				PodSelector: labels.Set{strategy.LabelManaged: "true"}.String()})
 		})
 	}
-	cachedHeld, cachedPriced := refresh(func(ctx context.Context) (report.Report, error) { return views.collect(ctx, client) })
+	cachedHeld, cachedPriced := refresh(func(ctx context.Context) (report.Report, error) { return views.Collect(ctx, client) })
 	if listedHeld > 0 {
 		t.Logf("%d placed pods: a refresh listing them held %.0f B per pod (%.1f MiB)", n, float64(listedHeld)/float64(n), float64(listedHeld)/(1<<20))
 	}

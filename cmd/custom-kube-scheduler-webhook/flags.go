@@ -36,10 +36,6 @@ var (
 		_, err := strconv.Atoi(s)
 		return err
 	}}
-	numberType = settingType{name: "number", want: "a number such as 20 or 2.5", check: func(s string) error {
-		_, err := strconv.ParseFloat(s, 64)
-		return err
-	}}
 	quantityType = settingType{name: "bytes", want: "a byte quantity such as 24Mi", check: func(s string) error {
 		_, err := resource.ParseQuantity(s)
 		return err
@@ -73,14 +69,10 @@ var settingTypes = map[string]settingType{
 	"log-level":                         logLevelType,
 	"reservation-ttl":                   durationType,
 	"validation-mode":                   enumType("reject", "warn"),
-	"nodegroup-refresh-interval":        durationType,
 	"cert-mode":                         enumType("file", "self"),
 	"shutdown-drain":                    durationType,
 	"max-inflight-admissions":           intType,
 	"max-inflight-body-bytes":           quantityType,
-	"admission-queue-wait":              durationType,
-	"live-lookup-qps":                   numberType,
-	"live-lookup-concurrency":           intType,
 	"converge":                          switchType,
 	"fallback-after":                    durationType,
 	"fallback-cooldown":                 durationType,
@@ -89,8 +81,6 @@ var settingTypes = map[string]settingType{
 	"admission-deadline":                durationType,
 	"image-architectures":               switchType,
 	"image-lookup-budget":               durationType,
-	"image-tag-ttl":                     durationType,
-	"image-cache-size":                  intType,
 	"image-pull-secrets":                switchType,
 	"on-demand-accepts-reserved":        switchType,
 	"interruption-window":               durationType,
@@ -106,10 +96,10 @@ var settingGroups = []struct {
 	{"Logging and scope", []string{"log-level", "blocklisted-namespace-list", "webhook-namespace"}},
 	{"Listener and certificates", []string{"listen-address", "tls-cert-file", "tls-key-file", "cert-mode", "cert-secret-name",
 		"service-name", "mutating-webhook-configuration", "validating-webhook-configuration", "shutdown-drain", "profiling"}},
-	{"Kubernetes and AWS", []string{"kubeconfig", "owner-deployment", "eks-cluster-name", "nodegroup-refresh-interval"}},
+	{"Kubernetes and AWS", []string{"kubeconfig", "owner-deployment", "eks-cluster-name"}},
 	{"Admission", []string{"validation-mode", "admission-deadline", "max-inflight-admissions", "max-inflight-body-bytes",
-		"admission-queue-wait", "live-lookup-qps", "live-lookup-concurrency", "on-demand-accepts-reserved"}},
-	{"Image architectures", []string{"image-architectures", "image-lookup-budget", "image-tag-ttl", "image-cache-size",
+		"on-demand-accepts-reserved"}},
+	{"Image architectures", []string{"image-architectures", "image-lookup-budget",
 		"image-pull-secrets", "image-insecure-registries", "image-internal-registries", "image-refused-networks"}},
 	{"Seat ledger", []string{"reservation-ttl", "peer-address"}},
 	{"Convergence and capacity fallback", []string{"converge", "fallback-after", "fallback-cooldown", "converge-max-unavailable",

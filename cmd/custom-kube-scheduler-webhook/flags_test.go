@@ -9,19 +9,16 @@ import (
 // the flag, the value and what it wants.
 func TestServeFlagsAreTyped(t *testing.T) {
 	cases := map[string]struct{ arg, want string }{
-		"duration":   {"--reservation-ttl=soon", `invalid argument "soon" for "--reservation-ttl" flag: want a duration such as 30s or 5m`},
-		"integer":    {"--max-inflight-admissions=many", `invalid argument "many" for "--max-inflight-admissions" flag: want an integer`},
-		"number":     {"--live-lookup-qps=fast", `invalid argument "fast" for "--live-lookup-qps" flag: want a number`},
-		"quantity":   {"--max-inflight-body-bytes=lots", `invalid argument "lots" for "--max-inflight-body-bytes" flag: want a byte quantity`},
-		"switch":     {"--converge=maybe", `invalid argument "maybe" for "--converge" flag: want on or off`},
-		"enum":       {"--validation-mode=shout", `invalid argument "shout" for "--validation-mode" flag: want reject or warn`},
-		"log level":  {"--log-level=loud", `invalid argument "loud" for "--log-level" flag: want trace, debug, info, warn or error`},
-		"cert mode":  {"--cert-mode=magic", `want file or self`},
-		"deadline":   {"--admission-deadline=4", `invalid argument "4" for "--admission-deadline" flag`},
-		"cool-down":  {"--fallback-cooldown=5", `for "--fallback-cooldown" flag: want a duration`},
-		"drain":      {"--shutdown-drain=x", `for "--shutdown-drain" flag`},
-		"refresh":    {"--nodegroup-refresh-interval=daily", `for "--nodegroup-refresh-interval" flag`},
-		"queue wait": {"--admission-queue-wait=1", `for "--admission-queue-wait" flag`},
+		"duration":  {"--reservation-ttl=soon", `invalid argument "soon" for "--reservation-ttl" flag: want a duration such as 30s or 5m`},
+		"integer":   {"--max-inflight-admissions=many", `invalid argument "many" for "--max-inflight-admissions" flag: want an integer`},
+		"quantity":  {"--max-inflight-body-bytes=lots", `invalid argument "lots" for "--max-inflight-body-bytes" flag: want a byte quantity`},
+		"switch":    {"--converge=maybe", `invalid argument "maybe" for "--converge" flag: want on or off`},
+		"enum":      {"--validation-mode=shout", `invalid argument "shout" for "--validation-mode" flag: want reject or warn`},
+		"log level": {"--log-level=loud", `invalid argument "loud" for "--log-level" flag: want trace, debug, info, warn or error`},
+		"cert mode": {"--cert-mode=magic", `want file or self`},
+		"deadline":  {"--admission-deadline=4", `invalid argument "4" for "--admission-deadline" flag`},
+		"cool-down": {"--fallback-cooldown=5", `for "--fallback-cooldown" flag: want a duration`},
+		"drain":     {"--shutdown-drain=x", `for "--shutdown-drain" flag`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -43,8 +40,8 @@ func TestServeTypedFlagsReachTheConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ReservationTTL.String() != "45s" || cfg.Limits.MaxInFlight != 8 || !cfg.Converge || cfg.Profiling || cfg.LogLevel.String() != "debug" {
-		t.Fatalf("flags not read: ttl %v, inflight %d, converge %v, profiling %v, level %v", cfg.ReservationTTL, cfg.Limits.MaxInFlight, cfg.Converge, cfg.Profiling, cfg.LogLevel)
+	if cfg.Ledger.ReservationTTL.String() != "45s" || cfg.Admission.Limits.MaxInFlight != 8 || !cfg.Converge || cfg.Serving.Profiling || cfg.LogLevel.String() != "debug" {
+		t.Fatalf("flags not read: ttl %v, inflight %d, converge %v, profiling %v, level %v", cfg.Ledger.ReservationTTL, cfg.Admission.Limits.MaxInFlight, cfg.Converge, cfg.Serving.Profiling, cfg.LogLevel)
 	}
 	if cfg, err = loadServeConfig(serveFlags(t, "--converge=off")); err != nil || cfg.Converge {
 		t.Fatalf("--converge=off: %v, converge %v", err, cfg != nil && cfg.Converge)

@@ -15,8 +15,7 @@ func TestServeConfigImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := imageSettings{Enabled: true, Budget: time.Second, TagTTL: 10 * time.Minute, CacheSize: 4096}
-	if !cfg.Images.Enabled || cfg.Images.Budget != want.Budget || cfg.Images.TagTTL != want.TagTTL || cfg.Images.CacheSize != want.CacheSize || cfg.Images.PullSecrets || cfg.Images.Insecure != nil {
+	if !cfg.Images.Enabled || cfg.Images.Budget != time.Second || cfg.Images.PullSecrets || cfg.Images.Insecure != nil {
 		t.Fatalf("defaults: %+v", cfg.Images)
 	}
 	t.Setenv("IMAGE_INSECURE_REGISTRIES", " 127.0.0.1:5000, registry.lab:80 ,")
@@ -37,8 +36,6 @@ func TestServeConfigImageErrors(t *testing.T) {
 		"budget past the deadline": {"IMAGE_LOOKUP_BUDGET", "5s", "less than ADMISSION_DEADLINE"},
 		"budget not a duration":    {"IMAGE_LOOKUP_BUDGET", "soon", "IMAGE_LOOKUP_BUDGET"},
 		"switch":                   {"IMAGE_ARCHITECTURES", "maybe", "IMAGE_ARCHITECTURES"},
-		"cache size":               {"IMAGE_CACHE_SIZE", "0", "IMAGE_CACHE_SIZE"},
-		"tag ttl":                  {"IMAGE_TAG_TTL", "-1m", "IMAGE_TAG_TTL"},
 		"a URL, not a registry":    {"IMAGE_INSECURE_REGISTRIES", "http://127.0.0.1:5000/v2", "without a scheme or path"},
 		"internal: a URL":          {"IMAGE_INTERNAL_REGISTRIES", "https://harbor/v2", "without a scheme or path"},
 		"refused: not a CIDR":      {"IMAGE_REFUSED_NETWORKS", "10.100.0.0", "IMAGE_REFUSED_NETWORKS"},

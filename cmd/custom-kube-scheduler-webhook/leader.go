@@ -1,34 +1,30 @@
 package main
 
-// The leader's jobs: the convergence loop and the interruption signals it reads.
+// The leader's jobs: the convergence loop, the policies' status, the cost refresh and
+// the interruption signals the loop reads.
 
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
 
-// startConverge runs the convergence loop (CONVERGE=on) on the replica elected on the
-// leader Lease, once the caches have synced, and the cost refresher (nil: off) beside
-// it; with CONVERGE=off there is no election and every replica refreshes the costs.
-func (r *replica) startConverge(ctx context.Context, recorder record.EventRecorder, m *converge.Metrics, costs *report.CostRefresher, signals *interruptionSignals) error {
+// startConverge starts the leader's jobs: on the replica elected on the leader Lease,
+// once the caches have synced, the convergence loop (CONVERGE=on), the policies'
+// status, the cost refresher (r.costs, nil: off) and the interruption signals
+// (r.signals, nil: off). With CONVERGE=off there is no election and every replica
+// refreshes the costs.
+func (r *replica) startConverge(ctx context.Context) error {
 	entry := r.log.WithField("component", "converge")
+	recorder, m, costs, signals := r.recorder, r.convergeMetrics, r.costs, r.signals
 	if !r.cfg.Converge {
 		entry.Info("convergence loop switched off (CONVERGE=off)")
 		if costs != nil {
@@ -60,31 +56,32 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 	}
 	convergeCfg := converge.Config{
 		Client: loopClient, Caches: r.caches, Records: r.records, Recorder: recorder, Metrics: m,
-		Namespaces: r.cfg.namespaces(),
+		Namespaces: r.cfg.Namespaces,
 		Scope:      r.scope, Settings: r.cfg.Loop,
 		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
 		Signals:  converge.NewKarpenterSignals(loopClient, r.catalog, claims),
 		Launches: claims,
-		Served:   termServed(r.catalog),
+		Served:   r.catalog.Serves,
 		Log:      entry,
 	}
 	if signals != nil {
-		convergeCfg.Interruptions = signals.tracker
+		convergeCfg.Interruptions = signals.Tracker
+		entry.WithField("moveSignalledNodes", r.cfg.Loop.MoveSignalledNodes).Info("the loop acts on the interruption signals")
 	}
-	convergeCfg.Stopped = policy.Stopped(r.policies.MovesOff, r.cfg.Namespace)
+	convergeCfg.Stopped = policy.Stopped(r.policies.MovesOff, r.cfg.Namespaces.Own)
 	loop, err := converge.NewLoop(convergeCfg)
 	if err != nil {
 		return err
 	}
 	if signals != nil {
 		// A new signal passes every revision again (the poller starts only with the loop).
-		signals.changed.Store(loop)
+		signals.OnChange(loop.InterruptionSignalled)
 	}
 	// A policy change is a strategy change for the workloads it governs; a namespace's
 	// labels (policies.OnChange) and the webhook configuration (scope) change the scope.
 	// The stop switch on the webhook's namespace concerns every workload.
 	if err := r.policies.OnChange(func(ns string) {
-		if ns == r.cfg.Namespace {
+		if ns == r.cfg.Namespaces.Own {
 			ns = ""
 		}
 		loop.PoliciesChanged(ns)
@@ -102,11 +99,11 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 			return
 		}
 		// The elected replica also writes the policies' status, at most every 30s.
-		unserved := termUnserved(r.catalog)
+		unserved := policy.Unserved(r.catalog.Unserved)
 		status := &policy.StatusWriter{Cache: r.policies, Dyn: dyn, Log: entry, Unserved: unserved,
 			Audited:   func(a policy.Audited) { m.Audited(a.Workloads, a.WouldMove) },
 			Stopped:   func() string { return convergeCfg.Stopped("") },
-			Workloads: r.caches.Governable(r.cfg.namespaces().Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Loop.Timing)}
+			Workloads: r.caches.Governable(r.cfg.Namespaces.Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Loop.Timing)}
 		run := func(ctx context.Context, leading func() bool) {
 			statusCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -115,60 +112,13 @@ func (r *replica) startConverge(ctx context.Context, recorder record.EventRecord
 				go costs.Run(statusCtx)
 			}
 			if signals != nil {
-				// Only the leader reads the queue: the loop acts on what it reads, and
-				// admission never waits on it.
-				go signals.tracker.Run(statusCtx, 10*time.Second)
-				go signals.poller.Run(statusCtx)
+				go signals.Run(statusCtx)
 			}
 			loop.Run(ctx, leading)
 		}
-		if err := converge.RunElected(ctx, r.client, r.cfg.Namespace, r.identity, r.owner, entry, run); err != nil {
+		if err := converge.RunElected(ctx, r.client, r.cfg.Namespaces.Own, r.identity, r.owner, entry, run); err != nil {
 			entry.WithError(err).Error("convergence loop not started")
 		}
 	}()
 	return nil
-}
-
-// interruptionSignals are the parts that read EC2's interruption signals
-// (INTERRUPTION_QUEUE): the tracker the loop asks, and the queue's poller.
-type interruptionSignals struct {
-	tracker *interruption.Tracker
-	poller  *interruption.Poller
-	// changed is the loop to tell of a new signal, once it exists.
-	changed atomic.Pointer[converge.Loop]
-}
-
-// newInterruptionSignals builds them when INTERRUPTION_QUEUE is set (nil otherwise),
-// reading nodes (the catalog's, which startViews runs); the poller and the tracker's
-// refresh run on the elected replica (startConverge). A queue that is missing or denies
-// access does not stop serve: the poller logs, counts and retries.
-func newInterruptionSignals(ctx context.Context, cfg *serveConfig, nodes interruption.Nodes, reg prometheus.Registerer, log logrus.FieldLogger) (*interruptionSignals, error) {
-	if cfg.Interruption.Queue == "" {
-		return nil, nil
-	}
-	metrics, err := interruption.NewMetrics(reg, webhook.MetricsNamespace)
-	if err != nil {
-		return nil, err
-	}
-	sqsClient, region, err := interruption.NewSQSClient(ctx, cfg.Interruption.Queue)
-	if err != nil {
-		return nil, err
-	}
-	s := &interruptionSignals{}
-	s.tracker, err = interruption.NewTracker(interruption.TrackerConfig{
-		Nodes: nodes, Rule: cfg.Interruption.Rule, Metrics: metrics, Log: log,
-		Changed: func() {
-			if loop := s.changed.Load(); loop != nil {
-				loop.InterruptionSignalled()
-			}
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.poller = &interruption.Poller{Queue: sqsClient, Name: cfg.Interruption.Queue, Region: region,
-		Handle: s.tracker.Handle, Metrics: metrics, Log: log}
-	log.WithFields(logrus.Fields{"queue": cfg.Interruption.Queue, "region": region, "moveSignalledNodes": cfg.Loop.MoveSignalledNodes}).
-		Info("interruption signals on: " + cfg.Interruption.Rule.String())
-	return s, nil
 }

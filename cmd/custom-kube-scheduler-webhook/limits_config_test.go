@@ -16,17 +16,17 @@ func TestServeConfigDrainAndLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := webhook.AdmissionLimits{MaxInFlight: 256, MaxInFlightBytes: 24 << 20, QueueWait: time.Second}
-	if cfg.ShutdownDrain != 5*time.Second || cfg.Limits != want || cfg.LiveLookupQPS != 20 || cfg.LiveLookups != 8 {
-		t.Fatalf("defaults: drain %v, limits %+v, live %v/%d", cfg.ShutdownDrain, cfg.Limits, cfg.LiveLookupQPS, cfg.LiveLookups)
+	want := webhook.AdmissionLimits{MaxInFlight: 256, MaxInFlightBytes: 24 << 20}
+	if cfg.Serving.ShutdownDrain != 5*time.Second || cfg.Admission.Limits != want {
+		t.Fatalf("defaults: drain %v, limits %+v", cfg.Serving.ShutdownDrain, cfg.Admission.Limits)
 	}
 	t.Setenv("SHUTDOWN_DRAIN", "0")
 	t.Setenv("MAX_INFLIGHT_BODY_BYTES", "64Mi")
 	if cfg, err = loadServeConfig(serveFlags(t, "--max-inflight-admissions", "8")); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ShutdownDrain != 0 || cfg.Limits.MaxInFlight != 8 || cfg.Limits.MaxInFlightBytes != 64<<20 {
-		t.Fatalf("not read: drain %v, limits %+v", cfg.ShutdownDrain, cfg.Limits)
+	if cfg.Serving.ShutdownDrain != 0 || cfg.Admission.Limits.MaxInFlight != 8 || cfg.Admission.Limits.MaxInFlightBytes != 64<<20 {
+		t.Fatalf("not read: drain %v, limits %+v", cfg.Serving.ShutdownDrain, cfg.Admission.Limits)
 	}
 }
 
@@ -35,9 +35,6 @@ func TestServeConfigDrainAndLimitErrors(t *testing.T) {
 		"SHUTDOWN_DRAIN":          "-1s",
 		"MAX_INFLIGHT_ADMISSIONS": "0",
 		"MAX_INFLIGHT_BODY_BYTES": "1Mi", // below one maximum body
-		"ADMISSION_QUEUE_WAIT":    "never",
-		"LIVE_LOOKUP_QPS":         "-3",
-		"LIVE_LOOKUP_CONCURRENCY": "many",
 	}
 	for env, value := range cases {
 		t.Run(env, func(t *testing.T) {

@@ -134,6 +134,7 @@ func serveFlags(t *testing.T, args ...string) *pflag.FlagSet {
 	t.Helper()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	addSettingFlags(fs, serveSettings)
+	addRetiredFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -148,9 +149,9 @@ func TestServeConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LogLevel != logrus.InfoLevel || !reflect.DeepEqual(cfg.Blocklist, map[string]bool{"kube-system": true, "kube-public": true}) ||
-		cfg.ListenAddress != ":9443" || cfg.ReservationTTL != 30*time.Second || cfg.WarnOnly || cfg.SelfCert ||
-		cfg.Namespace != "custom-kube-scheduler-webhook" || cfg.MetricsAddress != ":8080" || cfg.HealthAddress != ":8081" {
+	if cfg.LogLevel != logrus.InfoLevel || !reflect.DeepEqual(cfg.Namespaces.Blocklist, map[string]bool{"kube-system": true, "kube-public": true}) ||
+		cfg.Serving.ListenAddress != ":9443" || cfg.Ledger.ReservationTTL != 30*time.Second || cfg.Admission.WarnOnly || cfg.Certs.Self ||
+		cfg.Namespaces.Own != "custom-kube-scheduler-webhook" || cfg.Serving.MetricsAddress != ":8080" || cfg.Serving.HealthAddress != ":8081" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 }
@@ -162,8 +163,8 @@ func TestServeConfigPlainAddressesOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.MetricsAddress != "" || cfg.HealthAddress != "127.0.0.1:18081" {
-		t.Fatalf("METRICS_ADDRESS=0, --health-address 127.0.0.1:18081: %q, %q", cfg.MetricsAddress, cfg.HealthAddress)
+	if cfg.Serving.MetricsAddress != "" || cfg.Serving.HealthAddress != "127.0.0.1:18081" {
+		t.Fatalf("METRICS_ADDRESS=0, --health-address 127.0.0.1:18081: %q, %q", cfg.Serving.MetricsAddress, cfg.Serving.HealthAddress)
 	}
 }
 
@@ -177,27 +178,26 @@ func TestServeConfigEnvironmentThenFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LogLevel != logrus.DebugLevel || cfg.ReservationTTL != 45*time.Second || !cfg.WarnOnly {
+	if cfg.LogLevel != logrus.DebugLevel || cfg.Ledger.ReservationTTL != 45*time.Second || !cfg.Admission.WarnOnly {
 		t.Fatalf("environment not read: %+v", cfg)
 	}
-	if want := map[string]bool{"kube-system": true, "default": true, "team-a": true}; !reflect.DeepEqual(cfg.Blocklist, want) {
-		t.Fatalf("blocklist %v, want %v", cfg.Blocklist, want)
+	if want := map[string]bool{"kube-system": true, "default": true, "team-a": true}; !reflect.DeepEqual(cfg.Namespaces.Blocklist, want) {
+		t.Fatalf("blocklist %v, want %v", cfg.Namespaces.Blocklist, want)
 	}
-	if cfg.ListenAddress != "127.0.0.1:9999" {
-		t.Fatalf("a given flag overrides the environment: %s", cfg.ListenAddress)
+	if cfg.Serving.ListenAddress != "127.0.0.1:9999" {
+		t.Fatalf("a given flag overrides the environment: %s", cfg.Serving.ListenAddress)
 	}
 }
 
 func TestServeConfigErrors(t *testing.T) {
 	cases := map[string]string{
-		"LOG_LEVEL":                  "loud",
-		"RESERVATION_TTL":            "soon",
-		"NODEGROUP_REFRESH_INTERVAL": "-5m",
-		"VALIDATION_MODE":            "maybe",
-		"CERT_MODE":                  "magic",
-		"LEDGER":                     "disk",
-		"METRICS_ADDRESS":            "8080",
-		"HEALTH_ADDRESS":             "localhost",
+		"LOG_LEVEL":       "loud",
+		"RESERVATION_TTL": "soon",
+		"VALIDATION_MODE": "maybe",
+		"CERT_MODE":       "magic",
+		"LEDGER":          "disk",
+		"METRICS_ADDRESS": "8080",
+		"HEALTH_ADDRESS":  "localhost",
 	}
 	for env, value := range cases {
 		t.Run(env, func(t *testing.T) {
@@ -226,6 +226,20 @@ func TestDeprecatedLedgerSetting(t *testing.T) {
 		if len(cfg.Deprecations) != 1 || !strings.Contains(cfg.Deprecations[0], "LEDGER="+v+" is deprecated") {
 			t.Fatalf("LEDGER=%s: deprecations %v", v, cfg.Deprecations)
 		}
+	}
+}
+
+// A retired setting starts the webhook with a warning, from the environment or a flag.
+func TestRetiredSettings(t *testing.T) {
+	for _, r := range retiredSettings {
+		t.Setenv(r.env, "1m")
+	}
+	cfg, err := loadServeConfig(serveFlags(t, "--image-cache-size", "100", "--cost-metrics-interval=1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Deprecations) != len(retiredSettings) || !strings.Contains(cfg.Deprecations[0], "NODEGROUP_REFRESH_INTERVAL=1m is deprecated and ignored") {
+		t.Fatalf("deprecations %v", cfg.Deprecations)
 	}
 }
 

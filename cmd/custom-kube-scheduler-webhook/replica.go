@@ -20,13 +20,16 @@ import (
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
@@ -62,6 +65,12 @@ type replica struct {
 	images       *imagearch.Resolver // nil with IMAGE_ARCHITECTURES=off
 	synced       chan struct{}       // closed once every view has synced
 
+	// Made by serve for the leader's jobs (startConverge).
+	recorder        record.EventRecorder
+	convergeMetrics *converge.Metrics
+	costs           *report.CostRefresher // nil with COST_METRICS=off
+	signals         *interruption.Signals // nil without INTERRUPTION_QUEUE
+
 	// Made by newHandlers.
 	handlers              *webhook.Handlers
 	draining, peerChecked atomic.Bool
@@ -69,7 +78,7 @@ type replica struct {
 
 // newReplica makes the API clients and the metrics registry.
 func newReplica(cfg *serveConfig, log *logrus.Logger) (*replica, error) {
-	restCfg, err := restConfig(cfg.Kubeconfig)
+	restCfg, err := restConfig(cfg.Kube.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -88,13 +97,13 @@ func newReplica(cfg *serveConfig, log *logrus.Logger) (*replica, error) {
 // closes once all have synced.
 func (r *replica) startViews(ctx context.Context) error {
 	cfg, log := r.cfg, r.log
-	if cfg.SelfCert {
-		if err := startSelfCert(ctx, cfg, r.restCfg, log); err != nil {
+	if cfg.Certs.Self {
+		if err := startSelfCert(ctx, cfg.Certs, cfg.Namespaces.Own, r.restCfg, log); err != nil {
 			return err
 		}
 	}
 	var err error
-	if r.certs, err = certwatcher.New(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+	if r.certs, err = certwatcher.New(cfg.Certs.CertFile, cfg.Certs.KeyFile); err != nil {
 		return fmt.Errorf("load serving certificate: %w", err)
 	}
 	go func() {
@@ -108,31 +117,31 @@ func (r *replica) startViews(ctx context.Context) error {
 	if err := r.startCaches(ctx); err != nil {
 		return err
 	}
-	if r.catalog, r.groups, err = newCatalog(ctx, cfg, r.restCfg, r.client, log); err != nil {
+	if r.catalog, r.groups, err = newCatalog(ctx, cfg.Kube.EKSClusterName, r.restCfg, r.client, log); err != nil {
 		return err
 	}
 	go r.catalog.Run(ctx)
 	r.identity = replicaIdentity()
-	if r.owner, err = adoptLeases(ctx, cfg, r.client, log); err != nil {
+	if r.owner, err = adoptLeases(ctx, r.client, cfg.Namespaces.Own, cfg.Kube.OwnerDeployment, log); err != nil {
 		return err
 	}
 	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
 	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
-	r.peerTrust = ledger.PeerTrust{Own: r.certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.TLSCertFile), "ca.crt")}
-	if !cfg.SelfCert { // CERT_MODE=self writes ca.crt
-		if err := r.peerTrust.CheckReplicas(ctx, r.client, cfg.Namespace, cfg.OwnerDeployment, log); err != nil {
+	r.peerTrust = ledger.PeerTrust{Own: r.certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.Certs.CertFile), "ca.crt")}
+	if !cfg.Certs.Self { // CERT_MODE=self writes ca.crt
+		if err := r.peerTrust.CheckReplicas(ctx, r.client, cfg.Namespaces.Own, cfg.Kube.OwnerDeployment, log); err != nil {
 			return err
 		}
 	}
-	if r.seats, r.ledgerSynced, err = newLedger(ctx, cfg, r.restCfg, r.caches, r.identity, ledger.NewPeerClient(r.peerTrust), r.owner, log); err != nil {
+	if r.seats, r.ledgerSynced, err = newLedger(ctx, cfg.Ledger, cfg.Namespaces.Own, r.restCfg, r.caches, r.identity, ledger.NewPeerClient(r.peerTrust), r.owner, log); err != nil {
 		return err
 	}
 	// The loop's records of unavailable terms are Leases in the webhook's namespace, read
 	// by every replica: admission honours records another replica's loop wrote.
-	r.records = unavailability.NewRecords(r.client, cfg.Namespace)
+	r.records = unavailability.NewRecords(r.client, cfg.Namespaces.Own)
 	r.records.SetOwner(r.owner)
 	r.records.Start(ctx)
-	r.images = newImageResolver(cfg, r.client)
+	r.images = newImageResolver(cfg.Images, r.client)
 	go r.waitForSync(ctx)
 	return nil
 }
@@ -140,13 +149,13 @@ func (r *replica) startViews(ctx context.Context) error {
 // newImageResolver is the image architecture lookup of IMAGE_ARCHITECTURES=on (nil:
 // off). Pull secrets and ServiceAccounts are read through client only with
 // IMAGE_PULL_SECRETS=on (the chart grants the right only then).
-func newImageResolver(cfg *serveConfig, client kubernetes.Interface) *imagearch.Resolver {
-	if !cfg.Images.Enabled {
+func newImageResolver(cfg imageSettings, client kubernetes.Interface) *imagearch.Resolver {
+	if !cfg.Enabled {
 		return nil
 	}
-	c := imagearch.Config{TagTTL: cfg.Images.TagTTL, MaxEntries: cfg.Images.CacheSize, Insecure: cfg.Images.Insecure,
-		Internal: cfg.Images.Internal, RefusedNetworks: cfg.Images.Refused, MetricsNamespace: webhook.MetricsNamespace}
-	if cfg.Images.PullSecrets {
+	c := imagearch.Config{Insecure: cfg.Insecure,
+		Internal: cfg.Internal, RefusedNetworks: cfg.Refused, MetricsNamespace: webhook.MetricsNamespace}
+	if cfg.PullSecrets {
 		c.Kube = client
 	}
 	return imagearch.New(c)
@@ -156,14 +165,14 @@ func newImageResolver(cfg *serveConfig, client kubernetes.Interface) *imagearch.
 // it, the API server, have reviews answered.
 func (r *replica) startDoor(ctx context.Context) error {
 	cfg := r.cfg
-	if cfg.AdmissionTokenSecret == "" {
+	if cfg.Certs.TokenSecret == "" {
 		r.entry.Warn("ADMISSION_TOKEN_SECRET is not set: anyone who reaches the webhook's port can have AdmissionReviews answered and hold seats")
 		return nil
 	}
 	var err error
 	tokenCfg := admissiontoken.Config{
-		Client: r.client, Namespace: cfg.Namespace, SecretName: cfg.AdmissionTokenSecret,
-		MutatingConfig: cfg.MutatingConfig, ValidatingConfig: cfg.ValidatingConfig,
+		Client: r.client, Namespace: cfg.Namespaces.Own, SecretName: cfg.Certs.TokenSecret,
+		MutatingConfig: cfg.Certs.MutatingConfig, ValidatingConfig: cfg.Certs.ValidatingConfig,
 		Certificate: r.certs.GetCertificate, Log: r.log.WithField("component", "admissiontoken"),
 	}
 	r.door, err = admissiontoken.New(tokenCfg)
@@ -183,14 +192,14 @@ func (r *replica) startCaches(ctx context.Context) error {
 		return err
 	}
 	liveCfg := rest.CopyConfig(r.restCfg)
-	liveCfg.QPS, liveCfg.Burst = r.cfg.LiveLookupQPS, int(2*r.cfg.LiveLookupQPS)+1
+	liveCfg.QPS, liveCfg.Burst = clusterview.LiveLookupQPS, 2*clusterview.LiveLookupQPS+1
 	liveClient, err := kubernetes.NewForConfig(liveCfg)
 	if err != nil {
 		return fmt.Errorf("create live lookup client: %w", err)
 	}
 	r.caches.Resolver.Client = liveClient
 	r.caches.Resolver.CacheGrace = cacheGrace
-	r.caches.Resolver.LiveSlots = make(chan struct{}, r.cfg.LiveLookups)
+	r.caches.Resolver.LiveSlots = make(chan struct{}, clusterview.LiveLookups)
 	if err := r.watchRollouts(ctx, liveCfg); err != nil {
 		return err
 	}
@@ -200,7 +209,7 @@ func (r *replica) startCaches(ctx context.Context) error {
 	r.caches.Resolver.Policies = r.policies
 	// The scope every reader after admission follows: the pod entries of this webhook's
 	// MutatingWebhookConfiguration as they are live, over the namespaces' labels.
-	if r.scope, err = clusterview.NewScope(r.client, r.cfg.MutatingConfig, r.policies.NamespaceLabels, 10*time.Minute); err != nil {
+	if r.scope, err = clusterview.NewScope(r.client, r.cfg.Certs.MutatingConfig, r.policies.NamespaceLabels, 10*time.Minute); err != nil {
 		return err
 	}
 	r.caches.Start(ctx)
@@ -259,13 +268,13 @@ func newPolicyCache(restCfg *rest.Config, client kubernetes.Interface, log logru
 // adoptLeases resolves the owner of the Leases this process creates (its Deployment:
 // deleting it, as helm uninstall does, has the garbage collector delete them too) and
 // adopts the records an earlier version wrote without the reference (an upgrade).
-func adoptLeases(ctx context.Context, cfg *serveConfig, client kubernetes.Interface, log logrus.FieldLogger) (ownership.Owner, error) {
-	owner, err := ownership.Resolve(ctx, client, cfg.Namespace, cfg.OwnerDeployment)
+func adoptLeases(ctx context.Context, client kubernetes.Interface, namespace, ownerDeployment string, log logrus.FieldLogger) (ownership.Owner, error) {
+	owner, err := ownership.Resolve(ctx, client, namespace, ownerDeployment)
 	if err != nil {
 		return owner, err
 	}
 	for _, selector := range []string{strategy.LabelSeatRecord, strategy.LabelUnavailability} {
-		n, err := owner.AdoptLeases(ctx, client, cfg.Namespace, selector)
+		n, err := owner.AdoptLeases(ctx, client, namespace, selector)
 		if err != nil {
 			return owner, err
 		}
@@ -297,16 +306,16 @@ func (r *replica) waitForSync(ctx context.Context) {
 // newHandlers makes the admission handlers, readiness and the peer endpoint.
 func (r *replica) newHandlers(recorder record.EventRecorder) {
 	cfg := r.cfg
-	namespaces := cfg.namespaces()
+	namespaces := cfg.Namespaces
 	mutator := &placement.PodMutator{
 		Resolver: r.caches.Resolver, Capacity: r.catalog, Ledger: r.seats, Recorder: recorder, Metrics: r.metrics,
-		Namespaces: namespaces, Synced: r.synced, Deadline: cfg.AdmissionDeadline, Log: r.entry, Availability: r.records,
-		OnDemandAcceptsReserved: cfg.OnDemandAcceptsReserved,
+		Namespaces: namespaces, Synced: r.synced, Deadline: cfg.Admission.Deadline, Log: r.entry, Availability: r.records,
+		OnDemandAcceptsReserved: cfg.Admission.OnDemandAcceptsReserved,
 	}
 	if r.images != nil {
 		mutator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
 	}
-	validator := &validation.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry,
+	validator := &validation.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.Admission.WarnOnly, Metrics: r.metrics, Log: r.entry,
 		Scope: &validation.NamespaceScope{WhyNot: r.scope.WhyNotLabels, Each: r.policies.EachNamespace}}
 	if r.images != nil {
 		validator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
@@ -318,10 +327,10 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 		Ready:      r.ready,
 		Metrics:    r.metrics,
 		Log:        r.entry,
-		Limits:     cfg.Limits,
+		Limits:     cfg.Admission.Limits,
 		Peer:       ledger.RequirePeerCertificate(r.peerTrust, r.seats.PeerHandler()),
 		PeerPath:   ledger.PeerClaimPath,
-		Profiling:  cfg.Profiling,
+		Profiling:  cfg.Serving.Profiling,
 	}
 	if r.door != nil {
 		r.handlers.Door = r.door
@@ -352,11 +361,11 @@ func (r *replica) ready() error {
 // replica owns over to the others.
 func (r *replica) run(ctx, stop context.Context, start func() bool) error {
 	cfg, entry := r.cfg, r.entry
-	ln, err := net.Listen("tcp", cfg.ListenAddress)
+	ln, err := net.Listen("tcp", cfg.Serving.ListenAddress)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.ListenAddress, err)
+		return fmt.Errorf("listen on %s: %w", cfg.Serving.ListenAddress, err)
 	}
-	plain, err := listenPlain(cfg, r.handlers)
+	plain, err := listenPlain(cfg.Serving, r.handlers)
 	if err != nil {
 		_ = ln.Close()
 		return err
@@ -365,7 +374,7 @@ func (r *replica) run(ctx, stop context.Context, start func() bool) error {
 		entry.Warn(msg)
 	}
 	build := currentBuild()
-	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Blocklist), "namespace": cfg.Namespace,
+	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Namespaces.Blocklist), "namespace": cfg.Namespaces.Own,
 		"version": build.Version, "revision": build.Revision, "goVersion": build.GoVersion}).Info("starting")
 	if !start() {
 		_ = ln.Close()
@@ -381,7 +390,7 @@ func (r *replica) run(ctx, stop context.Context, start func() bool) error {
 	// replicas take its revisions over at once, with its reservations, and its own
 	// admissions are forwarded to them. Once the server has stopped, a second hand-over
 	// releases what it took back meanwhile (no other replica claimed it).
-	drain := webhook.Drain{Period: cfg.ShutdownDrain, Begin: func() {
+	drain := webhook.Drain{Period: cfg.Serving.ShutdownDrain, Begin: func() {
 		r.draining.Store(true)
 		r.handover(ctx)
 	}}

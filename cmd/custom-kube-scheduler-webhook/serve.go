@@ -36,11 +36,11 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
@@ -78,6 +78,7 @@ value: --converge=off, --reservation-ttl 45s).`,
 		},
 	}
 	addSettingFlags(cmd.Flags(), serveSettings)
+	addRetiredFlags(cmd.Flags())
 	cmd.SetHelpFunc(groupedHelp)
 	// A bad flag too is logged in serve's format.
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -147,27 +148,24 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
-	r.newHandlers(recorder)
+	r.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+	r.newHandlers(r.recorder)
 	costs := report.NewCostMetrics(webhook.MetricsNamespace)
 	sources := metricSources{REST: r.restMetrics, Ledger: r.seats, Certificate: r.certs.GetCertificate, Ready: r.handlers.Ready, Cost: costs, Images: r.images}
 	if r.groups != nil {
 		sources.NodeGroups = r.groups.Status
 	}
-	convergeMetrics, err := registerMetrics(r.metrics.Registry, sources)
-	if err != nil {
+	if r.convergeMetrics, err = registerMetrics(r.metrics.Registry, sources); err != nil {
 		return err
 	}
-	refresher, err := newServeCostRefresher(cfg, r.restCfg, costViews{caches: r.caches, policies: r.policies, records: r.records, synced: r.synced,
-		skip: func(ns string) bool { return cfg.namespaces().Skip(ns) || !r.scope.CoversNamespace(ns) }}, costs, log)
-	if err != nil {
+	if r.costs, err = newServeCostRefresher(cfg.Cost, r.restCfg, report.Views{Caches: r.caches, Policies: r.policies, Records: r.records, Synced: r.synced,
+		Skip: func(ns string) bool { return cfg.Namespaces.Skip(ns) || !r.scope.CoversNamespace(ns) }}, costs, log); err != nil {
 		return err
 	}
-	signals, err := newInterruptionSignals(ctx, cfg, catalogNodes{r.catalog}, r.metrics.Registry, log.WithField("component", "interruption"))
-	if err != nil {
+	if r.signals, err = interruption.NewSignals(ctx, cfg.Interruption, interruption.NodesOf(r.catalog), r.metrics.Registry, webhook.MetricsNamespace, log.WithField("component", "interruption")); err != nil {
 		return err
 	}
-	if err := r.startConverge(ctx, recorder, convergeMetrics, refresher, signals); err != nil {
+	if err := r.startConverge(ctx); err != nil {
 		return err
 	}
 	return r.run(ctx, stop, start)
@@ -206,7 +204,7 @@ type plainListeners struct {
 }
 
 // listenPlain opens METRICS_ADDRESS and HEALTH_ADDRESS.
-func listenPlain(cfg *serveConfig, handlers *webhook.Handlers) (*plainListeners, error) {
+func listenPlain(cfg servingSettings, handlers *webhook.Handlers) (*plainListeners, error) {
 	p := &plainListeners{handlers: handlers}
 	var err error
 	if cfg.MetricsAddress != "" {
@@ -374,13 +372,13 @@ func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool
 // startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,
 // writes them where the certificate watcher reads them, keeps the webhook
 // configurations' caBundle current and rotates; it returns once the files exist.
-func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, log *logrus.Logger) error {
-	if filepath.Dir(cfg.TLSCertFile) != filepath.Dir(cfg.TLSKeyFile) {
+func startSelfCert(ctx context.Context, cfg certSettings, namespace string, restCfg *rest.Config, log *logrus.Logger) error {
+	if filepath.Dir(cfg.CertFile) != filepath.Dir(cfg.KeyFile) {
 		return usageError("CERT_MODE=self writes the certificate and key into one directory: TLS_CERT_FILE and TLS_KEY_FILE must share it")
 	}
 	ready, err := selfcert.Start(ctx, selfcert.Config{
-		Namespace: cfg.Namespace, SecretName: cfg.CertSecretName, ServiceName: cfg.ServiceName,
-		CertDir: filepath.Dir(cfg.TLSCertFile), CertName: filepath.Base(cfg.TLSCertFile), KeyName: filepath.Base(cfg.TLSKeyFile),
+		Namespace: namespace, SecretName: cfg.SecretName, ServiceName: cfg.ServiceName,
+		CertDir: filepath.Dir(cfg.CertFile), CertName: filepath.Base(cfg.CertFile), KeyName: filepath.Base(cfg.KeyFile),
 		MutatingWebhookName: cfg.MutatingConfig, ValidatingWebhookName: cfg.ValidatingConfig,
 	}, restCfg, log.WithField("component", "selfcert"))
 	if err != nil {
@@ -396,7 +394,7 @@ func startSelfCert(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, 
 
 // newLedger returns the seat ledger, fed by the placed-pod cache, and what its
 // readiness waits on (the names of what has not synced).
-func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, caches *clusterview.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*ledger.Ledger, func() []string, error) {
+func newLedger(ctx context.Context, cfg ledgerSettings, namespace string, restCfg *rest.Config, caches *clusterview.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*ledger.Ledger, func() []string, error) {
 	// The ledger's record writes (taking a revision, renewing it) are on the admission's
 	// critical path: a client-side limit would only queue claims past the webhook
 	// timeout (pods then admitted unplaced). The API server's priority and fairness
@@ -407,7 +405,7 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 	if err != nil {
 		return nil, nil, fmt.Errorf("create ledger client: %w", err)
 	}
-	seats, err := ledger.New(ledgerClient, cfg.Namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), ledger.Options{
+	seats, err := ledger.New(ledgerClient, namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), ledger.Options{
 		Identity: identity, PeerURL: cfg.PeerAddress, PeerClient: peers, Owner: owner,
 	})
 	if err != nil {
@@ -426,20 +424,20 @@ func newLedger(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, cach
 
 // newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,
 // lists the cluster's EKS managed node groups.
-func newCatalog(ctx context.Context, cfg *serveConfig, restCfg *rest.Config, client kubernetes.Interface, log *logrus.Logger) (*karpenter.Catalog, *nodegroups.Cache, error) {
+func newCatalog(ctx context.Context, eksCluster string, restCfg *rest.Config, client kubernetes.Interface, log *logrus.Logger) (*karpenter.Catalog, *nodegroups.Cache, error) {
 	dyn, err := dynamic.NewForConfig(restCfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create dynamic client: %w", err)
 	}
 	var groups *nodegroups.Cache
 	opts := karpenter.Options{Kube: client, Dynamic: dyn, Log: log.WithField("component", "catalog")}
-	if cfg.EKSClusterName != "" {
+	if eksCluster != "" {
 		eks, err := nodegroups.NewClient(ctx, nodegroups.ClientOptions{})
 		if err != nil {
-			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
+			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", eksCluster, err)
 		}
-		if groups, err = nodegroups.New(eks, nodegroups.Config{ClusterName: cfg.EKSClusterName, Interval: cfg.NodeGroupRefresh, Log: log.WithField("component", "nodegroups")}); err != nil {
-			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", cfg.EKSClusterName, err)
+		if groups, err = nodegroups.New(eks, nodegroups.Config{ClusterName: eksCluster, Log: log.WithField("component", "nodegroups")}); err != nil {
+			return nil, nil, fmt.Errorf("EKS node groups of %s: %w", eksCluster, err)
 		}
 		opts.NodeGroups = groups
 	}
@@ -468,25 +466,4 @@ func replicaIdentity() string {
 		host = "unknown"
 	}
 	return fmt.Sprintf("%s_%d_%s", host, os.Getpid(), rand.Text()[:6])
-}
-
-// termServed tells whether any NodePool, node group or node serves a term's labels.
-func termServed(c *karpenter.Catalog) func(labels map[string]string) bool {
-	return func(labels map[string]string) bool {
-		_, served := c.Tolerations(labels)
-		return served
-	}
-}
-
-// termUnserved tells whether nothing serves a term's labels, and then the likely typo
-// (policy status and its exact counts).
-func termUnserved(c *karpenter.Catalog) policy.Unserved {
-	served := termServed(c)
-	return func(labels map[string]string) (string, bool) {
-		if served(labels) {
-			return "", false
-		}
-		hint, _ := c.Hint(labels)
-		return hint, true
-	}
 }

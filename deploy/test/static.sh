@@ -200,7 +200,7 @@ check "METRICS_ADDRESS :8080, HEALTH_ADDRESS :8081" matches "$(tr -d '\n' <<<"$d
 check_not "metricsPort equal to containerPort is refused" render badports --set metricsPort=9443
 check_not "a typo under metrics is refused" render badmetrics --set metrics.serviceMonitor.enable=true
 for env in LOG_LEVEL BLOCKLISTED_NAMESPACE_LIST LISTEN_ADDRESS TLS_CERT_FILE TLS_KEY_FILE POD_NAMESPACE \
-	RESERVATION_TTL VALIDATION_MODE EKS_CLUSTER_NAME NODEGROUP_REFRESH_INTERVAL CERT_MODE CERT_SECRET_NAME \
+	RESERVATION_TTL VALIDATION_MODE EKS_CLUSTER_NAME CERT_MODE CERT_SECRET_NAME \
 	SERVICE_NAME MUTATING_WEBHOOK_CONFIGURATION VALIDATING_WEBHOOK_CONFIGURATION; do
 	check "env $env" contains "$dep" "- name: $env"
 done
@@ -236,9 +236,13 @@ check "dnsPolicy and dnsConfig" matches "$cdep" 'dnsPolicy: Default +dnsConfig: 
 check "cost metrics off by default" matches "$(tr -d '\n' <<<"$dep")" 'name: COST_METRICS +value: "off"'
 check "no price file by default" test "$(grep -c 'COST_PRICES_FILE' <<<"$dep")" -eq 0
 check "helm template with cost metrics from a price-file ConfigMap" render cost \
-	--set costMetrics.enabled=true --set costMetrics.interval=10m --set costMetrics.pricesConfigMap=cksw-prices
+	--set costMetrics.enabled=true --set costMetrics.interval=10m --set costMetrics.pricesConfigMap=cksw-prices \
+	--set imageArchitectures.tagTTL=1m --set imageArchitectures.cacheSize=10 --set nodegroupRefreshInterval=1m
 costdep=$(tr -d '\n' <<<"$(docs Deployment <"$tmp/cost.yaml")")
-check "cost metrics on, at the interval" matches "$costdep" 'name: COST_METRICS +value: "on" +- name: COST_METRICS_INTERVAL +value: "10m"'
+check "cost metrics on" matches "$costdep" 'name: COST_METRICS +value: "on"'
+# Retired settings: the values are still accepted (existing values files install), and
+# no longer reach the container.
+check "retired values render nothing" test "$(grep -Ec 'COST_METRICS_INTERVAL|IMAGE_TAG_TTL|IMAGE_CACHE_SIZE|NODEGROUP_REFRESH_INTERVAL' <<<"$costdep")" -eq 0
 check "the price file mounted from the ConfigMap" matches "$costdep" 'name: COST_PRICES_FILE +value: /etc/webhook/prices/prices .*name: prices +mountPath: /etc/webhook/prices +readOnly: true .*name: prices +configMap: +name: cksw-prices +items: +- key: prices +path: prices'
 check "interruption signals off by default" test "$(grep -c 'INTERRUPTION_' <<<"$dep")" -eq 0
 check "helm template with an interruption queue" render interruption \

@@ -1,4 +1,4 @@
-package main
+package interruption_test
 
 import (
 	"maps"
@@ -16,7 +16,7 @@ import (
 // The interruption tracker's node view is the catalog's Node watch: a node by the
 // instance its providerID names, every node with its instance ("" for none), and not
 // synced before the catalog has listed.
-func TestCatalogNodes(t *testing.T) {
+func TestNodesOfTheCatalog(t *testing.T) {
 	spot := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "spot-1", Labels: map[string]string{"capacity": "spot"}},
 		Spec:       corev1.NodeSpec{ProviderID: "aws:///eu-west-1a/i-0123456789abcdef0"},
@@ -26,7 +26,7 @@ func TestCatalogNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := catalogNodes{catalog}
+	nodes := interruption.NodesOf(catalog)
 	if nodes.HasSynced() {
 		t.Fatal("synced before the catalog ran")
 	}
