@@ -28,15 +28,13 @@ const PeerClaimPath = "/ledger/v1/claim"
 // maxPeerBody bounds a peer call's body: a forwarded claim is about 200 bytes.
 const maxPeerBody = 64 << 10
 
-// peerRequest is a forwarded claim, or release, of one admission's seat.
+// peerRequest is a forwarded claim of one admission's seat; with no revision, the
+// peer-address self-check.
 type peerRequest struct {
 	Namespace string    `json:"namespace"`
 	Revision  types.UID `json:"revision"`
 	// ID is the hash of the admission UID (idHash), the reservation's key.
-	ID      uint64 `json:"id"`
-	Release bool   `json:"release,omitempty"`
-	// Replicas is what the revision's ReplicaSet wants (absent: unknown).
-	Replicas *int `json:"replicas,omitempty"`
+	ID uint64 `json:"id"`
 	// Owner is the replica the caller expects at this address (410 from another).
 	Owner string `json:"owner,omitempty"`
 }
@@ -58,8 +56,7 @@ var errAnotherProcess = errors.New("another process answers there")
 // errPeerRefused is the owner's definitive refusal: the claim is not retried.
 var errPeerRefused = errors.New("the seat owner refused the claim")
 
-// PeerHandler answers claims and releases forwarded by other replicas, as the revision's
-// owner only (409 otherwise: the caller reads the record again).
+// PeerHandler answers claims forwarded by other replicas, as the revision's owner only (409 otherwise: the caller reads the record again).
 func (l *Ledger) PeerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req peerRequest
@@ -76,20 +73,7 @@ func (l *Ledger) PeerHandler() http.Handler {
 			return
 		}
 		rev := clusterview.Revision{Namespace: req.Namespace, UID: req.Revision}
-		if req.Release {
-			l.mu.Lock()
-			if s := l.revs[rev]; s != nil {
-				l.unreserve(s, req.ID)
-			}
-			l.mu.Unlock()
-			writePeer(w, http.StatusOK, peerResponse{})
-			return
-		}
-		replicas := -1
-		if req.Replicas != nil {
-			replicas = *req.Replicas
-		}
-		seat, _, err := l.claim(r.Context(), rev, claimRequest{hash: req.ID, replicas: replicas}, false)
+		seat, _, err := l.claim(r.Context(), rev, req.ID, false)
 		switch {
 		case err == nil:
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})
@@ -109,22 +93,9 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 
 // forward asks the owner, at peer, for a seat (errNotOwner, errPeerRefused, errOwnerGone
 // or a transient error).
-func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, req claimRequest) (int, error) {
-	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: to}
-	if req.replicas >= 0 {
-		call.Replicas = &req.replicas
-	}
-	resp, err := l.callPeer(ctx, peer, call)
-	if err != nil {
-		return 0, err
-	}
-	return resp.Seat, nil
-}
-
-// forwardRelease asks the owner at peer to free an admission's seat.
-func (l *Ledger) forwardRelease(ctx context.Context, owner, peer string, rev clusterview.Revision, hash uint64) error {
-	_, err := l.callPeer(ctx, peer, peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: hash, Release: true, Owner: owner})
-	return err
+func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, hash uint64) (int, error) {
+	resp, err := l.callPeer(ctx, peer, peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: hash, Owner: to})
+	return resp.Seat, err
 }
 
 func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (peerResponse, error) {
@@ -154,7 +125,7 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	}
 	switch {
 	case httpResp.StatusCode == http.StatusOK:
-		if !req.Release && resp.Seat < 1 {
+		if req.Revision != "" && resp.Seat < 1 {
 			return peerResponse{}, fmt.Errorf("%w: seat %d from %s", errPeerRefused, resp.Seat, peer)
 		}
 		return resp, nil
@@ -190,7 +161,7 @@ func (l *Ledger) CheckPeerAddress(ctx context.Context) error {
 	err := ownAddress(ctx, l.peerURL)
 	if err == nil {
 		l.peers.CloseIdleConnections()
-		_, err = l.callPeer(ctx, l.peerURL, peerRequest{Owner: l.identity, Release: true})
+		_, err = l.callPeer(ctx, l.peerURL, peerRequest{Owner: l.identity})
 		if err != nil && !errors.Is(err, errAnotherProcess) {
 			return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.peerURL, err)
 		}
