@@ -5,15 +5,12 @@ package ledger
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"syscall"
 
@@ -134,10 +131,8 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	case httpResp.StatusCode == http.StatusGone:
 		// Another process at the owner's (unique: CheckPeerAddress) address.
 		return peerResponse{}, fmt.Errorf("%w (%w): %s", errOwnerGone, errAnotherProcess, resp.Error)
-	case httpResp.StatusCode == http.StatusForbidden:
-		// Certificates differ for a moment while a new one spreads: retried.
-		return peerResponse{}, fmt.Errorf("forward a claim to %s: %s: %s", peer, httpResp.Status, resp.Error)
-	case httpResp.StatusCode >= 400 && httpResp.StatusCode < 500:
+	case httpResp.StatusCode >= 400 && httpResp.StatusCode < 500 && httpResp.StatusCode != http.StatusForbidden:
+		// 403 is retried: certificates differ for a moment while a new one spreads.
 		return peerResponse{}, fmt.Errorf("%w: %s: %s", errPeerRefused, httpResp.Status, resp.Error)
 	default:
 		return peerResponse{}, fmt.Errorf("forward a claim to %s: %s: %s", peer, httpResp.Status, resp.Error)
@@ -149,62 +144,23 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 // life of the process.
 var ErrPeerAddressShared = errors.New("another process answers at this replica's peer address")
 
-// CheckPeerAddress checks that this process answers at its peer address: it must be one
-// of this pod's own addresses (a Service's ClusterIP never is), and a call there must
-// reach this process. Other replicas take a refusal there, or another process answering,
-// as proof that this replica is gone: gate readiness on it. Once another process has
-// answered, every later check fails too.
+// CheckPeerAddress checks that a call to this replica's peer address reaches this
+// process. Other replicas take a refusal there, or another process answering, as proof
+// that this replica is gone: gate readiness on it. A Service's address reaches another
+// Ready replica (or none) and fails; once another process has answered, every later
+// check fails too.
 func (l *Ledger) CheckPeerAddress(ctx context.Context) error {
 	if l.peerURL == "" || l.peers == nil {
 		return nil
 	}
-	err := ownAddress(ctx, l.peerURL)
-	if err == nil {
-		l.peers.CloseIdleConnections()
-		_, err = l.callPeer(ctx, l.peerURL, peerRequest{Owner: l.identity})
-		if err != nil && !errors.Is(err, errAnotherProcess) {
-			return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.peerURL, err)
-		}
+	l.peers.CloseIdleConnections()
+	_, err := l.callPeer(ctx, l.peerURL, peerRequest{Owner: l.identity})
+	if err != nil && !errors.Is(err, errAnotherProcess) {
+		return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.peerURL, err)
 	}
 	if err != nil || l.peerShared.Load() {
 		l.peerShared.Store(true)
-		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port): %v", ErrPeerAddressShared, l.peerURL, cmp.Or(err, errAnotherProcess))
-	}
-	return nil
-}
-
-// ownAddress checks that peerURL's host is, or resolves only to, this pod's addresses.
-func ownAddress(ctx context.Context, peerURL string) error {
-	u, err := url.Parse(peerURL)
-	if err != nil || u.Hostname() == "" {
-		return fmt.Errorf("not a URL with a host: %q", peerURL)
-	}
-	var ips []net.IP
-	if ip := net.ParseIP(u.Hostname()); ip != nil {
-		ips = []net.IP{ip}
-	} else {
-		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, u.Hostname())
-		if err != nil {
-			return fmt.Errorf("resolving %s: %w", u.Hostname(), err)
-		}
-		for _, a := range addrs {
-			ips = append(ips, a.IP)
-		}
-	}
-	local, err := net.InterfaceAddrs()
-	if err != nil {
-		return fmt.Errorf("listing this pod's addresses: %w", err)
-	}
-	for _, ip := range ips {
-		own := ip.IsLoopback()
-		for _, a := range local {
-			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-				own = true
-			}
-		}
-		if !own {
-			return fmt.Errorf("%s is not an address of this pod (a Service's address sends other replicas' claims to whichever replica it picks)", ip)
-		}
+		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port)", ErrPeerAddressShared, l.peerURL)
 	}
 	return nil
 }
