@@ -72,7 +72,7 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	revs map[clusterview.Revision]*revState
-	// writeLatency is the slowest recent record write (noteWriteLatency).
+	// writeLatency is the slowest recent record write (termFor).
 	writeLatency time.Duration
 	latencyKnown bool
 	// handedOver is when Handover first ran (zero: not yet); see leavesToSuccessor.
@@ -210,7 +210,8 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 }
 
 // ownerMissed handles a forward to holder that got no seat: a stale record is read
-// again, a gone owner noted (ownerGone); the claim then retries.
+// again; a gone owner is noted, and half the configured ownership later its revision is
+// taken over (liveHolder; a newer record clears it, apply). The claim then retries.
 func (l *Ledger) ownerMissed(ctx context.Context, s *revState, holder string, err error) error {
 	switch {
 	case errors.Is(err, errNotOwner):
@@ -219,7 +220,9 @@ func (l *Ledger) ownerMissed(ctx context.Context, s *revState, holder string, er
 		}
 	case errors.Is(err, errOwnerGone):
 		l.mu.Lock()
-		l.ownerGone(s, holder, l.clock.Now())
+		if s.goneHolder != holder {
+			s.goneHolder, s.goneSince = holder, l.clock.Now()
+		}
 		l.mu.Unlock()
 	}
 	l.log.WithError(err).WithField("owner", holder).Debug("seat owner did not answer; retrying")

@@ -29,7 +29,7 @@ type revState struct {
 	renewedAt  time.Time
 	term       time.Duration // the ownership duration of this replica's last landed write
 	writing    *ownershipWrite
-	// goneHolder is a holder found gone (ownerGone) since goneSince.
+	// goneHolder is a holder found gone (ownerMissed) since goneSince.
 	goneHolder string
 	goneSince  time.Time
 
@@ -113,7 +113,7 @@ func (l *Ledger) forget(s *revState) {
 	now := l.clock.Now()
 	s.expire(now)
 	s.shrink()
-	if s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
+	if s.record == nil && s.writing == nil && len(s.pods) == 0 && len(s.reserved) == 0 {
 		delete(l.revs, s.rev)
 	}
 }
@@ -161,12 +161,6 @@ func (s *revState) expire(now time.Time) {
 		}
 		delete(s.reserved, x.hash)
 	}
-}
-
-// liveReservations counts the reservations not expired by now, fulfilled ones too.
-func (s *revState) liveReservations(now time.Time) int {
-	s.expire(now)
-	return len(s.reserved)
 }
 
 // reserve hands out the lowest free seat for the admission hash, the same one again to
@@ -230,13 +224,6 @@ func (s *revState) remove(hash uint64, e *entry) {
 		s.uncount(e)
 	}
 	delete(s.reserved, hash)
-}
-
-// fulfil: the pod of reservation hash is visible and holds the seat from now on.
-func (l *Ledger) fulfil(s *revState, hash uint64) {
-	if e := s.reserved[hash]; e != nil && e.counted {
-		s.uncount(e)
-	}
 }
 
 // minHeap is a binary min-heap of T ordered by less, on container/heap.
