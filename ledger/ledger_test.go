@@ -923,3 +923,23 @@ func TestColdStartOnSlowRecordWritesPlacesWithinTheDeadline(t *testing.T) {
 		seen[seats[i]] = true
 	}
 }
+
+// A replica of 0.2 forwards releases to the owner during a rolling upgrade: the owner
+// answers them and keeps the seat reserved (it expires), never taking one for a claim.
+func TestReleaseFromAnOldReplicaTakesNoSeat(t *testing.T) {
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{})[0]
+	srv := httptest.NewServer(l.PeerHandler())
+	t.Cleanup(srv.Close)
+	body := fmt.Sprintf(`{"namespace":%q,"revision":%q,"id":%d,"release":true}`, shopRS.Namespace, shopRS.UID, idHash("old"))
+	resp, err := http.Post(srv.URL+PeerClaimPath, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("an old replica's release: %s, want 200", resp.Status)
+	}
+	if s := claim(t, l, shopRS, "first"); s != 1 {
+		t.Fatalf("the first claim after an old release got seat %d, want 1", s)
+	}
+}

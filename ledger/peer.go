@@ -34,6 +34,9 @@ type peerRequest struct {
 	ID uint64 `json:"id"`
 	// Owner is the replica the caller expects at this address (410 from another).
 	Owner string `json:"owner,omitempty"`
+	// Release comes from replicas of 0.2 and earlier: answered, not acted on (the
+	// reservation expires), so a rolling upgrade never takes it for a claim.
+	Release bool `json:"release,omitempty"`
 }
 
 // peerResponse is the owner's answer.
@@ -65,7 +68,7 @@ func (l *Ledger) PeerHandler() http.Handler {
 			writePeer(w, http.StatusGone, peerResponse{Error: fmt.Sprintf("this is %s, not %s", l.identity, req.Owner), Identity: l.identity})
 			return
 		}
-		if req.Revision == "" { // the self-check: this process answers here
+		if req.Revision == "" || req.Release { // the self-check, or an old release
 			writePeer(w, http.StatusOK, peerResponse{})
 			return
 		}
