@@ -56,7 +56,8 @@ var errAnotherProcess = errors.New("another process answers there")
 // errPeerRefused is the owner's definitive refusal: the claim is not retried.
 var errPeerRefused = errors.New("the seat owner refused the claim")
 
-// PeerHandler answers claims forwarded by other replicas, as the revision's owner only (409 otherwise: the caller reads the record again).
+// PeerHandler answers claims forwarded by other replicas, as the revision's owner only
+// (409 otherwise: the caller reads the record again).
 func (l *Ledger) PeerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req peerRequest
