@@ -43,8 +43,7 @@ type Workload struct {
 	// completion index + 1.
 	Job *batchv1.Job
 	// Replicas is what the ReplicaSet wants (its spec.replicas; -1 for a StatefulSet or
-	// when unset; a Job's running pods, JobReplicas):
-	// the ledger bounds the reservations in flight by it.
+	// when unset; a Job's running pods, JobReplicas).
 	Replicas int
 }
 

@@ -13,8 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/fakeleases"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -88,65 +86,4 @@ func seenRecord(t testing.TB, l *Ledger, rev clusterview.Revision) *coordination
 		t.Fatalf("%s sees no record of %s", l.identity, rev.UID)
 	}
 	return s.record.DeepCopy()
-}
-
-// Forged AdmissionReviews naming a real ReplicaSet: reservations whose pods never come.
-// They can hold no seat a real pod of the ReplicaSet claims once they are a second old,
-// and a flood of them never leaves a real pod unplaced.
-func TestForgedReviewsCannotHoldTheBaseSeats(t *testing.T) {
-	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{Clock: clock})[0]
-	ctx := context.Background()
-	claimFor := func(id types.UID, replicas int) int {
-		t.Helper()
-		seat, err := l.Claim(ctx, shopRS, id, replicas)
-		if err != nil {
-			t.Fatalf("claim %s: %v", id, err)
-		}
-		return seat
-	}
-	// A ReplicaSet of one pod, not created yet; a forger holds seats 1 and 2.
-	claimFor("forged-1", 1)
-	claimFor("forged-2", 1)
-	clock.Step(staleReservation)
-	if s := claimFor("real-1", 1); s != 1 {
-		t.Fatalf("the real pod got seat %d, want 1: the forged reservations hold the base seats", s)
-	}
-	l.PodVisible(placed("real-1", shopRS, 1, "real-1"))
-	// A flood: more forged reviews than the record holds, within one second.
-	for i := range maxReservations + 100 {
-		claimFor(types.UID(fmt.Sprint("flood-", i)), 1)
-	}
-	clock.Step(staleReservation)
-	// Scaled to 2: the new pod gets seat 2, not one above the flood.
-	if s := claimFor("real-2", 2); s != 2 {
-		t.Fatalf("after a flood the real pod got seat %d, want 2", s)
-	}
-	if got := testutil.ToFloat64(l.metrics.displaced); got < maxReservations {
-		t.Fatalf("displaced reservations: %v, want at least %d", got, maxReservations)
-	}
-}
-
-// A pod rejected after this webhook (a namespace's pod quota) never appears, and its
-// ReplicaSet creates it again under a new admission UID: the retry gets the first
-// attempt's seat back, not the next one.
-func TestRetryOfARejectedPodGetsItsSeatBack(t *testing.T) {
-	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{Clock: clock})[0]
-	for i := 1; i <= 2; i++ {
-		l.PodVisible(placed(fmt.Sprint("p", i), shopRS, i, ""))
-	}
-	ctx := context.Background()
-	first, err := l.Claim(ctx, shopRS, "attempt-1", 3)
-	if err != nil || first != 3 {
-		t.Fatalf("first attempt: seat %d, %v; want 3", first, err)
-	}
-	clock.Step(2 * staleReservation) // the ReplicaSet controller's backoff
-	if s, err := l.Claim(ctx, shopRS, "attempt-2", 3); err != nil || s != first {
-		t.Fatalf("the retry got seat %d (%v), want the first attempt's %d", s, err, first)
-	}
-	// Within the second, the first attempt's pod may still be on its way: it keeps it.
-	if s, err := l.Claim(ctx, shopRS, "attempt-3", 3); err != nil || s != first+1 {
-		t.Fatalf("a retry within a second got seat %d (%v), want %d", s, err, first+1)
-	}
 }

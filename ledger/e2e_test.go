@@ -97,7 +97,7 @@ func TestSeatLedgerAcrossReplicasOnAPIServer(t *testing.T) {
 			ls[owner].Handover(ctx)
 			next := ls[(owner+1)%n]
 			for i := range 3 {
-				seat, err := next.Claim(ctx, revision, types.UID(fmt.Sprintf("after-%d", i)), -1)
+				seat, err := next.Claim(ctx, revision, types.UID(fmt.Sprintf("after-%d", i)))
 				if err != nil {
 					t.Fatal(err)
 				}

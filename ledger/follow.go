@@ -122,8 +122,9 @@ func (l *Ledger) podEvent(pod *corev1.Pod, apply func(s *revState, p podSeat)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.state(rev)
-	if hash != 0 {
-		l.fulfil(s, hash)
+	// The pod holds the seat from now on, not its reservation.
+	if e := s.reserved[hash]; hash != 0 && e != nil && e.counted {
+		s.uncount(e)
 	}
 	apply(s, podSeat{seat: seat, hash: hash})
 }

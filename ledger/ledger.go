@@ -72,7 +72,7 @@ type Ledger struct {
 
 	mu   sync.Mutex
 	revs map[clusterview.Revision]*revState
-	// writeLatency is the slowest recent record write (noteWriteLatency).
+	// writeLatency is the slowest recent record write (termFor).
 	writeLatency time.Duration
 	latencyKnown bool
 	// handedOver is when Handover first ran (zero: not yet); see leavesToSuccessor.
@@ -145,29 +145,23 @@ func (l *Ledger) HasSynced() bool { return l.records.HasSynced() }
 
 // Claim reserves a seat for the admission: as the revision's owner, from memory; else
 // through the owner, or by taking the revision over when it has none.
-func (l *Ledger) Claim(ctx context.Context, rev clusterview.Revision, admission types.UID, replicas int) (int, error) {
-	seat, forwarded, err := l.claim(ctx, rev, claimRequest{hash: idHash(admission), replicas: replicas}, true)
+func (l *Ledger) Claim(ctx context.Context, rev clusterview.Revision, admission types.UID) (int, error) {
+	seat, forwarded, err := l.claim(ctx, rev, idHash(admission), true)
 	l.metrics.countClaim(err, forwarded)
 	return seat, err
 }
 
-// claimRequest is one admission's claim: the hash of its UID, and the replicas its
-// ReplicaSet wants (negative: unknown).
-type claimRequest struct {
-	hash     uint64
-	replicas int
-}
-
-// claim reserves a seat for req and tells whether a peer answered. Without forward (a
-// peer's call) it answers errNotOwner where another replica owns the revision.
-func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimRequest, forward bool) (seat int, forwarded bool, err error) {
+// claim reserves a seat for the admission hash and tells whether a peer answered.
+// Without forward (a peer's call) it answers errNotOwner where another replica owns the
+// revision.
+func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint64, forward bool) (seat int, forwarded bool, err error) {
 	backoff := 5 * time.Millisecond
 	for {
 		l.mu.Lock()
 		s := l.state(rev)
 		now := l.clock.Now()
 		if l.owns(s, now) {
-			seat := l.reserve(s, req, now)
+			seat := l.reserve(s, hash, now)
 			l.renewIfDue(s, now)
 			l.mu.Unlock()
 			return seat, false, nil
@@ -179,7 +173,7 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 			if !forward {
 				return 0, false, errNotOwner
 			}
-			seat, err := l.forward(ctx, holder, peer, rev, req)
+			seat, err := l.forward(ctx, holder, peer, rev, hash)
 			if err == nil || errors.Is(err, errPeerRefused) {
 				return seat, true, err
 			}
@@ -216,7 +210,8 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, req claimR
 }
 
 // ownerMissed handles a forward to holder that got no seat: a stale record is read
-// again, a gone owner noted (ownerGone); the claim then retries.
+// again; a gone owner is noted, and half the configured ownership later its revision is
+// taken over (liveHolder; a newer record clears it, apply). The claim then retries.
 func (l *Ledger) ownerMissed(ctx context.Context, s *revState, holder string, err error) error {
 	switch {
 	case errors.Is(err, errNotOwner):
@@ -225,7 +220,9 @@ func (l *Ledger) ownerMissed(ctx context.Context, s *revState, holder string, er
 		}
 	case errors.Is(err, errOwnerGone):
 		l.mu.Lock()
-		l.ownerGone(s, holder, l.clock.Now())
+		if s.goneHolder != holder {
+			s.goneHolder, s.goneSince = holder, l.clock.Now()
+		}
 		l.mu.Unlock()
 	}
 	l.log.WithError(err).WithField("owner", holder).Debug("seat owner did not answer; retrying")
@@ -281,28 +278,14 @@ func (l *Ledger) Peek(_ context.Context, rev clusterview.Revision) (int, error) 
 	return s.lowest(l.clock.Now()), nil
 }
 
-// Release frees an admission's seat at its owner; one that cannot be reached lets the
-// reservation expire.
-func (l *Ledger) Release(ctx context.Context, rev clusterview.Revision, admission types.UID) {
-	hash := idHash(admission)
+// Release frees an admission's seat where this replica holds its reservation. A seat
+// forwarded to another owner is not released: it expires (RESERVATION_TTL), or the API
+// server's retry of the admission gets it back.
+func (l *Ledger) Release(_ context.Context, rev clusterview.Revision, admission types.UID) {
 	l.mu.Lock()
-	s := l.revs[rev]
-	if s == nil {
-		l.mu.Unlock()
-		return
-	}
-	now := l.clock.Now()
-	if l.owns(s, now) || s.reserved[hash] != nil {
-		l.unreserve(s, hash)
-		l.mu.Unlock()
-		return
-	}
-	holder, peer := l.liveHolder(s, now)
-	l.mu.Unlock()
-	if holder != "" && holder != l.identity {
-		if err := l.forwardRelease(ctx, holder, peer, rev, hash); err != nil {
-			l.log.WithError(err).WithField("owner", holder).Debug("cannot release a seat at its owner; it expires")
-		}
+	defer l.mu.Unlock()
+	if s := l.revs[rev]; s != nil {
+		l.unreserve(s, idHash(admission))
 	}
 }
 

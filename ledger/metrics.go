@@ -50,7 +50,7 @@ func newLedgerMetrics() *ledgerMetrics {
 		}),
 		displaced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seat_reservations_displaced_total",
-			Help: "Seat reservations whose pod had not shown up after a second that gave their seat to a new claim, their revision having more in flight than its ReplicaSet can be creating: pods rejected after the webhook, or forged AdmissionReviews.",
+			Help: "Seat reservations whose pod was not seen yet that gave their seat to a new claim, their revision having reached the record's cap of reservations in flight: a flood of admissions whose pods never show up.",
 		}),
 	}
 	for _, a := range []string{claimOwner, claimForwarded, claimFailed} {

@@ -76,7 +76,7 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 		other.peers = &http.Client{Transport: connRefused{}}
 		short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		if _, err := other.Claim(short, shopRS, "first-refusal", -1); err == nil {
+		if _, err := other.Claim(short, shopRS, "first-refusal"); err == nil {
 			t.Fatal("taken over at the first refusal")
 		}
 		clock.Step(DefaultOwnership / 2)
@@ -116,7 +116,7 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 		other.peers = &http.Client{Transport: connRefused{}}
 		short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		if _, err := other.Claim(short, shopRS, "first-refusal", -1); err == nil {
+		if _, err := other.Claim(short, shopRS, "first-refusal"); err == nil {
 			t.Fatal("taken over at the first refusal")
 		}
 		// The pod of the dead owner's answer shows meanwhile.
@@ -124,7 +124,7 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 		clock.Step(DefaultOwnership / 2)
 		bounded, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		next, err := other.Claim(bounded, shopRS, "after", -1)
+		next, err := other.Claim(bounded, shopRS, "after")
 		if err != nil {
 			t.Fatalf("half the configured duration after the refusal: %v", err)
 		}

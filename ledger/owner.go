@@ -22,32 +22,18 @@ import (
 // configured ownership). This replica's own name comes back even when lapsed: the
 // record is still its to renew.
 func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
-	r := s.record
-	if r == nil || r.Spec.HolderIdentity == nil || *r.Spec.HolderIdentity == "" {
-		return "", ""
-	}
-	if h := *r.Spec.HolderIdentity; h == l.identity {
+	h := holderOf(s.record)
+	switch {
+	case h == "" || h == l.identity:
 		return h, ""
-	}
-	dur := l.recordDuration(r)
-	if !now.Before(s.observed.Add(dur)) {
+	case !now.Before(s.observed.Add(l.recordDuration(s.record))):
 		return "", ""
-	}
-	if h := *r.Spec.HolderIdentity; s.goneHolder == h && !now.Before(s.goneSince.Add(l.duration/2)) {
+	case s.goneHolder == h && !now.Before(s.goneSince.Add(l.duration/2)):
 		// The configured duration, not the record's (up to a minute): half of that
 		// would pass the admission deadline; a seat handed out twice is the loop's.
 		return "", ""
 	}
-	return *r.Spec.HolderIdentity, r.Annotations[strategy.AnnotationPeer]
-}
-
-// ownerGone notes evidence that holder's process is gone (errOwnerGone): half the
-// configured ownership later its revision is taken over (liveHolder). A newer record
-// clears it (apply).
-func (l *Ledger) ownerGone(s *revState, holder string, now time.Time) {
-	if s.goneHolder != holder {
-		s.goneHolder, s.goneSince = holder, now
-	}
+	return h, s.record.Annotations[strategy.AnnotationPeer]
 }
 
 // acquire starts a write taking (or renewing) the revision's record for this replica,
@@ -83,22 +69,11 @@ func (l *Ledger) recordDuration(r *coordinationv1.Lease) time.Duration {
 // ownership left to answer in; before any write came back, twice writeTimeout. l.mu is
 // held.
 func (l *Ledger) termFor() time.Duration {
-	if !l.latencyKnown {
-		return min(max(l.duration, 2*writeTimeout), max(l.duration, maxOwnership))
+	d := 2 * writeTimeout
+	if l.latencyKnown {
+		d = (4 * l.writeLatency).Truncate(time.Second) + time.Second
 	}
-	d := max(l.duration, (4*l.writeLatency).Truncate(time.Second)+time.Second)
-	return min(d, max(l.duration, maxOwnership))
-}
-
-// noteWriteLatency keeps the slowest recent write: a slower one at once, a faster one
-// halves the gap. l.mu is held.
-func (l *Ledger) noteWriteLatency(d time.Duration) {
-	l.latencyKnown = true
-	if d >= l.writeLatency {
-		l.writeLatency = d
-	} else {
-		l.writeLatency = (l.writeLatency + d) / 2
-	}
+	return min(max(l.duration, d), max(l.duration, maxOwnership))
 }
 
 // writeOwnership writes the record with this replica as holder; once it lands, this
@@ -135,7 +110,9 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 		return
 	}
 	l.mu.Lock()
-	l.noteWriteLatency(l.clock.Since(start))
+	// The slowest recent write: a slower one at once, a faster one halves the gap.
+	took := l.clock.Since(start)
+	l.writeLatency, l.latencyKnown = max(took, (l.writeLatency+took)/2), true
 	if err == nil {
 		if prev == nil || holderOf(prev) != l.identity {
 			l.metrics.ownership.WithLabelValues(from).Inc()

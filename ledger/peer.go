@@ -5,15 +5,12 @@ package ledger
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"syscall"
 
@@ -28,17 +25,18 @@ const PeerClaimPath = "/ledger/v1/claim"
 // maxPeerBody bounds a peer call's body: a forwarded claim is about 200 bytes.
 const maxPeerBody = 64 << 10
 
-// peerRequest is a forwarded claim, or release, of one admission's seat.
+// peerRequest is a forwarded claim of one admission's seat; with no revision, the
+// peer-address self-check.
 type peerRequest struct {
 	Namespace string    `json:"namespace"`
 	Revision  types.UID `json:"revision"`
 	// ID is the hash of the admission UID (idHash), the reservation's key.
-	ID      uint64 `json:"id"`
-	Release bool   `json:"release,omitempty"`
-	// Replicas is what the revision's ReplicaSet wants (absent: unknown).
-	Replicas *int `json:"replicas,omitempty"`
+	ID uint64 `json:"id"`
 	// Owner is the replica the caller expects at this address (410 from another).
 	Owner string `json:"owner,omitempty"`
+	// Release comes from replicas of 0.2 and earlier: answered, not acted on (the
+	// reservation expires), so a rolling upgrade never takes it for a claim.
+	Release bool `json:"release,omitempty"`
 }
 
 // peerResponse is the owner's answer.
@@ -58,8 +56,8 @@ var errAnotherProcess = errors.New("another process answers there")
 // errPeerRefused is the owner's definitive refusal: the claim is not retried.
 var errPeerRefused = errors.New("the seat owner refused the claim")
 
-// PeerHandler answers claims and releases forwarded by other replicas, as the revision's
-// owner only (409 otherwise: the caller reads the record again).
+// PeerHandler answers claims forwarded by other replicas, as the revision's owner only
+// (409 otherwise: the caller reads the record again).
 func (l *Ledger) PeerHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req peerRequest
@@ -71,25 +69,12 @@ func (l *Ledger) PeerHandler() http.Handler {
 			writePeer(w, http.StatusGone, peerResponse{Error: fmt.Sprintf("this is %s, not %s", l.identity, req.Owner), Identity: l.identity})
 			return
 		}
-		if req.Revision == "" { // the self-check: this process answers here
+		if req.Revision == "" || req.Release { // the self-check, or an old release
 			writePeer(w, http.StatusOK, peerResponse{})
 			return
 		}
 		rev := clusterview.Revision{Namespace: req.Namespace, UID: req.Revision}
-		if req.Release {
-			l.mu.Lock()
-			if s := l.revs[rev]; s != nil {
-				l.unreserve(s, req.ID)
-			}
-			l.mu.Unlock()
-			writePeer(w, http.StatusOK, peerResponse{})
-			return
-		}
-		replicas := -1
-		if req.Replicas != nil {
-			replicas = *req.Replicas
-		}
-		seat, _, err := l.claim(r.Context(), rev, claimRequest{hash: req.ID, replicas: replicas}, false)
+		seat, _, err := l.claim(r.Context(), rev, req.ID, false)
 		switch {
 		case err == nil:
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})
@@ -109,22 +94,9 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 
 // forward asks the owner, at peer, for a seat (errNotOwner, errPeerRefused, errOwnerGone
 // or a transient error).
-func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, req claimRequest) (int, error) {
-	call := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: req.hash, Owner: to}
-	if req.replicas >= 0 {
-		call.Replicas = &req.replicas
-	}
-	resp, err := l.callPeer(ctx, peer, call)
-	if err != nil {
-		return 0, err
-	}
-	return resp.Seat, nil
-}
-
-// forwardRelease asks the owner at peer to free an admission's seat.
-func (l *Ledger) forwardRelease(ctx context.Context, owner, peer string, rev clusterview.Revision, hash uint64) error {
-	_, err := l.callPeer(ctx, peer, peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: hash, Release: true, Owner: owner})
-	return err
+func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, hash uint64) (int, error) {
+	resp, err := l.callPeer(ctx, peer, peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: hash, Owner: to})
+	return resp.Seat, err
 }
 
 func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (peerResponse, error) {
@@ -154,7 +126,7 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	}
 	switch {
 	case httpResp.StatusCode == http.StatusOK:
-		if !req.Release && resp.Seat < 1 {
+		if req.Revision != "" && resp.Seat < 1 {
 			return peerResponse{}, fmt.Errorf("%w: seat %d from %s", errPeerRefused, resp.Seat, peer)
 		}
 		return resp, nil
@@ -163,10 +135,8 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	case httpResp.StatusCode == http.StatusGone:
 		// Another process at the owner's (unique: CheckPeerAddress) address.
 		return peerResponse{}, fmt.Errorf("%w (%w): %s", errOwnerGone, errAnotherProcess, resp.Error)
-	case httpResp.StatusCode == http.StatusForbidden:
-		// Certificates differ for a moment while a new one spreads: retried.
-		return peerResponse{}, fmt.Errorf("forward a claim to %s: %s: %s", peer, httpResp.Status, resp.Error)
-	case httpResp.StatusCode >= 400 && httpResp.StatusCode < 500:
+	case httpResp.StatusCode >= 400 && httpResp.StatusCode < 500 && httpResp.StatusCode != http.StatusForbidden:
+		// 403 is retried: certificates differ for a moment while a new one spreads.
 		return peerResponse{}, fmt.Errorf("%w: %s: %s", errPeerRefused, httpResp.Status, resp.Error)
 	default:
 		return peerResponse{}, fmt.Errorf("forward a claim to %s: %s: %s", peer, httpResp.Status, resp.Error)
@@ -178,62 +148,23 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 // life of the process.
 var ErrPeerAddressShared = errors.New("another process answers at this replica's peer address")
 
-// CheckPeerAddress checks that this process answers at its peer address: it must be one
-// of this pod's own addresses (a Service's ClusterIP never is), and a call there must
-// reach this process. Other replicas take a refusal there, or another process answering,
-// as proof that this replica is gone: gate readiness on it. Once another process has
-// answered, every later check fails too.
+// CheckPeerAddress checks that a call to this replica's peer address reaches this
+// process. Other replicas take a refusal there, or another process answering, as proof
+// that this replica is gone: gate readiness on it. A Service's address reaches another
+// Ready replica (or none) and fails; once another process has answered, every later
+// check fails too.
 func (l *Ledger) CheckPeerAddress(ctx context.Context) error {
 	if l.peerURL == "" || l.peers == nil {
 		return nil
 	}
-	err := ownAddress(ctx, l.peerURL)
-	if err == nil {
-		l.peers.CloseIdleConnections()
-		_, err = l.callPeer(ctx, l.peerURL, peerRequest{Owner: l.identity, Release: true})
-		if err != nil && !errors.Is(err, errAnotherProcess) {
-			return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.peerURL, err)
-		}
+	l.peers.CloseIdleConnections()
+	_, err := l.callPeer(ctx, l.peerURL, peerRequest{Owner: l.identity})
+	if err != nil && !errors.Is(err, errAnotherProcess) {
+		return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.peerURL, err)
 	}
 	if err != nil || l.peerShared.Load() {
 		l.peerShared.Store(true)
-		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port): %v", ErrPeerAddressShared, l.peerURL, cmp.Or(err, errAnotherProcess))
-	}
-	return nil
-}
-
-// ownAddress checks that peerURL's host is, or resolves only to, this pod's addresses.
-func ownAddress(ctx context.Context, peerURL string) error {
-	u, err := url.Parse(peerURL)
-	if err != nil || u.Hostname() == "" {
-		return fmt.Errorf("not a URL with a host: %q", peerURL)
-	}
-	var ips []net.IP
-	if ip := net.ParseIP(u.Hostname()); ip != nil {
-		ips = []net.IP{ip}
-	} else {
-		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, u.Hostname())
-		if err != nil {
-			return fmt.Errorf("resolving %s: %w", u.Hostname(), err)
-		}
-		for _, a := range addrs {
-			ips = append(ips, a.IP)
-		}
-	}
-	local, err := net.InterfaceAddrs()
-	if err != nil {
-		return fmt.Errorf("listing this pod's addresses: %w", err)
-	}
-	for _, ip := range ips {
-		own := ip.IsLoopback()
-		for _, a := range local {
-			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-				own = true
-			}
-		}
-		if !own {
-			return fmt.Errorf("%s is not an address of this pod (a Service's address sends other replicas' claims to whichever replica it picks)", ip)
-		}
+		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port)", ErrPeerAddressShared, l.peerURL)
 	}
 	return nil
 }

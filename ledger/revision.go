@@ -29,7 +29,7 @@ type revState struct {
 	renewedAt  time.Time
 	term       time.Duration // the ownership duration of this replica's last landed write
 	writing    *ownershipWrite
-	// goneHolder is a holder found gone (ownerGone) since goneSince.
+	// goneHolder is a holder found gone (ownerMissed) since goneSince.
 	goneHolder string
 	goneSince  time.Time
 
@@ -113,7 +113,7 @@ func (l *Ledger) forget(s *revState) {
 	now := l.clock.Now()
 	s.expire(now)
 	s.shrink()
-	if s.record == nil && s.writing == nil && len(s.pods) == 0 && s.liveReservations(now) == 0 {
+	if s.record == nil && s.writing == nil && len(s.pods) == 0 && len(s.reserved) == 0 {
 		delete(l.revs, s.rev)
 	}
 }
@@ -163,27 +163,17 @@ func (s *revState) expire(now time.Time) {
 	}
 }
 
-// liveReservations counts the reservations not expired by now, fulfilled ones too.
-func (s *revState) liveReservations(now time.Time) int {
-	s.expire(now)
-	return len(s.reserved)
-}
-
 // reserve hands out the lowest free seat for the admission hash, the same one again to
 // a retried admission.
-func (l *Ledger) reserve(s *revState, req claimRequest, now time.Time) int {
-	hash := req.hash
+func (l *Ledger) reserve(s *revState, hash uint64, now time.Time) int {
 	if e := s.reserved[hash]; e != nil && now.Before(e.expires) {
 		e.claims++
 		return e.seat
 	}
 	s.expire(now)
-	if req.replicas >= 0 {
-		l.displaceStale(s, max(0, req.replicas-len(s.pods)), now)
-	}
 	// Only reservations whose pod is not seen yet count against the record's cap; at
 	// the cap the oldest gives way rather than a pod going unplaced.
-	l.displaceOldest(s, s.open-maxReservations+1, 0, now)
+	l.displaceOldest(s, s.open-maxReservations+1)
 	seat := s.lowest(now)
 	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})
 	return seat
@@ -199,28 +189,14 @@ func (l *Ledger) hold(s *revState, hash uint64, e *entry) {
 	s.expiries.push(expiry{at: e.expires, hash: hash})
 }
 
-// staleReservation is how long a reservation's pod has to show up before it may give
-// way (displaceStale): a real pod shows well within it, a forged review's never.
-const staleReservation = time.Second
-
-// displaceStale makes room for a claim when as many reservations are in flight as the
-// ReplicaSet can be creating (room): the oldest whose pod has not shown for
-// staleReservation gives up its seat. So forged reviews cannot keep the lowest seats,
-// and a pod rejected after this webhook gets its seat back on retry.
-func (l *Ledger) displaceStale(s *revState, room int, now time.Time) {
-	l.displaceOldest(s, s.open-room+1, staleReservation, now)
-}
-
-// displaceOldest drops up to n unfulfilled reservations made at least minAge ago,
-// oldest first; their seats are free at once. It scans the reservations, which happens
-// only when more are in flight than the ReplicaSet can be creating.
-func (l *Ledger) displaceOldest(s *revState, n int, minAge time.Duration, now time.Time) {
+// displaceOldest drops up to n reservations whose pod is not seen yet, oldest first;
+// their seats are free at once. It scans the reservations, only at the record's cap.
+func (l *Ledger) displaceOldest(s *revState, n int) {
 	for ; n > 0; n-- {
 		var oldest *entry
 		var hash uint64
 		for h, e := range s.reserved {
-			// expires is when it was made plus the TTL (taken over: about so).
-			if e.counted && !now.Before(e.expires.Add(minAge-l.ttl)) && (oldest == nil || e.expires.Before(oldest.expires)) {
+			if e.counted && (oldest == nil || e.expires.Before(oldest.expires)) {
 				oldest, hash = e, h
 			}
 		}
@@ -228,9 +204,7 @@ func (l *Ledger) displaceOldest(s *revState, n int, minAge time.Duration, now ti
 			return
 		}
 		s.remove(hash, oldest)
-		if l.metrics != nil {
-			l.metrics.displaced.Inc()
-		}
+		l.metrics.displaced.Inc()
 	}
 }
 
@@ -250,13 +224,6 @@ func (s *revState) remove(hash uint64, e *entry) {
 		s.uncount(e)
 	}
 	delete(s.reserved, hash)
-}
-
-// fulfil: the pod of reservation hash is visible and holds the seat from now on.
-func (l *Ledger) fulfil(s *revState, hash uint64) {
-	if e := s.reserved[hash]; e != nil && e.counted {
-		s.uncount(e)
-	}
 }
 
 // minHeap is a binary min-heap of T ordered by less, on container/heap.

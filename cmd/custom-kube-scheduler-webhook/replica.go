@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -128,10 +129,8 @@ func (r *replica) startViews(ctx context.Context) error {
 	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
 	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
 	r.peerTrust = ledger.PeerTrust{Own: r.certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.Certs.CertFile), "ca.crt")}
-	if !cfg.Certs.Self { // CERT_MODE=self writes ca.crt
-		if err := r.peerTrust.CheckReplicas(ctx, r.client, cfg.Namespaces.Own, cfg.Kube.OwnerDeployment, log); err != nil {
-			return err
-		}
+	if _, err := os.Stat(r.peerTrust.CAFile); err != nil && !cfg.Certs.Self { // CERT_MODE=self writes ca.crt
+		log.Warnf("no CA certificate at %s: with several replicas, seat claims forwarded between them fail while a renewed certificate spreads (docs/security.md#certificates)", r.peerTrust.CAFile)
 	}
 	if r.seats, r.ledgerSynced, err = newLedger(ctx, cfg.Ledger, cfg.Namespaces.Own, r.restCfg, r.caches, r.identity, ledger.NewPeerClient(r.peerTrust), r.owner, log); err != nil {
 		return err

@@ -115,8 +115,8 @@ type slowLedger struct {
 	released chan types.UID
 }
 
-func (l slowLedger) Claim(ctx context.Context, revision clusterview.Revision, admission types.UID, replicas int) (int, error) {
-	seat, err := l.SeatLedger.Claim(context.WithoutCancel(ctx), revision, admission, replicas)
+func (l slowLedger) Claim(ctx context.Context, revision clusterview.Revision, admission types.UID) (int, error) {
+	seat, err := l.SeatLedger.Claim(context.WithoutCancel(ctx), revision, admission)
 	time.Sleep(l.delay)
 	return seat, err
 }

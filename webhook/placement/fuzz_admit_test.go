@@ -128,7 +128,7 @@ type fuzzLedger struct {
 	seats map[types.UID]int
 }
 
-func (l *fuzzLedger) Claim(_ context.Context, revision clusterview.Revision, admission types.UID, _ int) (int, error) {
+func (l *fuzzLedger) Claim(_ context.Context, revision clusterview.Revision, admission types.UID) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seat, ok := l.seats[admission]; ok {

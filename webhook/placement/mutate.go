@@ -47,7 +47,7 @@ type SeatLedger interface {
 	// how many pods the revision's ReplicaSet wants (negative: unknown): reservations
 	// beyond what it can be creating, whose pods have not shown up within a second, give
 	// their seats to the claim (forged reviews, pods rejected after this webhook).
-	Claim(ctx context.Context, revision clusterview.Revision, admission types.UID, replicas int) (int, error)
+	Claim(ctx context.Context, revision clusterview.Revision, admission types.UID) (int, error)
 	// Peek returns the seat Claim would hand out now, reserving nothing (dry-run).
 	Peek(ctx context.Context, revision clusterview.Revision) (int, error)
 	// Release gives back a seat claimed by admission whose pod will not carry it.
@@ -337,7 +337,7 @@ func (m *PodMutator) seat(ctx context.Context, req *admissionv1.AdmissionRequest
 	case isDryRun(req):
 		return m.Ledger.Peek(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision})
 	default:
-		return m.Ledger.Claim(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID, w.Replicas)
+		return m.Ledger.Claim(ctx, clusterview.Revision{Namespace: req.Namespace, UID: w.Revision}, req.UID)
 	}
 }
 
