@@ -21,7 +21,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/harness"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
 
 const (
@@ -120,16 +119,9 @@ func TestCapacityBlockEndMovesItsPodsAndNotBack(t *testing.T) {
 	}
 	watcher := watchBudget(ctx, ns, "block", blockReplicas)
 
-	var rec *unavailability.Record
-	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		rec = atRiskRecord(ctx, rs.UID)
-		return rec != nil && rec.Terms[1].Risk != nil, nil
-	}); err != nil {
-		t.Fatalf("the spot4 term was never marked on the Capacity Block's end")
-	}
+	rec := waitAtRisk(ctx, t, rs.UID)
 	marked := time.Since(signalled)
 	st := rec.Terms[1]
-	t.Logf("record: term 2 until %s: %s; evidence %+v", st.Until.Format(time.RFC3339), st.Reason, *st.Risk)
 	if want := end.Add(blockCooldown); st.Until.Sub(want).Abs() > time.Second {
 		t.Errorf("marked until %s, want a cool-down after the block's end (%s)", st.Until, want)
 	}

@@ -300,26 +300,8 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 	const replicas = 12
 	lost := time.Now()
 	createDeployment(ctx, t, deployment(ns, "stranded", fallbackStrategy, replicas, true))
-	deadline := fallbackAfter + 60*time.Second
-	var state string
-	err := wait.PollUntilContextTimeout(ctx, time.Second, deadline, true, func(ctx context.Context) (bool, error) {
-		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=stranded"})
-		if err != nil {
-			return false, nil
-		}
-		running := 0
-		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		state = fmt.Sprintf("%d of %d pods Running", running, len(list.Items))
-		return running == replicas && len(list.Items) == replicas, nil
-	})
+	waitAllRunning(ctx, t, ns, "stranded", replicas, fallbackAfter+60*time.Second)
 	allRunning := time.Since(lost)
-	if err != nil {
-		t.Fatalf("not all %d pods Running within FALLBACK_AFTER + 60s (%s): %s", replicas, deadline, state)
-	}
 	t.Logf("MEASURED capacity loss -> all %d pods Running: %s", replicas, allRunning.Round(time.Second))
 
 	pods := settled(ctx, t, ns, "stranded", replicas)
@@ -401,7 +383,7 @@ func TestStrandedFallbackAndReturn(t *testing.T) {
 
 	// Kill the leader once the return is under way.
 	leader, other := first, second
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, fallbackCooldown+60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, fallbackCooldown+60*time.Second, true, func(ctx context.Context) (bool, error) {
 		for _, m := range eventsWith(ctx, t, ns, "stranded", "Converge") {
 			if strings.Contains(m, "(return)") {
 				return true, nil
@@ -521,24 +503,7 @@ func TestKarpenterSaysNoNodePoolFits(t *testing.T) {
 	const strat = "nodesize=no-such-size,weight=1:karpenter.sh/capacity-type=on-demand,weight=1"
 	start := time.Now()
 	createDeployment(ctx, t, deployment(ns, "nopool", strat, 4, true))
-	var state string
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=nopool"})
-		if err != nil {
-			return false, nil
-		}
-		running := 0
-		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		state = fmt.Sprintf("%d of %d Running", running, len(list.Items))
-		return running == 4 && len(list.Items) == 4, nil
-	})
-	if err != nil {
-		t.Fatalf("pods of the unservable term never moved: %s", state)
-	}
+	waitAllRunning(ctx, t, ns, "nopool", 4, 2*time.Minute)
 	t.Logf("MEASURED unservable term -> all Running on the fallback: %s", time.Since(start).Round(time.Second))
 	msgs := eventsWith(ctx, t, ns, "nopool", "TermUnavailable")
 	// The structured signal (this project's matching of the NodePools) decided.
@@ -729,6 +694,30 @@ func TestPartlyLimitedTermKeepsItsRunningPods(t *testing.T) {
 	waitExact(ctx, t, ns, "partial", strat, replicas, fallbackCooldown+90*time.Second)
 	t.Logf("MEASURED partly limited term: limit lifted -> exact: %s (cool-down %s)", time.Since(lifted).Round(time.Second), fallbackCooldown)
 	ranThere("back to exact")
+}
+
+// waitAllRunning waits until app's pods in ns are exactly replicas, every one Running
+// and none deleting, and fails the test after timeout saying how far they got.
+func waitAllRunning(ctx context.Context, t *testing.T, ns, app string, replicas int, timeout time.Duration) {
+	t.Helper()
+	var state string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		state = fmt.Sprintf("%d of %d pods Running", running, len(list.Items))
+		return running == replicas && len(list.Items) == replicas, nil
+	})
+	if err != nil {
+		t.Fatalf("%s/%s: not all %d pods Running within %s: %s", ns, app, replicas, timeout, state)
+	}
 }
 
 // cordonUntilCleanup cordons the nodes that match selector, so a test's pods need new

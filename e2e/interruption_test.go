@@ -196,6 +196,22 @@ func atRiskRecord(ctx context.Context, rsUID types.UID) *unavailability.Record {
 	return rec
 }
 
+// waitAtRisk waits (a minute at most) until the record of the ReplicaSet rsUID marks the
+// spot4 term (term 2) at risk, logs that term's state and returns the record.
+func waitAtRisk(ctx context.Context, t *testing.T, rsUID types.UID) *unavailability.Record {
+	t.Helper()
+	var rec *unavailability.Record
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		rec = atRiskRecord(ctx, rsUID)
+		return rec != nil && rec.Terms[1].Risk != nil, nil
+	}); err != nil {
+		t.Fatalf("the spot4 term was never marked at risk")
+	}
+	st := rec.Terms[1]
+	t.Logf("record: term 2 until %s: %s; evidence %+v", st.Until.Format(time.RFC3339), st.Reason, *st.Risk)
+	return rec
+}
+
 // Rebalance recommendations for most nodes of one spot pool: the term is marked at risk
 // with the evidence in its record, new pods go to the fallback, the pods of the
 // signalled nodes move within the budget (counted in the API server's audit log), the
@@ -299,16 +315,9 @@ func TestInterruptionSignalsMoveATermAtRisk(t *testing.T) {
 	}
 	watcher := watchBudget(ctx, ns, "signals", signalsReplicas)
 
-	var rec *unavailability.Record
-	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		rec = atRiskRecord(ctx, rs.UID)
-		return rec != nil && rec.Terms[1].Risk != nil, nil
-	}); err != nil {
-		t.Fatalf("the spot4 term was never marked at risk")
-	}
+	rec := waitAtRisk(ctx, t, rs.UID)
 	marked := time.Since(signalled)
 	st := rec.Terms[1]
-	t.Logf("record: term 2 until %s: %s; evidence %+v", st.Until.Format(time.RFC3339), st.Reason, *st.Risk)
 	if st.Risk.SignalledNodes < warnedCount || st.Risk.Nodes < len(pool) || st.Risk.ByKind[string(interruption.KindRebalance)] < warnedCount {
 		t.Errorf("evidence %+v, want at least %d of %d nodes signalled by rebalance recommendations", *st.Risk, warnedCount, len(pool))
 	}

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -17,8 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 
@@ -222,24 +219,7 @@ func TestReservedOnlyTermFallsBackWhenTheReservationIsFull(t *testing.T) {
 	d.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}
 	created := time.Now()
 	createDeployment(ctx, t, d)
-	var state string
-	err := wait.PollUntilContextTimeout(ctx, time.Second, fallbackAfter+2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=reserved-only"})
-		if err != nil {
-			return false, nil
-		}
-		running := 0
-		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		state = fmt.Sprintf("%d of %d pods Running", running, len(list.Items))
-		return running == replicas && len(list.Items) == replicas, nil
-	})
-	if err != nil {
-		t.Fatalf("not all %d pods Running within FALLBACK_AFTER + 2m: %s", replicas, state)
-	}
+	waitAllRunning(ctx, t, ns, "reserved-only", replicas, fallbackAfter+2*time.Minute)
 	t.Logf("MEASURED reservation full -> all %d pods Running %s after the Deployment was created", replicas, time.Since(created).Round(time.Second))
 	pods := settled(ctx, t, ns, "reserved-only", replicas)
 	allNodes := nodes(ctx, t)
