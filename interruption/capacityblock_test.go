@@ -2,6 +2,7 @@ package interruption
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,11 @@ func TestCapacityBlockEndSignalsItsNodesUntilTheEnd(t *testing.T) {
 	v := tr.Assess(set, now)
 	if !v.AtRisk || len(v.Signalled) != 1 || v.Nodes != 3 || !v.Ends.Equal(end) || v.ByKind[KindCapacityBlockEnd] != 1 {
 		t.Fatalf("set term after the warning: %+v", v)
+	}
+	// The evidence leads with the block, not with a share rule one node does not meet.
+	if ev := v.Evidence(); !strings.HasPrefix(ev, "a Capacity Block ends at "+end.UTC().Format(time.RFC3339)+"; EC2 signals for 1 of the term's 3 nodes") ||
+		!strings.Contains(ev, "(one node of a block is enough)") {
+		t.Errorf("evidence %q", ev)
 	}
 	at, kind, _, ok := v.Node("cb0")
 	if !ok || kind != KindCapacityBlockEnd || !at.Equal(now.Add(-15*time.Minute)) {

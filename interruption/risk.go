@@ -167,13 +167,16 @@ func (v Verdict) Evidence() string {
 			kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
 		}
 	}
-	ends := ""
+	// A block's end marks the term on one node, whatever the rule: say that first.
+	rule := fmt.Sprintf("rule: %d%%, at least %d", v.rule.SharePercent, v.rule.MinNodes)
+	lead := ""
 	if !v.Ends.IsZero() {
-		ends = "; a Capacity Block ends at " + v.Ends.UTC().Format(time.RFC3339)
+		lead = "a Capacity Block ends at " + v.Ends.UTC().Format(time.RFC3339) + "; "
+		rule = "one node of a block is enough"
 	}
-	return fmt.Sprintf("EC2 signals for %d of the term's %d nodes within %s (rule: %d%%, at least %d): %s; last at %s%s; instances %s",
-		len(v.Signalled), v.Nodes, v.rule.Window, v.rule.SharePercent, v.rule.MinNodes, strings.Join(kinds, ", "),
-		v.Last.UTC().Format(time.RFC3339), ends, strings.Join(v.Instances(8), ", "))
+	return fmt.Sprintf("%sEC2 signals for %d of the term's %d nodes within %s (%s): %s; last at %s; instances %s",
+		lead, len(v.Signalled), v.Nodes, v.rule.Window, rule, strings.Join(kinds, ", "),
+		v.Last.UTC().Format(time.RFC3339), strings.Join(v.Instances(8), ", "))
 }
 
 // Instances lists up to max of the signalled nodes' instances, sorted, with "+N more"
