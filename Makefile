@@ -68,7 +68,7 @@ test-unit:
 ## (all: scale, flap, restart, delete, annotate, block, kill).
 ## E2E_WEBHOOK_BIN is the binary the tests run as the webhook: by default `make build`'s;
 ## `make test` gives it the one taken out of the image test-image pushed.
-SOAK_TEST_DURATION ?= 2m
+SOAK_TEST_DURATION ?= 1m
 SOAK_TEST_OPS ?= all
 E2E_WEBHOOK_BIN ?= $(WEBHOOK_BIN)
 test-e2e: build
