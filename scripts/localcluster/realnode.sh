@@ -177,6 +177,9 @@ authorization: {mode: Webhook}
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# The node shares the host's disk: the default thresholds (imagefs under 15 % free)
+# evicted the webhook's pods on a 252 GB disk with 37 GB free.
+evictionHard: {nodefs.available: 1Gi, imagefs.available: 1Gi, memory.available: 100Mi}
 EOF
 }
 
