@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sort"
 	"testing"
 	"time"
 
@@ -90,12 +89,7 @@ func TestCapacityBlockEndMovesItsPodsAndNotBack(t *testing.T) {
 	for n := range podsOnNode {
 		pool = append(pool, n)
 	}
-	sort.Slice(pool, func(i, j int) bool {
-		if podsOnNode[pool[i]] != podsOnNode[pool[j]] {
-			return podsOnNode[pool[i]] > podsOnNode[pool[j]]
-		}
-		return pool[i] < pool[j]
-	})
+	sortByPods(pool, podsOnNode)
 	if len(pool) < 2 {
 		t.Fatalf("the workload's spot4 pods run on %d nodes; the test needs 2 or more", len(pool))
 	}

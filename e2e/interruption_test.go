@@ -196,6 +196,16 @@ func atRiskRecord(ctx context.Context, rsUID types.UID) *unavailability.Record {
 	return rec
 }
 
+// sortByPods orders nodes by the pods podsOnNode counts on them, most first, then by name.
+func sortByPods(nodes []string, podsOnNode map[string]int) {
+	sort.Slice(nodes, func(i, j int) bool {
+		if podsOnNode[nodes[i]] != podsOnNode[nodes[j]] {
+			return podsOnNode[nodes[i]] > podsOnNode[nodes[j]]
+		}
+		return nodes[i] < nodes[j]
+	})
+}
+
 // waitAtRisk waits (a minute at most) until the record of the ReplicaSet rsUID marks the
 // spot4 term (term 2) at risk, logs that term's state and returns the record.
 func waitAtRisk(ctx context.Context, t *testing.T, rsUID types.UID) *unavailability.Record {
@@ -247,12 +257,7 @@ func TestInterruptionSignalsMoveATermAtRisk(t *testing.T) {
 			pool = append(pool, name)
 		}
 	}
-	sort.Slice(pool, func(i, j int) bool {
-		if podsOnNode[pool[i]] != podsOnNode[pool[j]] {
-			return podsOnNode[pool[i]] > podsOnNode[pool[j]]
-		}
-		return pool[i] < pool[j]
-	})
+	sortByPods(pool, podsOnNode)
 	if len(pool) < 3 {
 		t.Fatalf("the spot4 pool has %d nodes; the test needs several", len(pool))
 	}
