@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/sirupsen/logrus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,6 +40,27 @@ func Resolve(ctx context.Context, client kubernetes.Interface, namespace, name s
 		return Owner{}, fmt.Errorf("reading the owner Deployment %s/%s (OWNER_DEPLOYMENT): %w", namespace, name, err)
 	}
 	return Deployment(d.Name, d.UID), nil
+}
+
+// Adopt resolves the Deployment name in namespace as the Owner (Resolve) and adopts
+// the Leases each selector matches that an earlier version wrote without the reference
+// (an upgrade): deleting the Deployment, as helm uninstall does, then has the garbage
+// collector delete them too.
+func Adopt(ctx context.Context, client kubernetes.Interface, namespace, name string, log logrus.FieldLogger, selectors ...string) (Owner, error) {
+	owner, err := Resolve(ctx, client, namespace, name)
+	if err != nil {
+		return owner, err
+	}
+	for _, selector := range selectors {
+		n, err := owner.AdoptLeases(ctx, client, namespace, selector)
+		if err != nil {
+			return owner, err
+		}
+		if n > 0 {
+			log.WithFields(logrus.Fields{"owner": owner.String(), "leases": n, "selector": selector}).Info("adopted Leases of an earlier version")
+		}
+	}
+	return owner, nil
 }
 
 // IsZero reports whether o owns nothing.

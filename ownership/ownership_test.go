@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,5 +78,32 @@ func TestAdoptLeases(t *testing.T) {
 	}
 	if n, err := (Owner{}).AdoptLeases(ctx, client, "ns", "record"); n != 0 || err != nil {
 		t.Errorf("the zero Owner adopted %d (%v)", n, err)
+	}
+}
+
+// Adopt resolves the Deployment and adopts what each selector matches.
+func TestAdopt(t *testing.T) {
+	ctx := context.Background()
+	lease := func(name, label string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{label: "x"}}}
+	}
+	client := fake.NewSimpleClientset(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "cksw", Namespace: "ns", UID: "uid-9"}},
+		lease("seats", "seat"), lease("unavailable", "unavailability"), lease("other", "other"))
+	log, _ := logtest.NewNullLogger()
+	o, err := Adopt(ctx, client, "ns", "cksw", log, "seat", "unavailability")
+	if err != nil || o.IsZero() {
+		t.Fatalf("Adopt: %v, %v", o, err)
+	}
+	for name, want := range map[string]int{"seats": 1, "unavailable": 1, "other": 0} {
+		l, err := client.CoordinationV1().Leases("ns").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.OwnerReferences) != want {
+			t.Errorf("%s: %d owner references, want %d", name, len(l.OwnerReferences), want)
+		}
+	}
+	if _, err := Adopt(ctx, client, "ns", "missing", log, "seat"); err == nil {
+		t.Error("Adopt with a missing Deployment: want an error")
 	}
 }

@@ -123,7 +123,7 @@ func (r *replica) startViews(ctx context.Context) error {
 	}
 	go r.catalog.Run(ctx)
 	r.identity = replicaIdentity()
-	if r.owner, err = adoptLeases(ctx, r.client, cfg.Namespaces.Own, cfg.Kube.OwnerDeployment, log); err != nil {
+	if r.owner, err = ownership.Adopt(ctx, r.client, cfg.Namespaces.Own, cfg.Kube.OwnerDeployment, log, strategy.LabelSeatRecord, strategy.LabelUnavailability); err != nil {
 		return err
 	}
 	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
@@ -262,26 +262,6 @@ func newPolicyCache(restCfg *rest.Config, client kubernetes.Interface, log logru
 		return nil, fmt.Errorf("create dynamic client for policies: %w", err)
 	}
 	return policy.NewCache(client, dyn, 10*time.Minute, log)
-}
-
-// adoptLeases resolves the owner of the Leases this process creates (its Deployment:
-// deleting it, as helm uninstall does, has the garbage collector delete them too) and
-// adopts the records an earlier version wrote without the reference (an upgrade).
-func adoptLeases(ctx context.Context, client kubernetes.Interface, namespace, ownerDeployment string, log logrus.FieldLogger) (ownership.Owner, error) {
-	owner, err := ownership.Resolve(ctx, client, namespace, ownerDeployment)
-	if err != nil {
-		return owner, err
-	}
-	for _, selector := range []string{strategy.LabelSeatRecord, strategy.LabelUnavailability} {
-		n, err := owner.AdoptLeases(ctx, client, namespace, selector)
-		if err != nil {
-			return owner, err
-		}
-		if n > 0 {
-			log.WithFields(logrus.Fields{"owner": owner.String(), "leases": n, "selector": selector}).Info("adopted Leases of an earlier version")
-		}
-	}
-	return owner, nil
 }
 
 // waitForSync closes synced once every view has synced.
