@@ -174,7 +174,7 @@ func startSynced(ctx context.Context, tb testing.TB, client *fake.Clientset, wit
 	}
 	var podsSeen cache.InformerSynced
 	if withLedger {
-		if seats, err = ledger.New(client, ledgerNS, 30*time.Second, quietLog(), ledger.Options{Identity: "heap-test"}); err != nil {
+		if seats, err = ledger.New(client, ledgerNS, quietLog(), ledger.Config{Identity: "heap-test", Settings: ledger.Settings{ReservationTTL: 30 * time.Second}}); err != nil {
 			tb.Fatal(err)
 		}
 		if podsSeen, err = caches.OnPlacedPods(seats.PodVisible, seats.PodGone); err != nil {

@@ -25,7 +25,7 @@ func TestIdleOwnerReleasesItsRecord(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
 	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	ls := ledgers(t, client, ledgerNS, 2, Options{Clock: clock})
+	ls := ledgers(t, client, ledgerNS, 2, Config{Clock: clock})
 	owner, other := ls[0], ls[1]
 	claim(t, owner, shopRS, "a")
 	claim(t, owner, shopRS, "b")
@@ -52,7 +52,7 @@ func TestIdleOwnerReleasesItsRecord(t *testing.T) {
 func TestBurstWritesFewRecords(t *testing.T) {
 	client := fake.NewClientset()
 	writes := fakeleases.WithOptimisticConcurrency(client)
-	l := ledgers(t, client, ledgerNS, 1, Options{})[0]
+	l := ledgers(t, client, ledgerNS, 1, Config{})[0]
 	const n = 2000
 	var wg sync.WaitGroup
 	seats := make(chan int, n)

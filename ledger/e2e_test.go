@@ -64,7 +64,7 @@ func TestSeatLedgerAcrossReplicasOnAPIServer(t *testing.T) {
 
 	for _, claims := range []int{200, 500} {
 		for _, n := range []int{1, 2, 3} {
-			ls := ledgers(t, client, ns.Name, n, Options{})
+			ls := ledgers(t, client, ns.Name, n, Config{})
 			revision := clusterview.Revision{Namespace: ns.Name, UID: types.UID(fmt.Sprintf("e2e-%d-%d", claims, n))}
 			w0, c0 := counter.writes.Load(), counter.conflict.Load()
 			start := time.Now()

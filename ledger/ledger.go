@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
@@ -53,19 +54,20 @@ var errNotOwner = errors.New("the peer does not own the revision")
 type Ledger struct {
 	client    kubernetes.Interface
 	namespace string
-	ttl       time.Duration
+	cfg       Settings
 	duration  time.Duration
 	identity  string
-	peerURL   string
 	peers     *http.Client // nil: claims are never forwarded
 	// peerShared is set once another process answered at the peer address, and fails
-	// every later self-check.
-	peerShared atomic.Bool
-	clock      clock.Clock
-	owner      ownership.Owner
-	log        logrus.FieldLogger
-	records    toolscache.SharedIndexInformer
-	metrics    *ledgerMetrics
+	// every later self-check; peerReached once this process answered there.
+	peerShared, peerReached atomic.Bool
+	// podsSeen reports whether the placed pods have all been fed (nil: not asked).
+	podsSeen func() bool
+	clock    clock.Clock
+	owner    ownership.Owner
+	log      logrus.FieldLogger
+	records  toolscache.SharedIndexInformer
+	metrics  *ledgerMetrics
 
 	// ctx bounds background writes; set by Start.
 	ctx context.Context
@@ -79,12 +81,22 @@ type Ledger struct {
 	handedOver time.Time
 }
 
-// Options tunes a Ledger; zero values take the defaults.
-type Options struct {
+// Settings are the seat ledger's knobs a user turns (RESERVATION_TTL, PEER_ADDRESS):
+// serve reads them and hands them over.
+type Settings struct {
+	// ReservationTTL is how long a seat handed to an admitted pod stays reserved until
+	// the pod informer shows the pod.
+	ReservationTTL time.Duration
+	// PeerAddress is where other replicas reach this one's PeerHandler (empty: nowhere).
+	PeerAddress string
+}
+
+// Config is what a Ledger needs beside its client: the settings, and the rest wiring,
+// whose zero values take the defaults.
+type Config struct {
+	Settings
 	// Identity names this replica in records (hostname_pid).
 	Identity string
-	// PeerURL is where other replicas reach this one's PeerHandler (empty: nowhere).
-	PeerURL string
 	// PeerClient calls other replicas' PeerHandler (nil: claims are never forwarded).
 	PeerClient *http.Client
 	// Ownership is the record's Lease duration (DefaultOwnership).
@@ -95,13 +107,13 @@ type Options struct {
 	Owner ownership.Owner
 }
 
-// New returns a ledger keeping its records in namespace, whose reservations last ttl
-// (until the pod informer shows an admitted pod). Feed it placed pods (PodVisible,
-// PodGone), serve its PeerHandler, Start it and wait for HasSynced before Claim.
-func New(client kubernetes.Interface, namespace string, ttl time.Duration, log logrus.FieldLogger, opts Options) (*Ledger, error) {
+// New returns a ledger keeping its records in namespace. Feed it placed pods
+// (PodVisible, PodGone), serve its PeerHandler, Start it and wait for HasSynced before
+// Claim; Open does all but the serving.
+func New(client kubernetes.Interface, namespace string, log logrus.FieldLogger, cfg Config) (*Ledger, error) {
 	l := &Ledger{
-		client: client, namespace: namespace, ttl: ttl, duration: opts.Ownership, identity: opts.Identity,
-		peerURL: opts.PeerURL, peers: opts.PeerClient, clock: opts.Clock, log: log, owner: opts.Owner,
+		client: client, namespace: namespace, cfg: cfg.Settings, duration: cfg.Ownership, identity: cfg.Identity,
+		peers: cfg.PeerClient, clock: cfg.Clock, log: log, owner: cfg.Owner,
 		ctx:     context.Background(),
 		revs:    map[clusterview.Revision]*revState{},
 		metrics: newLedgerMetrics(),
@@ -115,8 +127,8 @@ func New(client kubernetes.Interface, namespace string, ttl time.Duration, log l
 	if l.clock == nil {
 		l.clock = clock.RealClock{}
 	}
-	if l.identity == "" {
-		return nil, errors.New("seat ledger: an identity is required")
+	if l.identity == "" || l.cfg.ReservationTTL <= 0 {
+		return nil, errors.New("seat ledger: an identity and a reservation TTL are required")
 	}
 	_, err := l.records.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { l.recordSeen(obj) },
@@ -136,12 +148,47 @@ func (l *Ledger) Start(ctx context.Context) {
 	l.ctx = ctx
 	l.mu.Unlock()
 	go l.records.RunWithContext(ctx)
-	go wait.UntilWithContext(ctx, l.sweep, l.ttl)
+	go wait.UntilWithContext(ctx, l.sweep, l.cfg.ReservationTTL)
 	go wait.UntilWithContext(ctx, func(ctx context.Context) { l.releaseIdle(ctx) }, l.duration/8)
+}
+
+// Open returns serve's ledger, fed the placed pods of caches and started on ctx. Its
+// record writes (taking a revision, renewing it) are on the admission's critical path:
+// they go through a client of restCfg's without a client-side limit, which would only
+// queue claims past the webhook timeout; the API server's priority and fairness
+// protects it instead.
+func Open(ctx context.Context, restCfg *rest.Config, caches *clusterview.Caches, namespace string, log logrus.FieldLogger, cfg Config) (*Ledger, error) {
+	unlimited := rest.CopyConfig(restCfg)
+	unlimited.QPS = -1
+	client, err := kubernetes.NewForConfig(unlimited)
+	if err != nil {
+		return nil, fmt.Errorf("create ledger client: %w", err)
+	}
+	l, err := New(client, namespace, log, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if l.podsSeen, err = caches.OnPlacedPods(l.PodVisible, l.PodGone); err != nil {
+		return nil, err
+	}
+	l.Start(ctx)
+	return l, nil
 }
 
 // HasSynced reports whether the record informer has listed the namespace.
 func (l *Ledger) HasSynced() bool { return l.records.HasSynced() }
+
+// Unsynced names what the ledger has not read yet, for readiness: the placed pods it
+// counts (when fed by Open) and its records.
+func (l *Ledger) Unsynced() (names []string) {
+	if l.podsSeen != nil && !l.podsSeen() {
+		names = append(names, "placed pods (seat ledger)")
+	}
+	if !l.HasSynced() {
+		names = append(names, "seat records")
+	}
+	return names
+}
 
 // Claim reserves a seat for the admission: as the revision's owner, from memory; else
 // through the owner, or by taking the revision over when it has none.

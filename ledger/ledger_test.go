@@ -41,7 +41,7 @@ var shopRS = clusterview.Revision{Namespace: testNS, UID: "rs"}
 
 // ledgers starts n SeatLedgers (n webhook replicas) on one API server, in namespace ns,
 // each answering forwarded claims on a test HTTP server of its own.
-func ledgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts Options) []*Ledger {
+func ledgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts Config) []*Ledger {
 	t.Helper()
 	ls, _ := crashableLedgers(t, client, ns, n, opts)
 	return ls
@@ -49,7 +49,7 @@ func ledgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts O
 
 // crashableLedgers is ledgers, with a crash for each: it stops the ledger's informer,
 // background work and writes at once, with no handover, as a killed process does.
-func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts Options) ([]*Ledger, []context.CancelFunc) {
+func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n int, opts Config) ([]*Ledger, []context.CancelFunc) {
 	t.Helper()
 	out := make([]*Ledger, n)
 	crash := make([]context.CancelFunc, n)
@@ -65,8 +65,8 @@ func crashableLedgers(t testing.TB, client kubernetes.Interface, ns string, n in
 		// Unique per process, as serve's are (hostname, PID and a random part): ledgers of
 		// an earlier call in the same test must not take these records for their own.
 		o.Identity = fmt.Sprintf("replica-%d-%s", i, rand.Text()[:6])
-		o.PeerURL, o.PeerClient = srv.URL, srv.Client()
-		l, err := New(client, ns, time.Minute, quietLog(), o)
+		o.PeerAddress, o.PeerClient, o.ReservationTTL = srv.URL, srv.Client(), time.Minute
+		l, err := New(client, ns, quietLog(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func TestSeatLedgerOneReplica(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
 	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	l := ledgers(t, client, ledgerNS, 1, Options{Clock: clock})[0]
+	l := ledgers(t, client, ledgerNS, 1, Config{Clock: clock})[0]
 	ctx := context.Background()
 
 	for _, s := range []int{1, 2, 4} {
@@ -224,7 +224,7 @@ func TestSeatLedgerOneReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if holderOf(rec) != l.identity || rec.Annotations[strategy.AnnotationPeer] != l.peerURL {
+	if holderOf(rec) != l.identity || rec.Annotations[strategy.AnnotationPeer] != l.cfg.PeerAddress {
 		t.Fatalf("record held by %q at %q", holderOf(rec), rec.Annotations[strategy.AnnotationPeer])
 	}
 	if got := decodeReservations(rec.Annotations[strategy.AnnotationReservations]); len(got) != 0 {
@@ -235,7 +235,7 @@ func TestSeatLedgerOneReplica(t *testing.T) {
 func TestSeatLedgerAcrossReplicasIsExact(t *testing.T) {
 	client := fake.NewClientset()
 	writes := fakeleases.WithOptimisticConcurrency(client)
-	burst(t, ledgers(t, client, ledgerNS, 3, Options{}), shopRS, 200)
+	burst(t, ledgers(t, client, ledgerNS, 3, Config{}), shopRS, 200)
 	t.Logf("200 claims over 3 replicas: %d record writes, %d conflicts", writes.OK.Load(), writes.Conflicts.Load())
 	if n := writes.OK.Load(); n > 20 {
 		t.Errorf("%d record writes for 200 claims, want at most 20 (0.1 per pod)", n)
@@ -250,7 +250,7 @@ func TestSeatLedgerAcrossReplicasIsExact(t *testing.T) {
 func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
-	ls := ledgers(t, client, ledgerNS, 2, Options{})
+	ls := ledgers(t, client, ledgerNS, 2, Config{})
 	a, lagging := ls[0], ls[1]
 	ctx := context.Background()
 
@@ -306,7 +306,7 @@ func renewedOwner(t *testing.T) (client *fake.Clientset, clock *clocktesting.Fak
 	client = fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
 	clock = clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	ls, crashes := crashableLedgers(t, client, ledgerNS, 2, Options{Clock: clock})
+	ls, crashes := crashableLedgers(t, client, ledgerNS, 2, Config{Clock: clock})
 	owner, other = ls[0], ls[1]
 	for i := range 3 {
 		if s := claim(t, owner, shopRS, types.UID(fmt.Sprint("before-", i))); s != i+1 {
@@ -383,7 +383,7 @@ func TestRefusedOwnerIsTakenOverSooner(t *testing.T) {
 // container restarted, its IP reused) gets 410 Gone, which the caller takes as
 // evidence that the owner is gone.
 func TestClaimForAnotherProcessIsGone(t *testing.T) {
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{})[0]
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Config{})[0]
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
 	caller := &Ledger{peers: srv.Client(), clock: clock.RealClock{}}
@@ -421,7 +421,7 @@ func (refusing) RoundTrip(*http.Request) (*http.Response, error) {
 func TestSeatsCountOnlyTheWorkloadsOwnPods(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
-	l := ledgers(t, client, ledgerNS, 1, Options{})[0]
+	l := ledgers(t, client, ledgerNS, 1, Config{})[0]
 	attacker := clusterview.Revision{Namespace: "attacker", UID: shopRS.UID}
 	l.PodVisible(placed("forged-1", attacker, 1, ""))
 	l.PodVisible(placed("forged-2", attacker, 2, ""))
@@ -454,7 +454,7 @@ func TestIdleRecordIsSwept(t *testing.T) {
 	client := fake.NewClientset()
 	writes := fakeleases.WithOptimisticConcurrency(client)
 	clock := clocktesting.NewFakeClock(time.Now())
-	l := ledgers(t, client, ledgerNS, 1, Options{Clock: clock})[0]
+	l := ledgers(t, client, ledgerNS, 1, Config{Clock: clock})[0]
 	ctx := context.Background()
 	burst(t, []*Ledger{l}, shopRS, 20)
 	l.sweep(ctx)
@@ -505,7 +505,7 @@ func TestReservationsEncoding(t *testing.T) {
 func BenchmarkLowestFreeSeat(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprint("held=", n), func(b *testing.B) {
-			s := (&Ledger{revs: map[clusterview.Revision]*revState{}, clock: clocktesting.NewFakeClock(time.Now()), ttl: time.Minute}).state(shopRS)
+			s := (&Ledger{revs: map[clusterview.Revision]*revState{}, clock: clocktesting.NewFakeClock(time.Now()), cfg: Settings{ReservationTTL: time.Minute}}).state(shopRS)
 			for i := 1; i <= n; i++ {
 				s.seats.take(i)
 			}
@@ -549,7 +549,7 @@ func BenchmarkClaim(b *testing.B) {
 			client := fake.NewClientset()
 			instantLeases(client)
 			clock := clocktesting.NewFakeClock(time.Now())
-			l := ledgers(b, client, ledgerNS, 1, Options{Clock: clock})[0]
+			l := ledgers(b, client, ledgerNS, 1, Config{Clock: clock})[0]
 			pods := make([]*corev1.Pod, n+1)
 			for i := 1; i <= n; i++ {
 				pods[i] = placed(fmt.Sprint("held-", i), shopRS, i, "")
@@ -577,16 +577,16 @@ func BenchmarkClaim(b *testing.B) {
 // A replica is ready only where it answers at its own peer address: an address where
 // another replica answers, or nobody, fails the check.
 func TestCheckPeerAddress(t *testing.T) {
-	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Options{})
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Config{})
 	ctx := context.Background()
 	if err := ls[0].CheckPeerAddress(ctx); err != nil {
 		t.Fatalf("at its own address: %v", err)
 	}
-	ls[0].peerURL = ls[1].peerURL
+	ls[0].cfg.PeerAddress = ls[1].cfg.PeerAddress
 	if err := ls[0].CheckPeerAddress(ctx); err == nil || !strings.Contains(err.Error(), "PEER_ADDRESS") {
 		t.Fatalf("at another replica's address: %v, want an error naming PEER_ADDRESS", err)
 	}
-	ls[0].peerURL = "http://127.0.0.1:1"
+	ls[0].cfg.PeerAddress = "http://127.0.0.1:1"
 	if err := ls[0].CheckPeerAddress(ctx); err == nil {
 		t.Fatal("at an address nobody answers: no error")
 	}
@@ -598,7 +598,7 @@ func TestCheckPeerAddress(t *testing.T) {
 func TestWriteDoesNotTakeALiveOwnersRecord(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
-	ls := ledgers(t, client, ledgerNS, 2, Options{})
+	ls := ledgers(t, client, ledgerNS, 2, Config{})
 	owner, late := ls[0], ls[1]
 	if s := claim(t, owner, shopRS, "first"); s != 1 {
 		t.Fatalf("first claim got %d", s)
@@ -624,10 +624,10 @@ func TestWriteDoesNotTakeALiveOwnersRecord(t *testing.T) {
 // An address where another replica answers fails the self-check, and once another
 // process has answered, the check keeps failing.
 func TestCheckPeerAddressBehindABalancer(t *testing.T) {
-	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Options{})
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Config{})
 	ctx := context.Background()
 	var next atomic.Int64
-	targets := []string{ls[0].peerURL, ls[1].peerURL}
+	targets := []string{ls[0].cfg.PeerAddress, ls[1].cfg.PeerAddress}
 	balancer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		target := targets[next.Add(1)%2]
 		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.Path, r.Body)
@@ -645,14 +645,14 @@ func TestCheckPeerAddressBehindABalancer(t *testing.T) {
 		_, _ = io.Copy(w, resp.Body)
 	}))
 	t.Cleanup(balancer.Close)
-	own := ls[0].peerURL
-	ls[0].peerURL = balancer.URL
+	own := ls[0].cfg.PeerAddress
+	ls[0].cfg.PeerAddress = balancer.URL
 	for i := range 20 {
 		if err := ls[0].CheckPeerAddress(ctx); !errors.Is(err, ErrPeerAddressShared) || !strings.Contains(err.Error(), "PEER_ADDRESS") {
 			t.Fatalf("check %d behind a balancer: %v, want ErrPeerAddressShared naming PEER_ADDRESS", i, err)
 		}
 	}
-	ls[0].peerURL = own
+	ls[0].cfg.PeerAddress = own
 	if err := ls[0].CheckPeerAddress(ctx); !errors.Is(err, ErrPeerAddressShared) {
 		t.Fatalf("after another process answered, the check passed: %v", err)
 	}
@@ -671,7 +671,7 @@ func TestSlowRecordWritesStillPlace(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	ls := ledgers(t, client, ledgerNS, 2, Options{})
+	ls := ledgers(t, client, ledgerNS, 2, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i, l := range []*Ledger{ls[0], ls[1], ls[0]} {
@@ -697,7 +697,7 @@ func TestSlowRecordWritesStillPlace(t *testing.T) {
 // Unseen ones still fill it, and the record lists them first; past it the oldest gives
 // way.
 func TestSeenPodsLeaveTheReservationCap(t *testing.T) {
-	ls := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{})
+	ls := ledgers(t, fake.NewClientset(), ledgerNS, 1, Config{})
 	l := ls[0]
 	ctx := context.Background()
 	for i := range maxReservations {
@@ -742,7 +742,7 @@ func TestSeenPodsLeaveTheReservationCap(t *testing.T) {
 // The API server calls again with the same admission UID while the first attempt still
 // runs; the first one then gives up and releases. The retry's seat stays its own.
 func TestReleaseOfAnAbandonedAttemptKeepsTheRetrysSeat(t *testing.T) {
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{})[0]
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Config{})[0]
 	ctx := context.Background()
 	if s := claim(t, l, shopRS, "first-pod"); s != 1 {
 		t.Fatalf("first claim got %d", s)
@@ -770,7 +770,7 @@ func TestReleaseOfAnAbandonedAttemptKeepsTheRetrysSeat(t *testing.T) {
 func TestHandoverAtDrainStart(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
-	ls := ledgers(t, client, ledgerNS, 2, Options{})
+	ls := ledgers(t, client, ledgerNS, 2, Config{})
 	old, next := ls[0], ls[1]
 	if s := claim(t, old, shopRS, "r1"); s != 1 {
 		t.Fatalf("first claim got %d", s)
@@ -789,7 +789,7 @@ func TestHandoverAtDrainStart(t *testing.T) {
 	waitForHolder(t, next, shopRS, next.identity)
 
 	alone := clusterview.Revision{Namespace: testNS, UID: "rs-alone"}
-	last := ledgers(t, client, ledgerNS, 1, Options{Ownership: 200 * time.Millisecond})[0]
+	last := ledgers(t, client, ledgerNS, 1, Config{Ownership: 200 * time.Millisecond})[0]
 	last.Handover(context.Background())
 	if s := claim(t, last, alone, "alone"); s != 1 {
 		t.Fatalf("the last replica's claim through its drain got seat %d, want 1", s)
@@ -803,7 +803,7 @@ func TestHandoverAtDrainStart(t *testing.T) {
 func TestHandedOverAnswerFollowsTheRelease(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
-	old := ledgers(t, client, ledgerNS, 1, Options{Ownership: time.Minute})[0]
+	old := ledgers(t, client, ledgerNS, 1, Config{Ownership: time.Minute})[0]
 	ctx := context.Background()
 	claim(t, old, shopRS, "r1")
 	waitForWrites(t, old, shopRS)
@@ -850,8 +850,8 @@ func TestTakeoverAcrossSkewedClocks(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
 	behind := clocktesting.NewFakeClock(time.Now().Add(-2 * time.Minute))
-	old := ledgers(t, client, ledgerNS, 1, Options{Clock: behind})[0]
-	next := ledgers(t, client, ledgerNS, 1, Options{})[0]
+	old := ledgers(t, client, ledgerNS, 1, Config{Clock: behind})[0]
+	next := ledgers(t, client, ledgerNS, 1, Config{})[0]
 	next.identity = "replica-next"
 	if s := claim(t, old, shopRS, "in-flight"); s != 1 {
 		t.Fatalf("first claim got %d", s)
@@ -869,7 +869,7 @@ func TestSeatRecordsCarryTheOwner(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
 	owner := ownership.Deployment("cksw", "deployment-uid")
-	l := ledgers(t, client, ledgerNS, 1, Options{Owner: owner})[0]
+	l := ledgers(t, client, ledgerNS, 1, Config{Owner: owner})[0]
 	claim(t, l, shopRS, "a")
 	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(context.Background(), recordName(shopRS.UID), metav1.GetOptions{})
 	if err != nil {
@@ -898,7 +898,7 @@ func TestColdStartOnSlowRecordWritesPlacesWithinTheDeadline(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	l := ledgers(t, client, ledgerNS, 1, Options{})[0]
+	l := ledgers(t, client, ledgerNS, 1, Config{})[0]
 	seats := make([]int, replicas)
 	errs := make([]error, replicas)
 	var wg sync.WaitGroup
@@ -927,7 +927,7 @@ func TestColdStartOnSlowRecordWritesPlacesWithinTheDeadline(t *testing.T) {
 // A replica of 0.2 forwards releases to the owner during a rolling upgrade: the owner
 // answers them and keeps the seat reserved (it expires), never taking one for a claim.
 func TestReleaseFromAnOldReplicaTakesNoSeat(t *testing.T) {
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{})[0]
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Config{})[0]
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
 	body := fmt.Sprintf(`{"namespace":%q,"revision":%q,"id":%d,"release":true}`, shopRS.Namespace, shopRS.UID, idHash("old"))

@@ -19,7 +19,7 @@ import (
 func TestLedgerMetricsCountWhatHappened(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
-	ls := ledgers(t, client, ledgerNS, 2, Options{})
+	ls := ledgers(t, client, ledgerNS, 2, Config{})
 	a, b := ls[0], ls[1]
 	for _, l := range ls {
 		if err := l.RegisterMetrics(prometheus.NewRegistry(), "test"); err != nil {
@@ -96,7 +96,7 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 		client := fake.NewClientset()
 		fakeleases.WithOptimisticConcurrency(client)
 		clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-		ls, crashes := crashableLedgers(t, client, ledgerNS, 2, Options{Clock: clock})
+		ls, crashes := crashableLedgers(t, client, ledgerNS, 2, Config{Clock: clock})
 		owner, other := ls[0], ls[1]
 		seat := claim(t, owner, shopRS, "before")
 		waitForWrites(t, owner, shopRS)
@@ -138,7 +138,7 @@ func TestLedgerMetricsCountTakeoverReasons(t *testing.T) {
 // is counted when it expires; one whose pod was seen, or that was released, is not.
 func TestLedgerCountsUnfulfilledReservations(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Options{Clock: clock})[0]
+	l := ledgers(t, fake.NewClientset(), ledgerNS, 1, Config{Clock: clock})[0]
 	ctx := context.Background()
 	seen := claim(t, l, shopRS, "seen")
 	l.PodVisible(placed("seen-pod", shopRS, seen, "seen"))

@@ -186,7 +186,7 @@ func (l *Ledger) ownedRecord(s *revState, now time.Time, term time.Duration) *co
 		record.Spec.LeaseTransitions = ptr.To(ptr.Deref(record.Spec.LeaseTransitions, 0) + 1)
 	}
 	record.Spec.HolderIdentity = ptr.To(l.identity)
-	record.Annotations[strategy.AnnotationPeer] = l.peerURL
+	record.Annotations[strategy.AnnotationPeer] = l.cfg.PeerAddress
 	return record
 }
 
@@ -349,7 +349,7 @@ func (l *Ledger) sweep(ctx context.Context) {
 	l.mu.Lock()
 	for _, s := range l.revs {
 		record := s.record
-		if record == nil || s.writing != nil || now.Before(s.observed.Add(2*l.ttl)) {
+		if record == nil || s.writing != nil || now.Before(s.observed.Add(2*l.cfg.ReservationTTL)) {
 			continue
 		}
 		live := false

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -154,17 +155,48 @@ var ErrPeerAddressShared = errors.New("another process answers at this replica's
 // Ready replica (or none) and fails; once another process has answered, every later
 // check fails too.
 func (l *Ledger) CheckPeerAddress(ctx context.Context) error {
-	if l.peerURL == "" || l.peers == nil {
+	if l.cfg.PeerAddress == "" || l.peers == nil {
 		return nil
 	}
 	l.peers.CloseIdleConnections()
-	_, err := l.callPeer(ctx, l.peerURL, peerRequest{Owner: l.identity})
+	_, err := l.callPeer(ctx, l.cfg.PeerAddress, peerRequest{Owner: l.identity})
 	if err != nil && !errors.Is(err, errAnotherProcess) {
-		return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.peerURL, err)
+		return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.cfg.PeerAddress, err)
 	}
 	if err != nil || l.peerShared.Load() {
 		l.peerShared.Store(true)
-		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port)", ErrPeerAddressShared, l.peerURL)
+		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port)", ErrPeerAddressShared, l.cfg.PeerAddress)
 	}
 	return nil
 }
+
+// AwaitPeerAddress checks the peer address (CheckPeerAddress) until this replica
+// answers there, or ctx ends; PeerReached then reports it. The server takes a moment
+// to start: it complains only after that.
+func (l *Ledger) AwaitPeerAddress(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		check, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := l.CheckPeerAddress(check)
+		cancel()
+		if err == nil {
+			l.peerReached.Store(true)
+			return
+		}
+		if attempt%30 == 15 || (errors.Is(err, ErrPeerAddressShared) && attempt%30 == 0) {
+			l.log.WithError(err).Error("not ready: other replicas cannot forward seat claims to this one; set PEER_ADDRESS or POD_IP")
+		}
+		wait := time.Second
+		if attempt < 10 {
+			wait = 50 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// PeerReached reports whether AwaitPeerAddress saw this replica answer at its peer
+// address: gate readiness on it.
+func (l *Ledger) PeerReached() bool { return l.peerReached.Load() }

@@ -175,7 +175,7 @@ func (l *Ledger) reserve(s *revState, hash uint64, now time.Time) int {
 	// the cap the oldest gives way rather than a pod going unplaced.
 	l.displaceOldest(s, s.open-maxReservations+1)
 	seat := s.lowest(now)
-	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.ttl), claims: 1})
+	l.hold(s, hash, &entry{seat: seat, expires: now.Add(l.cfg.ReservationTTL), claims: 1})
 	return seat
 }
 

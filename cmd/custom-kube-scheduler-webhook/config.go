@@ -22,6 +22,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
@@ -97,7 +98,7 @@ type serveConfig struct {
 	Admission  admissionSettings
 	// Images configures the image architecture lookups (Enabled false: off).
 	Images imageSettings
-	Ledger ledgerSettings
+	Ledger ledger.Settings
 	// Converge switches the convergence loop on; Loop are its settings.
 	Converge bool
 	Loop     converge.Settings
@@ -148,12 +149,6 @@ type admissionSettings struct {
 	WarnOnly bool
 	// OnDemandAcceptsReserved widens on-demand terms to accept reserved capacity.
 	OnDemandAcceptsReserved bool
-}
-
-// ledgerSettings are the seat ledger's.
-type ledgerSettings struct {
-	ReservationTTL time.Duration
-	PeerAddress    string
 }
 
 // costSettings are the realized-cost metrics'.

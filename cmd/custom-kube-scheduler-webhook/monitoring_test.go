@@ -65,7 +65,7 @@ func describe(c interface{ Describe(chan<- *prometheus.Desc) }, add func(string)
 func serveExports(t *testing.T) map[string]bool {
 	t.Helper()
 	metrics := webhook.NewMetrics()
-	seats, err := ledger.New(fake.NewClientset(), "ns", time.Minute, logrus.New(), ledger.Options{Identity: "test"})
+	seats, err := ledger.New(fake.NewClientset(), "ns", logrus.New(), ledger.Config{Identity: "test", Settings: ledger.Settings{ReservationTTL: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,21 +50,20 @@ type replica struct {
 	restMetrics *clientmetrics.Metrics
 
 	// Made by startViews.
-	certs        *certwatcher.CertWatcher
-	door         *admissiontoken.Keeper // nil without ADMISSION_TOKEN_SECRET
-	caches       *clusterview.Caches
-	scope        *clusterview.Scope
-	policies     *policy.Cache
-	catalog      *karpenter.Catalog
-	groups       *nodegroups.Cache // nil without EKS_CLUSTER_NAME
-	identity     string
-	owner        ownership.Owner
-	peerTrust    ledger.PeerTrust
-	seats        *ledger.Ledger
-	ledgerSynced func() []string
-	records      *unavailability.Records
-	images       *imagearch.Resolver // nil with IMAGE_ARCHITECTURES=off
-	synced       chan struct{}       // closed once every view has synced
+	certs     *certwatcher.CertWatcher
+	door      *admissiontoken.Keeper // nil without ADMISSION_TOKEN_SECRET
+	caches    *clusterview.Caches
+	scope     *clusterview.Scope
+	policies  *policy.Cache
+	catalog   *karpenter.Catalog
+	groups    *nodegroups.Cache // nil without EKS_CLUSTER_NAME
+	identity  string
+	owner     ownership.Owner
+	peerTrust ledger.PeerTrust
+	seats     *ledger.Ledger
+	records   *unavailability.Records
+	images    *imagearch.Resolver // nil with IMAGE_ARCHITECTURES=off
+	synced    chan struct{}       // closed once every view has synced
 
 	// Made by serve for the leader's jobs (startConverge).
 	recorder        record.EventRecorder
@@ -73,8 +72,8 @@ type replica struct {
 	signals         *interruption.Signals // nil without INTERRUPTION_QUEUE
 
 	// Made by newHandlers.
-	handlers              *webhook.Handlers
-	draining, peerChecked atomic.Bool
+	handlers *webhook.Handlers
+	draining atomic.Bool
 }
 
 // newReplica makes the API clients and the metrics registry.
@@ -132,7 +131,9 @@ func (r *replica) startViews(ctx context.Context) error {
 	if _, err := os.Stat(r.peerTrust.CAFile); err != nil && !cfg.Certs.Self { // CERT_MODE=self writes ca.crt
 		log.Warnf("no CA certificate at %s: with several replicas, seat claims forwarded between them fail while a renewed certificate spreads (docs/security.md#certificates)", r.peerTrust.CAFile)
 	}
-	if r.seats, r.ledgerSynced, err = newLedger(ctx, cfg.Ledger, cfg.Namespaces.Own, r.restCfg, r.caches, r.identity, ledger.NewPeerClient(r.peerTrust), r.owner, log); err != nil {
+	if r.seats, err = ledger.Open(ctx, r.restCfg, r.caches, cfg.Namespaces.Own, log.WithField("component", "ledger"), ledger.Config{
+		Settings: cfg.Ledger, Identity: r.identity, PeerClient: ledger.NewPeerClient(r.peerTrust), Owner: r.owner,
+	}); err != nil {
 		return err
 	}
 	// The loop's records of unavailable terms are Leases in the webhook's namespace, read
@@ -274,7 +275,7 @@ func (r *replica) waitForSync(ctx context.Context) {
 		r.log.WithError(err).Error("policy caches did not sync")
 		return
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), r.scope.HasSynced, r.catalog.HasSynced, func() bool { return len(r.ledgerSynced()) == 0 }, r.records.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), r.scope.HasSynced, r.catalog.HasSynced, func() bool { return len(r.seats.Unsynced()) == 0 }, r.records.HasSynced) {
 		r.log.Error("webhook configuration, NodePool, node group, node, seat record and unavailability record views did not sync")
 		return
 	}
@@ -325,12 +326,12 @@ func (r *replica) ready() error {
 	select {
 	case <-r.synced:
 	default:
-		return notSynced(r.caches.Unsynced(), r.policies.Unsynced(), r.catalog.Unsynced(), r.ledgerSynced(), unsyncedIf(!r.records.HasSynced(), "unavailability records"))
+		return notSynced(r.caches.Unsynced(), r.policies.Unsynced(), r.catalog.Unsynced(), r.seats.Unsynced(), unsyncedIf(!r.records.HasSynced(), "unavailability records"))
 	}
 	if r.door != nil && !r.door.Synced() {
 		return errors.New("admission token not read yet (ADMISSION_TOKEN_SECRET)")
 	}
-	if !r.peerChecked.Load() {
+	if !r.seats.PeerReached() {
 		return errors.New("not reachable at its peer address yet")
 	}
 	return nil
@@ -364,7 +365,7 @@ func (r *replica) run(ctx, stop context.Context, start func() bool) error {
 	// 503 through the drain.
 	plainCtx, stopPlain := context.WithCancel(ctx)
 	plainDone := plain.serve(plainCtx, entry)
-	go checkPeerAddress(ctx, r.seats, &r.peerChecked, entry)
+	go r.seats.AwaitPeerAddress(ctx)
 	// The drain begins with the hand-over, while this replica still answers: the other
 	// replicas take its revisions over at once, with its reservations, and its own
 	// admissions are forwarded to them. Once the server has stopped, a second hand-over

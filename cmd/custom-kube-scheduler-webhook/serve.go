@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/bombsimon/logrusr/v4"
@@ -32,7 +31,6 @@ import (
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
@@ -40,7 +38,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
@@ -342,33 +339,6 @@ func unsyncedIf(cond bool, name string) []string {
 	return nil
 }
 
-// checkPeerAddress calls this replica at its peer address until it answers, then sets
-// ok: other replicas take a refused connection there as proof that this replica is gone.
-func checkPeerAddress(ctx context.Context, seats *ledger.Ledger, ok *atomic.Bool, log logrus.FieldLogger) {
-	for attempt := 0; ; attempt++ {
-		check, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := seats.CheckPeerAddress(check)
-		cancel()
-		if err == nil {
-			ok.Store(true)
-			return
-		}
-		shared := errors.Is(err, ledger.ErrPeerAddressShared)
-		if attempt%30 == 15 || (shared && attempt%30 == 0) { // the server takes a moment to start: complain only after that
-			log.WithError(err).Error("not ready: other replicas cannot forward seat claims to this one; set PEER_ADDRESS or POD_IP")
-		}
-		wait := time.Second
-		if attempt < 10 {
-			wait = 50 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-	}
-}
-
 // startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,
 // writes them where the certificate watcher reads them, keeps the webhook
 // configurations' caBundle current and rotates; it returns once the files exist.
@@ -390,36 +360,6 @@ func startSelfCert(ctx context.Context, cfg certSettings, namespace string, rest
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for self-managed certificates: %w", ctx.Err())
 	}
-}
-
-// newLedger returns the seat ledger, fed by the placed-pod cache, and what its
-// readiness waits on (the names of what has not synced).
-func newLedger(ctx context.Context, cfg ledgerSettings, namespace string, restCfg *rest.Config, caches *clusterview.Caches, identity string, peers *http.Client, owner ownership.Owner, log *logrus.Logger) (*ledger.Ledger, func() []string, error) {
-	// The ledger's record writes (taking a revision, renewing it) are on the admission's
-	// critical path: a client-side limit would only queue claims past the webhook
-	// timeout (pods then admitted unplaced). The API server's priority and fairness
-	// protects it instead.
-	ledgerCfg := rest.CopyConfig(restCfg)
-	ledgerCfg.QPS = -1
-	ledgerClient, err := kubernetes.NewForConfig(ledgerCfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("create ledger client: %w", err)
-	}
-	seats, err := ledger.New(ledgerClient, namespace, cfg.ReservationTTL, log.WithField("component", "ledger"), ledger.Options{
-		Identity: identity, PeerURL: cfg.PeerAddress, PeerClient: peers, Owner: owner,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	podsSeen, err := caches.OnPlacedPods(seats.PodVisible, seats.PodGone)
-	if err != nil {
-		return nil, nil, err
-	}
-	seats.Start(ctx)
-	// Ready only once the ledger has counted every placed pod and read every record.
-	return seats, func() []string {
-		return append(unsyncedIf(!podsSeen(), "placed pods (seat ledger)"), unsyncedIf(!seats.HasSynced(), "seat records")...)
-	}, nil
 }
 
 // newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,

@@ -95,7 +95,7 @@ func (c *cluster) mutator(t testing.TB) (*PodMutator, *record.FakeRecorder, *led
 		t.Fatal(err)
 	}
 	recorder := record.NewFakeRecorder(1000)
-	ledger, err := ledger.New(client, ledgerNS, time.Minute, quietLog(), ledger.Options{Identity: "test-replica"})
+	ledger, err := ledger.New(client, ledgerNS, quietLog(), ledger.Config{Identity: "test-replica", Settings: ledger.Settings{ReservationTTL: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
