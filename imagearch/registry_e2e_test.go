@@ -145,7 +145,7 @@ func TestE2EHtpasswdRegistryWithImagePullSecrets(t *testing.T) {
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + host + `":{"username":"puller","password":"pull-pass"}}}`)},
 	}, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "team"}, ImagePullSecrets: []corev1.LocalObjectReference{{Name: "pull"}}})
 	ctx := context.Background()
-	r := New(Config{Kube: kube, Insecure: []string{host}})
+	r := New(Config{PullSecrets: true, Kube: kube, Insecure: []string{host}})
 	if _, err := r.Architectures(ctx, Request{Namespace: "team", Images: []string{img}}); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
 		t.Errorf("without a pull secret: %v, want the registry's refusal", err)
 	}

@@ -43,8 +43,10 @@ const (
 
 // Config configures a Resolver.
 type Config struct {
-	// Kube reads image pull secrets and ServiceAccounts; nil reads none (anonymous and
-	// ECR credentials only).
+	// PullSecrets reads registries with the pod's and its ServiceAccount's
+	// imagePullSecrets, through Kube; off: anonymous and ECR credentials only.
+	PullSecrets bool
+	// Kube reads the pull secrets and ServiceAccounts (with PullSecrets).
 	Kube kubernetes.Interface
 	// TagTTL is how long a tag's answer is kept (a digest's is kept for ever).
 	TagTTL time.Duration
@@ -359,7 +361,7 @@ func (r *Resolver) read(ctx context.Context, ref name.Reference, req Request) ([
 // (with Kube), else an ECR token for an ECR host, else anonymous.
 func (r *Resolver) authenticator(ctx context.Context, ref name.Reference, req Request) (authn.Authenticator, error) {
 	registry := strings.ToLower(ref.Context().RegistryStr())
-	if r.cfg.Kube != nil && (len(req.PullSecrets) > 0 || req.ServiceAccount != "") {
+	if r.cfg.PullSecrets && r.cfg.Kube != nil && (len(req.PullSecrets) > 0 || req.ServiceAccount != "") {
 		creds, err := pullSecrets(ctx, r.cfg.Kube, req)
 		if err != nil {
 			return nil, err

@@ -300,7 +300,7 @@ func TestPullSecretsOfThePodAndItsServiceAccount(t *testing.T) {
 		{"the ServiceAccount's secret", Request{Namespace: "ns", ServiceAccount: "builder"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := New(Config{Kube: kube, Insecure: []string{reg.host}})
+			r := New(Config{PullSecrets: true, Kube: kube, Insecure: []string{reg.host}})
 			tc.req.Images = []string{img}
 			got, err := r.Architectures(ctx, tc.req)
 			if tc.ok != (err == nil) || (tc.ok && !slices.Equal(got, []string{"arm64"})) {
@@ -319,7 +319,7 @@ func TestFailuresAreRememberedPerCredentials(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "pull", Namespace: "b"}, Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + reg.host + `":{"auth":"dTpw"}}}`)},
 	})
-	r := New(Config{Kube: kube, Insecure: []string{reg.host}})
+	r := New(Config{PullSecrets: true, Kube: kube, Insecure: []string{reg.host}})
 	ctx := context.Background()
 	if _, err := r.Architectures(ctx, Request{Namespace: "a", Images: []string{img}}); err == nil {
 		t.Fatal("read without credentials")

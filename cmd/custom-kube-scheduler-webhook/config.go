@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -96,8 +95,9 @@ type serveConfig struct {
 	Serving    servingSettings
 	Certs      certSettings
 	Admission  admissionSettings
-	// Images configures the image architecture lookups (Enabled false: off).
-	Images imageSettings
+	// Images are the image architecture lookups' registry settings (read even with
+	// IMAGE_ARCHITECTURES=off, Admission.ImageArchitectures).
+	Images imagearch.Config
 	Ledger ledger.Settings
 	// Converge switches the convergence loop on; Loop are its settings.
 	Converge bool
@@ -149,6 +149,10 @@ type admissionSettings struct {
 	WarnOnly bool
 	// OnDemandAcceptsReserved widens on-demand terms to accept reserved capacity.
 	OnDemandAcceptsReserved bool
+	// ImageArchitectures limits a pod to its images' architectures, waiting for the
+	// lookup at most ImageBudget (IMAGE_ARCHITECTURES, IMAGE_LOOKUP_BUDGET).
+	ImageArchitectures bool
+	ImageBudget        time.Duration
 }
 
 // costSettings are the realized-cost metrics'.
@@ -156,18 +160,6 @@ type costSettings struct {
 	Enabled bool
 	// Prices is the price file read at startup (nil: AWS).
 	Prices *pricing.Table
-}
-
-// imageSettings are the IMAGE_* settings.
-type imageSettings struct {
-	Enabled     bool
-	Budget      time.Duration
-	PullSecrets bool
-	Insecure    []string
-	// Internal lists registries allowed on internal addresses (IMAGE_INTERNAL_REGISTRIES).
-	Internal []string
-	// Refused are the networks registries may not resolve to (IMAGE_REFUSED_NETWORKS).
-	Refused []netip.Prefix
 }
 
 // loadServeConfig reads the settings through a fresh Viper instance (no global state).
@@ -339,15 +331,15 @@ func (c *serveConfig) parseCost(v *viper.Viper) error {
 // admission time for the rest of its work.
 func (c *serveConfig) parseImages(v *viper.Viper) error {
 	var err error
-	im := &c.Images
-	if im.Enabled, err = onOff(v, "image-architectures", "IMAGE_ARCHITECTURES"); err != nil {
+	im, ad := &c.Images, &c.Admission
+	if ad.ImageArchitectures, err = onOff(v, "image-architectures", "IMAGE_ARCHITECTURES"); err != nil {
 		return err
 	}
-	if im.Budget, err = positiveDuration(v, "image-lookup-budget", "IMAGE_LOOKUP_BUDGET"); err != nil {
+	if ad.ImageBudget, err = positiveDuration(v, "image-lookup-budget", "IMAGE_LOOKUP_BUDGET"); err != nil {
 		return err
 	}
-	if im.Budget >= c.Admission.Deadline {
-		return fmt.Errorf("IMAGE_LOOKUP_BUDGET %s: want less than ADMISSION_DEADLINE (%s)", im.Budget, c.Admission.Deadline)
+	if ad.ImageBudget >= ad.Deadline {
+		return fmt.Errorf("IMAGE_LOOKUP_BUDGET %s: want less than ADMISSION_DEADLINE (%s)", ad.ImageBudget, ad.Deadline)
 	}
 	if im.PullSecrets, err = onOff(v, "image-pull-secrets", "IMAGE_PULL_SECRETS"); err != nil {
 		return err
@@ -366,7 +358,7 @@ func (c *serveConfig) parseImages(v *viper.Viper) error {
 		im.Internal = append(im.Internal, h)
 	}
 	slices.Sort(im.Internal)
-	if im.Refused, err = imagearch.ParseNetworks(slices.Sorted(maps.Keys(parseList(v.GetString("image-refused-networks"))))); err != nil {
+	if im.RefusedNetworks, err = imagearch.ParseNetworks(slices.Sorted(maps.Keys(parseList(v.GetString("image-refused-networks"))))); err != nil {
 		return fmt.Errorf("IMAGE_REFUSED_NETWORKS: %w", err)
 	}
 	return nil

@@ -15,7 +15,7 @@ func TestServeConfigImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Images.Enabled || cfg.Images.Budget != time.Second || cfg.Images.PullSecrets || cfg.Images.Insecure != nil {
+	if !cfg.Admission.ImageArchitectures || cfg.Admission.ImageBudget != time.Second || cfg.Images.PullSecrets || cfg.Images.Insecure != nil {
 		t.Fatalf("defaults: %+v", cfg.Images)
 	}
 	t.Setenv("IMAGE_INSECURE_REGISTRIES", " 127.0.0.1:5000, registry.lab:80 ,")
@@ -25,8 +25,8 @@ func TestServeConfigImages(t *testing.T) {
 	if cfg, err = loadServeConfig(serveFlags(t, "--image-architectures=off", "--image-lookup-budget", "250ms")); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Images.Enabled || !cfg.Images.PullSecrets || cfg.Images.Budget != 250*time.Millisecond || !slices.Equal(cfg.Images.Insecure, []string{"127.0.0.1:5000", "registry.lab:80"}) ||
-		!slices.Equal(cfg.Images.Internal, []string{"harbor.svc:443"}) || len(cfg.Images.Refused) != 2 || cfg.Images.Refused[0].String() != "10.100.0.0/16" {
+	if cfg.Admission.ImageArchitectures || !cfg.Images.PullSecrets || cfg.Admission.ImageBudget != 250*time.Millisecond || !slices.Equal(cfg.Images.Insecure, []string{"127.0.0.1:5000", "registry.lab:80"}) ||
+		!slices.Equal(cfg.Images.Internal, []string{"harbor.svc:443"}) || len(cfg.Images.RefusedNetworks) != 2 || cfg.Images.RefusedNetworks[0].String() != "10.100.0.0/16" {
 		t.Fatalf("not read: %+v", cfg.Images)
 	}
 }

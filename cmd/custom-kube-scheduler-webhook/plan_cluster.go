@@ -201,7 +201,7 @@ func (o *planOptions) checkImages(ctx context.Context, stderr io.Writer, kc kube
 		return nil
 	}
 	ns := firstNonEmpty(w.namespace, kc.namespace)
-	resolver := imagearch.New(imagearch.Config{Kube: kc.client, Insecure: o.insecureRegistries})
+	resolver := imagearch.New(imagearch.Config{PullSecrets: true, Kube: kc.client, Insecure: o.insecureRegistries})
 	ia := &placement.ImageArchitectures{Images: resolver, Budget: 30 * time.Second}
 	faults, _, err := ia.Check(ctx, ns, w.spec, in.Strategy, fmt.Sprintf("%s %s/%s", w.kind, ns, w.name))
 	if err != nil {

@@ -141,24 +141,15 @@ func (r *replica) startViews(ctx context.Context) error {
 	r.records = unavailability.NewRecords(r.client, cfg.Namespaces.Own)
 	r.records.SetOwner(r.owner)
 	r.records.Start(ctx)
-	r.images = newImageResolver(cfg.Images, r.client)
+	if cfg.Admission.ImageArchitectures {
+		// Pull secrets and ServiceAccounts are read only with IMAGE_PULL_SECRETS=on (the
+		// chart grants the right only then).
+		images := cfg.Images
+		images.Kube, images.MetricsNamespace = r.client, webhook.MetricsNamespace
+		r.images = imagearch.New(images)
+	}
 	go r.waitForSync(ctx)
 	return nil
-}
-
-// newImageResolver is the image architecture lookup of IMAGE_ARCHITECTURES=on (nil:
-// off). Pull secrets and ServiceAccounts are read through client only with
-// IMAGE_PULL_SECRETS=on (the chart grants the right only then).
-func newImageResolver(cfg imageSettings, client kubernetes.Interface) *imagearch.Resolver {
-	if !cfg.Enabled {
-		return nil
-	}
-	c := imagearch.Config{Insecure: cfg.Insecure,
-		Internal: cfg.Internal, RefusedNetworks: cfg.Refused, MetricsNamespace: webhook.MetricsNamespace}
-	if cfg.PullSecrets {
-		c.Kube = client
-	}
-	return imagearch.New(c)
 }
 
 // startDoor keeps the admission token (ADMISSION_TOKEN_SECRET): only callers that know
@@ -293,12 +284,12 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 		OnDemandAcceptsReserved: cfg.Admission.OnDemandAcceptsReserved,
 	}
 	if r.images != nil {
-		mutator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
+		mutator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Admission.ImageBudget}
 	}
 	validator := &validation.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.Admission.WarnOnly, Metrics: r.metrics, Log: r.entry,
 		Scope: &validation.NamespaceScope{WhyNot: r.scope.WhyNotLabels, Each: r.policies.EachNamespace}}
 	if r.images != nil {
-		validator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Images.Budget}
+		validator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Admission.ImageBudget}
 	}
 	r.handlers = &webhook.Handlers{
 		Mutate:     mutator.Admit,
