@@ -58,7 +58,7 @@ vet:
 FUZZTIME ?= 20s
 test-unit:
 	$(GO) test -race ./...
-	$(GO) test -count=1 -run 'TestCachedPodHeap|TestMaxBodyLoadStaysUnderMemoryLimit|TestCostRefreshHeap' ./clusterview ./webhook ./cmd/custom-kube-scheduler-webhook
+	$(GO) test -count=1 -run 'TestCachedPodHeap|TestMaxBodyLoadStaysUnderMemoryLimit|TestCostRefreshHeap' ./clusterview ./webhook ./report
 	$(GO) test ./webhook/placement -run XXX -fuzz FuzzAdmit -fuzztime $(FUZZTIME)
 	$(GO) test ./imagearch -run XXX -fuzz FuzzArchitectures -fuzztime $(FUZZTIME)
 	$(GO) test ./clusterview -run XXX -fuzz FuzzDecodePodStream -fuzztime $(FUZZTIME)

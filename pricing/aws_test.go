@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,5 +157,51 @@ func TestAWSServerErrorIsReported(t *testing.T) {
 	_, err := a.Price(context.Background(), Key{InstanceType: "m5.large", CapacityType: Spot, Zone: "eu-west-1a"})
 	if err == nil || !strings.Contains(err.Error(), "DescribeSpotPriceHistory") || !strings.Contains(err.Error(), "InternalError") {
 		t.Fatalf("err = %v, want EC2's error code", err)
+	}
+}
+
+// FreshAWS without a price file asks AWS through the SDK's default chain, behind the
+// disk cache: a source made for the next refresh answers known keys from the cache. With
+// a price file's table, the table is every refresh's source.
+func TestFreshAWS(t *testing.T) {
+	fake := awsfake.StartForTest(t, awsfake.Prices{
+		OnDemand: map[string]map[string]float64{"eu-west-1": {"m5.large": 0.107}},
+		Spot:     map[string]map[string]float64{"eu-west-1a": {"m5.large": 0.041}},
+	})
+	cache := filepath.Join(t.TempDir(), "prices.json")
+	prices := FreshAWS(nil, cache)
+	ctx := context.Background()
+	keys := map[Key]float64{
+		{InstanceType: "m5.large", CapacityType: "on-demand", Region: "eu-west-1"}:                0.107,
+		{InstanceType: "m5.large", CapacityType: "spot", Region: "eu-west-1", Zone: "eu-west-1a"}: 0.041,
+	}
+	for refresh := range 2 {
+		src, err := prices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, want := range keys {
+			if got, err := src.Price(ctx, k); err != nil || got != want {
+				t.Fatalf("refresh %d, %s: %v, %v; want %v", refresh, k, got, err, want)
+			}
+		}
+		if refresh == 0 {
+			if fake.Calls("GetProducts") == 0 || fake.Calls("DescribeSpotPriceHistory") == 0 {
+				t.Fatal("the prices did not come from the AWS endpoint")
+			}
+			if _, err := os.Stat(cache); err != nil {
+				t.Fatalf("no disk cache: %v", err)
+			}
+		}
+	}
+	if calls := fake.Calls("GetProducts") + fake.Calls("DescribeSpotPriceHistory"); calls > 2 {
+		t.Errorf("%d calls to AWS, want the first refresh's 2 only (then the cache)", calls)
+	}
+	table, err := ParseTable(strings.NewReader("m5.large spot eu-west-1a 0.03\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src, err := FreshAWS(table, cache)(ctx); err != nil || src != Source(table) {
+		t.Fatalf("with a price file: %v, %v; want its table", src, err)
 	}
 }

@@ -107,8 +107,13 @@ func (c *DiskCache) save(entries map[string]cachedPrice) error {
 
 // FreshAWS returns a price source maker for readers that price again and again (serve's
 // cost metrics): each call builds a new AWS source, since one that failed stays down,
-// behind a DiskCache at path, so that prices read once are not asked again for DefaultTTL.
-func FreshAWS(path string) func(ctx context.Context) (Source, error) {
+// behind a DiskCache at path, so that prices read once are not asked again for DefaultTTL
+// (a cache that cannot be written is no error: DiskCache then just asks AWS). A price
+// file's table, when given (not nil), is the source of every call instead.
+func FreshAWS(table *Table, path string) func(ctx context.Context) (Source, error) {
+	if table != nil {
+		return func(context.Context) (Source, error) { return table, nil }
+	}
 	return func(ctx context.Context) (Source, error) {
 		aws, err := NewAWS(ctx, AWSOptions{})
 		if err != nil {

@@ -141,7 +141,7 @@ func TestCostMetricsFromAWS(t *testing.T) {
 		Spot:     map[string]map[string]float64{"eu-west-1a": {"m5.large": 0.041}},
 	})
 	cachePath := filepath.Join(os.TempDir(), "cost", "prices.json")
-	r := testRefresher(costFixture(), pricing.FreshAWS(cachePath))
+	r := testRefresher(costFixture(), pricing.FreshAWS(nil, cachePath))
 	if err := r.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}

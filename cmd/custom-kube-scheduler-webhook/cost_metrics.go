@@ -16,16 +16,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 )
 
-// costPriceSource is serve's price source: the price file (COST_PRICES_FILE, loaded
-// at startup) or AWS behind a disk cache in the temporary directory (a cache that
-// cannot be written is no error: DiskCache then just asks AWS).
-func costPriceSource(table *pricing.Table) func(ctx context.Context) (pricing.Source, error) {
-	if table != nil {
-		return func(context.Context) (pricing.Source, error) { return table, nil }
-	}
-	return pricing.FreshAWS(filepath.Join(os.TempDir(), component, "prices.json"))
-}
-
 // newServeCostRefresher is the cost refresher of COST_METRICS=on (nil when off). It
 // prices what views hold; its one list, the nodes', goes through a client of its own,
 // at a low rate and with its own user agent, so that it neither slows admission's
@@ -49,7 +39,9 @@ func newServeCostRefresher(settings costSettings, restCfg *rest.Config, views re
 	}
 	return &report.CostRefresher{
 		Collect: func(ctx context.Context) (report.Report, error) { return views.Collect(ctx, client) },
-		Prices:  costPriceSource(settings.Prices),
+		// A price file (COST_PRICES_FILE, loaded at startup), or AWS behind a disk cache
+		// in the temporary directory.
+		Prices:  pricing.FreshAWS(settings.Prices, filepath.Join(os.TempDir(), component, "prices.json")),
 		Skip:    views.Skip,
 		Metrics: costs,
 		Log:     log.WithField("component", "cost"),

@@ -1,6 +1,6 @@
 //go:build race
 
-package main
+package report_test
 
 // raceEnabled: the race detector inflates what a heap measurement sees.
 const raceEnabled = true
