@@ -27,9 +27,10 @@ type Metrics struct {
 	holds       *prometheus.CounterVec
 	held        prometheus.Gauge
 	waiting     *prometheus.GaugeVec
-	// auditWorkloads and auditMoves: what the policies and namespace defaults in audit
-	// mode would do (the policy status writer's count).
-	auditWorkloads, auditMoves prometheus.Gauge
+	// audit is what the policies and namespace defaults in audit mode would do (the
+	// policy status writer's count): the workloads they would govern, the pods they
+	// would move.
+	audit struct{ workloads, moves prometheus.Gauge }
 	// stopped is 1 while every move is stopped (Config.Stopped).
 	stopped prometheus.Gauge
 }
@@ -37,8 +38,8 @@ type Metrics struct {
 // Audited sets what the sources in audit mode would do: the workloads they would govern
 // and the pods enforcing them would move.
 func (m *Metrics) Audited(workloads, wouldMove int) {
-	m.auditWorkloads.Set(float64(workloads))
-	m.auditMoves.Set(float64(wouldMove))
+	m.audit.workloads.Set(float64(workloads))
+	m.audit.moves.Set(float64(wouldMove))
 }
 
 // NewMetrics creates the metrics and registers them on reg, their names prefixed with
@@ -122,15 +123,15 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Name: "converge_moves_stopped",
 			Help: "1 while every move of the convergence loop is stopped (the webhook's namespace is annotated custom-kube-scheduler-webhook.io/converge=false): it evicts nothing until the annotation goes.",
 		}),
-		auditWorkloads: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "audit_workloads",
-			Help: "Workloads that a policy or namespace default in audit mode would govern if it were enforced; set by the replica running the loop, with the policies' status.",
-		}),
-		auditMoves: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "audit_would_move_pods",
-			Help: "Pods that enforcing the policies and namespace defaults in audit mode would move (off their target, or without a seat); they place and move none while in audit mode.",
-		}),
 	}
+	m.audit.workloads = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "audit_workloads",
+		Help: "Workloads that a policy or namespace default in audit mode would govern if it were enforced; set by the replica running the loop, with the policies' status.",
+	})
+	m.audit.moves = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "audit_would_move_pods",
+		Help: "Pods that enforcing the policies and namespace defaults in audit mode would move (off their target, or without a seat); they place and move none while in audit mode.",
+	})
 	// The eviction, pass and state series exist from the start, at 0, for rates and alerts.
 	for _, state := range []strategy.State{strategy.StateExact, strategy.StateFallback, strategy.StateOffTarget} {
 		m.states.WithLabelValues(string(state))
@@ -149,7 +150,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 	for _, what := range waitNames {
 		m.waiting.WithLabelValues(what)
 	}
-	for _, c := range []prometheus.Collector{m.waiting, m.unavailable, m.unserved, m.states, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held, m.auditWorkloads, m.auditMoves, m.stopped} {
+	for _, c := range []prometheus.Collector{m.waiting, m.unavailable, m.unserved, m.states, m.marks, m.riskMarks, m.launchWaits, m.fallback, m.evictions, m.pending, m.lag, m.leader, m.passes, m.queueDepth, m.termTarget, m.termPods, m.holds, m.held, m.audit.workloads, m.audit.moves, m.stopped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
