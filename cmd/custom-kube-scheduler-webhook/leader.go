@@ -10,21 +10,32 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 )
+
+// leaderJobs are what serve makes for the leader's jobs beside the views.
+type leaderJobs struct {
+	recorder record.EventRecorder
+	metrics  *converge.Metrics
+	costs    *report.CostRefresher // nil with COST_METRICS=off
+	signals  *interruption.Signals // nil without INTERRUPTION_QUEUE
+}
 
 // startConverge starts the leader's jobs: on the replica elected on the leader Lease,
 // once the caches have synced, the convergence loop (CONVERGE=on), the policies'
-// status, the cost refresher (r.costs, nil: off) and the interruption signals
-// (r.signals, nil: off). With CONVERGE=off there is no election and every replica
+// status, the cost refresher (jobs.costs, nil: off) and the interruption signals
+// (jobs.signals, nil: off). With CONVERGE=off there is no election and every replica
 // refreshes the costs.
-func (r *replica) startConverge(ctx context.Context) error {
+func (r *replica) startConverge(ctx context.Context, jobs leaderJobs) error {
 	entry := r.log.WithField("component", "converge")
-	recorder, m, costs, signals := r.recorder, r.convergeMetrics, r.costs, r.signals
+	recorder, m, costs, signals := jobs.recorder, jobs.metrics, jobs.costs, jobs.signals
 	if !r.cfg.Converge {
 		entry.Info("convergence loop switched off (CONVERGE=off)")
 		if costs != nil {

@@ -15,22 +15,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/converge"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/imagearch"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/internal/clientmetrics"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
@@ -50,26 +44,13 @@ type replica struct {
 	restMetrics *clientmetrics.Metrics
 
 	// Made by startViews.
-	certs     *certwatcher.CertWatcher
-	door      *admissiontoken.Keeper // nil without ADMISSION_TOKEN_SECRET
-	caches    *clusterview.Caches
-	scope     *clusterview.Scope
-	policies  *policy.Cache
-	catalog   *karpenter.Catalog
-	groups    *nodegroups.Cache // nil without EKS_CLUSTER_NAME
+	certs *certwatcher.CertWatcher
+	door  *admissiontoken.Keeper // nil without ADMISSION_TOKEN_SECRET
+	views
 	identity  string
 	owner     ownership.Owner
 	peerTrust ledger.PeerTrust
-	seats     *ledger.Ledger
-	records   *unavailability.Records
 	images    *imagearch.Resolver // nil with IMAGE_ARCHITECTURES=off
-	synced    chan struct{}       // closed once every view has synced
-
-	// Made by serve for the leader's jobs (startConverge).
-	recorder        record.EventRecorder
-	convergeMetrics *converge.Metrics
-	costs           *report.CostRefresher // nil with COST_METRICS=off
-	signals         *interruption.Signals // nil without INTERRUPTION_QUEUE
 
 	// Made by newHandlers.
 	handlers *webhook.Handlers
@@ -83,7 +64,7 @@ func newReplica(cfg *serveConfig, log *logrus.Logger) (*replica, error) {
 		return nil, err
 	}
 	r := &replica{cfg: cfg, log: log, entry: log.WithField("component", component), restCfg: restCfg,
-		metrics: webhook.NewMetrics(), restMetrics: clientmetrics.New(), synced: make(chan struct{})}
+		metrics: webhook.NewMetrics(), restMetrics: clientmetrics.New(), views: views{synced: make(chan struct{})}}
 	// Every client is built from restCfg (or a copy): all count their requests.
 	r.restMetrics.Instrument(restCfg)
 	if r.client, err = kubernetes.NewForConfig(restCfg); err != nil {
@@ -148,7 +129,7 @@ func (r *replica) startViews(ctx context.Context) error {
 		images.Kube, images.MetricsNamespace = r.client, webhook.MetricsNamespace
 		r.images = imagearch.New(images)
 	}
-	go r.waitForSync(ctx)
+	go r.waitForSync(ctx, r.log)
 	return nil
 }
 
@@ -256,24 +237,6 @@ func newPolicyCache(restCfg *rest.Config, client kubernetes.Interface, log logru
 	return policy.NewCache(client, dyn, 10*time.Minute, log)
 }
 
-// waitForSync closes synced once every view has synced.
-func (r *replica) waitForSync(ctx context.Context) {
-	if err := r.caches.WaitForSync(ctx); err != nil {
-		r.log.WithError(err).Error("caches did not sync")
-		return
-	}
-	if err := r.policies.WaitForSync(ctx); err != nil {
-		r.log.WithError(err).Error("policy caches did not sync")
-		return
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), r.scope.HasSynced, r.catalog.HasSynced, func() bool { return len(r.seats.Unsynced()) == 0 }, r.records.HasSynced) {
-		r.log.Error("webhook configuration, NodePool, node group, node, seat record and unavailability record views did not sync")
-		return
-	}
-	close(r.synced)
-	r.log.Info("caches synced; ready")
-}
-
 // newHandlers makes the admission handlers, readiness and the peer endpoint.
 func (r *replica) newHandlers(recorder record.EventRecorder) {
 	cfg := r.cfg
@@ -314,10 +277,8 @@ func (r *replica) ready() error {
 	if r.draining.Load() {
 		return errors.New("shutting down")
 	}
-	select {
-	case <-r.synced:
-	default:
-		return notSynced(r.caches.Unsynced(), r.policies.Unsynced(), r.catalog.Unsynced(), r.seats.Unsynced(), unsyncedIf(!r.records.HasSynced(), "unavailability records"))
+	if err := r.unsynced(); err != nil {
+		return err
 	}
 	if r.door != nil && !r.door.Synced() {
 		return errors.New("admission token not read yet (ADMISSION_TOKEN_SECRET)")

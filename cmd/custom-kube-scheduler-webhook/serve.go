@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -145,24 +143,24 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	r.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
-	r.newHandlers(r.recorder)
+	jobs := leaderJobs{recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})}
+	r.newHandlers(jobs.recorder)
 	costs := report.NewCostMetrics(webhook.MetricsNamespace)
 	sources := metricSources{REST: r.restMetrics, Ledger: r.seats, Certificate: r.certs.GetCertificate, Ready: r.handlers.Ready, Cost: costs, Images: r.images}
 	if r.groups != nil {
 		sources.NodeGroups = r.groups.Status
 	}
-	if r.convergeMetrics, err = registerMetrics(r.metrics.Registry, sources); err != nil {
+	if jobs.metrics, err = registerMetrics(r.metrics.Registry, sources); err != nil {
 		return err
 	}
-	if r.costs, err = newServeCostRefresher(cfg.Cost, r.restCfg, report.Views{Caches: r.caches, Policies: r.policies, Records: r.records, Synced: r.synced,
+	if jobs.costs, err = newServeCostRefresher(cfg.Cost, r.restCfg, report.Views{Caches: r.caches, Policies: r.policies, Records: r.records, Synced: r.synced,
 		Skip: func(ns string) bool { return cfg.Namespaces.Skip(ns) || !r.scope.CoversNamespace(ns) }}, costs, log); err != nil {
 		return err
 	}
-	if r.signals, err = interruption.NewSignals(ctx, cfg.Interruption, interruption.NodesOf(r.catalog), r.metrics.Registry, webhook.MetricsNamespace, log.WithField("component", "interruption")); err != nil {
+	if jobs.signals, err = interruption.NewSignals(ctx, cfg.Interruption, interruption.NodesOf(r.catalog), r.metrics.Registry, webhook.MetricsNamespace, log.WithField("component", "interruption")); err != nil {
 		return err
 	}
-	if err := r.startConverge(ctx); err != nil {
+	if err := r.startConverge(ctx, jobs); err != nil {
 		return err
 	}
 	return r.run(ctx, stop, start)
@@ -316,27 +314,6 @@ func newReadyGauge(namespace string, ready func() error) prometheus.GaugeFunc {
 		}
 		return 1
 	})
-}
-
-// notSynced is readiness's answer before the caches have synced: it names each view
-// not listed yet.
-func notSynced(unsynced ...[]string) error {
-	var names []string
-	for _, u := range unsynced {
-		names = append(names, u...)
-	}
-	if len(names) == 0 {
-		return errors.New("caches not synced yet")
-	}
-	return fmt.Errorf("caches not synced: %s", strings.Join(names, ", "))
-}
-
-// unsyncedIf is []string{name} when cond holds.
-func unsyncedIf(cond bool, name string) []string {
-	if cond {
-		return []string{name}
-	}
-	return nil
 }
 
 // startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,
