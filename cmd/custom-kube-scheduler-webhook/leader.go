@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -35,11 +36,10 @@ type leaderJobs struct {
 // refreshes the costs.
 func (r *replica) startConverge(ctx context.Context, jobs leaderJobs) error {
 	entry := r.log.WithField("component", "converge")
-	recorder, m, costs, signals := jobs.recorder, jobs.metrics, jobs.costs, jobs.signals
 	if !r.cfg.Converge {
 		entry.Info("convergence loop switched off (CONVERGE=off)")
-		if costs != nil {
-			go costs.Run(ctx)
+		if jobs.costs != nil {
+			go jobs.costs.Run(ctx)
 		}
 		return nil
 	}
@@ -53,40 +53,13 @@ func (r *replica) startConverge(ctx context.Context, jobs leaderJobs) error {
 	if err != nil {
 		return err
 	}
-	// The loop's reads and evictions get a client and rate of their own: a pass over
-	// hundreds of short revisions must not slow the informers, Events or seat records
-	// that share the main client, nor be slowed by them.
-	loopCfg := rest.CopyConfig(r.restCfg)
-	loopCfg.QPS, loopCfg.Burst = 20, 40
-	// Its own user agent too, so the API server's audit log and metrics tell its
-	// requests from admission's.
-	loopCfg.UserAgent = r.restCfg.UserAgent + "/converge"
-	loopClient, err := kubernetes.NewForConfig(loopCfg)
-	if err != nil {
-		return fmt.Errorf("create the convergence loop's client: %w", err)
-	}
-	convergeCfg := converge.Config{
-		Client: loopClient, Caches: r.caches, Records: r.records, Recorder: recorder, Metrics: m,
-		Namespaces: r.cfg.Namespaces,
-		Scope:      r.scope, Settings: r.cfg.Loop,
-		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
-		Signals:  converge.NewKarpenterSignals(loopClient, r.catalog, claims),
-		Launches: claims,
-		Served:   r.catalog.Serves,
-		Log:      entry,
-	}
-	if signals != nil {
-		convergeCfg.Interruptions = signals.Tracker
-		entry.WithField("moveSignalledNodes", r.cfg.Loop.MoveSignalledNodes).Info("the loop acts on the interruption signals")
-	}
-	convergeCfg.Stopped = policy.Stopped(r.policies.MovesOff, r.cfg.Namespaces.Own)
-	loop, err := converge.NewLoop(convergeCfg)
+	loop, err := r.newLoop(claims, jobs, entry)
 	if err != nil {
 		return err
 	}
-	if signals != nil {
+	if jobs.signals != nil {
 		// A new signal passes every revision again (the poller starts only with the loop).
-		signals.OnChange(loop.InterruptionSignalled)
+		jobs.signals.OnChange(loop.InterruptionSignalled)
 	}
 	// A policy change is a strategy change for the workloads it governs; a namespace's
 	// labels (policies.OnChange) and the webhook configuration (scope) change the scope.
@@ -103,33 +76,69 @@ func (r *replica) startConverge(ctx context.Context, jobs leaderJobs) error {
 		return err
 	}
 	go claims.Run(ctx)
-	go func() {
-		select {
-		case <-r.synced:
-		case <-ctx.Done():
-			return
-		}
-		// The elected replica also writes the policies' status, at most every 30s.
-		unserved := policy.Unserved(r.catalog.Unserved)
-		status := &policy.StatusWriter{Cache: r.policies, Dyn: dyn, Log: entry, Unserved: unserved,
-			Audited:   func(a policy.Audited) { m.Audited(a.Workloads, a.WouldMove) },
-			Stopped:   func() string { return convergeCfg.Stopped("") },
-			Workloads: r.caches.Governable(r.cfg.Namespaces.Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Loop.Timing)}
-		run := func(ctx context.Context, leading func() bool) {
-			statusCtx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			go status.Run(statusCtx)
-			if costs != nil {
-				go costs.Run(statusCtx)
-			}
-			if signals != nil {
-				go signals.Run(statusCtx)
-			}
-			loop.Run(ctx, leading)
-		}
-		if err := converge.RunElected(ctx, r.client, r.cfg.Namespaces.Own, r.identity, r.owner, entry, run); err != nil {
-			entry.WithError(err).Error("convergence loop not started")
-		}
-	}()
+	go r.runElected(ctx, loop, dyn, jobs, entry)
 	return nil
+}
+
+// newLoop makes the convergence loop over the views, with a client and rate of its
+// own: a pass over hundreds of short revisions must not slow the informers, Events or
+// seat records that share the main client, nor be slowed by them.
+func (r *replica) newLoop(claims *karpenter.NodeClaims, jobs leaderJobs, entry logrus.FieldLogger) (*converge.Loop, error) {
+	loopCfg := rest.CopyConfig(r.restCfg)
+	loopCfg.QPS, loopCfg.Burst = 20, 40
+	// Its own user agent too, so the API server's audit log and metrics tell its
+	// requests from admission's.
+	loopCfg.UserAgent = r.restCfg.UserAgent + "/converge"
+	loopClient, err := kubernetes.NewForConfig(loopCfg)
+	if err != nil {
+		return nil, fmt.Errorf("create the convergence loop's client: %w", err)
+	}
+	convergeCfg := converge.Config{
+		Client: loopClient, Caches: r.caches, Records: r.records, Recorder: jobs.recorder, Metrics: jobs.metrics,
+		Namespaces: r.cfg.Namespaces,
+		Scope:      r.scope, Settings: r.cfg.Loop,
+		// Karpenter's word on a term: its NodePools and NodeClaims first, its Events second.
+		Signals:  converge.NewKarpenterSignals(loopClient, r.catalog, claims),
+		Launches: claims,
+		Served:   r.catalog.Serves,
+		Stopped:  policy.Stopped(r.policies.MovesOff, r.cfg.Namespaces.Own),
+		Log:      entry,
+	}
+	if jobs.signals != nil {
+		convergeCfg.Interruptions = jobs.signals.Tracker
+		entry.WithField("moveSignalledNodes", r.cfg.Loop.MoveSignalledNodes).Info("the loop acts on the interruption signals")
+	}
+	return converge.NewLoop(convergeCfg)
+}
+
+// runElected waits for the views to sync, then runs the leader's jobs while this
+// replica holds the leader Lease.
+func (r *replica) runElected(ctx context.Context, loop *converge.Loop, dyn dynamic.Interface, jobs leaderJobs, entry logrus.FieldLogger) {
+	select {
+	case <-r.synced:
+	case <-ctx.Done():
+		return
+	}
+	// The elected replica also writes the policies' status, at most every 30s.
+	unserved := policy.Unserved(r.catalog.Unserved)
+	stopped := policy.Stopped(r.policies.MovesOff, r.cfg.Namespaces.Own)
+	status := &policy.StatusWriter{Cache: r.policies, Dyn: dyn, Log: entry, Unserved: unserved,
+		Audited:   func(a policy.Audited) { jobs.metrics.Audited(a.Workloads, a.WouldMove) },
+		Stopped:   func() string { return stopped("") },
+		Workloads: r.caches.Governable(r.cfg.Namespaces.Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Loop.Timing)}
+	run := func(ctx context.Context, leading func() bool) {
+		statusCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go status.Run(statusCtx)
+		if jobs.costs != nil {
+			go jobs.costs.Run(statusCtx)
+		}
+		if jobs.signals != nil {
+			go jobs.signals.Run(statusCtx)
+		}
+		loop.Run(ctx, leading)
+	}
+	if err := converge.RunElected(ctx, r.client, r.cfg.Namespaces.Own, r.identity, r.owner, entry, run); err != nil {
+		entry.WithError(err).Error("convergence loop not started")
+	}
 }
