@@ -134,7 +134,7 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	case httpResp.StatusCode == http.StatusConflict:
 		return peerResponse{}, errNotOwner
 	case httpResp.StatusCode == http.StatusGone:
-		// Another process at the owner's (unique: CheckPeerAddress) address.
+		// Another process at the owner's (unique: checkPeerAddress) address.
 		return peerResponse{}, fmt.Errorf("%w (%w): %s", errOwnerGone, errAnotherProcess, resp.Error)
 	case httpResp.StatusCode >= 400 && httpResp.StatusCode < 500 && httpResp.StatusCode != http.StatusForbidden:
 		// 403 is retried: certificates differ for a moment while a new one spreads.
@@ -144,17 +144,17 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 	}
 }
 
-// ErrPeerAddressShared says another process answered at this replica's peer address
+// errPeerAddressShared says another process answered at this replica's peer address
 // (PEER_ADDRESS): a Service's or a node's address, not the pod's. It stays so for the
 // life of the process.
-var ErrPeerAddressShared = errors.New("another process answers at this replica's peer address")
+var errPeerAddressShared = errors.New("another process answers at this replica's peer address")
 
-// CheckPeerAddress checks that a call to this replica's peer address reaches this
+// checkPeerAddress checks that a call to this replica's peer address reaches this
 // process. Other replicas take a refusal there, or another process answering, as proof
 // that this replica is gone: gate readiness on it. A Service's address reaches another
 // Ready replica (or none) and fails; once another process has answered, every later
 // check fails too.
-func (l *Ledger) CheckPeerAddress(ctx context.Context) error {
+func (l *Ledger) checkPeerAddress(ctx context.Context) error {
 	if l.cfg.PeerAddress == "" || l.peers == nil {
 		return nil
 	}
@@ -165,24 +165,24 @@ func (l *Ledger) CheckPeerAddress(ctx context.Context) error {
 	}
 	if err != nil || l.peerShared.Load() {
 		l.peerShared.Store(true)
-		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port)", ErrPeerAddressShared, l.cfg.PeerAddress)
+		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port)", errPeerAddressShared, l.cfg.PeerAddress)
 	}
 	return nil
 }
 
-// AwaitPeerAddress checks the peer address (CheckPeerAddress) until this replica
+// AwaitPeerAddress checks the peer address (checkPeerAddress) until this replica
 // answers there, or ctx ends; PeerReached then reports it. The server takes a moment
 // to start: it complains only after that.
 func (l *Ledger) AwaitPeerAddress(ctx context.Context) {
 	for attempt := 0; ; attempt++ {
 		check, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := l.CheckPeerAddress(check)
+		err := l.checkPeerAddress(check)
 		cancel()
 		if err == nil {
 			l.peerReached.Store(true)
 			return
 		}
-		if attempt%30 == 15 || (errors.Is(err, ErrPeerAddressShared) && attempt%30 == 0) {
+		if attempt%30 == 15 || (errors.Is(err, errPeerAddressShared) && attempt%30 == 0) {
 			l.log.WithError(err).Error("not ready: other replicas cannot forward seat claims to this one; set PEER_ADDRESS or POD_IP")
 		}
 		wait := time.Second
