@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -306,7 +308,7 @@ func (r *replica) run(ctx, stop context.Context, start func() bool) error {
 		entry.Warn(msg)
 	}
 	build := currentBuild()
-	entry.WithFields(logrus.Fields{"blocklist": keys(cfg.Namespaces.Blocklist), "namespace": cfg.Namespaces.Own,
+	entry.WithFields(logrus.Fields{"blocklist": slices.Sorted(maps.Keys(cfg.Namespaces.Blocklist)), "namespace": cfg.Namespaces.Own,
 		"version": build.Version, "revision": build.Revision, "goVersion": build.GoVersion}).Info("starting")
 	if !start() {
 		_ = ln.Close()

@@ -365,14 +365,6 @@ func newCatalog(ctx context.Context, eksCluster string, restCfg *rest.Config, cl
 	return catalog, groups, nil
 }
 
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
 // replicaIdentity names this process in the Leases it holds (seat records, the
 // convergence loop's election): readable by people, and unique per process start. A
 // restarted container has the same hostname and PID 1, and must not pass for its
