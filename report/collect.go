@@ -195,8 +195,9 @@ var nodeLabels = []string{karpv1.CapacityTypeLabelKey, nodegroups.LabelCapacityT
 // ReadNodes lists the nodes by name, in pages, each node trimmed to what a report reads
 // of it (its name, nodeLabels, allocatable CPU, memory and pods) before the next page
 // is read: a Node's status (images, conditions) is most of it, and serve's cost refresh
-// reads every node at each interval. A reserved node keeps all its labels: idle room
-// on it is matched against a term's labels, and reserved nodes are few.
+// reads every node at each interval. A reserved node keeps all its labels, and whether
+// it takes pods (cordoned, Karpenter's disrupted taint): idle room on it is matched
+// against a term's labels, and reserved nodes are few.
 func ReadNodes(ctx context.Context, client kubernetes.Interface) (map[string]*corev1.Node, error) {
 	out := map[string]*corev1.Node{}
 	opts := metav1.ListOptions{Limit: nodePageSize}
@@ -223,7 +224,7 @@ func ReadNodes(ctx context.Context, client kubernetes.Interface) (map[string]*co
 				}
 			}
 			if pricing.NormalizeCapacityType(capacityType(n)) == pricing.Reserved {
-				slim.Labels = n.Labels
+				slim.Labels, slim.Spec.Unschedulable, slim.Spec.Taints = n.Labels, n.Spec.Unschedulable, n.Spec.Taints
 			}
 			out[n.Name] = slim
 		}

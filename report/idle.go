@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/utils/resources"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
@@ -87,8 +88,8 @@ func idleReserved(st *State, term strategy.Term, size requests, onDemand int) *I
 		st.OnDemandAcceptsReserved && capacity == strategy.CapacityOnDemand}
 	for name, used := range st.Used {
 		n := st.Nodes[name]
-		if n == nil || !carries(n, term) {
-			continue
+		if n == nil || !carries(n, term) || n.Spec.Unschedulable || slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&karpv1.DisruptedNoScheduleTaint) }) {
+			continue // not the term's, or taking no new pods
 		}
 		if fit := room(n.Status.Allocatable, used, size); fit > 0 {
 			idle.Pods += int(fit)

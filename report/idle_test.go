@@ -15,6 +15,7 @@ import (
 	dynfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/api/v1alpha1"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
@@ -30,8 +31,9 @@ func reservedNode(name, id, arch, cpu, mem, maxPods string) *corev1.Node {
 
 // idleFixture is a workload of strat whose 3 pods (cpu each) run one on the reserved
 // node res-room and two on on-demand nodes, beside reserved nodes: res-room (4 CPUs,
-// 1.5 used), res-full (4 CPUs, 3.5 used), res-arm (arm64, empty) and res-cb (a
-// Capacity Block's, 2 CPUs, empty).
+// 1.5 used), res-full (4 CPUs, 3.5 used), res-arm (arm64, empty), res-cb (a
+// Capacity Block's, 2 CPUs, empty), and two empty nodes that take no new pods: one
+// cordoned, one Karpenter is disrupting.
 func idleFixture(strat, cpu string) *State {
 	pods := []corev1.Pod{
 		withRequests(placedPod("p1", "rs", 1, "reserved", corev1.PodRunning, "res-room"), cpu, "0"),
@@ -39,22 +41,27 @@ func idleFixture(strat, cpu string) *State {
 		withRequests(placedPod("p3", "rs", 3, "on-demand", corev1.PodRunning, "od2"), cpu, "0"),
 	}
 	nodes := map[string]*corev1.Node{
-		"od1":      pricedNode("od1", "on-demand", "m5.xlarge", "z-a", "4", "16Gi"),
-		"od2":      pricedNode("od2", "on-demand", "m5.xlarge", "z-a", "4", "16Gi"),
-		"res-room": reservedNode("res-room", "cr-1", "amd64", "4", "16Gi", "110"),
-		"res-full": reservedNode("res-full", "cr-1", "amd64", "4", "16Gi", "110"),
-		"res-arm":  reservedNode("res-arm", "cr-2", "arm64", "4", "16Gi", "110"),
-		"res-cb":   reservedNode("res-cb", "cr-3", "amd64", "2", "8Gi", "4"),
+		"od1":           pricedNode("od1", "on-demand", "m5.xlarge", "z-a", "4", "16Gi"),
+		"od2":           pricedNode("od2", "on-demand", "m5.xlarge", "z-a", "4", "16Gi"),
+		"res-room":      reservedNode("res-room", "cr-1", "amd64", "4", "16Gi", "110"),
+		"res-full":      reservedNode("res-full", "cr-1", "amd64", "4", "16Gi", "110"),
+		"res-arm":       reservedNode("res-arm", "cr-2", "arm64", "4", "16Gi", "110"),
+		"res-cb":        reservedNode("res-cb", "cr-3", "amd64", "2", "8Gi", "4"),
+		"res-cordoned":  reservedNode("res-cordoned", "cr-4", "amd64", "4", "16Gi", "110"),
+		"res-disrupted": reservedNode("res-disrupted", "cr-5", "amd64", "4", "16Gi", "110"),
 	}
+	nodes["res-cordoned"].Spec.Unschedulable = true
+	nodes["res-disrupted"].Spec.Taints = []corev1.Taint{karpv1.DisruptedNoScheduleTaint}
 	for i := range pods {
 		pods[i].Annotations[strategy.AnnotationTerm] = "1" // its selector is not the term's
 	}
 	st := deploymentState(strat, 3, pods, nodes)
 	st.Used = map[string]NodeUse{
-		"res-room": {CPUMilli: 1500, MemoryBytes: 1 << 30, Pods: 2},
-		"res-full": {CPUMilli: 3500, Pods: 5},
-		"res-arm":  {},
-		"res-cb":   {Pods: 1},
+		"res-room":     {CPUMilli: 1500, MemoryBytes: 1 << 30, Pods: 2},
+		"res-full":     {CPUMilli: 3500, Pods: 5},
+		"res-arm":      {},
+		"res-cb":       {Pods: 1},
+		"res-cordoned": {}, "res-disrupted": {},
 	}
 	return st
 }
