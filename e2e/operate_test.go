@@ -105,6 +105,7 @@ var liveOnly = map[string]bool{
 	"custom_kube_scheduler_webhook_cost_on_demand_usd_per_hour":                      true,
 	"custom_kube_scheduler_webhook_cost_saving_usd_per_hour":                         true,
 	"custom_kube_scheduler_webhook_cost_unpriced_nodes":                              true,
+	"custom_kube_scheduler_webhook_cost_idle_reserved_pods":                          true,
 }
 
 // monitoringQueries reads the chart's alert rules and, when present, its dashboard.

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 
@@ -251,4 +252,79 @@ func TestReservedOnlyTermFallsBackWhenTheReservationIsFull(t *testing.T) {
 	if len(msgs) == 0 {
 		t.Errorf("no TermUnavailable Event on the Deployment")
 	}
+}
+
+// Reserved capacity standing idle beside a workload's on-demand pods: a set term's one
+// pod (1 CPU) launches a node of the reservation and leaves most of it free, while a
+// second workload whose term is plain on-demand runs its 2 pods on on-demand. spread
+// shows, on that term, the room for more of its pods on the reservation (as the
+// scheduler counts it: the node's allocatable less what its pods request) and that the
+// term does not accept reserved; on the set term, which has no on-demand pod, nothing.
+func TestReservedIdleBesideOnDemandPods(t *testing.T) {
+	ctx := context.Background()
+	freeReservation(ctx, t)
+	cordonUntilCleanup(ctx, t, "karpenter.sh/capacity-type")
+	ns := newNamespace(ctx, t, "e2e-reserved-idle")
+	oneCPU := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	set := deployment(ns, "set", "karpenter.sh/capacity-type=reserved|on-demand", 1, true)
+	set.Spec.Template.Spec.Containers[0].Resources.Requests = oneCPU
+	createDeployment(ctx, t, set)
+	setPod := settled(ctx, t, ns, set.Name, 1)[0]
+	reservedNode := nodes(ctx, t)[setPod.Spec.NodeName] // listed once the pod runs
+	if reservedNode.Labels[strategy.CapacityTypeLabel] != "reserved" || reservedNode.Labels[reservationIDKey] != reservationID {
+		t.Fatalf("the set term's pod runs on node %s of capacity type %q, reservation %q; want a node of %s", reservedNode.Name,
+			reservedNode.Labels[strategy.CapacityTypeLabel], reservedNode.Labels[reservationIDKey], reservationID)
+	}
+	od := deployment(ns, "od", "karpenter.sh/capacity-type=on-demand", 2, true)
+	od.Spec.Template.Spec.Containers[0].Resources.Requests = oneCPU
+	createDeployment(ctx, t, od)
+	settled(ctx, t, ns, od.Name, 2)
+
+	// What the reservation's nodes have left, in pods of 1 CPU.
+	want := 0
+	for _, n := range nodes(ctx, t) {
+		if n.Labels[strategy.CapacityTypeLabel] != "reserved" || n.Spec.Unschedulable {
+			continue
+		}
+		pods, err := env.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		free := n.Status.Allocatable.Cpu().MilliValue()
+		for _, p := range pods.Items {
+			for _, c := range p.Spec.Containers {
+				free -= c.Resources.Requests.Cpu().MilliValue()
+			}
+		}
+		want += int(max(free, 0) / 1000)
+	}
+	t.Logf("MEASURED reserved room: %d pods of 1 CPU (node %s allocatable %s)", want, reservedNode.Name, reservedNode.Status.Allocatable.Cpu())
+	if want == 0 {
+		t.Fatalf("the reservation's node %s has no room left for a pod of 1 CPU", reservedNode.Name)
+	}
+
+	out, stderr, code := cli(ctx, t, nil, "spread", "-n", ns, "-o", "json")
+	var r report.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || len(r.Workloads) != 2 {
+		t.Fatalf("spread -o json: exit %d, %v\n%s%s", code, err, out, stderr)
+	}
+	for _, w := range r.Workloads {
+		idle := w.Terms[0].IdleReserved
+		switch w.Name {
+		case "set":
+			if idle != nil {
+				t.Errorf("set term (no pod on on-demand): idle reserved %+v, want none", idle)
+			}
+		case "od":
+			if idle == nil || idle.Pods != want || idle.OnDemandPods != 2 || !slices.Equal(idle.Reservations, []string{reservationID}) || idle.AcceptsReserved {
+				t.Errorf("on-demand term: idle reserved %+v, want room for %d beside 2 on-demand pods in %s, not accepted", idle, want, reservationID)
+			}
+		}
+	}
+	table, _, code := cli(ctx, t, nil, "spread", "-n", ns, "deployment/od")
+	line := "reserved room idle for " + strconv.Itoa(want) + " more of its pods (" + reservationID + "), 2 on on-demand: the term does not accept reserved"
+	if code != 0 || !strings.Contains(table, line) {
+		t.Errorf("spread (exit %d) does not say %q:\n%s", code, line, table)
+	}
+	t.Logf("spread:\n%s", table)
 }

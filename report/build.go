@@ -46,6 +46,12 @@ type State struct {
 	// holding them all.
 	PodsOf func(namespace string, owner types.UID, s *strategy.Strategy, fn func(Pod))
 	Nodes  map[string]*corev1.Node
+	// Used is what the pods bound to each reserved node request (ReadReservedUse);
+	// nil: not read, and no term shows idle reserved capacity.
+	Used map[string]NodeUse
+	// OnDemandAcceptsReserved is the webhook's ON_DEMAND_ACCEPTS_RESERVED: its
+	// karpenter.sh/capacity-type=on-demand terms accept reserved capacity.
+	OnDemandAcceptsReserved bool
 	// ServedBy names the capacity serving a term's labels; nil leaves it out.
 	ServedBy func(labels map[string]string) []string
 	// Hint names, for a term nothing serves, the likely typo in its labels
@@ -212,7 +218,8 @@ func (r *Report) addAs(st *State, pw policy.Workload, kind string, meta metav1.O
 	}
 	placement := s.Place(w.Replicas, func(t int) bool { _, ok := unavailable[t]; return ok })
 	w.Terms = termRows(st, s, s.Target(w.Replicas), placement.Counts(len(s.Terms)), unavailable)
-	t := tally{nodes: make([]map[string]int, len(s.Terms)), requested: make([]map[string]requests, len(s.Terms)), held: map[int]bool{}, judged: strategy.NewTally(w.Replicas, len(s.Terms))}
+	t := tally{nodes: make([]map[string]int, len(s.Terms)), requested: make([]map[string]requests, len(s.Terms)), size: make([]requests, len(s.Terms)),
+		held: map[int]bool{}, judged: strategy.NewTally(w.Replicas, len(s.Terms))}
 	for i := range s.Terms {
 		t.nodes[i], t.requested[i] = map[string]int{}, map[string]requests{}
 	}
@@ -315,6 +322,8 @@ type tally struct {
 	unplacedStaying int
 	// judged is the tally strategy.Judge reads.
 	judged strategy.Tally
+	// size is the largest requests of one pod of each term: what idle room must hold.
+	size []requests
 }
 
 // count adds one pod of the workload to its term's row, and to the tally Judge reads
@@ -360,6 +369,7 @@ func (w *WorkloadReport) count(s *strategy.Strategy, placement strategy.Placemen
 			row.PendingReasons = append(row.PendingReasons, reason)
 		}
 	}
+	t.size[i].cpuMilli, t.size[i].memoryBytes = max(t.size[i].cpuMilli, pod.CPUMilli), max(t.size[i].memoryBytes, pod.MemoryBytes)
 	if pod.NodeName != "" {
 		t.nodes[i][pod.NodeName]++
 		r := t.requested[i][pod.NodeName]
@@ -382,13 +392,18 @@ func (w *WorkloadReport) finish(st *State, s *strategy.Strategy, t *tally, unava
 	w.DoNotDisrupt += t.unplacedStaying
 	for i := range w.Terms {
 		row := &w.Terms[i]
+		onDemand := 0
 		for name, count := range t.nodes[i] {
 			n := nodeReport(st.Nodes[name], name, count, t.requested[i][name].list())
-			if pricing.NormalizeCapacityType(n.CapacityType) == pricing.Reserved {
+			switch pricing.NormalizeCapacityType(n.CapacityType) {
+			case pricing.Reserved:
 				row.ReservedPods += count
+			case pricing.OnDemand:
+				onDemand += count
 			}
 			row.Nodes = append(row.Nodes, n)
 		}
+		row.IdleReserved = idleReserved(st, s.Terms[i], t.size[i], onDemand)
 		sort.Slice(row.Nodes, func(a, b int) bool { return row.Nodes[a].Name < row.Nodes[b].Name })
 	}
 	c := strategy.Conditions{Unavailable: func(i int) (string, bool) { u, ok := unavailable[i]; return u.Reason, ok }}

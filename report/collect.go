@@ -22,6 +22,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
@@ -68,6 +69,15 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	unseen, nodesSeen, err := listNodes(ctx, client, st)
 	if err != nil {
 		return Report{}, err
+	}
+	if nodesSeen {
+		st.Used, err = ReadReservedUse(ctx, client, st.Nodes)
+		switch {
+		case apierrors.IsForbidden(err):
+			unseen = append(unseen, "pods on reserved nodes (not allowed to list them in every namespace): no idle reserved capacity is shown")
+		case err != nil:
+			return Report{}, err
+		}
 	}
 	unseen = append(unseen, rolloutsUnseen...)
 	unseen = append(unseen, readRecords(ctx, client, o.WebhookNamespace, st)...)
@@ -167,7 +177,7 @@ func listNodes(ctx context.Context, client kubernetes.Interface, st *State) (uns
 	nodes, err := ReadNodes(ctx, client)
 	switch {
 	case apierrors.IsForbidden(err):
-		return []string{"nodes (not allowed to list them): no node's capacity type, nothing shown as serving a term"}, false, nil
+		return []string{"nodes (not allowed to list them): no node's capacity type, nothing shown as serving a term, no idle reserved capacity"}, false, nil
 	case err != nil:
 		return nil, false, err
 	}
@@ -183,9 +193,11 @@ const nodePageSize = 500
 var nodeLabels = []string{karpv1.CapacityTypeLabelKey, nodegroups.LabelCapacityType, corev1.LabelInstanceTypeStable, corev1.LabelTopologyRegion, corev1.LabelTopologyZone}
 
 // ReadNodes lists the nodes by name, in pages, each node trimmed to what a report reads
-// of it (its name, nodeLabels, allocatable CPU and memory) before the next page is
-// read: a Node's status (images, conditions) is most of it, and serve's cost refresh
-// reads every node at each interval.
+// of it (its name, nodeLabels, allocatable CPU, memory and pods) before the next page
+// is read: a Node's status (images, conditions) is most of it, and serve's cost refresh
+// reads every node at each interval. A reserved node keeps all its labels, and whether
+// it takes pods (cordoned, Karpenter's disrupted taint): idle room on it is matched
+// against a term's labels, and reserved nodes are few.
 func ReadNodes(ctx context.Context, client kubernetes.Interface) (map[string]*corev1.Node, error) {
 	out := map[string]*corev1.Node{}
 	opts := metav1.ListOptions{Limit: nodePageSize}
@@ -206,10 +218,13 @@ func ReadNodes(ctx context.Context, client kubernetes.Interface) (map[string]*co
 				}
 			}
 			slim.Status.Allocatable = corev1.ResourceList{}
-			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods} {
 				if q, ok := n.Status.Allocatable[r]; ok {
 					slim.Status.Allocatable[r] = q.DeepCopy()
 				}
+			}
+			if pricing.NormalizeCapacityType(capacityType(n)) == pricing.Reserved {
+				slim.Labels, slim.Spec.Unschedulable, slim.Spec.Taints = n.Labels, n.Spec.Unschedulable, n.Spec.Taints
 			}
 			out[n.Name] = slim
 		}
@@ -239,7 +254,8 @@ func readRecords(ctx context.Context, client kubernetes.Interface, webhookNamesp
 }
 
 // readClusterTiming reads the cluster's move window (MOVE_WINDOW, as the chart sets it
-// on the webhook's Deployment) into st; without the right to read it it says so.
+// on the webhook's Deployment) and ON_DEMAND_ACCEPTS_RESERVED into st; without the
+// right to read them it says so.
 func readClusterTiming(ctx context.Context, client kubernetes.Interface, webhookNamespace string, st *State) (unseen []string) {
 	list, err := client.AppsV1().Deployments(webhookNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -248,10 +264,12 @@ func readClusterTiming(ctx context.Context, client kubernetes.Interface, webhook
 	for _, d := range list.Items {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			for _, e := range c.Env {
-				if e.Name == "MOVE_WINDOW" {
+				switch e.Name {
+				case "MOVE_WINDOW":
 					// The webhook refuses to start on an invalid one: no workload waits on it.
 					st.Timing.Window, _ = strategy.ParseWindow(e.Value)
-					return nil
+				case "ON_DEMAND_ACCEPTS_RESERVED":
+					st.OnDemandAcceptsReserved = e.Value == "on" || e.Value == "true"
 				}
 			}
 		}

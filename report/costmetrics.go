@@ -24,6 +24,8 @@ type costRow struct {
 	pods     map[string]int
 	cost     Cost
 	unpriced int
+	// idleReserved is TermReport.IdleReserved's Pods (0: none).
+	idleReserved int
 }
 
 // CostMetrics is the Prometheus collector of the realized cost per workload and term
@@ -33,7 +35,7 @@ type costRow struct {
 // first refresh, so a replica that does not refresh (COST_METRICS=off, not elected)
 // exports none of it.
 type CostMetrics struct {
-	pods, usd, onDemand, saving, unpriced, refreshed, failures *prometheus.Desc
+	pods, usd, onDemand, saving, unpriced, idleReserved, refreshed, failures *prometheus.Desc
 
 	mu        sync.Mutex
 	rows      []costRow
@@ -61,6 +63,8 @@ func NewCostMetrics(namespace string) *CostMetrics {
 			"on_demand_usd_per_hour minus usd_per_hour: the hourly saving against all on-demand.", term, nil),
 		unpriced: prometheus.NewDesc(name("unpriced_nodes"),
 			"Nodes of the term's pods that had no price (left out of the cost); the log says why.", term, nil),
+		idleReserved: prometheus.NewDesc(name("idle_reserved_pods"),
+			"How many more of the term's pods fit in room left on reserved nodes (capacity reservations, Capacity Blocks) while some of them run on on-demand nodes; 0 otherwise.", term, nil),
 		refreshed: prometheus.NewDesc(name("refresh_timestamp_seconds"),
 			"Unix time of the last successful cost refresh.", nil, nil),
 		failures: prometheus.NewDesc(name("refresh_failures_total"),
@@ -70,7 +74,7 @@ func NewCostMetrics(namespace string) *CostMetrics {
 
 // Describe implements prometheus.Collector.
 func (m *CostMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.pods, m.usd, m.onDemand, m.saving, m.unpriced, m.refreshed, m.failures} {
+	for _, d := range []*prometheus.Desc{m.pods, m.usd, m.onDemand, m.saving, m.unpriced, m.idleReserved, m.refreshed, m.failures} {
 		ch <- d
 	}
 }
@@ -96,6 +100,7 @@ func (m *CostMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.onDemand, prometheus.GaugeValue, r.cost.OnDemandUSDPerHour, labels...)
 		ch <- prometheus.MustNewConstMetric(m.saving, prometheus.GaugeValue, r.cost.SavingUSDPerHour, labels...)
 		ch <- prometheus.MustNewConstMetric(m.unpriced, prometheus.GaugeValue, float64(r.unpriced), labels...)
+		ch <- prometheus.MustNewConstMetric(m.idleReserved, prometheus.GaugeValue, float64(r.idleReserved), labels...)
 	}
 }
 
@@ -135,6 +140,9 @@ func costRows(r Report, skip func(namespace string) bool) (rows []costRow, unpri
 					capacity = unknownCapacity
 				}
 				row.pods[capacity] += n.Pods
+			}
+			if t.IdleReserved != nil {
+				row.idleReserved = t.IdleReserved.Pods
 			}
 			if t.Cost != nil {
 				row.cost, row.unpriced = *t.Cost, len(t.Cost.Unpriced)

@@ -239,3 +239,22 @@ func TestCostMetricsFailedRefreshIsCounted(t *testing.T) {
 		t.Fatalf("%d cost series after a failed refresh, want 0", n)
 	}
 }
+
+// The idle reserved room beside a term's on-demand pods is a series per term
+// (idleFixture: 4 more pods fit on the reservations).
+func TestCostMetricsIdleReserved(t *testing.T) {
+	table, err := pricing.ParseTable(strings.NewReader("m5.xlarge on-demand * 0.192\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testRefresher(idleFixture("karpenter.sh/capacity-type=on-demand,kubernetes.io/arch=amd64", "1"), tablePrices(table))
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	const name = "custom_kube_scheduler_webhook_cost_idle_reserved_pods"
+	want := "# HELP " + name + " How many more of the term's pods fit in room left on reserved nodes (capacity reservations, Capacity Blocks) while some of them run on on-demand nodes; 0 otherwise.\n" +
+		"# TYPE " + name + " gauge\n" + name + `{term="1",workload="Deployment/web",workload_namespace="demo"} 4` + "\n"
+	if err := testutil.CollectAndCompare(r.Metrics, strings.NewReader(want), name); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -6,7 +6,9 @@
 //   - Build makes the report from listed objects (State), or with the pods read one at
 //     a time from a reader's own store (State.PodsOf: serve's pod cache); Collect lists
 //     them from the API server, with the policies (ReadPolicies), the webhook's scope
-//     (ReadScope) and the nodes, paged and trimmed (ReadNodes);
+//     (ReadScope) and the nodes, paged and trimmed (ReadNodes), and what the pods on
+//     reserved nodes request (ReadReservedUse: the reserved room idle beside a term's
+//     on-demand pods, idle.go);
 //   - AddCost prices each term's share of its nodes through a pricing.Source
 //     (`spread --cost`);
 //   - CostMetrics and CostRefresher export that realized cost per workload and term as

@@ -134,6 +134,9 @@ type TermReport struct {
 	// ReservedPods counts the term's pods on reserved capacity (capacity reservations,
 	// Capacity Blocks): already paid for, priced at nothing.
 	ReservedPods int `json:"reservedPods,omitempty"`
+	// IdleReserved is set while some of the term's pods run on on-demand nodes and
+	// reserved nodes that carry its other labels have room for more of them.
+	IdleReserved *IdleReserved `json:"idleReserved,omitempty"`
 	// Cost is set by AddCost.
 	Cost *Cost `json:"cost,omitempty"`
 }

@@ -29,6 +29,8 @@ type Views struct {
 	Synced <-chan struct{}
 	// Skip names the namespaces left out (the blocklist, the webhook's own; nil: none).
 	Skip func(namespace string) bool
+	// OnDemandAcceptsReserved is the webhook's ON_DEMAND_ACCEPTS_RESERVED (State's).
+	OnDemandAcceptsReserved bool
 }
 
 // Collect builds the cost report from the views. It holds the report's rows and one
@@ -48,13 +50,16 @@ func (v Views) Collect(ctx context.Context, client kubernetes.Interface) (Report
 	if err != nil {
 		return Report{}, err
 	}
+	if st.Used, err = ReadReservedUse(ctx, client, nodes); err != nil {
+		return Report{}, err
+	}
 	return Build(st, func(string, string) bool { return true }), nil
 }
 
 // state is the report's State read from the views (shallow copies of the trimmed
 // workloads: the cache's objects are shared and never changed).
 func (v Views) state(nodes map[string]*corev1.Node, now time.Time) (*State, error) {
-	st := &State{Nodes: nodes, Policies: v.Policies, PodsOf: v.podsOf}
+	st := &State{Nodes: nodes, Policies: v.Policies, PodsOf: v.podsOf, OnDemandAcceptsReserved: v.OnDemandAcceptsReserved}
 	if v.Records != nil {
 		st.Unavailable = func(uid types.UID) map[int]unavailability.TermState { return v.Records.Get(uid).Active(now) }
 	}

@@ -154,7 +154,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 		return err
 	}
 	if jobs.costs, err = newServeCostRefresher(cfg.Cost, r.restCfg, report.Views{Caches: r.caches, Policies: r.policies, Records: r.records, Synced: r.synced,
-		Skip: func(ns string) bool { return cfg.Namespaces.Skip(ns) || !r.scope.CoversNamespace(ns) }}, costs, log); err != nil {
+		Skip: func(ns string) bool { return cfg.Namespaces.Skip(ns) || !r.scope.CoversNamespace(ns) }, OnDemandAcceptsReserved: cfg.Admission.OnDemandAcceptsReserved}, costs, log); err != nil {
 		return err
 	}
 	if jobs.signals, err = interruption.NewSignals(ctx, cfg.Interruption, interruption.NodesOf(r.catalog), r.metrics.Registry, webhook.MetricsNamespace, log.WithField("component", "interruption")); err != nil {

@@ -248,6 +248,9 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 			if t.ReservedPods > 0 {
 				fmt.Fprintf(tw, "\t  %d of its pods on reserved capacity (priced at nothing: already paid for)\n", t.ReservedPods)
 			}
+			if i := t.IdleReserved; i != nil {
+				fmt.Fprintf(tw, "\t  reserved room idle for %d more of its pods (%s), %d on on-demand: %s\n", i.Pods, strings.Join(i.Reservations, ","), i.OnDemandPods, i.Hint)
+			}
 			if t.CannotRun > 0 {
 				fmt.Fprintf(tw, "\t  %d of its pods cannot run here: %s\n", t.CannotRun, t.CannotRunReason)
 			}
