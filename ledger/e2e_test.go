@@ -94,7 +94,7 @@ func TestSeatLedgerAcrossReplicasOnAPIServer(t *testing.T) {
 			}
 			// The owner stops (a rollout): its reservations go into the record, and the
 			// next claims, at another replica, get the seats after them.
-			ls[owner].Handover(ctx)
+			ls[owner].Handover(ctx, false)
 			next := ls[(owner+1)%n]
 			for i := range 3 {
 				seat, err := next.Claim(ctx, revision, types.UID(fmt.Sprintf("after-%d", i)))

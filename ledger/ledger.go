@@ -77,8 +77,10 @@ type Ledger struct {
 	// writeLatency is the slowest recent record write (termFor).
 	writeLatency time.Duration
 	latencyKnown bool
-	// handedOver is when Handover first ran (zero: not yet); see leavesToSuccessor.
+	// handedOver is when Handover first ran (zero: not yet), final whether its final
+	// call did; see leavesToSuccessor.
 	handedOver time.Time
+	final      bool
 }
 
 // Settings are the seat ledger's knobs a user turns (RESERVATION_TTL, PEER_ADDRESS):
@@ -277,11 +279,12 @@ func (l *Ledger) ownerMissed(ctx context.Context, s *revState, holder string, er
 }
 
 // leavesToSuccessor reports whether this replica, having handed over, leaves a revision
-// nobody owns to the others: always for a peer's claim, for half the ownership after
-// Handover for its own (then a last replica takes it back to answer through its drain).
-// l.mu is held.
+// nobody owns to the others: always for a peer's claim, and for its own for half the
+// ownership after Handover (then a last replica takes it back to answer through its
+// drain) or after the final Handover (its server stops taking connections: a revision
+// it took then would be one no peer can reach). l.mu is held.
 func (l *Ledger) leavesToSuccessor(now time.Time, forward bool) bool {
-	return !l.handedOver.IsZero() && (!forward || now.Before(l.handedOver.Add(l.duration/2)))
+	return !l.handedOver.IsZero() && (!forward || l.final || now.Before(l.handedOver.Add(l.duration/2)))
 }
 
 // waitWrite waits for a write of rev's record and returns its error.

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -262,7 +263,7 @@ func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 	if s := claim(t, a, shopRS, "r2"); s != 2 {
 		t.Fatalf("second claim got %d", s)
 	}
-	a.Handover(ctx)
+	a.Handover(ctx, false)
 	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -776,7 +777,7 @@ func TestHandoverAtDrainStart(t *testing.T) {
 		t.Fatalf("first claim got %d", s)
 	}
 	waitForHolder(t, next, shopRS, old.identity)
-	old.Handover(context.Background())
+	old.Handover(context.Background(), false)
 	if _, _, err := old.claim(context.Background(), shopRS, idHash("peer"), false); !errors.Is(err, errHandedOver) {
 		t.Fatalf("a peer's claim at the handed-over owner: %v, want errHandedOver", err)
 	}
@@ -790,12 +791,89 @@ func TestHandoverAtDrainStart(t *testing.T) {
 
 	alone := clusterview.Revision{Namespace: testNS, UID: "rs-alone"}
 	last := ledgers(t, client, ledgerNS, 1, Config{Ownership: 200 * time.Millisecond})[0]
-	last.Handover(context.Background())
+	last.Handover(context.Background(), false)
 	if s := claim(t, last, alone, "alone"); s != 1 {
 		t.Fatalf("the last replica's claim through its drain got seat %d, want 1", s)
 	}
-	last.Handover(context.Background())
+	last.Handover(context.Background(), true)
 	waitForHolder(t, last, alone, "")
+}
+
+// After its final hand-over (its server stops taking connections) a replica takes no
+// revision back, not even as the last replica: no peer could reach it as owner. Its
+// claim waits for a successor until its deadline.
+func TestNoTakeBackAfterTheFinalHandover(t *testing.T) {
+	client := fake.NewClientset()
+	fakeleases.WithOptimisticConcurrency(client)
+	last := ledgers(t, client, ledgerNS, 1, Config{Ownership: 200 * time.Millisecond})[0]
+	last.Handover(context.Background(), false)
+	last.Handover(context.Background(), true)
+	// Ten times the 100 ms after which a claim would take the revision back: this wait
+	// can only miss a fault, never fail a correct ledger.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if seat, err := last.Claim(ctx, shopRS, "after-final"); err == nil {
+		t.Fatalf("a claim after the final hand-over got seat %d: the replica took the revision back", seat)
+	}
+	if _, err := client.CoordinationV1().Leases(ledgerNS).Get(context.Background(), recordName(shopRS.UID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("after the final hand-over the replica wrote a record (get: %v), want none", err)
+	}
+}
+
+// A hand-over that finds a renewal of the record in flight (every write is slow on a
+// saturated API server) keeps answering as owner until it lands, then releases: a
+// peer's claim in that time gets its seat at once rather than a 409 that sends it to
+// read a record still naming the stopping owner, and the release lists that seat.
+func TestHandoverAnswersUntilItsRenewalLands(t *testing.T) {
+	client := fake.NewClientset()
+	fakeleases.WithOptimisticConcurrency(client)
+	clock := clocktesting.NewFakeClock(time.Now())
+	old := ledgers(t, client, ledgerNS, 1, Config{Clock: clock})[0]
+	next := ledgers(t, client, ledgerNS, 1, Config{})[0]
+	ctx := context.Background()
+	claim(t, old, shopRS, "r1")
+	waitForWrites(t, old, shopRS)
+	unblock := make(chan struct{})
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-unblock
+		return false, nil, nil
+	})
+	// Past a quarter of the term, within half of it: the claim is answered and renews.
+	clock.Step(6 * time.Second)
+	if s := claim(t, old, shopRS, "r2"); s != 2 {
+		t.Fatalf("the claim starting the renewal got seat %d, want 2", s)
+	}
+	handedOver := make(chan struct{})
+	go func() {
+		old.Handover(ctx, false)
+		close(handedOver)
+	}()
+	waitFor(t, "the hand-over to begin", func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		return !old.handedOver.IsZero()
+	})
+	answered := make(chan error, 1)
+	var seat int
+	go func() {
+		var err error
+		seat, _, err = old.claim(ctx, shopRS, idHash("peer"), false)
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		if err != nil || seat != 3 {
+			t.Fatalf("a peer's claim while the renewal is in flight: seat %d, %v; want seat 3", seat, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a peer's claim waited for the renewal in flight instead of being answered")
+	}
+	close(unblock)
+	<-handedOver
+	waitForHolder(t, next, shopRS, "")
+	if s := claim(t, next, shopRS, "after"); s != 4 {
+		t.Fatalf("the successor's first claim got seat %d, want 4 (1 to 3 are the handed-over reservations)", s)
+	}
 }
 
 // A handed-over owner tells a peer to read the record again only once its release has
@@ -812,7 +890,7 @@ func TestHandedOverAnswerFollowsTheRelease(t *testing.T) {
 		<-unblock
 		return false, nil, nil
 	})
-	go old.Handover(ctx)
+	go old.Handover(ctx, false)
 	waitFor(t, "the release to start", func() bool {
 		old.mu.Lock()
 		defer old.mu.Unlock()
@@ -856,7 +934,7 @@ func TestTakeoverAcrossSkewedClocks(t *testing.T) {
 	if s := claim(t, old, shopRS, "in-flight"); s != 1 {
 		t.Fatalf("first claim got %d", s)
 	}
-	old.Handover(context.Background())
+	old.Handover(context.Background(), false)
 	waitForHolder(t, next, shopRS, "")
 	if s := claim(t, next, shopRS, "after-handover"); s != 2 {
 		t.Fatalf("after the handover the next claim got seat %d, want 2: seat 1 is reserved for a pod not seen yet", s)

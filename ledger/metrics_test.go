@@ -32,7 +32,7 @@ func TestLedgerMetricsCountWhatHappened(t *testing.T) {
 	if s := claim(t, b, shopRS, "b1"); s != 3 {
 		t.Fatalf("b's forwarded claim got %d, want 3", s)
 	}
-	a.Handover(context.Background())
+	a.Handover(context.Background(), false)
 	waitForHolder(t, b, shopRS, "")
 	if s := claim(t, b, shopRS, "b2"); s != 4 {
 		t.Fatalf("b's claim after the handover got %d, want 4", s)

@@ -47,9 +47,11 @@ func (l *Ledger) acquire(s *revState) *ownershipWrite {
 }
 
 // renewIfDue renews the owner's record in the background a quarter of the term after
-// the last renewal; only claims renew, an idle record is released (releaseIdle).
+// the last renewal; only claims renew, an idle record is released (releaseIdle). After
+// the hand-over nothing renews: a revision taken back is taken again once its ownership
+// ends.
 func (l *Ledger) renewIfDue(s *revState, now time.Time) {
-	if s.writing == nil && now.Sub(s.renewedAt) >= max(s.term, l.duration)/4 {
+	if s.writing == nil && l.handedOver.IsZero() && now.Sub(s.renewedAt) >= max(s.term, l.duration)/4 {
 		l.acquire(s)
 	}
 }
@@ -244,16 +246,20 @@ func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 // Handover releases every revision this replica owns, listing its live reservations,
 // so others take them over at once: call it when the drain begins, while this replica
 // still answers (a peer's claim gets 409, not a closed port that looks like a crash),
-// and again once the server stopped. From then on this replica forwards its claims
-// (leavesToSuccessor).
-func (l *Ledger) Handover(ctx context.Context) {
+// and again, final, as its server stops taking connections. It answers as owner until
+// its record writes in flight have landed (no claim renews after the hand-over), then
+// stops answering and starts the releases in one step: a peer's claim from then on gets
+// its 409 once the release landed (claim), so the peer's one read of the record shows
+// it. From then on this replica forwards its claims (leavesToSuccessor); after the
+// final call it takes no revision back, as no peer could reach it as owner.
+func (l *Ledger) Handover(ctx context.Context, final bool) {
 	l.mu.Lock()
 	if l.handedOver.IsZero() {
 		l.handedOver = l.clock.Now()
 	}
+	l.final = l.final || final
 	var writes []*ownershipWrite
 	for _, s := range l.revs {
-		s.ownedUntil = time.Time{} // answer no more claims
 		if s.writing != nil {
 			writes = append(writes, s.writing)
 		}
@@ -264,19 +270,25 @@ func (l *Ledger) Handover(ctx context.Context) {
 	}
 	l.mu.Lock()
 	for _, s := range l.revs {
-		s.ownedUntil = time.Time{} // a write that landed meanwhile
+		s.ownedUntil = time.Time{} // answer no more claims
 	}
+	idle, releases := l.startReleases(l.clock.Now())
 	l.mu.Unlock()
-	l.metrics.handovers.Add(float64(l.releaseIdle(ctx)))
+	l.metrics.handovers.Add(float64(l.releaseAll(ctx, idle, releases)))
 }
 
 // releaseIdle releases the records this replica holds but no claim renewed, so the next
 // owner takes the revision at once knowing every seat answered; it counts the releases.
 func (l *Ledger) releaseIdle(ctx context.Context) int {
-	now := l.clock.Now()
-	var idle []*revState
-	var writes []*ownershipWrite
 	l.mu.Lock()
+	idle, releases := l.startReleases(l.clock.Now())
+	l.mu.Unlock()
+	return l.releaseAll(ctx, idle, releases)
+}
+
+// startReleases marks a release in flight on each record this replica holds but does
+// not own any more, and returns them; l.mu is held.
+func (l *Ledger) startReleases(now time.Time) (idle []*revState, writes []*ownershipWrite) {
 	for _, s := range l.revs {
 		if s.writing == nil && holderOf(s.record) == l.identity && !l.owns(s, now) {
 			s.writing = &ownershipWrite{done: make(chan struct{})}
@@ -284,7 +296,11 @@ func (l *Ledger) releaseIdle(ctx context.Context) int {
 			writes = append(writes, s.writing)
 		}
 	}
-	l.mu.Unlock()
+	return idle, writes
+}
+
+// releaseAll runs the releases startReleases marked and counts those that landed.
+func (l *Ledger) releaseAll(ctx context.Context, idle []*revState, writes []*ownershipWrite) int {
 	released := 0
 	for i, s := range idle {
 		if l.release(ctx, s, writes[i]) {

@@ -25,6 +25,9 @@ type Drain struct {
 	Timeout time.Duration
 	// Begin is called once, when the stop signal arrives (e.g. to fail /readyz).
 	Begin func()
+	// End is called once, after Period, while the server still answers and before it
+	// stops taking connections (e.g. a last hand-over its peers can still see).
+	End func()
 }
 
 // ServeDrain runs an HTTPS server on ln until stop ends, then drains as d says.
@@ -72,6 +75,9 @@ func ServeDrain(stop context.Context, ln net.Listener, handler http.Handler, get
 		draining.Store(true)
 		log.WithField("drain", d.Period.String()).Info("stop signal: not ready; serving until the endpoint removal has spread")
 		time.Sleep(d.Period)
+	}
+	if d.End != nil {
+		d.End()
 	}
 	timeout := d.Timeout
 	if timeout <= 0 {

@@ -22,8 +22,8 @@ import (
 )
 
 // On the stop signal /readyz fails at once, admissions are still served during the
-// drain period, an admission in flight when the period ends finishes, and only then
-// does ServeDrain return.
+// drain period, End runs after it while the server still answers, an admission in
+// flight when the period ends finishes, and only then does ServeDrain return.
 func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 	var draining atomic.Bool
 	slow := make(chan struct{})
@@ -43,7 +43,16 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 		Metrics: NewMetrics(), Log: quietLog(),
 	}
 	const period = 700 * time.Millisecond
-	url, client, signal, done := startDrain(t, h, Drain{Period: period, Begin: func() { draining.Store(true) }}, true)
+	var (
+		url    string
+		client *http.Client
+		endErr = make(chan error, 1)
+	)
+	end := func() {
+		_, err := webhooktest.Mutate(client, url, webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid")))
+		endErr <- err
+	}
+	url, client, signal, done := startDrain(t, h, Drain{Period: period, Begin: func() { draining.Store(true) }, End: end}, true)
 	health := startPlain(t, h.HealthMux())
 	status := func(path string) int {
 		resp, err := http.Get(health + path)
@@ -69,7 +78,10 @@ func TestDrainKeepsServingUntilInFlightFinish(t *testing.T) {
 	if _, err := webhooktest.Mutate(client, url, webhooktest.CreateRequest(t, webhooktest.RSPod("demo", "rs-uid"))); err != nil {
 		t.Errorf("admission during the drain: %v", err)
 	}
-	time.Sleep(period) // past the drain period: the server now waits for the slow one
+	if err := <-endErr; err != nil {
+		t.Errorf("admission during End: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // past End: the server now waits for the slow one
 	select {
 	case err := <-done:
 		t.Fatalf("ServeDrain returned (%v) with an admission in flight", err)

@@ -322,23 +322,25 @@ func (r *replica) run(ctx, stop context.Context, start func() bool) error {
 	go r.seats.AwaitPeerAddress(ctx)
 	// The drain begins with the hand-over, while this replica still answers: the other
 	// replicas take its revisions over at once, with its reservations, and its own
-	// admissions are forwarded to them. Once the server has stopped, a second hand-over
-	// releases what it took back meanwhile (no other replica claimed it).
+	// admissions are forwarded to them. As the drain ends, still answering, a final
+	// hand-over releases what it took back meanwhile (no other replica claimed it):
+	// from then on it takes nothing back, as no peer could reach it once its server
+	// stops. The last call covers a server that failed before its drain.
 	drain := webhook.Drain{Period: cfg.Serving.ShutdownDrain, Begin: func() {
 		r.draining.Store(true)
-		r.handover(ctx)
-	}}
+		r.handover(ctx, false)
+	}, End: func() { r.handover(ctx, true) }}
 	err = webhook.ServeDrain(stop, ln, r.handlers.Mux(), r.certs.GetCertificate, drain, entry)
 	stopPlain()
 	<-plainDone
-	r.handover(ctx)
+	r.handover(ctx, true)
 	return err
 }
 
 // handover hands the revisions this replica owns over to the others (Ledger.Handover),
 // within 5 s.
-func (r *replica) handover(ctx context.Context) {
+func (r *replica) handover(ctx context.Context, final bool) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r.seats.Handover(ctx)
+	r.seats.Handover(ctx, final)
 }
