@@ -833,11 +833,7 @@ func TestHandoverAnswersUntilItsRenewalLands(t *testing.T) {
 	ctx := context.Background()
 	claim(t, old, shopRS, "r1")
 	waitForWrites(t, old, shopRS)
-	unblock := make(chan struct{})
-	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		<-unblock
-		return false, nil, nil
-	})
+	unblock := blockLeaseUpdates(client)
 	// Past a quarter of the term, within half of it: the claim is answered and renews.
 	clock.Step(6 * time.Second)
 	if s := claim(t, old, shopRS, "r2"); s != 2 {
@@ -885,11 +881,7 @@ func TestHandedOverAnswerFollowsTheRelease(t *testing.T) {
 	ctx := context.Background()
 	claim(t, old, shopRS, "r1")
 	waitForWrites(t, old, shopRS)
-	unblock := make(chan struct{})
-	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		<-unblock
-		return false, nil, nil
-	})
+	unblock := blockLeaseUpdates(client)
 	go old.Handover(ctx, false)
 	waitFor(t, "the release to start", func() bool {
 		old.mu.Lock()
@@ -1020,4 +1012,15 @@ func TestReleaseFromAnOldReplicaTakesNoSeat(t *testing.T) {
 	if s := claim(t, l, shopRS, "first"); s != 1 {
 		t.Fatalf("the first claim after an old release got seat %d, want 1", s)
 	}
+}
+
+// blockLeaseUpdates holds every later Lease update of client until the returned
+// channel is closed: a record write in flight for as long as a test needs.
+func blockLeaseUpdates(client *fake.Clientset) chan struct{} {
+	unblock := make(chan struct{})
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-unblock
+		return false, nil, nil
+	})
+	return unblock
 }
