@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
 // blockWarning is a Capacity Block's expiration warning for reservation, ending at end.
@@ -22,8 +24,8 @@ func TestCapacityBlockEndSignalsItsNodesUntilTheEnd(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	nodes := pools()
 	nodes.nodes = append(nodes.nodes,
-		Node{Name: "cb0", Instance: "i-cb0", Labels: map[string]string{"karpenter.sh/capacity-type": "reserved", reservationLabel: "cr-0123456789abcdef0"}},
-		Node{Name: "odcr0", Instance: "i-odcr0", Labels: map[string]string{"karpenter.sh/capacity-type": "reserved", reservationLabel: "cr-11111111"}},
+		Node{Name: "cb0", Instance: "i-cb0", Labels: map[string]string{"karpenter.sh/capacity-type": "reserved", strategy.ReservationIDLabel: "cr-0123456789abcdef0"}},
+		Node{Name: "odcr0", Instance: "i-odcr0", Labels: map[string]string{"karpenter.sh/capacity-type": "reserved", strategy.ReservationIDLabel: "cr-11111111"}},
 	)
 	tr, m, changed := newTestTracker(t, nodes, &now)
 	set, spot := term(t, "karpenter.sh/capacity-type=reserved|on-demand"), term(t, "karpenter.sh/capacity-type=spot")
@@ -74,7 +76,7 @@ func TestCapacityBlockEndSignalsItsNodesUntilTheEnd(t *testing.T) {
 	}
 
 	// A node Karpenter launched into the block after the warning is the block's too.
-	nodes.nodes = append(nodes.nodes, Node{Name: "cb1", Instance: "i-cb1", Labels: map[string]string{"karpenter.sh/capacity-type": "reserved", reservationLabel: "cr-0123456789abcdef0"}})
+	nodes.nodes = append(nodes.nodes, Node{Name: "cb1", Instance: "i-cb1", Labels: map[string]string{"karpenter.sh/capacity-type": "reserved", strategy.ReservationIDLabel: "cr-0123456789abcdef0"}})
 	now = now.Add(20 * time.Minute)
 	if v := tr.Assess(set, now); len(v.Signalled) != 2 || !v.AtRisk {
 		t.Errorf("after a second node joined the block: %+v", v)

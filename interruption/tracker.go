@@ -61,17 +61,13 @@ type Tracker struct {
 	// gone, and the new node must not inherit the old instance's signal.
 	signals map[string]NodeSignals
 	// blocks are the Capacity Blocks whose end was announced, by reservation id: a node
-	// labelled with one (reservationLabel) is signalled until the block's end, Karpenter
+	// labelled with one (strategy.ReservationIDLabel) is signalled until the block's end, Karpenter
 	// nodes launched into it after the warning included.
 	blocks map[string]block
 	// terms are the terms asked about (Assess), by label string: the metrics' terms.
 	terms      map[string]*termState
 	generation uint64
 }
-
-// reservationLabel is the label Karpenter's AWS provider gives a node launched into a
-// capacity reservation: the reservation's id.
-const reservationLabel = "karpenter.k8s.aws/capacity-reservation-id"
 
 // block is a Capacity Block whose end was announced: when (at) and its end.
 type block struct{ at, end time.Time }
@@ -189,7 +185,7 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 func (t *Tracker) recordBlock(sig Signal, at time.Time, log logrus.FieldLogger) Outcome {
 	var names []string
 	t.cfg.Nodes.Each(func(n Node) {
-		if n.Labels[reservationLabel] != sig.Reservation {
+		if n.Labels[strategy.ReservationIDLabel] != sig.Reservation {
 			return
 		}
 		names = append(names, n.Name)
@@ -202,7 +198,7 @@ func (t *Tracker) recordBlock(sig Signal, at time.Time, log logrus.FieldLogger) 
 	log = log.WithField("reservation", sig.Reservation)
 	if len(names) == 0 {
 		t.mu.Unlock()
-		log.WithField("result", ResultUnknownInstance).Infof("interruption queue: no node of the cluster is on capacity reservation %s (label %s); event dropped", sig.Reservation, reservationLabel)
+		log.WithField("result", ResultUnknownInstance).Infof("interruption queue: no node of the cluster is on capacity reservation %s (label %s); event dropped", sig.Reservation, strategy.ReservationIDLabel)
 		return t.count(ResultUnknownInstance)
 	}
 	t.seen[sig.Key()] = at
@@ -272,7 +268,7 @@ func (t *Tracker) assessLocked(key string, ts *termState, now time.Time) Verdict
 		names = append(names, n.Name)
 		ns, ok := t.signals[n.Instance]
 		ok = ok && n.Instance != ""
-		if b, on := t.blocks[n.Labels[reservationLabel]]; on {
+		if b, on := t.blocks[n.Labels[strategy.ReservationIDLabel]]; on {
 			at := map[Kind]time.Time{KindCapacityBlockEnd: b.at}
 			for k, a := range ns.At {
 				at[k] = a

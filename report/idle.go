@@ -19,9 +19,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// reservationLabel names a reserved node's capacity reservation (Karpenter's AWS provider).
-const reservationLabel = "karpenter.k8s.aws/capacity-reservation-id"
-
 // defaultMaxPods is the kubelet's pod limit for a node that reports none.
 const defaultMaxPods = 110
 
@@ -93,7 +90,7 @@ func idleReserved(st *State, term strategy.Term, size requests, onDemand int) *I
 		}
 		if fit := room(n.Status.Allocatable, used, size); fit > 0 {
 			idle.Pods += int(fit)
-			id := n.Labels[reservationLabel]
+			id := n.Labels[strategy.ReservationIDLabel]
 			if id == "" {
 				id = name
 			}

@@ -24,7 +24,7 @@ import (
 // reservedNode is a reserved node of reservation id, of cpu, memory and maxPods.
 func reservedNode(name, id, arch, cpu, mem, maxPods string) *corev1.Node {
 	n := pricedNode(name, "reserved", "m5.xlarge", "z-a", cpu, mem)
-	n.Labels[reservationLabel], n.Labels[corev1.LabelArchStable] = id, arch
+	n.Labels[strategy.ReservationIDLabel], n.Labels[corev1.LabelArchStable] = id, arch
 	n.Status.Allocatable[corev1.ResourcePods] = resource.MustParse(maxPods)
 	return n
 }

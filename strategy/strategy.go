@@ -50,6 +50,10 @@ const SetSeparator = "|"
 // already paid for (On-Demand Capacity Reservations, Capacity Blocks).
 const CapacityTypeLabel = "karpenter.sh/capacity-type"
 
+// ReservationIDLabel names the capacity reservation (or Capacity Block) a node runs in
+// (Karpenter's AWS provider).
+const ReservationIDLabel = "karpenter.k8s.aws/capacity-reservation-id"
+
 // Values returns the label's values: one for a single value, several for a set.
 func (l Label) Values() []string { return SplitValues(l.Value) }
 
