@@ -77,7 +77,7 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := deployment(ns, "burst", capacityStrategy, 500, true)
-	start := lb.total()
+	start, calls := lb.total(), lb.Answered()
 	createDeployment(ctx, t, d)
 	owner := ownerMidBurst(ctx, t, lb, start, procs, ns, d.Name)
 	if err := owner.Kill(); err != nil {
@@ -99,6 +99,7 @@ func TestTwoReplicasBurst500OwnerKilled(t *testing.T) {
 	h := admissionLatencySince(ctx, t, before)
 	t.Logf("MEASURED owner killed mid-burst: %.0f admissions at the API server, p50 %s, p99 %s, %d pods admitted unplaced, %d balancer retries",
 		h.Count(), h.FormatQuantile(0.5), h.FormatQuantile(0.99), unplaced(), lb.Failed())
+	logBalancerLatency(t, "owner killed mid-burst", lb.Latencies(calls))
 	// Seats the dead owner answered whose pods the survivor did not see in time may be
 	// held twice: the ledger alone is not exact after a crash, the convergence loop
 	// repairs it (as in production, where every replica may run it). One runs from
@@ -155,7 +156,7 @@ func TestTwoReplicasBurst500OwnerStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := deployment(ns, "burst", capacityStrategy, 500, true)
-	start := lb.total()
+	start, calls := lb.total(), lb.Answered()
 	createDeployment(ctx, t, d)
 	owner := ownerMidBurst(ctx, t, lb, start, procs, ns, d.Name)
 	at := lb.total() - start
@@ -170,6 +171,7 @@ func TestTwoReplicasBurst500OwnerStopped(t *testing.T) {
 	h := admissionLatencySince(ctx, t, before)
 	t.Logf("MEASURED owner stopped gracefully mid-burst: %.0f admissions at the API server, p50 %s, p99 %s, %d pods admitted unplaced, %d balancer retries",
 		h.Count(), h.FormatQuantile(0.5), h.FormatQuantile(0.99), unplaced(), lb.Failed())
+	logBalancerLatency(t, "owner stopped gracefully mid-burst", lb.Latencies(calls))
 	if n := unplaced(); n != 0 {
 		t.Errorf("%d pods admitted unplaced while the seat owner stopped, want 0", n)
 	}
@@ -406,4 +408,12 @@ func TestForgedPodsInAnotherNamespaceTakeNoSeat(t *testing.T) {
 	if live != len(forged) {
 		t.Fatalf("only %d of %d forged pods were still live after the victim's admission: the test proves nothing", live, len(forged))
 	}
+}
+
+// logBalancerLatency logs the exact latency of the burst's calls as the balancer in front
+// of the replicas saw them (the API server's own histogram has a bucket from 2.5 to 10 s).
+func logBalancerLatency(t *testing.T, what string, took harness.Latencies) {
+	t.Helper()
+	t.Logf("MEASURED %s, exact at the balancer: %d calls, p50 %s, p99 %s, max %s", what, len(took),
+		took.Quantile(0.5).Round(time.Millisecond), took.Quantile(0.99).Round(time.Millisecond), took.Quantile(1).Round(time.Millisecond))
 }

@@ -54,7 +54,19 @@ type LoadResult struct {
 	Failed    int
 	FirstFail string
 	Elapsed   time.Duration
-	latencies []time.Duration // sorted
+	latencies Latencies
+}
+
+// Latencies are call durations, sorted.
+type Latencies []time.Duration
+
+// Quantile is the q-quantile (nearest rank), 0 without calls.
+func (l Latencies) Quantile(q float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(l))+0.5) - 1
+	return l[min(max(i, 0), len(l)-1)]
 }
 
 // Throughput is requests per second.
@@ -64,13 +76,7 @@ func (r LoadResult) Throughput() float64 { return float64(r.Requests) / r.Elapse
 func (r LoadResult) PerRequest() time.Duration { return r.Elapsed / time.Duration(max(r.Requests, 1)) }
 
 // Quantile is the q-quantile of the latencies (nearest rank).
-func (r LoadResult) Quantile(q float64) time.Duration {
-	if len(r.latencies) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(r.latencies))+0.5) - 1
-	return r.latencies[min(max(i, 0), len(r.latencies)-1)]
-}
+func (r LoadResult) Quantile(q float64) time.Duration { return r.latencies.Quantile(q) }
 
 // Max is the slowest request.
 func (r LoadResult) Max() time.Duration { return r.Quantile(1) }

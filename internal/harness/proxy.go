@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,13 +26,17 @@ type Proxy struct {
 	Port int
 	// ReadyURL is the readiness URL of the backend on port; nil: `serve`'s,
 	// http://127.0.0.1:<HealthPort(port)>/readyz. Set it before WatchReadiness.
-	ReadyURL  func(port int) string
-	backends  []int
-	counts    []atomic.Int64
-	ready     []atomic.Bool
-	failed    atomic.Int64
-	errMu     sync.Mutex
-	errs      []string // the first failures, for a test's report
+	ReadyURL func(port int) string
+	backends []int
+	counts   []atomic.Int64
+	ready    []atomic.Bool
+	failed   atomic.Int64
+	errMu    sync.Mutex // guards errs and took
+	errs     []string   // the first failures, for a test's report
+	// took is every answered call's time in the proxy, from reading its body to the
+	// backend's answer written: what the API server's call waited, exactly (its own
+	// histogram's buckets are 2.5 s to 10 s wide where a slow call lands).
+	took      []time.Duration
 	next      atomic.Int64
 	srv       *http.Server
 	transport *http.Transport
@@ -69,6 +74,7 @@ func StartProxy(port int, cert tls.Certificate, backendTLS *tls.Config, backends
 
 // forward sends one request to the ready backends in turn, then to the others.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -107,6 +113,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(resp.StatusCode)
 		_, _ = io.Copy(w, resp.Body)
 		_ = resp.Body.Close()
+		p.errMu.Lock()
+		p.took = append(p.took, time.Since(start))
+		p.errMu.Unlock()
 		return
 	}
 	http.Error(w, "no backend answered", http.StatusBadGateway)
@@ -215,6 +224,23 @@ func (p *Proxy) Failures() []string {
 	p.errMu.Lock()
 	defer p.errMu.Unlock()
 	return append([]string(nil), p.errs...)
+}
+
+// Latencies returns the time each answered call spent in the proxy since the index-th
+// answered call (0: all), sorted: the backends' time, retries included.
+func (p *Proxy) Latencies(since int) Latencies {
+	p.errMu.Lock()
+	out := append(Latencies(nil), p.took[min(since, len(p.took)):]...)
+	p.errMu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
+// Answered counts the calls answered so far: an index for Latencies.
+func (p *Proxy) Answered() int {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	return len(p.took)
 }
 
 // Close stops the proxy and returns the server's error, if it failed other than by closing.

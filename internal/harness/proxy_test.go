@@ -80,6 +80,15 @@ func TestProxyReadinessLikeTheKubelet(t *testing.T) {
 	if got := p.Served(); got[0] != 4 || got[1] != 0 {
 		t.Errorf("served %v, want all 4 requests on the ready backend", got)
 	}
+	// A call the backend takes 300 ms over shows as such among the calls' latencies.
+	resp, err := client.Get("https://127.0.0.1:" + strconv.Itoa(port) + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if all, slow := p.Latencies(0), p.Latencies(4); len(all) != 5 || p.Answered() != 5 || len(slow) != 1 || slow[0] < 300*time.Millisecond || all.Quantile(1) != slow[0] {
+		t.Errorf("latencies %v since the 5th call %v (answered %d), want 5 calls, the last over 300 ms and the slowest", all, slow, p.Answered())
+	}
 	badStatus.Store(http.StatusOK)
 	waitFor("the backend back to 200 returns", func() bool { return p.ready[1].Load() })
 }
