@@ -201,7 +201,7 @@ func TestCapacityBlockEndMovesItsPodsAndNotBack(t *testing.T) {
 			t.Errorf("pod %s runs on the ended block's node %s", pod.Name, pod.Spec.NodeName)
 		}
 	}
-	if got := m(p+"interruption_messages_total", harness.Labels{"result": interruption.ResultSignal}); got != 1 {
+	if got := m(p+"interruption_messages_total", harness.Labels{"result": "signal"}); got != 1 {
 		t.Errorf("interruption_messages_total{result=signal} = %v, want 1", got)
 	}
 	if queue.Messages("cksw-signals") != 0 {

@@ -37,10 +37,10 @@ func TestCapacityBlockEndSignalsItsNodesUntilTheEnd(t *testing.T) {
 		body   []byte
 		result string
 	}{
-		{blockWarning("w1", "cr-99999999", now, end), ResultUnknownInstance},
-		{blockWarning("w2", "cr-0123456789abcdef0", now.Add(-time.Hour), now.Add(-time.Minute)), ResultStale},
-		{blockWarning("w3", "cr-0123456789abcdef0", now.Add(-15*time.Minute), end), ResultSignal},
-		{blockWarning("w3", "cr-0123456789abcdef0", now.Add(-15*time.Minute), end), ResultDuplicate},
+		{blockWarning("w1", "cr-99999999", now, end), resultUnknownInstance},
+		{blockWarning("w2", "cr-0123456789abcdef0", now.Add(-time.Hour), now.Add(-time.Minute)), resultStale},
+		{blockWarning("w3", "cr-0123456789abcdef0", now.Add(-15*time.Minute), end), resultSignal},
+		{blockWarning("w3", "cr-0123456789abcdef0", now.Add(-15*time.Minute), end), resultDuplicate},
 	}
 	for i, s := range steps {
 		if got := tr.Handle(s.body, want); got.Result != s.result || got.Retry {

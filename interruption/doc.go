@@ -5,7 +5,7 @@
 // State-change Notification" and a Capacity Block's expiration warning), and answers
 // the convergence loop's question about one term.
 //
-//   - message.go decodes one EventBridge event (Decode): its kind, instance (or a
+//   - message.go decodes one EventBridge event (decode): its kind, instance (or a
 //     Capacity Block's reservation and end), time, account and region; anything else
 //     is refused with a reason.
 //   - risk.go is the rule, a pure function (Rule.Assess): a term is at risk when

@@ -51,8 +51,8 @@ var reservationID = regexp.MustCompile(`^cr-(?:[0-9a-f]{8}|[0-9a-f]{17})$`)
 // lossStates are the instance states a state-change notification counts for.
 var lossStates = map[string]bool{"stopping": true, "stopped": true, "shutting-down": true, "terminated": true}
 
-// MaxMessageBytes is the largest message body decoded: SQS's own limit (256 KiB).
-const MaxMessageBytes = 256 << 10
+// maxMessageBytes is the largest message body decoded: SQS's own limit (256 KiB).
+const maxMessageBytes = 256 << 10
 
 // Signal is one decoded EC2 event.
 type Signal struct {
@@ -87,18 +87,18 @@ func (s Signal) Key() string {
 	return string(s.Kind) + "/" + s.Instance + s.Reservation + "/" + s.State + "/" + s.Time.UTC().Format(time.RFC3339Nano)
 }
 
-// DecodeError is why a message is not a signal. Reason is the metrics' "result" label:
-// ResultMalformed (not an EventBridge EC2 event of the expected shape) or
-// ResultUnsupported (an EC2 event of another detail-type).
-type DecodeError struct {
+// decodeError is why a message is not a signal. Reason is the metrics' "result" label:
+// resultMalformed (not an EventBridge EC2 event of the expected shape) or
+// resultUnsupported (an EC2 event of another detail-type).
+type decodeError struct {
 	Reason string
 	Detail string
 }
 
-func (e *DecodeError) Error() string { return e.Reason + ": " + e.Detail }
+func (e *decodeError) Error() string { return e.Reason + ": " + e.Detail }
 
 func malformed(format string, args ...any) error {
-	return &DecodeError{Reason: ResultMalformed, Detail: fmt.Sprintf(format, args...)}
+	return &decodeError{Reason: resultMalformed, Detail: fmt.Sprintf(format, args...)}
 }
 
 // envelope is the part of an EventBridge event that is read.
@@ -119,11 +119,11 @@ type detail struct {
 	EndDate       string `json:"end-date"`
 }
 
-// Decode reads one SQS message body as the EventBridge event of an EC2 instance. It
+// decode reads one SQS message body as the EventBridge event of an EC2 instance. It
 // never panics; anything it cannot use is a *DecodeError.
-func Decode(body []byte) (Signal, error) {
-	if len(body) > MaxMessageBytes {
-		return Signal{}, malformed("message of %d bytes, more than SQS's %d", len(body), MaxMessageBytes)
+func decode(body []byte) (Signal, error) {
+	if len(body) > maxMessageBytes {
+		return Signal{}, malformed("message of %d bytes, more than SQS's %d", len(body), maxMessageBytes)
 	}
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 || body[0] != '{' {
@@ -138,7 +138,7 @@ func Decode(body []byte) (Signal, error) {
 	}
 	kind, ok := detailTypes[env.DetailType]
 	if !ok {
-		return Signal{}, &DecodeError{Reason: ResultUnsupported, Detail: fmt.Sprintf("detail-type %q is none of the EC2 events read", clip(env.DetailType))}
+		return Signal{}, &decodeError{Reason: resultUnsupported, Detail: fmt.Sprintf("detail-type %q is none of the EC2 events read", clip(env.DetailType))}
 	}
 	var d detail
 	if len(env.Detail) == 0 || json.Unmarshal(env.Detail, &d) != nil {

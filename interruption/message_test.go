@@ -38,40 +38,40 @@ func TestDecode(t *testing.T) {
 		{name: "Capacity Block warning, as the EC2 guide's example names it",
 			body: event("e5", "Capacity Block Reservation Expiration Warning", "123456789012", "eu-west-1", at, `{"capacity-reservation-id":"cr-12345678","end-date":"2026-03-01T12:40:00Z","instance-id":"i-0abc"}`),
 			want: Signal{ID: "e5", Kind: KindCapacityBlockEnd, Reservation: "cr-12345678", End: at.Add(40 * time.Minute), Time: at, Account: "123456789012", Region: "eu-west-1"}},
-		{name: "Capacity Block delivered", body: event("e", "Capacity Block Reservation Delivered", "1", "r", at, `{"capacity-reservation-id":"cr-12345678","end-date":"2026-03-01T12:40:00Z"}`), reason: ResultUnsupported},
-		{name: "Capacity Block without a reservation", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"end-date":"2026-03-01T12:40:00Z"}`), reason: ResultMalformed},
-		{name: "Capacity Block with a bad reservation", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"capacity-reservation-id":"cr-../x","end-date":"2026-03-01T12:40:00Z"}`), reason: ResultMalformed},
-		{name: "Capacity Block without an end", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"capacity-reservation-id":"cr-12345678"}`), reason: ResultMalformed},
-		{name: "Capacity Block ending before its warning", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"capacity-reservation-id":"cr-12345678","end-date":"2026-03-01T11:00:00Z"}`), reason: ResultMalformed},
-		{name: "garbage", body: "hello", reason: ResultMalformed},
-		{name: "empty", body: "", reason: ResultMalformed},
-		{name: "JSON array", body: "[1,2]", reason: ResultMalformed},
-		{name: "truncated", body: `{"source":"aws.ec2","detail-type":"EC2`, reason: ResultMalformed},
+		{name: "Capacity Block delivered", body: event("e", "Capacity Block Reservation Delivered", "1", "r", at, `{"capacity-reservation-id":"cr-12345678","end-date":"2026-03-01T12:40:00Z"}`), reason: resultUnsupported},
+		{name: "Capacity Block without a reservation", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"end-date":"2026-03-01T12:40:00Z"}`), reason: resultMalformed},
+		{name: "Capacity Block with a bad reservation", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"capacity-reservation-id":"cr-../x","end-date":"2026-03-01T12:40:00Z"}`), reason: resultMalformed},
+		{name: "Capacity Block without an end", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"capacity-reservation-id":"cr-12345678"}`), reason: resultMalformed},
+		{name: "Capacity Block ending before its warning", body: event("e", "Capacity Block Expiration Warning", "1", "r", at, `{"capacity-reservation-id":"cr-12345678","end-date":"2026-03-01T11:00:00Z"}`), reason: resultMalformed},
+		{name: "garbage", body: "hello", reason: resultMalformed},
+		{name: "empty", body: "", reason: resultMalformed},
+		{name: "JSON array", body: "[1,2]", reason: resultMalformed},
+		{name: "truncated", body: `{"source":"aws.ec2","detail-type":"EC2`, reason: resultMalformed},
 		{name: "another source",
 			body:   strings.Replace(event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{"instance-id":"i-1"}`), "aws.ec2", "aws.s3", 1),
-			reason: ResultMalformed},
+			reason: resultMalformed},
 		{name: "another EC2 event",
 			body:   event("e", "EC2 Fleet Spot Instance Request Change", "1", "r", at, `{"instance-id":"i-1"}`),
-			reason: ResultUnsupported},
-		{name: "no detail", body: strings.Replace(event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `null`), `,"detail":null`, "", 1), reason: ResultMalformed},
-		{name: "detail not an object", body: event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `"i-1"`), reason: ResultMalformed},
-		{name: "no instance", body: event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{}`), reason: ResultMalformed},
-		{name: "instance with a slash", body: event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{"instance-id":"../i-1"}`), reason: ResultMalformed},
-		{name: "bad time", body: strings.Replace(event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{"instance-id":"i-1"}`), "2026-03-01T12:00:00Z", "yesterday", 1), reason: ResultMalformed},
-		{name: "no account", body: event("e", "EC2 Instance Rebalance Recommendation", "", "r", at, `{"instance-id":"i-1"}`), reason: ResultMalformed},
-		{name: "state change without a state", body: event("e", "EC2 Instance State-change Notification", "1", "r", at, `{"instance-id":"i-1"}`), reason: ResultMalformed},
-		{name: "too big", body: `{"x":"` + strings.Repeat("a", MaxMessageBytes) + `"}`, reason: ResultMalformed},
+			reason: resultUnsupported},
+		{name: "no detail", body: strings.Replace(event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `null`), `,"detail":null`, "", 1), reason: resultMalformed},
+		{name: "detail not an object", body: event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `"i-1"`), reason: resultMalformed},
+		{name: "no instance", body: event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{}`), reason: resultMalformed},
+		{name: "instance with a slash", body: event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{"instance-id":"../i-1"}`), reason: resultMalformed},
+		{name: "bad time", body: strings.Replace(event("e", "EC2 Instance Rebalance Recommendation", "1", "r", at, `{"instance-id":"i-1"}`), "2026-03-01T12:00:00Z", "yesterday", 1), reason: resultMalformed},
+		{name: "no account", body: event("e", "EC2 Instance Rebalance Recommendation", "", "r", at, `{"instance-id":"i-1"}`), reason: resultMalformed},
+		{name: "state change without a state", body: event("e", "EC2 Instance State-change Notification", "1", "r", at, `{"instance-id":"i-1"}`), reason: resultMalformed},
+		{name: "too big", body: `{"x":"` + strings.Repeat("a", maxMessageBytes) + `"}`, reason: resultMalformed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Decode([]byte(tc.body))
+			got, err := decode([]byte(tc.body))
 			if tc.reason == "" {
 				if err != nil || got != tc.want {
 					t.Fatalf("Decode: %+v, %v; want %+v", got, err, tc.want)
 				}
 				return
 			}
-			var de *DecodeError
+			var de *decodeError
 			if !errors.As(err, &de) || de.Reason != tc.reason {
 				t.Fatalf("Decode: %+v, %v; want a %s DecodeError", got, err, tc.reason)
 			}
@@ -93,7 +93,7 @@ func TestSignalCounts(t *testing.T) {
 	}
 }
 
-// Decode never panics, and what it accepts is a signal whose fields hold what the rest
+// decode never panics, and what it accepts is a signal whose fields hold what the rest
 // relies on.
 func FuzzDecode(f *testing.F) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -107,9 +107,9 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		s, err := Decode(body)
+		s, err := decode(body)
 		if err != nil {
-			var de *DecodeError
+			var de *decodeError
 			if !errors.As(err, &de) {
 				t.Fatalf("error %v is no *DecodeError", err)
 			}

@@ -8,35 +8,35 @@ import (
 
 // Results of a message, the values of the messages metric's "result" label.
 const (
-	// ResultSignal: a new signal for a node of the cluster, recorded.
-	ResultSignal = "signal"
-	// ResultDuplicate: an event already recorded (SQS delivers at least once).
-	ResultDuplicate = "duplicate"
-	// ResultStale: an event older than the window when it arrived.
-	ResultStale = "stale"
-	// ResultIgnored: a state change into a state that is no loss (pending, running).
-	ResultIgnored = "ignored"
-	// ResultMalformed: not an EventBridge EC2 event of the expected shape.
-	ResultMalformed = "malformed"
-	// ResultUnsupported: an EC2 event of another detail-type.
-	ResultUnsupported = "unsupported"
-	// ResultUnknownInstance: no node of the cluster has the instance (or, for a
+	// resultSignal: a new signal for a node of the cluster, recorded.
+	resultSignal = "signal"
+	// resultDuplicate: an event already recorded (SQS delivers at least once).
+	resultDuplicate = "duplicate"
+	// resultStale: an event older than the window when it arrived.
+	resultStale = "stale"
+	// resultIgnored: a state change into a state that is no loss (pending, running).
+	resultIgnored = "ignored"
+	// resultMalformed: not an EventBridge EC2 event of the expected shape.
+	resultMalformed = "malformed"
+	// resultUnsupported: an EC2 event of another detail-type.
+	resultUnsupported = "unsupported"
+	// resultUnknownInstance: no node of the cluster has the instance (or, for a
 	// Capacity Block's warning, is on the reservation).
-	ResultUnknownInstance = "unknown-instance"
-	// ResultOtherAccount and ResultOtherRegion: an event of an account or region other
+	resultUnknownInstance = "unknown-instance"
+	// resultOtherAccount and resultOtherRegion: an event of an account or region other
 	// than the queue's.
-	ResultOtherAccount = "other-account"
-	ResultOtherRegion  = "other-region"
+	resultOtherAccount = "other-account"
+	resultOtherRegion  = "other-region"
 )
 
-var results = []string{ResultSignal, ResultDuplicate, ResultStale, ResultIgnored, ResultMalformed, ResultUnsupported,
-	ResultUnknownInstance, ResultOtherAccount, ResultOtherRegion}
+var results = []string{resultSignal, resultDuplicate, resultStale, resultIgnored, resultMalformed, resultUnsupported,
+	resultUnknownInstance, resultOtherAccount, resultOtherRegion}
 
 // Reasons a receive failed, the values of the receive errors metric's "reason" label.
 const (
-	ErrQueueMissing = "queue-missing"
-	ErrAccessDenied = "access-denied"
-	ErrOther        = "other"
+	reasonQueueMissing = "queue-missing"
+	reasonAccessDenied = "access-denied"
+	reasonOther        = "other"
 )
 
 // Metrics are the interruption signals' Prometheus metrics; only the elected replica
@@ -50,9 +50,9 @@ type Metrics struct {
 	reachable     prometheus.Gauge
 }
 
-// NewMetrics creates the metrics and registers them on reg, their names prefixed with
+// newMetrics creates the metrics and registers them on reg, their names prefixed with
 // namespace and "_".
-func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
+func newMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 	reg = prometheus.WrapRegistererWithPrefix(namespace+"_", reg)
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -83,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 	for _, r := range results {
 		m.messages.WithLabelValues(r)
 	}
-	for _, r := range []string{ErrQueueMissing, ErrAccessDenied, ErrOther} {
+	for _, r := range []string{reasonQueueMissing, reasonAccessDenied, reasonOther} {
 		m.receiveErrors.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.messages, m.receiveErrors, m.signals, m.nodesAtRisk, m.termAtRisk, m.reachable} {

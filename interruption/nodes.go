@@ -26,9 +26,9 @@ type Nodes interface {
 	HasSynced() bool
 }
 
-// NodeSource is a Node watch that finds a node by the instance its providerID names:
+// nodeSource is a Node watch that finds a node by the instance its providerID names:
 // the capacity catalog's (karpenter.Catalog). Its Nodes are shared: never modified.
-type NodeSource interface {
+type nodeSource interface {
 	NodeByInstance(id string) (*corev1.Node, bool)
 	EachNode(fn func(*corev1.Node))
 	NodesSynced() bool
@@ -37,9 +37,9 @@ type NodeSource interface {
 // NodesOf is the tracker's node view read from src: one watch and one slim copy of each
 // Node serve both, where a watch of the signals' own would list every Node whole once
 // more.
-func NodesOf(src NodeSource) Nodes { return sourceNodes{src} }
+func NodesOf(src nodeSource) Nodes { return sourceNodes{src} }
 
-type sourceNodes struct{ src NodeSource }
+type sourceNodes struct{ src nodeSource }
 
 func (s sourceNodes) ByInstance(id string) (Node, bool) {
 	n, ok := s.src.NodeByInstance(id)

@@ -24,10 +24,10 @@ type Queue interface {
 	DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
 }
 
-// NewSQSClient builds the SQS client for queue (a URL or a name) from the default chain
+// newSQSClient builds the SQS client for queue (a URL or a name) from the default chain
 // (IRSA or EKS Pod Identity in a pod; AWS_REGION, else the region a queue URL names;
 // AWS_ENDPOINT_URL_SQS for a local endpoint) and returns it with its region.
-func NewSQSClient(ctx context.Context, queue string) (*sqs.Client, string, error) {
+func newSQSClient(ctx context.Context, queue string) (*sqs.Client, string, error) {
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("interruption queue: AWS configuration: %w", err)
@@ -40,13 +40,13 @@ func NewSQSClient(ctx context.Context, queue string) (*sqs.Client, string, error
 
 // Defaults of the poller.
 const (
-	// DefaultWait is SQS's longest long poll: one request per 20 s while the queue is
+	// defaultWait is SQS's longest long poll: one request per 20 s while the queue is
 	// empty.
-	DefaultWait = 20 * time.Second
-	// DefaultVisibility is how long a received message stays hidden from other
+	defaultWait = 20 * time.Second
+	// defaultVisibility is how long a received message stays hidden from other
 	// readers: handling takes milliseconds; a message left undeleted (the node view not
 	// synced yet) comes back after it.
-	DefaultVisibility = 30 * time.Second
+	defaultVisibility = 30 * time.Second
 	maxBackoff        = time.Minute
 )
 
@@ -63,7 +63,7 @@ type Poller struct {
 	Handle  func(body []byte, want Origin) Outcome
 	Metrics *Metrics
 	Log     logrus.FieldLogger
-	// Wait and Visibility default to DefaultWait and DefaultVisibility.
+	// Wait and Visibility default to defaultWait and defaultVisibility.
 	Wait, Visibility time.Duration
 	// sleep waits between failed reads (tests make it short).
 	sleep func(ctx context.Context, d time.Duration)
@@ -74,10 +74,10 @@ type Poller struct {
 // with backoff (1 s doubling to a minute); nothing else waits on it.
 func (p *Poller) Run(ctx context.Context) {
 	if p.Wait <= 0 {
-		p.Wait = DefaultWait
+		p.Wait = defaultWait
 	}
 	if p.Visibility <= 0 {
-		p.Visibility = DefaultVisibility
+		p.Visibility = defaultVisibility
 	}
 	sleep := p.sleep
 	if sleep == nil {
@@ -199,26 +199,26 @@ func origin(queueURL, region string) Origin {
 func classify(err error) string {
 	var missing *sqstypes.QueueDoesNotExist
 	if errors.As(err, &missing) {
-		return ErrQueueMissing
+		return reasonQueueMissing
 	}
 	var api smithy.APIError
 	if errors.As(err, &api) {
 		switch api.ErrorCode() {
 		case "QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue":
-			return ErrQueueMissing
+			return reasonQueueMissing
 		case "AccessDenied", "AccessDeniedException", "KMS.AccessDeniedException", "KmsAccessDenied":
-			return ErrAccessDenied
+			return reasonAccessDenied
 		}
 	}
-	return ErrOther
+	return reasonOther
 }
 
 // failureHint is the log message of a failed read: what to check.
 func failureHint(reason, what, queue string) string {
 	switch reason {
-	case ErrQueueMissing:
+	case reasonQueueMissing:
 		return fmt.Sprintf("interruption queue %s does not exist (%s): check INTERRUPTION_QUEUE and the region (AWS_REGION); retrying", queue, what)
-	case ErrAccessDenied:
+	case reasonAccessDenied:
 		return fmt.Sprintf("interruption queue %s: access denied (%s): the webhook's role needs sqs:ReceiveMessage, sqs:DeleteMessage and sqs:GetQueueUrl on it (and kms:Decrypt with a KMS key); retrying", queue, what)
 	}
 	return fmt.Sprintf("interruption queue %s: %s failed; retrying", queue, what)

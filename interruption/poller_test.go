@@ -22,7 +22,7 @@ func TestLocalSQSEndpoint(t *testing.T) {
 	fake := awsfake.StartSQSForTest(t)
 	url := fake.CreateQueue("signals")
 	ctx := context.Background()
-	client, region, err := NewSQSClient(ctx, "")
+	client, region, err := newSQSClient(ctx, "")
 	if err != nil || region != "eu-west-1" {
 		t.Fatalf("client: %v, region %q", err, region)
 	}
@@ -72,12 +72,12 @@ func TestLocalSQSEndpoint(t *testing.T) {
 	}
 	// Errors as the real service answers them.
 	_, err = client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(fake.URL + "/000000000000/missing")})
-	if classify(err) != ErrQueueMissing {
+	if classify(err) != reasonQueueMissing {
 		t.Errorf("missing queue: %v classified %s", err, classify(err))
 	}
 	fake.Deny("signals", true)
 	_, err = client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url)})
-	if classify(err) != ErrAccessDenied {
+	if classify(err) != reasonAccessDenied {
 		t.Errorf("denied: %v classified %s", err, classify(err))
 	}
 }
@@ -103,7 +103,7 @@ func startPoller(t *testing.T, queue string, create bool) *pollerRig {
 	}
 	now := time.Now()
 	r.tracker, r.metrics, _ = newTestTracker(t, pools(), &now)
-	client, region, err := NewSQSClient(context.Background(), "")
+	client, region, err := newSQSClient(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,9 +174,9 @@ func TestPollerHandlesEachMessageOnce(t *testing.T) {
 	r.send(t, rebalance("e4", "a2", now.Add(-time.Hour))) // stale
 	r.send(t, event("e5", "EC2 Instance Rebalance Recommendation", "111111111111", "eu-west-1", now, `{"instance-id":"i-a3"}`))
 	r.waitFor(t, "every message handled and deleted", func() bool {
-		return r.fake.Messages("signals") == 0 && r.count(ResultSignal)+r.count(ResultDuplicate)+r.count(ResultMalformed)+r.count(ResultStale)+r.count(ResultOtherAccount) == 7
+		return r.fake.Messages("signals") == 0 && r.count(resultSignal)+r.count(resultDuplicate)+r.count(resultMalformed)+r.count(resultStale)+r.count(resultOtherAccount) == 7
 	})
-	for result, want := range map[string]float64{ResultSignal: 3, ResultDuplicate: 1, ResultMalformed: 1, ResultStale: 1, ResultOtherAccount: 1} {
+	for result, want := range map[string]float64{resultSignal: 3, resultDuplicate: 1, resultMalformed: 1, resultStale: 1, resultOtherAccount: 1} {
 		if got := r.count(result); got != want {
 			t.Errorf("%s: %v, want %v", result, got, want)
 		}
@@ -209,7 +209,7 @@ func TestPollerLeavesRetriedMessages(t *testing.T) {
 	r.retry = false
 	r.mu.Unlock()
 	r.waitFor(t, "the message back and handled", func() bool { return r.fake.Messages("signals") == 0 })
-	if got := r.count(ResultSignal); got != 1 {
+	if got := r.count(resultSignal); got != 1 {
 		t.Errorf("signals %v, want 1", got)
 	}
 }
@@ -221,17 +221,17 @@ func TestPollerQueueMissingOrDenied(t *testing.T) {
 	errs := func(reason string) float64 {
 		return testutil.ToFloat64(r.metrics.receiveErrors.WithLabelValues(reason))
 	}
-	r.waitFor(t, "queue-missing counted", func() bool { return errs(ErrQueueMissing) >= 2 })
+	r.waitFor(t, "queue-missing counted", func() bool { return errs(reasonQueueMissing) >= 2 })
 	if got := testutil.ToFloat64(r.metrics.reachable); got != 0 {
 		t.Errorf("queue_reachable %v while missing", got)
 	}
 	r.fake.CreateQueue("signals")
 	r.fake.Deny("signals", true)
-	r.waitFor(t, "access-denied counted", func() bool { return errs(ErrAccessDenied) >= 2 })
+	r.waitFor(t, "access-denied counted", func() bool { return errs(reasonAccessDenied) >= 2 })
 	r.fake.Deny("signals", false)
 	r.send(t, event("e1", "EC2 Instance Rebalance Recommendation", "000000000000", "eu-west-1", time.Now(), `{"instance-id":"i-b0"}`))
-	r.waitFor(t, "the signal read once the queue is readable", func() bool { return r.count(ResultSignal) == 1 })
-	if got := errs(ErrOther); got != 0 {
+	r.waitFor(t, "the signal read once the queue is readable", func() bool { return r.count(resultSignal) == 1 })
+	if got := errs(reasonOther); got != 0 {
 		t.Errorf("%v errors classified other", got)
 	}
 }

@@ -29,16 +29,16 @@ func NewSignals(ctx context.Context, settings Settings, nodes Nodes, reg prometh
 	if settings.Queue == "" {
 		return nil, nil
 	}
-	metrics, err := NewMetrics(reg, metricsNamespace)
+	metrics, err := newMetrics(reg, metricsNamespace)
 	if err != nil {
 		return nil, err
 	}
-	sqsClient, region, err := NewSQSClient(ctx, settings.Queue)
+	sqsClient, region, err := newSQSClient(ctx, settings.Queue)
 	if err != nil {
 		return nil, err
 	}
 	s := &Signals{}
-	s.Tracker, err = NewTracker(TrackerConfig{
+	s.Tracker, err = newTracker(trackerConfig{
 		Nodes: nodes, Rule: settings.Rule, Metrics: metrics, Log: log,
 		Changed: func() {
 			if fn := s.changed.Load(); fn != nil {

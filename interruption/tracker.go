@@ -21,15 +21,15 @@ type Origin struct {
 
 // Outcome is what handling one message came to.
 type Outcome struct {
-	// Result is the messages metric's label (ResultSignal, ...).
+	// Result is the messages metric's label (resultSignal, ...).
 	Result string
 	// Retry: the message could not be judged yet (the node view has not synced); it is
 	// left in the queue to come back after its visibility timeout.
 	Retry bool
 }
 
-// TrackerConfig is what a Tracker needs.
-type TrackerConfig struct {
+// trackerConfig is what a Tracker needs.
+type trackerConfig struct {
 	Nodes   Nodes
 	Rule    Rule
 	Metrics *Metrics
@@ -51,7 +51,7 @@ const verdictTTL = time.Second
 // Tracker keeps the signals of the cluster's nodes and answers, per term, whether it is
 // at risk. Safe for concurrent use.
 type Tracker struct {
-	cfg TrackerConfig
+	cfg trackerConfig
 	mu  sync.Mutex
 	// seen holds the keys of the events recorded, with their time, until they leave
 	// the window: a duplicate is known as long as it could matter.
@@ -80,8 +80,8 @@ type termState struct {
 	gen     uint64
 }
 
-// NewTracker validates cfg and returns a tracker.
-func NewTracker(cfg TrackerConfig) (*Tracker, error) {
+// newTracker validates cfg and returns a tracker.
+func newTracker(cfg trackerConfig) (*Tracker, error) {
 	if cfg.Nodes == nil || cfg.Metrics == nil || cfg.Log == nil {
 		return nil, errors.New("interruption: nodes, metrics and log are required")
 	}
@@ -100,10 +100,10 @@ func NewTracker(cfg TrackerConfig) (*Tracker, error) {
 func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 	now := t.cfg.Now()
 	log := t.cfg.Log
-	sig, err := Decode(body)
+	sig, err := decode(body)
 	if err != nil {
-		var de *DecodeError
-		reason := ResultMalformed
+		var de *decodeError
+		reason := resultMalformed
 		if errors.As(err, &de) {
 			reason = de.Reason
 		}
@@ -113,14 +113,14 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 	log = log.WithFields(logrus.Fields{"kind": sig.Kind, "instance": sig.Instance, "event": sig.ID, "time": sig.Time})
 	switch {
 	case want.Account != "" && sig.Account != want.Account:
-		log.WithField("result", ResultOtherAccount).Warnf("interruption queue: event of account %s dropped, the queue's account is %s", clip(sig.Account), want.Account)
-		return t.count(ResultOtherAccount)
+		log.WithField("result", resultOtherAccount).Warnf("interruption queue: event of account %s dropped, the queue's account is %s", clip(sig.Account), want.Account)
+		return t.count(resultOtherAccount)
 	case want.Region != "" && sig.Region != want.Region:
-		log.WithField("result", ResultOtherRegion).Warnf("interruption queue: event of region %s dropped, the queue's region is %s", clip(sig.Region), want.Region)
-		return t.count(ResultOtherRegion)
+		log.WithField("result", resultOtherRegion).Warnf("interruption queue: event of region %s dropped, the queue's region is %s", clip(sig.Region), want.Region)
+		return t.count(resultOtherRegion)
 	case !sig.Counts():
-		log.WithField("result", ResultIgnored).Debugf("interruption queue: state change to %s is no loss of capacity", sig.State)
-		return t.count(ResultIgnored)
+		log.WithField("result", resultIgnored).Debugf("interruption queue: state change to %s is no loss of capacity", sig.State)
+		return t.count(resultIgnored)
 	}
 	// EC2's clock may run ahead of this one: a signal is never taken as later than now.
 	at := sig.Time
@@ -131,12 +131,12 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 	if sig.Kind == KindCapacityBlockEnd {
 		// The warning holds until the block's end, whatever its age.
 		if !now.Before(sig.End) {
-			log.WithField("result", ResultStale).Infof("interruption queue: Capacity Block %s ended at %s; event dropped", sig.Reservation, sig.End.UTC().Format(time.RFC3339))
-			return t.count(ResultStale)
+			log.WithField("result", resultStale).Infof("interruption queue: Capacity Block %s ended at %s; event dropped", sig.Reservation, sig.End.UTC().Format(time.RFC3339))
+			return t.count(resultStale)
 		}
 	} else if now.Sub(at) >= window {
-		log.WithField("result", ResultStale).Infof("interruption queue: event from %s ago dropped, older than INTERRUPTION_WINDOW (%s)", now.Sub(at).Round(time.Second), window)
-		return t.count(ResultStale)
+		log.WithField("result", resultStale).Infof("interruption queue: event from %s ago dropped, older than INTERRUPTION_WINDOW (%s)", now.Sub(at).Round(time.Second), window)
+		return t.count(resultStale)
 	}
 	if !t.cfg.Nodes.HasSynced() {
 		return Outcome{Retry: true}
@@ -144,8 +144,8 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 	t.mu.Lock()
 	if _, dup := t.seen[sig.Key()]; dup {
 		t.mu.Unlock()
-		log.WithField("result", ResultDuplicate).Debug("interruption queue: event seen before")
-		return t.count(ResultDuplicate)
+		log.WithField("result", resultDuplicate).Debug("interruption queue: event seen before")
+		return t.count(resultDuplicate)
 	}
 	if sig.Kind == KindCapacityBlockEnd {
 		return t.recordBlock(sig, at, log)
@@ -153,8 +153,8 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 	node, ok := t.cfg.Nodes.ByInstance(sig.Instance)
 	if !ok {
 		t.mu.Unlock()
-		log.WithField("result", ResultUnknownInstance).Infof("interruption queue: no node of the cluster is instance %s (spec.providerID); event dropped", sig.Instance)
-		return t.count(ResultUnknownInstance)
+		log.WithField("result", resultUnknownInstance).Infof("interruption queue: no node of the cluster is instance %s (spec.providerID); event dropped", sig.Instance)
+		return t.count(resultUnknownInstance)
 	}
 	t.seen[sig.Key()] = at
 	ns, had := t.signals[node.Instance]
@@ -172,11 +172,11 @@ func (t *Tracker) Handle(body []byte, want Origin) Outcome {
 		}
 	}
 	t.mu.Unlock()
-	log.WithFields(logrus.Fields{"node": node.Name, "result": ResultSignal}).Infof("interruption signal: %s for node %s (instance %s) at %s", sig.Kind, node.Name, sig.Instance, at.UTC().Format(time.RFC3339))
+	log.WithFields(logrus.Fields{"node": node.Name, "result": resultSignal}).Infof("interruption signal: %s for node %s (instance %s) at %s", sig.Kind, node.Name, sig.Instance, at.UTC().Format(time.RFC3339))
 	if t.cfg.Changed != nil {
 		t.cfg.Changed()
 	}
-	return t.count(ResultSignal)
+	return t.count(resultSignal)
 }
 
 // recordBlock records a Capacity Block's warning, with t.mu held (and released): the
@@ -198,20 +198,20 @@ func (t *Tracker) recordBlock(sig Signal, at time.Time, log logrus.FieldLogger) 
 	log = log.WithField("reservation", sig.Reservation)
 	if len(names) == 0 {
 		t.mu.Unlock()
-		log.WithField("result", ResultUnknownInstance).Infof("interruption queue: no node of the cluster is on capacity reservation %s (label %s); event dropped", sig.Reservation, strategy.ReservationIDLabel)
-		return t.count(ResultUnknownInstance)
+		log.WithField("result", resultUnknownInstance).Infof("interruption queue: no node of the cluster is on capacity reservation %s (label %s); event dropped", sig.Reservation, strategy.ReservationIDLabel)
+		return t.count(resultUnknownInstance)
 	}
 	t.seen[sig.Key()] = at
 	b := t.blocks[sig.Reservation]
 	t.blocks[sig.Reservation] = block{at: later(b.at, at), end: later(b.end, sig.End)}
 	t.generation++
 	t.mu.Unlock()
-	log.WithFields(logrus.Fields{"nodes": len(names), "result": ResultSignal}).Infof("interruption signal: Capacity Block %s ends at %s; its %d nodes are signalled until then (%s)",
+	log.WithFields(logrus.Fields{"nodes": len(names), "result": resultSignal}).Infof("interruption signal: Capacity Block %s ends at %s; its %d nodes are signalled until then (%s)",
 		sig.Reservation, sig.End.UTC().Format(time.RFC3339), len(names), strings.Join(firstOf(names, 8), ", "))
 	if t.cfg.Changed != nil {
 		t.cfg.Changed()
 	}
-	return t.count(ResultSignal)
+	return t.count(resultSignal)
 }
 
 func later(a, b time.Time) time.Time {

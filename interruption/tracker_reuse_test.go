@@ -18,7 +18,7 @@ func TestTrackerSignalStaysWithItsInstance(t *testing.T) {
 	spotA := term(t, "pool=spot-a")
 	for i, node := range []string{"a0", "a1"} {
 		body := []byte(event(fmt.Sprint("e", i), "EC2 Spot Instance Interruption Warning", want.Account, want.Region, now.Add(-time.Minute), fmt.Sprintf(`{"instance-id":"i-%s"}`, node)))
-		if got := tr.Handle(body, want); got.Result != ResultSignal {
+		if got := tr.Handle(body, want); got.Result != resultSignal {
 			t.Fatalf("signal for %s: %+v", node, got)
 		}
 	}

@@ -70,12 +70,12 @@ func term(t *testing.T, labels string) strategy.Term {
 
 func newTestTracker(t *testing.T, nodes Nodes, now *time.Time) (*Tracker, *Metrics, *int) {
 	t.Helper()
-	m, err := NewMetrics(prometheus.NewRegistry(), "test")
+	m, err := newMetrics(prometheus.NewRegistry(), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	changed := 0
-	tr, err := NewTracker(TrackerConfig{Nodes: nodes, Rule: DefaultRule(), Metrics: m, Log: quietLog(),
+	tr, err := newTracker(trackerConfig{Nodes: nodes, Rule: DefaultRule(), Metrics: m, Log: quietLog(),
 		Changed: func() { changed++ }, Now: func() time.Time { return *now }})
 	if err != nil {
 		t.Fatal(err)
@@ -98,14 +98,14 @@ func TestTrackerMapsInstancesToTerms(t *testing.T) {
 		body   []byte
 		result string
 	}{
-		{rebalance("e1", "i-a0", now.Add(-time.Minute)), ResultSignal},
-		{rebalance("e1", "i-a0", now.Add(-time.Minute)), ResultDuplicate},
-		{rebalance("e2", "i-nowhere", now.Add(-time.Minute)), ResultUnknownInstance},
-		{rebalance("e3", "i-a1", now.Add(-11*time.Minute)), ResultStale},
-		{[]byte(event("e4", "EC2 Instance Rebalance Recommendation", "999999999999", want.Region, now, `{"instance-id":"i-a1"}`)), ResultOtherAccount},
-		{[]byte(event("e5", "EC2 Instance Rebalance Recommendation", want.Account, "us-east-1", now, `{"instance-id":"i-a1"}`)), ResultOtherRegion},
-		{[]byte(event("e6", "EC2 Instance State-change Notification", want.Account, want.Region, now, `{"instance-id":"i-a1","state":"running"}`)), ResultIgnored},
-		{[]byte("not JSON"), ResultMalformed},
+		{rebalance("e1", "i-a0", now.Add(-time.Minute)), resultSignal},
+		{rebalance("e1", "i-a0", now.Add(-time.Minute)), resultDuplicate},
+		{rebalance("e2", "i-nowhere", now.Add(-time.Minute)), resultUnknownInstance},
+		{rebalance("e3", "i-a1", now.Add(-11*time.Minute)), resultStale},
+		{[]byte(event("e4", "EC2 Instance Rebalance Recommendation", "999999999999", want.Region, now, `{"instance-id":"i-a1"}`)), resultOtherAccount},
+		{[]byte(event("e5", "EC2 Instance Rebalance Recommendation", want.Account, "us-east-1", now, `{"instance-id":"i-a1"}`)), resultOtherRegion},
+		{[]byte(event("e6", "EC2 Instance State-change Notification", want.Account, want.Region, now, `{"instance-id":"i-a1","state":"running"}`)), resultIgnored},
+		{[]byte("not JSON"), resultMalformed},
 	}
 	for i, s := range steps {
 		if got := tr.Handle(s.body, want); got.Result != s.result || got.Retry {
@@ -147,7 +147,7 @@ func TestTrackerMapsInstancesToTerms(t *testing.T) {
 	if got := testutil.ToFloat64(m.termAtRisk.WithLabelValues("pool=spot-a")); got != 1 {
 		t.Errorf("term_at_risk{pool=spot-a} = %v, want 1", got)
 	}
-	for result, n := range map[string]float64{ResultSignal: 3, ResultDuplicate: 1, ResultUnknownInstance: 1, ResultStale: 1, ResultMalformed: 1, ResultOtherAccount: 1, ResultOtherRegion: 1, ResultIgnored: 1} {
+	for result, n := range map[string]float64{resultSignal: 3, resultDuplicate: 1, resultUnknownInstance: 1, resultStale: 1, resultMalformed: 1, resultOtherAccount: 1, resultOtherRegion: 1, resultIgnored: 1} {
 		if got := testutil.ToFloat64(m.messages.WithLabelValues(result)); got != n {
 			t.Errorf("messages_total{result=%s} = %v, want %v", result, got, n)
 		}
@@ -177,11 +177,11 @@ func TestTrackerWaitsForTheNodeView(t *testing.T) {
 	if got := tr.Handle(body, Origin{}); !got.Retry {
 		t.Fatalf("before the node view synced: %+v, want Retry", got)
 	}
-	if got := testutil.ToFloat64(m.messages.WithLabelValues(ResultSignal)); got != 0 {
+	if got := testutil.ToFloat64(m.messages.WithLabelValues(resultSignal)); got != 0 {
 		t.Errorf("a retried message was counted")
 	}
 	nodes.synced = true
-	if got := tr.Handle(body, Origin{}); got.Result != ResultSignal {
+	if got := tr.Handle(body, Origin{}); got.Result != resultSignal {
 		t.Fatalf("after: %+v", got)
 	}
 }
