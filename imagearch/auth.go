@@ -141,8 +141,8 @@ func pullSecrets(ctx context.Context, kube kubernetes.Interface, req Request) (c
 // ecrHost matches an ECR private registry: <account>.dkr.ecr[-fips].<region>.amazonaws.com[.cn].
 var ecrHost = regexp.MustCompile(`^([0-9]{12})\.dkr\.ecr(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?(?::[0-9]+)?$`)
 
-// ECRRegion returns the region of an ECR registry name, and whether it is one.
-func ECRRegion(registry string) (string, bool) {
+// ecrRegion returns the region of an ECR registry name, and whether it is one.
+func ecrRegion(registry string) (string, bool) {
 	m := ecrHost.FindStringSubmatch(strings.ToLower(registry))
 	if m == nil {
 		return "", false

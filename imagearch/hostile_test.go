@@ -121,7 +121,7 @@ func allocated(f func()) uint64 {
 }
 
 // maxLookupAlloc bounds what one lookup of a hostile registry may allocate: a few
-// times MaxBodyBytes (before: 286 MiB for a 48 MiB index, 330 MiB for a 32 MiB 404).
+// times maxBodyBytes (before: 286 MiB for a 48 MiB index, 330 MiB for a 32 MiB 404).
 const maxLookupAlloc = 32 << 20
 
 // TestHostileRegistryAnswersCostBoundedMemory: each harmful answer is refused or cut
@@ -240,13 +240,13 @@ func TestRedirectsToInternalEndpointsAreRefusedAndBounded(t *testing.T) {
 		t.Fatal("a redirect to plain HTTP was followed")
 	}
 
-	// A redirect loop stops after MaxRedirects.
+	// A redirect loop stops after maxRedirects.
 	start := h.hits.Load()
 	if _, err := lookup(t, r, h.host+"/loop:1"); err == nil || !strings.Contains(err.Error(), "redirects") {
 		t.Fatalf("a redirect loop: %v", err)
 	}
-	if n := h.hits.Load() - start; n > MaxRedirects+1 {
-		t.Fatalf("a redirect loop was followed %d times, want at most %d", n, MaxRedirects+1)
+	if n := h.hits.Load() - start; n > maxRedirects+1 {
+		t.Fatalf("a redirect loop was followed %d times, want at most %d", n, maxRedirects+1)
 	}
 }
 

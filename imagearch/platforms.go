@@ -27,10 +27,10 @@ type config struct {
 	Architecture string `json:"architecture"`
 }
 
-// ArchitecturesOfIndex returns the sorted, distinct architectures of an image index's
+// architecturesOfIndex returns the sorted, distinct architectures of an image index's
 // (or manifest list's) linux entries. Entries without a platform, of another OS, or
 // "unknown" (attestation manifests) are left out; an index with none is an error.
-func ArchitecturesOfIndex(raw []byte) ([]string, error) {
+func architecturesOfIndex(raw []byte) ([]string, error) {
 	var ix index
 	if err := json.Unmarshal(raw, &ix); err != nil {
 		return nil, fmt.Errorf("decode image index: %w", err)
@@ -56,8 +56,8 @@ func ArchitecturesOfIndex(raw []byte) ([]string, error) {
 	return out, nil
 }
 
-// ArchitectureOfConfig returns the architecture of a single image from its config.
-func ArchitectureOfConfig(raw []byte) ([]string, error) {
+// architectureOfConfig returns the architecture of a single image from its config.
+func architectureOfConfig(raw []byte) ([]string, error) {
 	var c config
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, fmt.Errorf("decode image config: %w", err)

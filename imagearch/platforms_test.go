@@ -23,7 +23,7 @@ func TestArchitecturesOfIndex(t *testing.T) {
 		{`{"manifests":[{"platform":{"os":"linux","architecture":"AMD64"}},{"platform":{"architecture":"s390x"}}]}`, []string{"s390x"}, ""},
 		{`{"manifests":`, nil, "decode image index"},
 	} {
-		got, err := ArchitecturesOfIndex([]byte(tc.raw))
+		got, err := architecturesOfIndex([]byte(tc.raw))
 		if !slices.Equal(got, tc.want) || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%s: got %v, %v; want %v, %q", tc.raw, got, err, tc.want, tc.err)
 		}
@@ -31,11 +31,11 @@ func TestArchitecturesOfIndex(t *testing.T) {
 }
 
 func TestArchitectureOfConfig(t *testing.T) {
-	if got, err := ArchitectureOfConfig([]byte(`{"os":"linux","architecture":"arm64"}`)); err != nil || !slices.Equal(got, []string{"arm64"}) {
+	if got, err := architectureOfConfig([]byte(`{"os":"linux","architecture":"arm64"}`)); err != nil || !slices.Equal(got, []string{"arm64"}) {
 		t.Errorf("got %v, %v", got, err)
 	}
 	for _, raw := range []string{`{"os":"windows","architecture":"amd64"}`, `{"os":"linux"}`, `{"architecture":"a/b"}`, `[]`} {
-		if got, err := ArchitectureOfConfig([]byte(raw)); err == nil {
+		if got, err := architectureOfConfig([]byte(raw)); err == nil {
 			t.Errorf("%s: got %v, want an error", raw, got)
 		}
 	}
@@ -55,7 +55,7 @@ func FuzzArchitectures(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		checkBodyBound(t, raw)
 		checkNoEcho(t, raw)
-		for _, decode := range []func([]byte) ([]string, error){ArchitecturesOfIndex, ArchitectureOfConfig} {
+		for _, decode := range []func([]byte) ([]string, error){architecturesOfIndex, architectureOfConfig} {
 			got, err := decode(raw)
 			if err != nil {
 				if got != nil {

@@ -12,7 +12,7 @@ import (
 
 // TestPodRequestIsLinearAndCapped: a pod of 60,000 containers (about 2.4 MB, inside the
 // admission body limit) keeps at most MaxImagesPerPod+1 images and says there are
-// more; the resolver answers it ErrTooManyImages without a lookup.
+// more; the resolver answers it errTooManyImages without a lookup.
 func TestPodRequestIsLinearAndCapped(t *testing.T) {
 	const n = 60_000
 	distinct := &corev1.PodSpec{}
@@ -36,8 +36,8 @@ func TestPodRequestIsLinearAndCapped(t *testing.T) {
 		t.Fatalf("%d images: MoreImages %v, %d kept", MaxImagesPerPod, r.MoreImages, len(r.Images))
 	}
 	res := New(Config{})
-	if _, err := res.Architectures(context.Background(), req); !errors.Is(err, ErrTooManyImages) {
-		t.Fatalf("a pod of %d images: %v, want ErrTooManyImages", n, err)
+	if _, err := res.Architectures(context.Background(), req); !errors.Is(err, errTooManyImages) {
+		t.Fatalf("a pod of %d images: %v, want errTooManyImages", n, err)
 	}
 	if res.CacheEntries() != 0 {
 		t.Fatal("a pod over the cap was looked up")

@@ -23,11 +23,11 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTagTTL      = 10 * time.Minute
-	DefaultNegativeTTL = 30 * time.Second
-	DefaultMaxEntries  = 4096
-	// DefaultFetchTimeout bounds one registry lookup, however long its callers wait.
-	DefaultFetchTimeout = 10 * time.Second
+	defaultTagTTL      = 10 * time.Minute
+	defaultNegativeTTL = 30 * time.Second
+	defaultMaxEntries  = 4096
+	// defaultFetchTimeout bounds one registry lookup, however long its callers wait.
+	defaultFetchTimeout = 10 * time.Second
 	// bytesPerEntry bounds the answer cache in bytes with its entries: MaxEntries
 	// references of at most maxReferenceBytes each.
 	bytesPerEntry = 2 << 10
@@ -84,12 +84,12 @@ type Config struct {
 const smallPod = 16
 
 // MaxImagesPerPod bounds the distinct images looked up for one pod: a pod naming more
-// is answered ErrTooManyImages without any lookup (real pods name a handful).
+// is answered errTooManyImages without any lookup (real pods name a handful).
 const MaxImagesPerPod = 32
 
-// ErrTooManyImages is the answer for a request naming more than MaxImagesPerPod
+// errTooManyImages is the answer for a request naming more than MaxImagesPerPod
 // distinct images: their architectures are not looked up.
-var ErrTooManyImages = fmt.Errorf("the pod names more than %d distinct images; their architectures are not looked up", MaxImagesPerPod)
+var errTooManyImages = fmt.Errorf("the pod names more than %d distinct images; their architectures are not looked up", MaxImagesPerPod)
 
 // Request is what a lookup needs: the images, and where their credentials are.
 type Request struct {
@@ -160,16 +160,16 @@ type Resolver struct {
 // New returns a Resolver with cfg's zero values defaulted.
 func New(cfg Config) *Resolver {
 	if cfg.TagTTL <= 0 {
-		cfg.TagTTL = DefaultTagTTL
+		cfg.TagTTL = defaultTagTTL
 	}
 	if cfg.NegativeTTL <= 0 {
-		cfg.NegativeTTL = DefaultNegativeTTL
+		cfg.NegativeTTL = defaultNegativeTTL
 	}
 	if cfg.MaxEntries <= 0 {
-		cfg.MaxEntries = DefaultMaxEntries
+		cfg.MaxEntries = defaultMaxEntries
 	}
 	if cfg.FetchTimeout <= 0 {
-		cfg.FetchTimeout = DefaultFetchTimeout
+		cfg.FetchTimeout = defaultFetchTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -204,7 +204,7 @@ func New(cfg Config) *Resolver {
 func (r *Resolver) Architectures(ctx context.Context, req Request) ([]string, error) {
 	if req.MoreImages || len(req.Images) > MaxImagesPerPod {
 		r.metrics.lookups.WithLabelValues(resultTooMany).Inc()
-		return nil, ErrTooManyImages
+		return nil, errTooManyImages
 	}
 	var common []string
 	for i, image := range req.Images {
@@ -336,7 +336,7 @@ func (r *Resolver) read(ctx context.Context, ref name.Reference, req Request) ([
 	var arches []string
 	switch {
 	case desc.MediaType.IsIndex():
-		arches, err = ArchitecturesOfIndex(desc.Manifest)
+		arches, err = architecturesOfIndex(desc.Manifest)
 	case desc.MediaType.IsImage():
 		img, ierr := desc.Image()
 		if ierr != nil {
@@ -346,7 +346,7 @@ func (r *Resolver) read(ctx context.Context, ref name.Reference, req Request) ([
 		if cerr != nil {
 			return nil, registryError(registry, cerr)
 		}
-		arches, err = ArchitectureOfConfig(raw)
+		arches, err = architectureOfConfig(raw)
 	default:
 		err = fmt.Errorf("manifest of media type %q names no platform", short(string(desc.MediaType)))
 	}
@@ -370,7 +370,7 @@ func (r *Resolver) authenticator(ctx context.Context, ref name.Reference, req Re
 			return auth, nil
 		}
 	}
-	if region, ok := ECRRegion(registry); ok {
+	if region, ok := ecrRegion(registry); ok {
 		return r.ecr.authenticator(ctx, region)
 	}
 	return authn.Anonymous, nil

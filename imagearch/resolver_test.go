@@ -341,9 +341,9 @@ func TestECRRegion(t *testing.T) {
 		"123456789012.dkr.ecr.eu-west-1.example.com":    "",
 		"evil.com/123456789012.dkr.ecr.x.amazonaws.com": "",
 	} {
-		got, ok := ECRRegion(host)
+		got, ok := ecrRegion(host)
 		if got != want || ok != (want != "") {
-			t.Errorf("ECRRegion(%q) = %q, %v; want %q", host, got, ok, want)
+			t.Errorf("ecrRegion(%q) = %q, %v; want %q", host, got, ok, want)
 		}
 	}
 }

@@ -17,14 +17,14 @@ import (
 // token fetch, the manifest, the config, and every redirect) passes the one guard
 // transport that enforces them.
 const (
-	// MaxBodyBytes bounds a successful answer: a manifest, an image config or a token.
+	// maxBodyBytes bounds a successful answer: a manifest, an image config or a token.
 	// The OCI distribution spec asks registries to accept manifests of 4 MiB.
-	MaxBodyBytes = 4 << 20
-	// MaxErrorBodyBytes bounds what is read of an error answer (the rest is dropped);
+	maxBodyBytes = 4 << 20
+	// maxErrorBodyBytes bounds what is read of an error answer (the rest is dropped);
 	// it is never shown or kept: errors carry the registry and the status only.
-	MaxErrorBodyBytes = 16 << 10
-	// MaxRedirects bounds the redirects one request follows (blob storage needs one).
-	MaxRedirects = 3
+	maxErrorBodyBytes = 16 << 10
+	// maxRedirects bounds the redirects one request follows (blob storage needs one).
+	maxRedirects = 3
 	// maxHeaderBytes bounds an answer's headers.
 	maxHeaderBytes = 64 << 10
 	// dialTimeout, tlsTimeout and headerTimeout bound a registry that accepts a
@@ -35,8 +35,8 @@ const (
 	headerTimeout = 5 * time.Second
 )
 
-// errBodyTooLarge is the read error of a successful answer over MaxBodyBytes.
-var errBodyTooLarge = fmt.Errorf("answer larger than %d MiB", MaxBodyBytes>>20)
+// errBodyTooLarge is the read error of a successful answer over maxBodyBytes.
+var errBodyTooLarge = fmt.Errorf("answer larger than %d MiB", maxBodyBytes>>20)
 
 // refusal is the error of a request the guard refused to send: its text is ours only.
 type refusal struct{ msg string }
@@ -148,7 +148,7 @@ func newBaseTransport(base *http.Transport, d *destinations) *http.Transport {
 }
 
 // guard is the one RoundTripper every registry request passes (remote.WithTransport):
-// plain HTTP only to registries listed as insecure, at most MaxRedirects redirects, and
+// plain HTTP only to registries listed as insecure, at most maxRedirects redirects, and
 // every answer's body bounded.
 type guard struct {
 	next     http.RoundTripper
@@ -166,24 +166,24 @@ func (g *guard) RoundTrip(req *http.Request) (*http.Response, error) {
 	for r := req; r.Response != nil && r.Response.Request != nil; r = r.Response.Request {
 		hops++
 	}
-	if hops > MaxRedirects {
+	if hops > maxRedirects {
 		closeBody(req)
-		return nil, &refusal{fmt.Sprintf("more than %d redirects from the registry", MaxRedirects)}
+		return nil, &refusal{fmt.Sprintf("more than %d redirects from the registry", maxRedirects)}
 	}
 	resp, err := g.next.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		if resp.ContentLength > MaxBodyBytes {
+		if resp.ContentLength > maxBodyBytes {
 			_ = resp.Body.Close()
 			return nil, &refusal{errBodyTooLarge.Error()}
 		}
-		resp.Body = &boundedBody{rc: resp.Body, left: MaxBodyBytes, err: errBodyTooLarge}
+		resp.Body = &boundedBody{rc: resp.Body, left: maxBodyBytes, err: errBodyTooLarge}
 		return resp, nil
 	}
 	// An error answer is cut short silently: only its status is ever used.
-	resp.Body = &boundedBody{rc: resp.Body, left: MaxErrorBodyBytes, err: io.EOF}
+	resp.Body = &boundedBody{rc: resp.Body, left: maxErrorBodyBytes, err: io.EOF}
 	return resp, nil
 }
 
