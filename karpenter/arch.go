@@ -9,25 +9,25 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// KnownArchitectures are the CPU architectures Karpenter's providers launch: amd64 and
+// knownArchitectures are the CPU architectures Karpenter's providers launch: amd64 and
 // arm64 (AWS's x86 and Graviton instances; the kwok provider's instance types). A
 // NodePool whose requirements leave kubernetes.io/arch open may launch either:
 // Karpenter v1 dropped the amd64 default the v1alpha5 Provisioner had.
-var KnownArchitectures = []string{karpv1.ArchitectureAmd64, karpv1.ArchitectureArm64}
+var knownArchitectures = []string{karpv1.ArchitectureAmd64, karpv1.ArchitectureArm64}
 
 // nodePoolArchitectures is what the NodePool's requirements, with term's labels,
-// allow of KnownArchitectures. A pool that limits the architecture only through its
+// allow of knownArchitectures. A pool that limits the architecture only through its
 // instance types (a Graviton family) is taken to offer both: the webhook does not know
 // the provider's instance types.
 func nodePoolArchitectures(np *karpv1.NodePool, term map[string]string) []string {
-	reqs, err := NodePoolRequirements(np)
+	reqs, err := nodePoolRequirements(np)
 	if err != nil {
 		return nil
 	}
-	reqs.Add(TermRequirements(term).Values()...)
+	reqs.Add(termRequirements(term).Values()...)
 	r := reqs.Get(corev1.LabelArchStable)
 	var out []string
-	for _, a := range KnownArchitectures {
+	for _, a := range knownArchitectures {
 		if r.Has(a) {
 			out = append(out, a)
 		}
@@ -46,7 +46,7 @@ func labelArchitectures(labels, term map[string]string) []string {
 	if ok {
 		out = []string{arch}
 	} else {
-		out = slices.Clone(KnownArchitectures)
+		out = slices.Clone(knownArchitectures)
 	}
 	if want, pinned := termArchitecture(term); pinned {
 		if out = slices.DeleteFunc(out, func(a string) bool { return !slices.Contains(want, a) }); len(out) == 0 {
@@ -67,8 +67,8 @@ func termArchitecture(term map[string]string) ([]string, bool) {
 	return nil, false
 }
 
-// ArchitecturesOf returns the sorted union of the sources' architectures.
-func ArchitecturesOf(sources []Source) []string {
+// architecturesOf returns the sorted union of the sources' architectures.
+func architecturesOf(sources []Source) []string {
 	var out []string
 	for _, s := range sources {
 		for _, a := range s.Architectures {

@@ -46,7 +46,7 @@ func TestArchitecturesOfCapacity(t *testing.T) {
 		t.Errorf("a node group of unknown AMI: %v", got)
 	}
 	srcs := []Source{{Architectures: []string{"arm64"}}, {Architectures: []string{"amd64"}}, {Architectures: []string{"arm64"}}}
-	if got := ArchitecturesOf(srcs); !slices.Equal(got, both) {
-		t.Errorf("ArchitecturesOf = %v", got)
+	if got := architecturesOf(srcs); !slices.Equal(got, both) {
+		t.Errorf("architecturesOf = %v", got)
 	}
 }

@@ -23,9 +23,9 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/karpenter/nodegroups"
 )
 
-// DefaultDiscoveryInterval is how often Catalog looks for the NodePool API
+// defaultDiscoveryInterval is how often Catalog looks for the NodePool API
 // while it is not served (Karpenter not installed yet).
-const DefaultDiscoveryInterval = time.Minute
+const defaultDiscoveryInterval = time.Minute
 
 // NodeGroupSource is a view of EKS managed node groups;
 // *nodegroups.Cache implements it.
@@ -58,7 +58,7 @@ type Options struct {
 	// not need.
 	ResyncPeriod time.Duration
 	// DiscoveryInterval is how often to look for the NodePool API while it
-	// is absent; DefaultDiscoveryInterval when zero.
+	// is absent; defaultDiscoveryInterval when zero.
 	DiscoveryInterval time.Duration
 }
 
@@ -110,7 +110,7 @@ func NewCatalog(o Options) (*Catalog, error) {
 		c.log = l
 	}
 	if c.discoveryTick <= 0 {
-		c.discoveryTick = DefaultDiscoveryInterval
+		c.discoveryTick = defaultDiscoveryInterval
 	}
 	var err error
 	if c.nodes, err = newNodeInformer(o.Kube, o.ResyncPeriod); err != nil {
@@ -182,7 +182,7 @@ func (c *Catalog) runNodePools(ctx context.Context) {
 			return
 		default:
 			if c.poolState.Swap(poolsAbsent) != poolsAbsent {
-				c.log.Infof("%s nodepools not served (Karpenter not installed?); looking again every %s", NodePoolGroupVersion, c.discoveryTick)
+				c.log.Infof("%s nodepools not served (Karpenter not installed?); looking again every %s", nodePoolGroupVersion, c.discoveryTick)
 			}
 		}
 		select {
@@ -269,13 +269,13 @@ func (c *Catalog) Architectures(term map[string]string) []string {
 // answer is what Tolerations and Architectures answer for term, remembered per term
 // until the capacity changes.
 func (c *Catalog) answer(term map[string]string) tolerationsAnswer {
-	key := SelectorKey(term)
+	key := selectorKey(term)
 	gen := c.generation()
 	if a, ok := c.memo.get(key, gen); ok {
 		return a
 	}
 	sources := c.Serving(term)
-	a := tolerationsAnswer{tolerations: TolerationsFor(sources), served: len(sources) > 0, arches: ArchitecturesOf(sources)}
+	a := tolerationsAnswer{tolerations: TolerationsFor(sources), served: len(sources) > 0, arches: architecturesOf(sources)}
 	c.memo.put(key, gen, a)
 	return a
 }

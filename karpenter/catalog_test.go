@@ -93,7 +93,7 @@ func TestCatalogServing(t *testing.T) {
 		cordoned,
 		node("n-group", true, map[string]string{"nodesize": "spot4vcpu16gb", nodegroups.LabelNodeGroup: "spot-4vcpu"}),
 	)
-	kube.Resources = []*metav1.APIResourceList{{GroupVersion: NodePoolGroupVersion, APIResources: []metav1.APIResource{{Name: "nodepools", Kind: "NodePool"}}}}
+	kube.Resources = []*metav1.APIResourceList{{GroupVersion: nodePoolGroupVersion, APIResources: []metav1.APIResource{{Name: "nodepools", Kind: "NodePool"}}}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{nodePoolGVR(): "NodePoolList"},
 		unstructuredPool(t, spot), unstructuredPool(t, sized), unstructuredPool(t, broken), unstructuredPool(t, fresh))
@@ -146,7 +146,7 @@ func TestCatalogServing(t *testing.T) {
 		term map[string]string
 		want []string
 	}{
-		{term(capType, "spot"), KnownArchitectures},
+		{term(capType, "spot"), knownArchitectures},
 		{term("nodesize", "spot4vcpu16gbb"), nil},
 		{term(capType, "spot", corev1.LabelArchStable, "arm64"), []string{"arm64"}},
 	} {

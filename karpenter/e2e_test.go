@@ -54,7 +54,7 @@ func TestE2ENodePoolInformer(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	waitFor(t, "catalog sync", c.HasSynced)
 	if ok, err := served(c.discovery, nodePoolGVR().Resource); err != nil || !ok {
-		t.Fatalf("the cluster does not serve %s nodepools (served=%v, err=%v): install Karpenter's CRDs", NodePoolGroupVersion, ok, err)
+		t.Fatalf("the cluster does not serve %s nodepools (served=%v, err=%v): install Karpenter's CRDs", nodePoolGroupVersion, ok, err)
 	}
 
 	name := fmt.Sprintf("e2e-catalog-%d", time.Now().UnixNano()%1_000_000)

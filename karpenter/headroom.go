@@ -92,7 +92,7 @@ func NodePoolHeadroom(np *karpv1.NodePool, requests corev1.ResourceList) Headroo
 // types and capacity types its requirements, narrowed by the term, allow. nil means
 // unconstrained (Karpenter may pick any type the cloud provider offers).
 func Offerings(np *karpv1.NodePool, term map[string]string) (instanceTypes, capacityTypes []string, err error) {
-	reqs, err := NodePoolRequirements(np)
+	reqs, err := nodePoolRequirements(np)
 	if err != nil {
 		return nil, nil, err
 	}

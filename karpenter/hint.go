@@ -77,7 +77,7 @@ func vocabularyOf(m *Matcher, pools []*karpv1.NodePool, groups []nodegroups.Grou
 		v.add(karpv1.CapacityTypeLabelKey, karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeSpot, karpv1.CapacityTypeReserved)
 	}
 	for _, np := range pools {
-		reqs, err := NodePoolRequirements(np)
+		reqs, err := nodePoolRequirements(np)
 		if err != nil {
 			continue
 		}

@@ -21,8 +21,8 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/providerid"
 )
 
-// NodePoolGroupVersion is the API group/version of the NodePools watched.
-const NodePoolGroupVersion = "karpenter.sh/v1"
+// nodePoolGroupVersion is the API group/version of the NodePools watched.
+const nodePoolGroupVersion = "karpenter.sh/v1"
 
 func nodePoolGVR() schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1", Resource: "nodepools"}
@@ -60,14 +60,14 @@ func newTypedInformer(client dynamic.Interface, gvr schema.GroupVersionResource,
 }
 
 // served reports whether the API server serves resource in Karpenter's group/version
-// (NodePoolGroupVersion): false, not an error, when the group/version is unknown.
+// (nodePoolGroupVersion): false, not an error, when the group/version is unknown.
 func served(disc discovery.DiscoveryInterface, resource string) (bool, error) {
-	list, err := disc.ServerResourcesForGroupVersion(NodePoolGroupVersion)
+	list, err := disc.ServerResourcesForGroupVersion(nodePoolGroupVersion)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("discovering %s: %w", NodePoolGroupVersion, err)
+		return false, fmt.Errorf("discovering %s: %w", nodePoolGroupVersion, err)
 	}
 	for _, r := range list.APIResources {
 		if r.Name == resource {

@@ -13,13 +13,13 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// AWSWellKnownLabels returns the labels the Karpenter AWS provider
+// awsWellKnownLabels returns the labels the Karpenter AWS provider
 // (karpenter-provider-aws) registers as well known at start-up. On EKS a pod
 // may select on them even when a NodePool leaves them unconstrained, because
 // Karpenter resolves them from the instance type it launches. This package
 // does not import the provider (its init mutates Karpenter's globals), so the
 // list is kept here.
-func AWSWellKnownLabels() []string {
+func awsWellKnownLabels() []string {
 	const aws = "karpenter.k8s.aws/"
 	return []string{
 		aws + "capacity-reservation-id",
@@ -49,10 +49,10 @@ func AWSWellKnownLabels() []string {
 	}
 }
 
-// KWOKWellKnownLabels returns the labels Karpenter's kwok test provider
+// kwokWellKnownLabels returns the labels Karpenter's kwok test provider
 // (sigs.k8s.io/karpenter/kwok, used by the local cluster) registers as well
 // known. Pass them to NewMatcher when running against that provider.
-func KWOKWellKnownLabels() []string {
+func kwokWellKnownLabels() []string {
 	const kwok = "karpenter.kwok.sh/"
 	return []string{kwok + "instance-size", kwok + "instance-family", kwok + "instance-cpu", kwok + "instance-memory"}
 }
@@ -68,12 +68,12 @@ type Matcher struct {
 // NewMatcher returns a Matcher whose well-known labels are Karpenter core's
 // (karpenter.sh/nodepool, karpenter.sh/capacity-type, kubernetes.io/arch,
 // kubernetes.io/os, node.kubernetes.io/instance-type, topology zone and
-// region, ...), the AWS provider's (AWSWellKnownLabels) and extra: labels
+// region, ...), the AWS provider's (awsWellKnownLabels) and extra: labels
 // that another cloud provider resolves itself (for Karpenter's kwok provider,
-// KWOKWellKnownLabels).
+// kwokWellKnownLabels).
 func NewMatcher(extra ...string) *Matcher {
 	wk := sets.New[string](karpv1.WellKnownLabels.UnsortedList()...)
-	wk.Insert(AWSWellKnownLabels()...)
+	wk.Insert(awsWellKnownLabels()...)
 	wk.Insert(extra...)
 	return &Matcher{wellKnown: wk}
 }
@@ -82,11 +82,11 @@ func NewMatcher(extra ...string) *Matcher {
 // undefined and still serve.
 func (m *Matcher) WellKnownLabels() []string { return sets.List(m.wellKnown) }
 
-// TermRequirements are a term's labels as Karpenter requirements: a single value
+// termRequirements are a term's labels as Karpenter requirements: a single value
 // is "In [value]" (as NewLabelRequirements makes it), a set of values
 // (strategy.SetSeparator) is "In [values...]". A NodePool or node group whose
 // requirements are Compatible with them allows at least one value of each set.
-func TermRequirements(term map[string]string) scheduling.Requirements {
+func termRequirements(term map[string]string) scheduling.Requirements {
 	reqs := scheduling.NewRequirements()
 	for k, v := range term {
 		reqs.Add(scheduling.NewRequirement(k, corev1.NodeSelectorOpIn, strategy.SplitValues(v)...))
@@ -99,24 +99,24 @@ func TermRequirements(term map[string]string) scheduling.Requirements {
 // `label "nodesize" does not have known values`). It does not look at the
 // pool's readiness; see Catalog for that.
 func (m *Matcher) NodePool(np *karpv1.NodePool, term map[string]string) error {
-	reqs, err := NodePoolRequirements(np)
+	reqs, err := nodePoolRequirements(np)
 	if err != nil {
 		return err
 	}
-	if err := reqs.Compatible(TermRequirements(term), allowUndefined(m.wellKnown)); err != nil {
+	if err := reqs.Compatible(termRequirements(term), allowUndefined(m.wellKnown)); err != nil {
 		return fmt.Errorf("nodepool %q: %w", np.Name, err)
 	}
 	return nil
 }
 
-// NodePoolRequirements builds the scheduling requirements of a NodePool the
+// nodePoolRequirements builds the scheduling requirements of a NodePool the
 // way Karpenter's provisioner builds a NodeClaimTemplate: the template's
 // requirements, intersected with its labels, karpenter.sh/nodepool=<name>,
 // the node class label (e.g. karpenter.k8s.aws/ec2nodeclass=<name>) and the
 // registered/initialized labels every Karpenter node ends up with. A
 // requirement Karpenter's API validation would reject (unknown operator, or a
 // Gt/Lt/Gte/Lte without exactly one integer) is an error rather than a guess.
-func NodePoolRequirements(np *karpv1.NodePool) (scheduling.Requirements, error) {
+func nodePoolRequirements(np *karpv1.NodePool) (scheduling.Requirements, error) {
 	if np == nil {
 		return nil, fmt.Errorf("nil nodepool")
 	}
@@ -188,7 +188,7 @@ func (m *Matcher) NodeGroup(g nodegroups.Group, term map[string]string) error {
 			undefinedOK.Insert(k)
 		}
 	}
-	if err := reqs.Compatible(TermRequirements(term), allowUndefined(undefinedOK)); err != nil {
+	if err := reqs.Compatible(termRequirements(term), allowUndefined(undefinedOK)); err != nil {
 		return fmt.Errorf("node group %q: %w", g.Name, err)
 	}
 	return nil

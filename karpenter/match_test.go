@@ -124,7 +124,7 @@ func TestMatcherNodePool(t *testing.T) {
 }
 
 func TestMatcherNodePoolExtraWellKnown(t *testing.T) {
-	m := NewMatcher(KWOKWellKnownLabels()...)
+	m := NewMatcher(kwokWellKnownLabels()...)
 	if err := m.NodePool(pool("plain", nil), term(kwokCPU, "4")); err != nil {
 		t.Fatalf("extra well-known label refused: %v", err)
 	}
@@ -160,7 +160,7 @@ func TestMatcherNodePoolInvalidRequirements(t *testing.T) {
 func TestNodePoolRequirementsDoNotModifyPool(t *testing.T) {
 	np := pool("p", map[string]string{"a": "b"}, req(capType, corev1.NodeSelectorOpIn, "spot"))
 	before := np.DeepCopy()
-	if _, err := NodePoolRequirements(np); err != nil {
+	if _, err := nodePoolRequirements(np); err != nil {
 		t.Fatal(err)
 	}
 	if np.Spec.Template.Labels["karpenter.sh/nodepool"] != "" || len(np.Spec.Template.Labels) != 1 {

@@ -57,11 +57,11 @@ func (m *tolerationsMemo) put(key string, gen memoGeneration, a tolerationsAnswe
 	m.answers[key] = a
 }
 
-// SelectorKey is a canonical string of a node selector (or a term's labels): its
+// selectorKey is a canonical string of a node selector (or a term's labels): its
 // labels sorted by key, each key and value prefixed by its length. The webhook sees a
 // pod before the API server validates it, so keys and values may hold any character;
 // the lengths keep distinct selectors distinct.
-func SelectorKey(selector map[string]string) string {
+func selectorKey(selector map[string]string) string {
 	keys := make([]string, 0, len(selector))
 	for k := range selector {
 		keys = append(keys, k)

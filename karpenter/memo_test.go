@@ -38,7 +38,7 @@ func runCatalog(t testing.TB, o Options) *Catalog {
 func TestTolerationsFollowCapacityChanges(t *testing.T) {
 	ctx := context.Background()
 	kube := kubefake.NewClientset(node("n-a", true, map[string]string{"nodesize": "a"}))
-	kube.Resources = []*metav1.APIResourceList{{GroupVersion: NodePoolGroupVersion, APIResources: []metav1.APIResource{{Name: "nodepools", Kind: "NodePool"}}}}
+	kube.Resources = []*metav1.APIResourceList{{GroupVersion: nodePoolGroupVersion, APIResources: []metav1.APIResource{{Name: "nodepools", Kind: "NodePool"}}}}
 	spot := pool("spot", nil, req(capType, corev1.NodeSelectorOpIn, "spot"))
 	spot.Spec.Template.Spec.Taints = []corev1.Taint{{Key: "capacity", Value: "spot", Effect: corev1.TaintEffectNoSchedule}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
@@ -147,11 +147,11 @@ func TestTolerationsMemoBounds(t *testing.T) {
 
 func TestSelectorKeyKeepsSelectorsApart(t *testing.T) {
 	// Before validation a nodeSelector may hold any character.
-	a, b := SelectorKey(term("a", "b,c=d")), SelectorKey(term("a", "b", "c", "d"))
+	a, b := selectorKey(term("a", "b,c=d")), selectorKey(term("a", "b", "c", "d"))
 	if a == b {
 		t.Fatalf("two terms share the key %q", a)
 	}
-	if SelectorKey(term("x", "1", "y", "2")) != SelectorKey(map[string]string{"y": "2", "x": "1"}) {
+	if selectorKey(term("x", "1", "y", "2")) != selectorKey(map[string]string{"y": "2", "x": "1"}) {
 		t.Fatal("the key depends on map order")
 	}
 }
@@ -164,7 +164,7 @@ func BenchmarkTolerations(b *testing.B) {
 		objs = append(objs, node(fmt.Sprintf("n-%d", i), true, map[string]string{capType: "spot", karpv1.NodePoolLabelKey: "legacy"}))
 	}
 	kube := kubefake.NewClientset(objs...)
-	kube.Resources = []*metav1.APIResourceList{{GroupVersion: NodePoolGroupVersion, APIResources: []metav1.APIResource{{Name: "nodepools", Kind: "NodePool"}}}}
+	kube.Resources = []*metav1.APIResourceList{{GroupVersion: nodePoolGroupVersion, APIResources: []metav1.APIResource{{Name: "nodepools", Kind: "NodePool"}}}}
 	var pools []runtime.Object
 	for i := range 20 {
 		pools = append(pools, unstructuredPool(b, pool(fmt.Sprintf("p-%d", i), nil, req(capType, corev1.NodeSelectorOpIn, "spot"))))

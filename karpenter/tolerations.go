@@ -23,7 +23,7 @@ type Source struct {
 	Taints []corev1.Taint
 	// Architectures are the kubernetes.io/arch values it can give a pod of the term:
 	// what a NodePool's requirements allow of the architectures Karpenter launches
-	// (KnownArchitectures; a NodePool that leaves the label open offers them all, as
+	// (knownArchitectures; a NodePool that leaves the label open offers them all, as
 	// Karpenter v1 sets no default), a node group's AMI architecture, a Node's label.
 	Architectures []string
 }
