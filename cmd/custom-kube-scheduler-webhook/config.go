@@ -23,6 +23,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 )
@@ -104,7 +105,7 @@ type serveConfig struct {
 	Loop     converge.Settings
 	// Interruption reads EC2's interruption signals (its Queue "": off).
 	Interruption interruption.Settings
-	Cost         costSettings
+	Cost         report.CostSettings
 	// Deprecations are warnings about settings that no longer do anything.
 	Deprecations []string
 }
@@ -153,13 +154,6 @@ type admissionSettings struct {
 	// lookup at most ImageBudget (IMAGE_ARCHITECTURES, IMAGE_LOOKUP_BUDGET).
 	ImageArchitectures bool
 	ImageBudget        time.Duration
-}
-
-// costSettings are the realized-cost metrics'.
-type costSettings struct {
-	Enabled bool
-	// Prices is the price file read at startup (nil: AWS).
-	Prices *pricing.Table
 }
 
 // loadServeConfig reads the settings through a fresh Viper instance (no global state).

@@ -153,7 +153,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if jobs.metrics, err = registerMetrics(r.metrics.Registry, sources); err != nil {
 		return err
 	}
-	if jobs.costs, err = newServeCostRefresher(cfg.Cost, r.restCfg, report.Views{Caches: r.caches, Policies: r.policies, Records: r.records, Synced: r.synced,
+	if jobs.costs, err = report.NewCostRefresher(cfg.Cost, r.restCfg, report.Views{Caches: r.caches, Policies: r.policies, Records: r.records, Synced: r.synced,
 		Skip: func(ns string) bool { return cfg.Namespaces.Skip(ns) || !r.scope.CoversNamespace(ns) }, OnDemandAcceptsReserved: cfg.Admission.OnDemandAcceptsReserved}, costs, log); err != nil {
 		return err
 	}
