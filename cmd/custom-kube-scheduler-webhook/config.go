@@ -26,6 +26,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
 )
 
 // setting is one configuration value of `serve`: read from its environment variable,
@@ -94,7 +95,7 @@ type serveConfig struct {
 	Namespaces clusterview.NamespaceFilter
 	Kube       kubeSettings
 	Serving    servingSettings
-	Certs      certSettings
+	Certs      selfcert.Settings
 	Admission  admissionSettings
 	// Images are the image architecture lookups' registry settings (read even with
 	// IMAGE_ARCHITECTURES=off, Admission.ImageArchitectures).
@@ -127,19 +128,6 @@ type servingSettings struct {
 	HealthAddress  string
 	ShutdownDrain  time.Duration
 	Profiling      bool
-}
-
-// certSettings are the serving certificate, the webhook configurations it and the
-// admission token are written into, and the token's Secret.
-type certSettings struct {
-	// Self bootstraps and rotates the certificate in SecretName (CERT_MODE=self).
-	Self                    bool
-	CertFile, KeyFile       string
-	SecretName, ServiceName string
-	MutatingConfig          string
-	ValidatingConfig        string
-	// TokenSecret holds the admission token ("": no token, open paths).
-	TokenSecret string
 }
 
 // admissionSettings are the admission handlers'.
@@ -182,7 +170,7 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 			MetricsAddress: plainAddress(v.GetString("metrics-address")),
 			HealthAddress:  plainAddress(v.GetString("health-address")),
 		},
-		Certs: certSettings{
+		Certs: selfcert.Settings{
 			CertFile: v.GetString("tls-cert-file"), KeyFile: v.GetString("tls-key-file"),
 			SecretName: v.GetString("cert-secret-name"), ServiceName: v.GetString("service-name"),
 			MutatingConfig:   v.GetString("mutating-webhook-configuration"),

@@ -80,10 +80,8 @@ func newReplica(cfg *serveConfig, log *logrus.Logger) (*replica, error) {
 // closes once all have synced.
 func (r *replica) startViews(ctx context.Context) error {
 	cfg, log := r.cfg, r.log
-	if cfg.Certs.Self {
-		if err := startSelfCert(ctx, cfg.Certs, cfg.Namespaces.Own, r.restCfg, log); err != nil {
-			return err
-		}
+	if err := cfg.Certs.Await(ctx, cfg.Namespaces.Own, r.restCfg, log.WithField("component", "selfcert")); err != nil {
+		return err
 	}
 	var err error
 	if r.certs, err = certwatcher.New(cfg.Certs.CertFile, cfg.Certs.KeyFile); err != nil {
