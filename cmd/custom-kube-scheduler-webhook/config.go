@@ -26,6 +26,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/placement"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
 )
 
@@ -96,7 +97,9 @@ type serveConfig struct {
 	Kube       kubeSettings
 	Serving    servingSettings
 	Certs      selfcert.Settings
-	Admission  admissionSettings
+	Admission  placement.Settings
+	// WarnOnly answers an invalid strategy with a warning (VALIDATION_MODE=warn).
+	WarnOnly bool
 	// Images are the image architecture lookups' registry settings (read even with
 	// IMAGE_ARCHITECTURES=off, Admission.ImageArchitectures).
 	Images imagearch.Config
@@ -120,28 +123,15 @@ type kubeSettings struct {
 	EKSClusterName string
 }
 
-// servingSettings are the listeners and the drain.
+// servingSettings are the listeners, the admissions' in-flight limits and the drain.
 type servingSettings struct {
 	ListenAddress string
+	Limits        webhook.AdmissionLimits
 	// MetricsAddress and HealthAddress are "" when switched off ("0").
 	MetricsAddress string
 	HealthAddress  string
 	ShutdownDrain  time.Duration
 	Profiling      bool
-}
-
-// admissionSettings are the admission handlers'.
-type admissionSettings struct {
-	Limits   webhook.AdmissionLimits
-	Deadline time.Duration
-	// WarnOnly answers an invalid strategy with a warning (VALIDATION_MODE=warn).
-	WarnOnly bool
-	// OnDemandAcceptsReserved widens on-demand terms to accept reserved capacity.
-	OnDemandAcceptsReserved bool
-	// ImageArchitectures limits a pod to its images' architectures, waiting for the
-	// lookup at most ImageBudget (IMAGE_ARCHITECTURES, IMAGE_LOOKUP_BUDGET).
-	ImageArchitectures bool
-	ImageBudget        time.Duration
 }
 
 // loadServeConfig reads the settings through a fresh Viper instance (no global state).
@@ -237,18 +227,18 @@ func (c *serveConfig) parseAdmission(v *viper.Viper) error {
 	if err != nil {
 		return err
 	}
-	c.Admission.WarnOnly = validation == "warn"
+	c.WarnOnly = validation == "warn"
 	if c.Serving.ShutdownDrain, err = time.ParseDuration(strings.TrimSpace(v.GetString("shutdown-drain"))); err != nil || c.Serving.ShutdownDrain < 0 {
 		return fmt.Errorf("SHUTDOWN_DRAIN %q: want a duration such as 5s, or 0", v.GetString("shutdown-drain"))
 	}
-	if c.Admission.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
+	if c.Serving.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
 		return err
 	}
 	q, err := resource.ParseQuantity(strings.TrimSpace(v.GetString("max-inflight-body-bytes")))
 	if err != nil || q.Value() < webhook.MaxBodyBytes {
 		return fmt.Errorf("MAX_INFLIGHT_BODY_BYTES %q: want a byte quantity such as 24Mi, at least one maximum body (%d bytes)", v.GetString("max-inflight-body-bytes"), webhook.MaxBodyBytes)
 	}
-	c.Admission.Limits.MaxInFlightBytes = q.Value()
+	c.Serving.Limits.MaxInFlightBytes = q.Value()
 	return nil
 }
 
