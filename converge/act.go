@@ -29,6 +29,27 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 	// waits for the pace, this pass says.
 	l.mem.stillUnavailable(uid, p.unavailable)
 	l.mem.waitsForPace(uid, paceKey{}, false)
+	l.record(ctx, snap, p, &res, log)
+	l.sayAndHold(snap, p, log)
+	if len(p.strikes) > 0 {
+		// Every replica's informer gets a pass to see the new record before the evicted
+		// pods' replacements are admitted, or they would strand again.
+		res.pending = len(p.moves)
+		return res
+	}
+	blocked := l.moveWithin(ctx, snap, p, &res, log)
+	if blocked == "" {
+		l.mem.unblocked(uid)
+	} else if key := blockedKey(blocked); l.mem.sayBlocked(uid, key) {
+		l.event(snap.w, corev1.EventTypeNormal, ReasonConvergeBlocked, blocked)
+		log.Info(blocked)
+	}
+	return res
+}
+
+// record writes p's strikes and extended marks at risk, and counts the revision's
+// unavailable terms, with the soonest end of their marks, into res.
+func (l *Loop) record(ctx context.Context, snap *snapshot, p *passPlan, res *result, log logrus.FieldLogger) {
 	active := maps.Clone(snap.active)
 	if active == nil {
 		active = map[int]unavailability.TermState{}
@@ -59,15 +80,20 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 			res.until = st.Until
 		}
 	}
+}
+
+// sayAndHold says p's notes and that the revision is stuck, and holds the moves the
+// repeat guard caught (their Events and the soonest end in p.heldUntil).
+func (l *Loop) sayAndHold(snap *snapshot, p *passPlan, log logrus.FieldLogger) {
 	for _, n := range p.notes {
 		l.say(snap.w, n, log)
 	}
-	if l.mem.sayStuck(uid, p.stuck != "") {
+	if l.mem.sayStuck(snap.rev.uid, p.stuck != "") {
 		l.event(snap.w, corev1.EventTypeWarning, ReasonNoFallback, p.stuck)
 		log.Warn(p.stuck)
 	}
 	for _, reason := range p.holds {
-		until := l.mem.hold(revisionReason{uid, reason}, snap.now)
+		until := l.mem.hold(revisionReason{snap.rev.uid, reason}, snap.now)
 		if p.heldUntil.IsZero() || until.Before(p.heldUntil) {
 			p.heldUntil = until // the pass after it is due then
 		}
@@ -77,16 +103,16 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 		l.event(snap.w, corev1.EventTypeWarning, ReasonConvergeHeld, msg)
 		log.WithFields(logrus.Fields{"reason": reason, "until": until}).Warn(msg)
 	}
+}
+
+// moveWithin evicts p's moves within the budget and the pace, unless the revision's moves
+// are held (snap.hold), and returns why moves wait ("": none do).
+func (l *Loop) moveWithin(ctx context.Context, snap *snapshot, p *passPlan, res *result, log logrus.FieldLogger) string {
 	blocked := p.blocked
 	if blocked == "" && p.held > 0 {
 		blocked = fmt.Sprintf("%d pods held: the pods moved before came back in the same state", p.held)
 	}
 	switch {
-	case len(p.strikes) > 0:
-		// Every replica's informer gets a pass to see the new record before the evicted
-		// pods' replacements are admitted, or they would strand again.
-		res.pending = len(p.moves)
-		return res
 	case len(p.moves) == 0:
 	case snap.hold != "":
 		res.pending = len(p.moves)
@@ -95,18 +121,12 @@ func (l *Loop) act(ctx context.Context, snap *snapshot, p *passPlan) result {
 		var paced int
 		res.pending, paced, why = l.evictWithinBudget(ctx, snap, p, log)
 		res.waiting[waitPace] = paced
-		l.mem.waitsForPace(uid, paceKeyOf(snap), paced > 0)
+		l.mem.waitsForPace(snap.rev.uid, paceKeyOf(snap), paced > 0)
 		if why != "" {
 			blocked = fmt.Sprintf("%d pods wait to move: %s", res.pending, why)
 		}
 	}
-	if blocked == "" {
-		l.mem.unblocked(uid)
-	} else if key := blockedKey(blocked); l.mem.sayBlocked(uid, key) {
-		l.event(snap.w, corev1.EventTypeNormal, ReasonConvergeBlocked, blocked)
-		log.Info(blocked)
-	}
-	return res
+	return blocked
 }
 
 // blockedKey is what makes a "moves wait" message new: its reason, not its count.

@@ -14,8 +14,9 @@
 //   - CostMetrics and CostRefresher export that realized cost per workload and term as
 //     Prometheus series, refreshed every DefaultCostInterval (serve's COST_METRICS);
 //     Views reads their State from serve's caches rather than listing it, one placed
-//     pod at a time. cmd only wires them (settings, the price source, the registry,
-//     the elected replica).
+//     pod at a time; NewCostRefresher builds serve's refresher from its CostSettings
+//     (the price file, or AWS behind a disk cache). cmd only wires them (the settings,
+//     the registry, the elected replica).
 //
 // It may import clusterview (the workload views: which revision is current), strategy,
 // policy and api/v1alpha1 (the strategy a workload resolves to), karpenter and karpenter/nodegroups (what serves a term), unavailability (the

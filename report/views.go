@@ -2,15 +2,21 @@ package report
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 )
@@ -31,6 +37,47 @@ type Views struct {
 	Skip func(namespace string) bool
 	// OnDemandAcceptsReserved is the webhook's ON_DEMAND_ACCEPTS_RESERVED (State's).
 	OnDemandAcceptsReserved bool
+}
+
+// CostSettings are the cost metrics' knobs a user turns (COST_METRICS,
+// COST_PRICES_FILE): serve reads them and hands them to NewCostRefresher.
+type CostSettings struct {
+	Enabled bool
+	// Prices is the price file read at startup (nil: AWS).
+	Prices *pricing.Table
+}
+
+// NewCostRefresher is serve's cost refresher (nil with the settings off). It prices
+// what views hold; its one list, the nodes', goes through a client of its own, at a low
+// rate and with its own user agent, so that it neither slows admission's client nor
+// hides among its requests.
+func NewCostRefresher(s CostSettings, restCfg *rest.Config, views Views, metrics *CostMetrics, log logrus.FieldLogger) (*CostRefresher, error) {
+	if !s.Enabled {
+		return nil, nil
+	}
+	if views.Caches == nil || views.Synced == nil {
+		return nil, errors.New("cost metrics: the caches are required")
+	}
+	costCfg := rest.CopyConfig(restCfg)
+	costCfg.QPS, costCfg.Burst = 5, 10
+	costCfg.UserAgent = restCfg.UserAgent + "/cost"
+	client, err := kubernetes.NewForConfig(costCfg)
+	if err != nil {
+		return nil, fmt.Errorf("create the cost metrics' client: %w", err)
+	}
+	if views.Skip == nil {
+		views.Skip = func(string) bool { return false }
+	}
+	return &CostRefresher{
+		Collect: func(ctx context.Context) (Report, error) { return views.Collect(ctx, client) },
+		// A price file (COST_PRICES_FILE, loaded at startup), or AWS behind a disk cache
+		// in the temporary directory.
+		Prices:  pricing.FreshAWS(s.Prices, filepath.Join(os.TempDir(), "custom-kube-scheduler-webhook", "prices.json")),
+		Skip:    views.Skip,
+		Metrics: metrics,
+		Log:     log.WithField("component", "cost"),
+		Now:     time.Now,
+	}, nil
 }
 
 // Collect builds the cost report from the views. It holds the report's rows and one

@@ -23,8 +23,11 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/interruption"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/pricing"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/placement"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
 )
 
 // setting is one configuration value of `serve`: read from its environment variable,
@@ -93,8 +96,10 @@ type serveConfig struct {
 	Namespaces clusterview.NamespaceFilter
 	Kube       kubeSettings
 	Serving    servingSettings
-	Certs      certSettings
-	Admission  admissionSettings
+	Certs      selfcert.Settings
+	Admission  placement.Settings
+	// WarnOnly answers an invalid strategy with a warning (VALIDATION_MODE=warn).
+	WarnOnly bool
 	// Images are the image architecture lookups' registry settings (read even with
 	// IMAGE_ARCHITECTURES=off, Admission.ImageArchitectures).
 	Images imagearch.Config
@@ -104,7 +109,7 @@ type serveConfig struct {
 	Loop     converge.Settings
 	// Interruption reads EC2's interruption signals (its Queue "": off).
 	Interruption interruption.Settings
-	Cost         costSettings
+	Cost         report.CostSettings
 	// Deprecations are warnings about settings that no longer do anything.
 	Deprecations []string
 }
@@ -118,48 +123,15 @@ type kubeSettings struct {
 	EKSClusterName string
 }
 
-// servingSettings are the listeners and the drain.
+// servingSettings are the listeners, the admissions' in-flight limits and the drain.
 type servingSettings struct {
 	ListenAddress string
+	Limits        webhook.AdmissionLimits
 	// MetricsAddress and HealthAddress are "" when switched off ("0").
 	MetricsAddress string
 	HealthAddress  string
 	ShutdownDrain  time.Duration
 	Profiling      bool
-}
-
-// certSettings are the serving certificate, the webhook configurations it and the
-// admission token are written into, and the token's Secret.
-type certSettings struct {
-	// Self bootstraps and rotates the certificate in SecretName (CERT_MODE=self).
-	Self                    bool
-	CertFile, KeyFile       string
-	SecretName, ServiceName string
-	MutatingConfig          string
-	ValidatingConfig        string
-	// TokenSecret holds the admission token ("": no token, open paths).
-	TokenSecret string
-}
-
-// admissionSettings are the admission handlers'.
-type admissionSettings struct {
-	Limits   webhook.AdmissionLimits
-	Deadline time.Duration
-	// WarnOnly answers an invalid strategy with a warning (VALIDATION_MODE=warn).
-	WarnOnly bool
-	// OnDemandAcceptsReserved widens on-demand terms to accept reserved capacity.
-	OnDemandAcceptsReserved bool
-	// ImageArchitectures limits a pod to its images' architectures, waiting for the
-	// lookup at most ImageBudget (IMAGE_ARCHITECTURES, IMAGE_LOOKUP_BUDGET).
-	ImageArchitectures bool
-	ImageBudget        time.Duration
-}
-
-// costSettings are the realized-cost metrics'.
-type costSettings struct {
-	Enabled bool
-	// Prices is the price file read at startup (nil: AWS).
-	Prices *pricing.Table
 }
 
 // loadServeConfig reads the settings through a fresh Viper instance (no global state).
@@ -188,7 +160,7 @@ func loadServeConfig(flags *pflag.FlagSet) (*serveConfig, error) {
 			MetricsAddress: plainAddress(v.GetString("metrics-address")),
 			HealthAddress:  plainAddress(v.GetString("health-address")),
 		},
-		Certs: certSettings{
+		Certs: selfcert.Settings{
 			CertFile: v.GetString("tls-cert-file"), KeyFile: v.GetString("tls-key-file"),
 			SecretName: v.GetString("cert-secret-name"), ServiceName: v.GetString("service-name"),
 			MutatingConfig:   v.GetString("mutating-webhook-configuration"),
@@ -255,18 +227,18 @@ func (c *serveConfig) parseAdmission(v *viper.Viper) error {
 	if err != nil {
 		return err
 	}
-	c.Admission.WarnOnly = validation == "warn"
+	c.WarnOnly = validation == "warn"
 	if c.Serving.ShutdownDrain, err = time.ParseDuration(strings.TrimSpace(v.GetString("shutdown-drain"))); err != nil || c.Serving.ShutdownDrain < 0 {
 		return fmt.Errorf("SHUTDOWN_DRAIN %q: want a duration such as 5s, or 0", v.GetString("shutdown-drain"))
 	}
-	if c.Admission.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
+	if c.Serving.Limits.MaxInFlight, err = positiveInt(v, "max-inflight-admissions", "MAX_INFLIGHT_ADMISSIONS"); err != nil {
 		return err
 	}
 	q, err := resource.ParseQuantity(strings.TrimSpace(v.GetString("max-inflight-body-bytes")))
 	if err != nil || q.Value() < webhook.MaxBodyBytes {
 		return fmt.Errorf("MAX_INFLIGHT_BODY_BYTES %q: want a byte quantity such as 24Mi, at least one maximum body (%d bytes)", v.GetString("max-inflight-body-bytes"), webhook.MaxBodyBytes)
 	}
-	c.Admission.Limits.MaxInFlightBytes = q.Value()
+	c.Serving.Limits.MaxInFlightBytes = q.Value()
 	return nil
 }
 

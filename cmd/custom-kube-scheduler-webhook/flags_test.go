@@ -40,8 +40,8 @@ func TestServeTypedFlagsReachTheConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Ledger.ReservationTTL.String() != "45s" || cfg.Admission.Limits.MaxInFlight != 8 || !cfg.Converge || cfg.Serving.Profiling || cfg.LogLevel.String() != "debug" {
-		t.Fatalf("flags not read: ttl %v, inflight %d, converge %v, profiling %v, level %v", cfg.Ledger.ReservationTTL, cfg.Admission.Limits.MaxInFlight, cfg.Converge, cfg.Serving.Profiling, cfg.LogLevel)
+	if cfg.Ledger.ReservationTTL.String() != "45s" || cfg.Serving.Limits.MaxInFlight != 8 || !cfg.Converge || cfg.Serving.Profiling || cfg.LogLevel.String() != "debug" {
+		t.Fatalf("flags not read: ttl %v, inflight %d, converge %v, profiling %v, level %v", cfg.Ledger.ReservationTTL, cfg.Serving.Limits.MaxInFlight, cfg.Converge, cfg.Serving.Profiling, cfg.LogLevel)
 	}
 	if cfg, err = loadServeConfig(serveFlags(t, "--converge=off")); err != nil || cfg.Converge {
 		t.Fatalf("--converge=off: %v, converge %v", err, cfg != nil && cfg.Converge)

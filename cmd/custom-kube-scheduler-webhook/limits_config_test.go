@@ -17,16 +17,16 @@ func TestServeConfigDrainAndLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := webhook.AdmissionLimits{MaxInFlight: 256, MaxInFlightBytes: 24 << 20}
-	if cfg.Serving.ShutdownDrain != 5*time.Second || cfg.Admission.Limits != want {
-		t.Fatalf("defaults: drain %v, limits %+v", cfg.Serving.ShutdownDrain, cfg.Admission.Limits)
+	if cfg.Serving.ShutdownDrain != 5*time.Second || cfg.Serving.Limits != want {
+		t.Fatalf("defaults: drain %v, limits %+v", cfg.Serving.ShutdownDrain, cfg.Serving.Limits)
 	}
 	t.Setenv("SHUTDOWN_DRAIN", "0")
 	t.Setenv("MAX_INFLIGHT_BODY_BYTES", "64Mi")
 	if cfg, err = loadServeConfig(serveFlags(t, "--max-inflight-admissions", "8")); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Serving.ShutdownDrain != 0 || cfg.Admission.Limits.MaxInFlight != 8 || cfg.Admission.Limits.MaxInFlightBytes != 64<<20 {
-		t.Fatalf("not read: drain %v, limits %+v", cfg.Serving.ShutdownDrain, cfg.Admission.Limits)
+	if cfg.Serving.ShutdownDrain != 0 || cfg.Serving.Limits.MaxInFlight != 8 || cfg.Serving.Limits.MaxInFlightBytes != 64<<20 {
+		t.Fatalf("not read: drain %v, limits %+v", cfg.Serving.ShutdownDrain, cfg.Serving.Limits)
 	}
 }
 

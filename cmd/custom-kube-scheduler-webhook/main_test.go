@@ -150,7 +150,7 @@ func TestServeConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.LogLevel != logrus.InfoLevel || !reflect.DeepEqual(cfg.Namespaces.Blocklist, map[string]bool{"kube-system": true, "kube-public": true}) ||
-		cfg.Serving.ListenAddress != ":9443" || cfg.Ledger.ReservationTTL != 30*time.Second || cfg.Admission.WarnOnly || cfg.Certs.Self ||
+		cfg.Serving.ListenAddress != ":9443" || cfg.Ledger.ReservationTTL != 30*time.Second || cfg.WarnOnly || cfg.Certs.Self ||
 		cfg.Namespaces.Own != "custom-kube-scheduler-webhook" || cfg.Serving.MetricsAddress != ":8080" || cfg.Serving.HealthAddress != ":8081" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
@@ -178,7 +178,7 @@ func TestServeConfigEnvironmentThenFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.LogLevel != logrus.DebugLevel || cfg.Ledger.ReservationTTL != 45*time.Second || !cfg.Admission.WarnOnly {
+	if cfg.LogLevel != logrus.DebugLevel || cfg.Ledger.ReservationTTL != 45*time.Second || !cfg.WarnOnly {
 		t.Fatalf("environment not read: %+v", cfg)
 	}
 	if want := map[string]bool{"kube-system": true, "default": true, "team-a": true}; !reflect.DeepEqual(cfg.Namespaces.Blocklist, want) {

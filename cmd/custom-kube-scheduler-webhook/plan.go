@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/plan"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/policy"
@@ -116,31 +117,40 @@ once the hold is lifted), 0 when none, 2 for an invalid policy.`,
   custom-kube-scheduler-webhook plan --cluster --replicas 40 --requests cpu=500m,memory=512Mi --cost \
     --strategy 'karpenter.sh/capacity-type=on-demand,base=2,weight=1:karpenter.sh/capacity-type=spot,weight=3'`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if e, ok, err := o.whatIfEdit(cmd); err != nil || ok {
-				if err != nil {
-					return err
-				}
-				return o.runWhatIf(cmd, e)
-			}
-			in, w, format, err := o.input(cmd)
-			if err != nil {
-				return err
-			}
-			for _, doubt := range in.Strategy.Warnings {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+doubt)
-			}
-			if !o.cluster {
-				cost, err := o.offlineCost(cmd.Context(), in)
-				if err != nil {
-					return err
-				}
-				return writePlan(cmd.OutOrStdout(), in.Strategy, in.Replicas, format, cost)
-			}
-			return o.runCluster(cmd, in, w, format)
-		},
+		RunE: o.run,
 	}
-	f := cmd.Flags()
+	o.register(cmd.Flags())
+	return cmd
+}
+
+// run is plan: the what-if of a policy or Namespace, the offline plan (with its cost),
+// or the plan against the cluster.
+func (o *planOptions) run(cmd *cobra.Command, _ []string) error {
+	if e, ok, err := o.whatIfEdit(cmd); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		return o.runWhatIf(cmd, e)
+	}
+	in, w, format, err := o.input(cmd)
+	if err != nil {
+		return err
+	}
+	for _, doubt := range in.Strategy.Warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+doubt)
+	}
+	if !o.cluster {
+		cost, err := o.offlineCost(cmd.Context(), in)
+		if err != nil {
+			return err
+		}
+		return writePlan(cmd.OutOrStdout(), in.Strategy, in.Replicas, format, cost)
+	}
+	return o.runCluster(cmd, in, w, format)
+}
+
+// register adds plan's flags to f.
+func (o *planOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&o.raw, "strategy", "", "the CustomPodScheduleStrategy value")
 	f.StringVarP(&o.file, "filename", "f", "", "a Deployment, StatefulSet, Argo Rollout, Job or CronJob manifest: its strategy, replicas and pod requests; with --cluster also a policy or Namespace manifest (the what-if of applying it)")
 	f.IntVar(&o.replicas, "replicas", 1, "number of replicas (with -f: the manifest's)")
@@ -155,7 +165,6 @@ once the hold is lifted), 0 when none, 2 for an invalid policy.`,
 	f.StringSliceVar(&o.insecureRegistries, "image-insecure-registries", nil, "with --cluster and -f: registries (host:port) read over plain HTTP when the pod template's images are checked against terms pinning kubernetes.io/arch")
 	o.kube.register(f)
 	o.cost.register(f)
-	return cmd
 }
 
 // offlineCost prices the plan without a cluster (nil without --cost): the terms'

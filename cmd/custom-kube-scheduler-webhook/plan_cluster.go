@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -31,46 +32,13 @@ func (o *planOptions) input(cmd *cobra.Command) (plan.Input, manifestWorkload, s
 		return in, w, "", err
 	}
 	flags := cmd.Flags()
-	switch {
-	case o.file != "" && flags.Changed("strategy"):
-		return in, w, "", usageError("give --strategy or -f, not both")
-	case o.file == "" && !flags.Changed("strategy"):
-		return in, w, "", usageError("--strategy or -f is required")
-	case !o.cluster && (flags.Changed("max-replicas") || o.requests != ""):
-		return in, w, "", usageError("--max-replicas and --requests need --cluster")
-	case o.cluster && (flags.Changed("instance-type") || flags.Changed("pods-per-node")):
-		// The cluster's NodePools name the instance types and its nodes size the pods.
-		return in, w, "", usageError("--instance-type and --pods-per-node are for --cost without --cluster")
-	case !o.cost.enabled && (flags.Changed("instance-type") || flags.Changed("pods-per-node")):
-		return in, w, "", usageError("--instance-type and --pods-per-node need --cost")
-	case o.podsPerNode < 1:
-		return in, w, "", usageError("--pods-per-node must be at least 1, got %d", o.podsPerNode)
-	}
-	if err := o.cost.validate(); err != nil {
+	if err := o.checkFlags(flags); err != nil {
 		return in, w, "", err
 	}
 	raw := o.raw
 	if o.file != "" {
-		data, err := os.ReadFile(o.file)
-		if err != nil {
-			return in, w, "", usageError("read manifest: %w", err)
-		}
-		var m plan.Workload
-		if o.cluster {
-			m, err = o.readManifestInCluster(cmd, data)
-		} else {
-			m, err = plan.ReadManifest(data)
-		}
-		if err != nil {
-			return in, w, "", usageError("%s: %w", o.file, err)
-		}
-		if o.cluster && !strings.HasPrefix(m.Source, m.Kind+" ") && !strings.HasPrefix(m.Source, "the pod template of ") {
-			// Not the manifest's own: say which policy or namespace default it is.
-			fmt.Fprintf(cmd.ErrOrStderr(), "strategy from %s\n", m.Source)
-		}
-		raw, in.Requests, w = m.Strategy, m.Requests, manifestWorkload{kind: m.Kind, namespace: m.Namespace, name: m.Name, spec: m.PodSpec}
-		if !flags.Changed("replicas") {
-			o.replicas = m.Replicas
+		if raw, w, err = o.readManifest(cmd, &in); err != nil {
+			return in, w, "", err
 		}
 	}
 	if o.requests != "" {
@@ -97,6 +65,53 @@ func (o *planOptions) input(cmd *cobra.Command) (plan.Input, manifestWorkload, s
 	}
 	in.Replicas, in.MaxReplicas = o.replicas, o.maxReplicas
 	return in, w, format, nil
+}
+
+// checkFlags refuses flags that go only with others, before anything is read.
+func (o *planOptions) checkFlags(flags *pflag.FlagSet) error {
+	switch {
+	case o.file != "" && flags.Changed("strategy"):
+		return usageError("give --strategy or -f, not both")
+	case o.file == "" && !flags.Changed("strategy"):
+		return usageError("--strategy or -f is required")
+	case !o.cluster && (flags.Changed("max-replicas") || o.requests != ""):
+		return usageError("--max-replicas and --requests need --cluster")
+	case o.cluster && (flags.Changed("instance-type") || flags.Changed("pods-per-node")):
+		// The cluster's NodePools name the instance types and its nodes size the pods.
+		return usageError("--instance-type and --pods-per-node are for --cost without --cluster")
+	case !o.cost.enabled && (flags.Changed("instance-type") || flags.Changed("pods-per-node")):
+		return usageError("--instance-type and --pods-per-node need --cost")
+	case o.podsPerNode < 1:
+		return usageError("--pods-per-node must be at least 1, got %d", o.podsPerNode)
+	}
+	return o.cost.validate()
+}
+
+// readManifest reads -f: the strategy (returned), the pod requests (into in), the
+// workload, and the replicas unless --replicas is given.
+func (o *planOptions) readManifest(cmd *cobra.Command, in *plan.Input) (string, manifestWorkload, error) {
+	data, err := os.ReadFile(o.file)
+	if err != nil {
+		return "", manifestWorkload{}, usageError("read manifest: %w", err)
+	}
+	var m plan.Workload
+	if o.cluster {
+		m, err = o.readManifestInCluster(cmd, data)
+	} else {
+		m, err = plan.ReadManifest(data)
+	}
+	if err != nil {
+		return "", manifestWorkload{}, usageError("%s: %w", o.file, err)
+	}
+	if o.cluster && !strings.HasPrefix(m.Source, m.Kind+" ") && !strings.HasPrefix(m.Source, "the pod template of ") {
+		// Not the manifest's own: say which policy or namespace default it is.
+		fmt.Fprintf(cmd.ErrOrStderr(), "strategy from %s\n", m.Source)
+	}
+	in.Requests = m.Requests
+	if !cmd.Flags().Changed("replicas") {
+		o.replicas = m.Replicas
+	}
+	return m.Strategy, manifestWorkload{kind: m.Kind, namespace: m.Namespace, name: m.Name, spec: m.PodSpec}, nil
 }
 
 // readManifestInCluster reads the manifest's workload as the cluster would place it:

@@ -80,10 +80,8 @@ func newReplica(cfg *serveConfig, log *logrus.Logger) (*replica, error) {
 // closes once all have synced.
 func (r *replica) startViews(ctx context.Context) error {
 	cfg, log := r.cfg, r.log
-	if cfg.Certs.Self {
-		if err := startSelfCert(ctx, cfg.Certs, cfg.Namespaces.Own, r.restCfg, log); err != nil {
-			return err
-		}
+	if err := cfg.Certs.Await(ctx, cfg.Namespaces.Own, r.restCfg, log.WithField("component", "selfcert")); err != nil {
+		return err
 	}
 	var err error
 	if r.certs, err = certwatcher.New(cfg.Certs.CertFile, cfg.Certs.KeyFile); err != nil {
@@ -245,13 +243,12 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 	namespaces := cfg.Namespaces
 	mutator := &placement.PodMutator{
 		Resolver: r.caches.Resolver, Capacity: r.catalog, Ledger: r.seats, Recorder: recorder, Metrics: r.metrics,
-		Namespaces: namespaces, Synced: r.synced, Deadline: cfg.Admission.Deadline, Log: r.entry, Availability: r.records,
-		OnDemandAcceptsReserved: cfg.Admission.OnDemandAcceptsReserved,
+		Namespaces: namespaces, Synced: r.synced, Log: r.entry, Settings: cfg.Admission, Availability: r.records,
 	}
 	if r.images != nil {
 		mutator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Admission.ImageBudget}
 	}
-	validator := &validation.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.Admission.WarnOnly, Metrics: r.metrics, Log: r.entry,
+	validator := &validation.WorkloadValidator{Capacity: r.catalog, Hints: r.catalog, WarnOnly: cfg.WarnOnly, Metrics: r.metrics, Log: r.entry,
 		Scope: &validation.NamespaceScope{WhyNot: r.scope.WhyNotLabels, Each: r.policies.EachNamespace}}
 	if r.images != nil {
 		validator.Images = &placement.ImageArchitectures{Images: r.images, Capacity: r.catalog, Budget: cfg.Admission.ImageBudget}
@@ -263,7 +260,7 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 		Ready:      r.ready,
 		Metrics:    r.metrics,
 		Log:        r.entry,
-		Limits:     cfg.Admission.Limits,
+		Limits:     cfg.Serving.Limits,
 		Peer:       ledger.RequirePeerCertificate(r.peerTrust, r.seats.PeerHandler()),
 		PeerPath:   ledger.PeerClaimPath,
 		Profiling:  cfg.Serving.Profiling,

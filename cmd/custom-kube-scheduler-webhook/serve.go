@@ -38,7 +38,6 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ledger"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/report"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
-	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/selfcert"
 )
 
 const component = "custom-kube-scheduler-webhook"
@@ -153,7 +152,7 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if jobs.metrics, err = registerMetrics(r.metrics.Registry, sources); err != nil {
 		return err
 	}
-	if jobs.costs, err = newServeCostRefresher(cfg.Cost, r.restCfg, report.Views{Caches: r.caches, Policies: r.policies, Records: r.records, Synced: r.synced,
+	if jobs.costs, err = report.NewCostRefresher(cfg.Cost, r.restCfg, report.Views{Caches: r.caches, Policies: r.policies, Records: r.records, Synced: r.synced,
 		Skip: func(ns string) bool { return cfg.Namespaces.Skip(ns) || !r.scope.CoversNamespace(ns) }, OnDemandAcceptsReserved: cfg.Admission.OnDemandAcceptsReserved}, costs, log); err != nil {
 		return err
 	}
@@ -314,29 +313,6 @@ func newReadyGauge(namespace string, ready func() error) prometheus.GaugeFunc {
 		}
 		return 1
 	})
-}
-
-// startSelfCert bootstraps (or loads) the CA and serving certificate kept in a Secret,
-// writes them where the certificate watcher reads them, keeps the webhook
-// configurations' caBundle current and rotates; it returns once the files exist.
-func startSelfCert(ctx context.Context, cfg certSettings, namespace string, restCfg *rest.Config, log *logrus.Logger) error {
-	if filepath.Dir(cfg.CertFile) != filepath.Dir(cfg.KeyFile) {
-		return usageError("CERT_MODE=self writes the certificate and key into one directory: TLS_CERT_FILE and TLS_KEY_FILE must share it")
-	}
-	ready, err := selfcert.Start(ctx, selfcert.Config{
-		Namespace: namespace, SecretName: cfg.SecretName, ServiceName: cfg.ServiceName,
-		CertDir: filepath.Dir(cfg.CertFile), CertName: filepath.Base(cfg.CertFile), KeyName: filepath.Base(cfg.KeyFile),
-		MutatingWebhookName: cfg.MutatingConfig, ValidatingWebhookName: cfg.ValidatingConfig,
-	}, restCfg, log.WithField("component", "selfcert"))
-	if err != nil {
-		return fmt.Errorf("self-managed certificates: %w", err)
-	}
-	select {
-	case <-ready:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for self-managed certificates: %w", ctx.Err())
-	}
 }
 
 // newCatalog watches NodePools and Ready nodes and, when a cluster name is configured,

@@ -50,42 +50,7 @@ written in every case.`,
   custom-kube-scheduler-webhook spread -n demo deployment/alpine -o json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := outputFormat(o.output)
-			if err != nil {
-				return err
-			}
-			if err := o.cost.validate(); err != nil {
-				return err
-			}
-			// The prices first: a bad price file is bad input, found before the cluster is asked.
-			var prices pricing.Source
-			if o.cost.enabled {
-				if prices, err = o.cost.source(cmd.Context()); err != nil {
-					return err
-				}
-			}
-			keep := func(string, string) bool { return true }
-			if len(args) == 1 {
-				kind, name, err := parseWorkloadArg(args[0])
-				if err != nil {
-					return usageError("%w", err)
-				}
-				keep = func(k, n string) bool { return n == name && (kind == "" || strings.EqualFold(kind, k)) }
-			}
-			r, err := collectSpread(cmd.Context(), o, keep)
-			if err != nil {
-				return err
-			}
-			if len(args) == 1 && len(r.Workloads) == 0 {
-				return fmt.Errorf("%s: not found, or it carries no active %s", args[0], strategy.AnnotationStrategy)
-			}
-			if prices != nil {
-				report.AddCost(cmd.Context(), &r, prices)
-			}
-			if err := writeSpread(cmd.OutOrStdout(), r, format); err != nil {
-				return err
-			}
-			return spreadVerdict(r)
+			return o.run(cmd.Context(), cmd.OutOrStdout(), args)
 		},
 	}
 	f := cmd.Flags()
@@ -190,6 +155,46 @@ func collectSpread(ctx context.Context, o spreadOptions, keep func(kind, name st
 	return report.Collect(ctx, client, dyn, report.Options{Namespace: ns, WebhookNamespace: o.webhookNamespace, Keep: keep})
 }
 
+// run is spread: the prices first (a bad price file is bad input, found before the
+// cluster is asked), then the report, its costs and the exit status of its verdict.
+func (o spreadOptions) run(ctx context.Context, out io.Writer, args []string) error {
+	format, err := outputFormat(o.output)
+	if err != nil {
+		return err
+	}
+	if err := o.cost.validate(); err != nil {
+		return err
+	}
+	var prices pricing.Source
+	if o.cost.enabled {
+		if prices, err = o.cost.source(ctx); err != nil {
+			return err
+		}
+	}
+	keep := func(string, string) bool { return true }
+	if len(args) == 1 {
+		kind, name, err := parseWorkloadArg(args[0])
+		if err != nil {
+			return usageError("%w", err)
+		}
+		keep = func(k, n string) bool { return n == name && (kind == "" || strings.EqualFold(kind, k)) }
+	}
+	r, err := collectSpread(ctx, o, keep)
+	if err != nil {
+		return err
+	}
+	if len(args) == 1 && len(r.Workloads) == 0 {
+		return fmt.Errorf("%s: not found, or it carries no active %s", args[0], strategy.AnnotationStrategy)
+	}
+	if prices != nil {
+		report.AddCost(ctx, &r, prices)
+	}
+	if err := writeSpread(out, r, format); err != nil {
+		return err
+	}
+	return spreadVerdict(r)
+}
+
 func writeSpread(w io.Writer, r report.Report, output string) error {
 	if output == "json" || output == "yaml" {
 		return writeStructured(w, r, output)
@@ -207,74 +212,93 @@ func writeSpread(w io.Writer, r report.Report, output string) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "%s %s/%s  replicas %d  revision %s  strategy from %s\n", wl.Kind, wl.Namespace, wl.Name, wl.Replicas, orDash(wl.Revision), orDash(wl.Source))
-		if wl.NotEnabled != "" {
-			fmt.Fprintf(w, "  not enabled: %s\n", wl.NotEnabled)
-		}
-		if wl.NoRevision != "" {
-			fmt.Fprintf(w, "  %s\n", wl.NoRevision)
-		}
-		if a := wl.Audit; a != nil {
-			if a.Error != "" {
-				fmt.Fprintf(w, "  audit: %s (audit mode) has an invalid strategy: %s\n", a.Source, a.Error)
-			} else {
-				fmt.Fprintf(w, "  audit: %s (audit mode) would place it by %s, target %v: would move %d pods\n", a.Source, a.Strategy, a.Target, a.WouldMove)
-			}
-		}
-		if wl.State == report.StateAudit {
-			continue
-		}
-		if wl.Waits != "" {
-			fmt.Fprintf(w, "  %s\n", wl.Waits)
-		}
-		if wl.Held != "" {
-			fmt.Fprintf(w, "  moves held: %s\n", wl.Held)
-		}
-		if wl.DoNotDisrupt > 0 {
-			fmt.Fprintf(w, "  do-not-disrupt: %d pods stay off their seat's term (karpenter.sh/do-not-disrupt); the loop does not move them\n", wl.DoNotDisrupt)
-		}
-		if wl.Error != "" {
-			fmt.Fprintf(w, "  invalid strategy: %s\n", wl.Error)
-			continue
-		}
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TERM\tLABELS\tTARGET\tPLACED\tRUNNING\tPENDING\tSERVED BY\tNODES")
-		for _, t := range wl.Terms {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", t.Term, labelString(t.Labels), t.Target, t.Placed, t.Running, t.Pending,
-				orDash(strings.Join(t.ServedBy, ",")), orDash(nodeList(t.Nodes)))
-			for _, reason := range t.PendingReasons {
-				fmt.Fprintf(tw, "\t  pending: %s\n", reason)
-			}
-			if t.ReservedPods > 0 {
-				fmt.Fprintf(tw, "\t  %d of its pods on reserved capacity (priced at nothing: already paid for)\n", t.ReservedPods)
-			}
-			if i := t.IdleReserved; i != nil {
-				fmt.Fprintf(tw, "\t  reserved room idle for %d more of its pods (%s), %d on on-demand: %s\n", i.Pods, strings.Join(i.Reservations, ","), i.OnDemandPods, i.Hint)
-			}
-			if t.CannotRun > 0 {
-				fmt.Fprintf(tw, "\t  %d of its pods cannot run here: %s\n", t.CannotRun, t.CannotRunReason)
-			}
-			if t.UnavailableUntil != "" {
-				fmt.Fprintf(tw, "\t  unavailable until %s: %s; expected %d, %d of its pods on fallback\n", t.UnavailableUntil, t.UnavailableReason, t.Expected, t.FallbackPods)
-			} else if t.FallbackPods > 0 {
-				fmt.Fprintf(tw, "\t  %d of its pods on fallback, to be moved back\n", t.FallbackPods)
-			}
-		}
-		if err := tw.Flush(); err != nil {
-			return fmt.Errorf("write report: %w", err)
-		}
-		verdict := "exact"
-		if !wl.Exact {
-			verdict = "NOT exact (" + wl.State + ": " + wl.Why + ")"
-		}
-		if _, err := fmt.Fprintf(w, "spread %s; unplaced pods %d; pods of older revisions %d; pending repairs %d\n", verdict, wl.Unplaced, wl.OtherRevisions, wl.PendingRepairs); err != nil {
-			return fmt.Errorf("write report: %w", err)
-		}
-		if err := writeSpreadCost(w, wl); err != nil {
+		if err := writeSpreadWorkload(w, wl); err != nil {
 			return err
 		}
 	}
 	return writeUnseen(w, r.Unseen)
+}
+
+// writeSpreadWorkload writes one workload: its notes, its terms and the verdict.
+func writeSpreadWorkload(w io.Writer, wl report.WorkloadReport) error {
+	if !writeSpreadNotes(w, wl) {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TERM\tLABELS\tTARGET\tPLACED\tRUNNING\tPENDING\tSERVED BY\tNODES")
+	for _, t := range wl.Terms {
+		writeSpreadTerm(tw, t)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	verdict := "exact"
+	if !wl.Exact {
+		verdict = "NOT exact (" + wl.State + ": " + wl.Why + ")"
+	}
+	if _, err := fmt.Fprintf(w, "spread %s; unplaced pods %d; pods of older revisions %d; pending repairs %d\n", verdict, wl.Unplaced, wl.OtherRevisions, wl.PendingRepairs); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return writeSpreadCost(w, wl)
+}
+
+// writeSpreadNotes writes a workload's heading and notes, and whether its terms follow
+// (not for a workload in audit mode or with an invalid strategy).
+func writeSpreadNotes(w io.Writer, wl report.WorkloadReport) bool {
+	fmt.Fprintf(w, "%s %s/%s  replicas %d  revision %s  strategy from %s\n", wl.Kind, wl.Namespace, wl.Name, wl.Replicas, orDash(wl.Revision), orDash(wl.Source))
+	if wl.NotEnabled != "" {
+		fmt.Fprintf(w, "  not enabled: %s\n", wl.NotEnabled)
+	}
+	if wl.NoRevision != "" {
+		fmt.Fprintf(w, "  %s\n", wl.NoRevision)
+	}
+	if a := wl.Audit; a != nil {
+		if a.Error != "" {
+			fmt.Fprintf(w, "  audit: %s (audit mode) has an invalid strategy: %s\n", a.Source, a.Error)
+		} else {
+			fmt.Fprintf(w, "  audit: %s (audit mode) would place it by %s, target %v: would move %d pods\n", a.Source, a.Strategy, a.Target, a.WouldMove)
+		}
+	}
+	if wl.State == report.StateAudit {
+		return false
+	}
+	if wl.Waits != "" {
+		fmt.Fprintf(w, "  %s\n", wl.Waits)
+	}
+	if wl.Held != "" {
+		fmt.Fprintf(w, "  moves held: %s\n", wl.Held)
+	}
+	if wl.DoNotDisrupt > 0 {
+		fmt.Fprintf(w, "  do-not-disrupt: %d pods stay off their seat's term (karpenter.sh/do-not-disrupt); the loop does not move them\n", wl.DoNotDisrupt)
+	}
+	if wl.Error != "" {
+		fmt.Fprintf(w, "  invalid strategy: %s\n", wl.Error)
+		return false
+	}
+	return true
+}
+
+// writeSpreadTerm writes one term's row and its notes.
+func writeSpreadTerm(tw io.Writer, t report.TermReport) {
+	fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", t.Term, labelString(t.Labels), t.Target, t.Placed, t.Running, t.Pending,
+		orDash(strings.Join(t.ServedBy, ",")), orDash(nodeList(t.Nodes)))
+	for _, reason := range t.PendingReasons {
+		fmt.Fprintf(tw, "\t  pending: %s\n", reason)
+	}
+	if t.ReservedPods > 0 {
+		fmt.Fprintf(tw, "\t  %d of its pods on reserved capacity (priced at nothing: already paid for)\n", t.ReservedPods)
+	}
+	if i := t.IdleReserved; i != nil {
+		fmt.Fprintf(tw, "\t  reserved room idle for %d more of its pods (%s), %d on on-demand: %s\n", i.Pods, strings.Join(i.Reservations, ","), i.OnDemandPods, i.Hint)
+	}
+	if t.CannotRun > 0 {
+		fmt.Fprintf(tw, "\t  %d of its pods cannot run here: %s\n", t.CannotRun, t.CannotRunReason)
+	}
+	if t.UnavailableUntil != "" {
+		fmt.Fprintf(tw, "\t  unavailable until %s: %s; expected %d, %d of its pods on fallback\n", t.UnavailableUntil, t.UnavailableReason, t.Expected, t.FallbackPods)
+	} else if t.FallbackPods > 0 {
+		fmt.Fprintf(tw, "\t  %d of its pods on fallback, to be moved back\n", t.FallbackPods)
+	}
 }
 
 // writeUnseen says what the report could not read, and what that leaves out.

@@ -3,7 +3,8 @@
 // wired by cmd), the unavailable terms (Availability), the decision (decide.go: the
 // term or its fallback, conflicts, tolerations from karpenter; no side effects), the
 // patch, the image architecture step (ImageArchitectures) and Events. What serves a
-// term it asks through the Capacity and ArchitectureCapacity interfaces.
+// term it asks through the Capacity and ArchitectureCapacity interfaces. Its Settings are
+// the admission's knobs serve reads (deadline, on-demand accepting reserved, image lookups).
 //
 // It may import strategy, clusterview, karpenter (merging tolerations), imagearch (the
 // request type of the architecture lookup) and webhook (Allow, the admission outcomes

@@ -54,6 +54,24 @@ type SeatLedger interface {
 	Release(ctx context.Context, revision clusterview.Revision, admission types.UID)
 }
 
+// Settings are pod placement's knobs a user turns (ADMISSION_DEADLINE,
+// ON_DEMAND_ACCEPTS_RESERVED, IMAGE_ARCHITECTURES, IMAGE_LOOKUP_BUDGET): serve reads
+// them and hands them to the PodMutator.
+type Settings struct {
+	// Deadline bounds each admission (0: only the caller's context does). Set below the
+	// webhook's timeoutSeconds: past it the pod is admitted unplaced with a warning,
+	// instead of being worked on after the API server gave up and created it anyway.
+	Deadline time.Duration
+	// OnDemandAcceptsReserved patches a karpenter.sh/capacity-type=on-demand term as
+	// "In [on-demand, reserved]" (docs/configuration.md).
+	OnDemandAcceptsReserved bool
+	// ImageArchitectures limits a pod to its images' architectures: serve makes the
+	// image step (PodMutator.Images, and validation's) only with it, waiting for the
+	// lookup at most ImageBudget (ImageArchitectures.Budget).
+	ImageArchitectures bool
+	ImageBudget        time.Duration
+}
+
 // PodMutator places new pods of workloads that carry a strategy: it picks the pod's
 // seat, and patches the seat's term into the pod's nodeSelector and tolerations.
 // A pod is never blocked: every fault admits it unchanged with a warning.
@@ -67,20 +85,15 @@ type PodMutator struct {
 	// Synced is closed once the caches have synced; until then held seats are unknown,
 	// so admissions wait for it (bounded by the API server's timeout).
 	Synced <-chan struct{}
-	// Deadline bounds each admission (0: only the caller's context does). Set below the
-	// webhook's timeoutSeconds: past it the pod is admitted unplaced with a warning,
-	// instead of being worked on after the API server gave up and created it anyway.
-	Deadline time.Duration
-	Log      logrus.FieldLogger
+	Log    logrus.FieldLogger
+	// Settings are the knobs a user turns (docs/configuration.md).
+	Settings
 
 	// Availability says which terms are unavailable, so their seats go to the fallback
 	// (optional: without it every term is taken as available).
 	Availability Availability
 	// Images narrows kubernetes.io/arch to what the pod's images run on (nil: off).
 	Images *ImageArchitectures
-	// OnDemandAcceptsReserved patches a karpenter.sh/capacity-type=on-demand term as
-	// "In [on-demand, reserved]" (docs/configuration.md).
-	OnDemandAcceptsReserved bool
 
 	strategies strategy.Resolver
 }

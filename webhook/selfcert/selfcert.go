@@ -12,6 +12,10 @@
 // and converge on the winner's CA), and every list/watch is narrowed to the one Secret
 // and the two configurations by a metadata.name field selector, so RBAC can grant them by
 // resourceNames.
+//
+// Its Settings are the serving certificate's settings as serve reads them, in either
+// mode (the files, the Secret, the webhook configurations, the admission token's
+// Secret); Settings.Await runs the self-managed mode when they ask for it.
 package selfcert
 
 import (
