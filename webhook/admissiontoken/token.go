@@ -23,27 +23,27 @@ import (
 
 // Keys of the token Secret.
 const (
-	// KeyToken is the current token, the one in the configurations' paths.
-	KeyToken = "token"
-	// KeyPrevious is the token before the last rotation, accepted until KeyPreviousUntil.
-	KeyPrevious      = "previous"
-	KeyPreviousUntil = "previous-until"
-	// KeySwitchAfter is when the configurations move to the current token.
-	KeySwitchAfter = "switch-after"
-	// KeyCertNotBefore is the NotBefore of the serving certificate the current token
+	// keyToken is the current token, the one in the configurations' paths.
+	keyToken = "token"
+	// keyPrevious is the token before the last rotation, accepted until keyPreviousUntil.
+	keyPrevious      = "previous"
+	keyPreviousUntil = "previous-until"
+	// keySwitchAfter is when the configurations move to the current token.
+	keySwitchAfter = "switch-after"
+	// keyCertNotBefore is the NotBefore of the serving certificate the current token
 	// goes with: a newer certificate rotates the token.
-	KeyCertNotBefore = "cert-not-before"
+	keyCertNotBefore = "cert-not-before"
 )
 
 // Defaults of Config's timings.
 const (
-	DefaultInterval    = 2 * time.Second
-	DefaultPropagation = 15 * time.Second
-	DefaultOverlap     = 10 * time.Minute
+	defaultInterval    = 2 * time.Second
+	defaultPropagation = 15 * time.Second
+	defaultOverlap     = 10 * time.Minute
 )
 
-// FieldManager is recorded on the Secret and the configurations the Keeper writes.
-const FieldManager = "custom-kube-scheduler-webhook"
+// fieldManager is recorded on the Secret and the configurations the Keeper writes.
+const fieldManager = "custom-kube-scheduler-webhook"
 
 // Config says where the token lives and how it rotates.
 type Config struct {
@@ -55,10 +55,10 @@ type Config struct {
 	MutatingConfig, ValidatingConfig string
 	// Certificate returns the serving certificate (nil: no rotation with it).
 	Certificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
-	// Interval is how often the Secret is read (DefaultInterval); Propagation how long
-	// after a rotation the configurations move to the new token (DefaultPropagation,
+	// Interval is how often the Secret is read (defaultInterval); Propagation how long
+	// after a rotation the configurations move to the new token (defaultPropagation,
 	// several Intervals: every replica has read it by then); Overlap how long the
-	// previous token stays accepted (DefaultOverlap: the API server has seen the new
+	// previous token stays accepted (defaultOverlap: the API server has seen the new
 	// paths by then).
 	Interval, Propagation, Overlap time.Duration
 	// Now is the clock (time.Now).
@@ -78,13 +78,13 @@ func New(cfg Config) (*Keeper, error) {
 		return nil, errors.New("admission token: a client, a namespace and a Secret name are required")
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
+		cfg.Interval = defaultInterval
 	}
 	if cfg.Propagation <= 0 {
-		cfg.Propagation = DefaultPropagation
+		cfg.Propagation = defaultPropagation
 	}
 	if cfg.Overlap <= cfg.Propagation {
-		cfg.Overlap = max(DefaultOverlap, 2*cfg.Propagation)
+		cfg.Overlap = max(defaultOverlap, 2*cfg.Propagation)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -138,7 +138,7 @@ func (k *Keeper) Sync(ctx context.Context) error {
 	if apierrors.IsNotFound(err) {
 		s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: k.cfg.SecretName, Namespace: k.cfg.Namespace}, Type: corev1.SecretTypeOpaque}
 		s.Data = k.fresh(nil)
-		if _, err := secrets.Create(ctx, s, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+		if _, err := secrets.Create(ctx, s, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
 			return fmt.Errorf("admission token: creating Secret %s/%s: %w", k.cfg.Namespace, k.cfg.SecretName, err)
 		}
 		k.cfg.Log.WithField("secret", k.cfg.SecretName).Info("admission token created")
@@ -150,47 +150,47 @@ func (k *Keeper) Sync(ctx context.Context) error {
 	if data, why := k.next(s.Data); data != nil {
 		s = s.DeepCopy()
 		s.Data = data
-		if s, err = secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		if s, err = secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 			// A conflict: another replica wrote first; the next Sync reads its token.
 			return fmt.Errorf("admission token: writing Secret %s/%s (%s): %w", k.cfg.Namespace, k.cfg.SecretName, why, err)
 		}
 		k.cfg.Log.WithField("secret", k.cfg.SecretName).Info("admission token " + why)
 	}
 	now := k.cfg.Now()
-	accepted := []string{string(s.Data[KeyToken])}
-	if prev := string(s.Data[KeyPrevious]); prev != "" && now.Before(parseTime(s.Data[KeyPreviousUntil])) {
+	accepted := []string{string(s.Data[keyToken])}
+	if prev := string(s.Data[keyPrevious]); prev != "" && now.Before(parseTime(s.Data[keyPreviousUntil])) {
 		accepted = append(accepted, prev)
 	}
 	k.accepted.Store(&accepted)
-	if now.Before(parseTime(s.Data[KeySwitchAfter])) {
+	if now.Before(parseTime(s.Data[keySwitchAfter])) {
 		return nil
 	}
-	return k.inject(ctx, string(s.Data[KeyToken]))
+	return k.inject(ctx, string(s.Data[keyToken]))
 }
 
 // next is the Secret's data after filling in or rotating its token, and why; nil when
 // nothing changes.
 func (k *Keeper) next(data map[string][]byte) (map[string][]byte, string) {
-	if !validToken(string(data[KeyToken])) {
+	if !validToken(string(data[keyToken])) {
 		return k.fresh(nil), "filled in"
 	}
 	leaf := k.leaf()
 	if leaf == nil {
 		return nil, ""
 	}
-	recorded := parseTime(data[KeyCertNotBefore])
+	recorded := parseTime(data[keyCertNotBefore])
 	switch {
 	case recorded.IsZero():
 		out := clone(data)
-		out[KeyCertNotBefore] = []byte(leaf.NotBefore.UTC().Format(time.RFC3339))
+		out[keyCertNotBefore] = []byte(leaf.NotBefore.UTC().Format(time.RFC3339))
 		return out, "tied to the serving certificate"
 	case leaf.NotBefore.After(recorded):
 		// A renewed certificate; a replica still on the older one never rotates back.
 		now := k.cfg.Now()
 		out := k.fresh(leaf)
-		out[KeyPrevious] = data[KeyToken]
-		out[KeyPreviousUntil] = []byte(now.Add(k.cfg.Overlap).UTC().Format(time.RFC3339))
-		out[KeySwitchAfter] = []byte(now.Add(k.cfg.Propagation).UTC().Format(time.RFC3339))
+		out[keyPrevious] = data[keyToken]
+		out[keyPreviousUntil] = []byte(now.Add(k.cfg.Overlap).UTC().Format(time.RFC3339))
+		out[keySwitchAfter] = []byte(now.Add(k.cfg.Propagation).UTC().Format(time.RFC3339))
 		return out, "rotated with the serving certificate"
 	}
 	return nil, ""
@@ -198,12 +198,12 @@ func (k *Keeper) next(data map[string][]byte) (map[string][]byte, string) {
 
 // fresh is the data of a new token that the configurations may use at once.
 func (k *Keeper) fresh(leaf *x509.Certificate) map[string][]byte {
-	out := map[string][]byte{KeyToken: []byte(NewToken()), KeySwitchAfter: []byte(k.cfg.Now().UTC().Format(time.RFC3339))}
+	out := map[string][]byte{keyToken: []byte(newToken()), keySwitchAfter: []byte(k.cfg.Now().UTC().Format(time.RFC3339))}
 	if leaf == nil {
 		leaf = k.leaf()
 	}
 	if leaf != nil {
-		out[KeyCertNotBefore] = []byte(leaf.NotBefore.UTC().Format(time.RFC3339))
+		out[keyCertNotBefore] = []byte(leaf.NotBefore.UTC().Format(time.RFC3339))
 	}
 	return out
 }
@@ -242,7 +242,7 @@ func (k *Keeper) inject(ctx context.Context, token string) error {
 				changed = setPath(&c.Webhooks[i].ClientConfig, token, Endpoint(false, c.Webhooks[i].Name)) || changed
 			}
 			if changed {
-				if _, err := reg.MutatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+				if _, err := reg.MutatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 					return fmt.Errorf("admission token: writing MutatingWebhookConfiguration %s: %w", name, err)
 				}
 				k.cfg.Log.WithField("configuration", name).Info("admission token written into the mutating webhook's path")
@@ -261,7 +261,7 @@ func (k *Keeper) inject(ctx context.Context, token string) error {
 				changed = setPath(&c.Webhooks[i].ClientConfig, token, Endpoint(true, c.Webhooks[i].Name)) || changed
 			}
 			if changed {
-				if _, err := reg.ValidatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+				if _, err := reg.ValidatingWebhookConfigurations().Update(ctx, c, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 					return fmt.Errorf("admission token: writing ValidatingWebhookConfiguration %s: %w", name, err)
 				}
 				k.cfg.Log.WithField("configuration", name).Info("admission token written into the validating webhook's path")
@@ -271,9 +271,9 @@ func (k *Keeper) inject(ctx context.Context, token string) error {
 	return nil
 }
 
-// NotEnabledPrefix begins the name of the validating webhook that only warns about
+// notEnabledPrefix begins the name of the validating webhook that only warns about
 // workloads in namespaces that are not enabled (the chart's not-enabled.workloads...).
-const NotEnabledPrefix = "not-enabled."
+const notEnabledPrefix = "not-enabled."
 
 // Endpoint is the last segment of the path a webhook entry is served at, after the
 // token: "mutate" for a mutating entry, "not-enabled" for the not-enabled warning,
@@ -284,7 +284,7 @@ func Endpoint(validating bool, webhookName string) string {
 	switch {
 	case !validating:
 		return "mutate"
-	case strings.HasPrefix(webhookName, NotEnabledPrefix):
+	case strings.HasPrefix(webhookName, notEnabledPrefix):
 		return "not-enabled"
 	}
 	return "validate"
@@ -313,9 +313,9 @@ func setPath(cc *admissionregistrationv1.WebhookClientConfig, token, endpoint st
 	return false
 }
 
-// NewToken returns a fresh token: 26 characters of base32, 130 random bits, fit for a
+// newToken returns a fresh token: 26 characters of base32, 130 random bits, fit for a
 // URL path segment.
-func NewToken() string { return strings.ToLower(rand.Text()) }
+func newToken() string { return strings.ToLower(rand.Text()) }
 
 // validToken: a path segment of letters and digits, long enough to be a secret.
 func validToken(t string) bool {

@@ -111,7 +111,7 @@ func TestTokenIsMadeInjectedAndRotatedWithTheCertificate(t *testing.T) {
 	if err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first := token(t, client, KeyToken)
+	first := token(t, client, keyToken)
 	if !validToken(first) || !a.Allows(first) || a.Allows(first[1:]) || a.Allows("") {
 		t.Fatalf("first token %q: allowed %v", first, a.Allows(first))
 	}
@@ -128,7 +128,7 @@ func TestTokenIsMadeInjectedAndRotatedWithTheCertificate(t *testing.T) {
 	if err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	second := token(t, client, KeyToken)
+	second := token(t, client, keyToken)
 	if second == first || !validToken(second) {
 		t.Fatalf("no rotation: %q then %q", first, second)
 	}
@@ -136,7 +136,7 @@ func TestTokenIsMadeInjectedAndRotatedWithTheCertificate(t *testing.T) {
 	if err := b.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if token(t, client, KeyToken) != second || !b.Allows(first) || !b.Allows(second) {
+	if token(t, client, keyToken) != second || !b.Allows(first) || !b.Allows(second) {
 		t.Fatal("the replica on the older certificate rotated again or does not accept both tokens")
 	}
 	if mp, _ := paths(t, client); mp != "/"+first+"/mutate" {
@@ -176,14 +176,14 @@ func TestEmptySecretIsFilledIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Data = map[string][]byte{KeyToken: []byte("short")}
+	s.Data = map[string][]byte{keyToken: []byte("short")}
 	if _, err := client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := k.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := token(t, client, KeyToken); !validToken(got) || k.Allows("short") || !k.Allows(got) {
+	if got := token(t, client, keyToken); !validToken(got) || k.Allows("short") || !k.Allows(got) {
 		t.Fatalf("a short token was kept: %q", got)
 	}
 }
@@ -199,7 +199,7 @@ func TestPathFollowsTheEntryNotItsPath(t *testing.T) {
 	if err := k.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tok := token(t, client, KeyToken)
+	tok := token(t, client, keyToken)
 	mp, _ := paths(t, client)
 	got, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "hook", metav1.GetOptions{})
 	if err != nil {
