@@ -99,7 +99,7 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	}
 	// Decided now: once the write lands, the informer may have cleared goneHolder.
 	from := takenFrom(s, holderOf(prev), prev != nil)
-	record := l.ownedRecord(s, start, term)
+	record := l.recordFor(s, start, term, l.identity, l.cfg.PeerAddress)
 	l.mu.Unlock()
 
 	written, err := l.putRecord(ctx, record, prev == nil)
@@ -179,21 +179,9 @@ func (l *Ledger) dropInherited(s *revState, added []uint64) {
 	}
 }
 
-// ownedRecord is the revision's next record with this replica as holder.
-func (l *Ledger) ownedRecord(s *revState, now time.Time, term time.Duration) *coordinationv1.Lease {
-	record := l.nextRecord(s, now)
-	record.Spec.LeaseDurationSeconds = ptr.To(int32((term + time.Second - 1) / time.Second))
-	if holderOf(s.record) != l.identity {
-		record.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
-		record.Spec.LeaseTransitions = ptr.To(ptr.Deref(record.Spec.LeaseTransitions, 0) + 1)
-	}
-	record.Spec.HolderIdentity = ptr.To(l.identity)
-	record.Annotations[strategy.AnnotationPeer] = l.cfg.PeerAddress
-	return record
-}
-
-// nextRecord is the revision's next record, listing this replica's live reservations.
-func (l *Ledger) nextRecord(s *revState, now time.Time) *coordinationv1.Lease {
+// recordFor is the revision's next record naming holder (at peer; "": released) for
+// term, listing this replica's live reservations.
+func (l *Ledger) recordFor(s *revState, now time.Time, term time.Duration, holder, peer string) *coordinationv1.Lease {
 	var record *coordinationv1.Lease
 	if s.record != nil {
 		record = s.record.DeepCopy()
@@ -211,8 +199,14 @@ func (l *Ledger) nextRecord(s *revState, now time.Time) *coordinationv1.Lease {
 	l.owner.Apply(&record.ObjectMeta)
 	s.expire(now)
 	record.Annotations[strategy.AnnotationReservations] = encodeReservations(s.reserved)
+	record.Annotations[strategy.AnnotationPeer] = peer
 	record.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-	record.Spec.LeaseDurationSeconds = ptr.To(int32((l.duration + time.Second - 1) / time.Second))
+	record.Spec.LeaseDurationSeconds = ptr.To(int32((term + time.Second - 1) / time.Second))
+	if holder != "" && holder != holderOf(s.record) {
+		record.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+		record.Spec.LeaseTransitions = ptr.To(ptr.Deref(record.Spec.LeaseTransitions, 0) + 1)
+	}
+	record.Spec.HolderIdentity = ptr.To(holder)
 	return record
 }
 
@@ -243,15 +237,16 @@ func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 	return nil
 }
 
-// Handover releases every revision this replica owns, listing its live reservations,
-// so others take them over at once: call it when the drain begins, while this replica
-// still answers (a peer's claim gets 409, not a closed port that looks like a crash),
-// and again, final, as its server stops taking connections. It answers as owner until
-// its record writes in flight have landed (no claim renews after the hand-over), then
-// stops answering and starts the releases in one step: a peer's claim from then on gets
-// its 409 once the release landed (claim), so the peer's one read of the record shows
-// it. From then on this replica forwards its claims (leavesToSuccessor); after the
-// final call it takes no revision back, as no peer could reach it as owner.
+// Handover stops answering as owner: call it when the drain begins, while this
+// replica still answers (a peer's claim is then handed the revision, not a closed port
+// that looks like a crash), and again, final, as its server stops taking connections.
+// It answers as owner until its record writes in flight have landed (no claim renews
+// after the hand-over), then stops. Its records stay its own until a peer's forwarded
+// claim asks for one (handOver: the caller is named its successor in one write), so
+// that no release races that write; the final call releases what nobody took, listing
+// its live reservations. From the first call on this replica forwards its claims
+// (leavesToSuccessor); after the final one it takes no revision back, as no peer could
+// reach it as owner.
 func (l *Ledger) Handover(ctx context.Context, final bool) {
 	l.mu.Lock()
 	if l.handedOver.IsZero() {
@@ -272,76 +267,105 @@ func (l *Ledger) Handover(ctx context.Context, final bool) {
 	for _, s := range l.revs {
 		s.ownedUntil = time.Time{} // answer no more claims
 	}
-	idle, releases := l.startReleases(l.clock.Now())
 	l.mu.Unlock()
-	l.metrics.handovers.Add(float64(l.releaseAll(ctx, idle, releases)))
+	if final {
+		l.releaseIdle(ctx)
+	}
 }
 
-// releaseIdle releases the records this replica holds but no claim renewed, so the next
-// owner takes the revision at once knowing every seat answered; it counts the releases.
-func (l *Ledger) releaseIdle(ctx context.Context) int {
+// releaseIdle releases the records this replica holds but does not own any more,
+// listing their live reservations, so the next owner takes the revision at once knowing
+// every seat answered: those no claim renewed, and after the final Handover those no
+// peer took. Between the first Handover and the final one it releases nothing: a peer's
+// claim is handed the record then (handOver), and a release would race that write.
+func (l *Ledger) releaseIdle(ctx context.Context) {
 	l.mu.Lock()
-	idle, releases := l.startReleases(l.clock.Now())
-	l.mu.Unlock()
-	return l.releaseAll(ctx, idle, releases)
-}
-
-// startReleases marks a release in flight on each record this replica holds but does
-// not own any more, and returns them; l.mu is held.
-func (l *Ledger) startReleases(now time.Time) (idle []*revState, writes []*ownershipWrite) {
+	var idle []*revState
+	var writes []*ownershipWrite
+	now := l.clock.Now()
 	for _, s := range l.revs {
-		if s.writing == nil && holderOf(s.record) == l.identity && !l.owns(s, now) {
+		if (l.handedOver.IsZero() || l.final) && s.writing == nil && holderOf(s.record) == l.identity && !l.owns(s, now) {
 			s.writing = &ownershipWrite{done: make(chan struct{})}
-			idle = append(idle, s)
-			writes = append(writes, s.writing)
+			idle, writes = append(idle, s), append(writes, s.writing)
 		}
 	}
-	return idle, writes
-}
-
-// releaseAll runs the releases startReleases marked and counts those that landed.
-func (l *Ledger) releaseAll(ctx context.Context, idle []*revState, writes []*ownershipWrite) int {
-	released := 0
+	l.mu.Unlock()
 	for i, s := range idle {
-		if l.release(ctx, s, writes[i]) {
-			released++
-		}
+		l.handTo(ctx, s, writes[i], "", "")
 	}
-	return released
 }
 
-// release writes the revision's record with no holder, finishes w (this replica's write
-// in flight for it) and reports whether the release landed.
-func (l *Ledger) release(ctx context.Context, s *revState, w *ownershipWrite) bool {
+// handOver answers a peer's claim at this handed-over replica with the revision's
+// record. It waits for a write of the record in flight; a record it still holds it
+// writes naming the caller (at callerPeer) its successor, listing its live reservations:
+// one write, which the claims of other peers arriving meanwhile wait for too. The record
+// returned tells the caller who holds the revision now; one naming the caller is only
+// returned where its claim waited for that write, so the caller owns the revision from
+// its forward's start (succeed). A caller of an older release names no successor: the
+// record is released (holder "") for it to read again, and nil returned.
+func (l *Ledger) handOver(ctx context.Context, rev clusterview.Revision, caller, callerPeer string) *coordinationv1.Lease {
 	l.mu.Lock()
-	if holderOf(s.record) != l.identity || l.owns(s, l.clock.Now()) {
+	defer l.mu.Unlock()
+	s := l.state(rev)
+	waited, wrote := false, false
+	for {
+		w := s.writing
+		if w == nil && !wrote && holderOf(s.record) == l.identity && !l.owns(s, l.clock.Now()) {
+			w, wrote = &ownershipWrite{done: make(chan struct{})}, true
+			s.writing = w
+			go l.handTo(l.ctx, s, w, caller, callerPeer)
+		}
+		if w == nil {
+			break
+		}
+		l.mu.Unlock()
+		err := waitWrite(ctx, w, rev)
+		l.mu.Lock()
+		if err != nil {
+			return nil
+		}
+		waited = true
+	}
+	if caller == "" || (holderOf(s.record) == caller && !waited) {
+		return nil
+	}
+	return s.record
+}
+
+// handTo writes the revision's record naming holder (at peer; "": released), listing
+// this replica's live reservations, finishes w (this replica's write in flight for it)
+// and counts it when stopping. It writes nothing where the record is not its own any
+// more, or it owns the revision again.
+func (l *Ledger) handTo(ctx context.Context, s *revState, w *ownershipWrite, holder, peer string) {
+	l.mu.Lock()
+	now := l.clock.Now()
+	if holderOf(s.record) != l.identity || l.owns(s, now) {
 		l.mu.Unlock()
 		l.finishWrite(s, w, nil)
-		return false
+		return
 	}
-	record := l.nextRecord(s, l.clock.Now())
-	record.Spec.HolderIdentity = ptr.To("")
+	record := l.recordFor(s, now, l.termFor(), holder, peer)
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	written, err := l.client.CoordinationV1().Leases(l.namespace).Update(ctx, record, metav1.UpdateOptions{})
+	written, err := l.putRecord(ctx, record, false)
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		if rerr := l.refresh(ctx, s.rev); rerr != nil {
 			l.log.WithError(rerr).WithField("record", record.Name).Debug("cannot read a seat record again")
 		}
 	case err != nil:
-		l.log.WithError(err).WithField("record", record.Name).Info("cannot release a seat record; it lapses")
+		l.log.WithError(err).WithField("record", record.Name).Info("cannot hand a seat record over; it lapses")
 	default:
 		l.mu.Lock()
+		if !l.handedOver.IsZero() {
+			l.metrics.handovers.Inc()
+		}
 		if resourceVersion(written) > s.rv {
 			l.apply(s, written)
 		}
 		l.mu.Unlock()
 	}
-	// A failed release is no claim's failure: they read the record again.
+	// A failed hand-over is no claim's failure: they read the record again.
 	l.finishWrite(s, w, nil)
-	return err == nil
 }
 
 // observedReservations reads a record's reservations with expiries on this replica's
