@@ -36,14 +36,20 @@ func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 	return h, s.record.Annotations[strategy.AnnotationPeer]
 }
 
+// startWrite starts a write of the revision's record naming holder (at peer), or
+// returns the write in flight; l.mu is held.
+func (l *Ledger) startWrite(s *revState, holder, peer string) *ownershipWrite {
+	if s.writing == nil {
+		s.writing = &ownershipWrite{done: make(chan struct{})}
+		go l.write(l.ctx, s, s.writing, holder, peer)
+	}
+	return s.writing
+}
+
 // acquire starts a write taking (or renewing) the revision's record for this replica,
 // or joins the one in flight; l.mu is held.
 func (l *Ledger) acquire(s *revState) *ownershipWrite {
-	if s.writing == nil {
-		s.writing = &ownershipWrite{done: make(chan struct{})}
-		go l.writeOwnership(l.ctx, s, s.writing)
-	}
-	return s.writing
+	return l.startWrite(s, l.identity, l.cfg.PeerAddress)
 }
 
 // renewIfDue renews the owner's record in the background a quarter of the term after
@@ -78,14 +84,19 @@ func (l *Ledger) termFor() time.Duration {
 	return min(max(l.duration, d), max(l.duration, maxOwnership))
 }
 
-// writeOwnership writes the record with this replica as holder; once it lands, this
-// replica answers for half the term from the write's start, so one taking over after
-// the whole term starts at least half of it after this one's last answer.
-func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
+// write writes the revision's record naming holder (at peer; "": released), listing
+// this replica's live reservations, and finishes w, this replica's write of it in
+// flight. Naming itself, it takes or renews the revision: once the write lands it
+// answers for half the term from the write's start, so one taking over after the whole
+// term starts at least half of it after this one's last answer. Naming another replica
+// (a successor, handOver) or none, it writes only a record it holds and does not own.
+func (l *Ledger) write(ctx context.Context, s *revState, w *ownershipWrite, holder, peer string) {
 	l.mu.Lock()
 	start := l.clock.Now()
+	own := holder == l.identity
 	// The record may have shown up since the claim decided, held by a live replica.
-	if holder, _ := l.liveHolder(s, start); holder != "" && holder != l.identity {
+	live, _ := l.liveHolder(s, start)
+	if (own && live != "" && live != l.identity) || (!own && (holderOf(s.record) != l.identity || l.owns(s, start))) {
 		l.mu.Unlock()
 		l.finishWrite(s, w, nil)
 		return
@@ -94,37 +105,41 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	term := l.termFor()
 	// Taking over: hold the listed reservations (undone if the write fails).
 	var inherited []uint64
-	if prev != nil && holderOf(prev) != l.identity {
+	if own && prev != nil && holderOf(prev) != l.identity {
 		inherited = l.takeOver(s, prev, start)
 	}
 	// Decided now: once the write lands, the informer may have cleared goneHolder.
 	from := takenFrom(s, holderOf(prev), prev != nil)
-	record := l.recordFor(s, start, term, l.identity, l.cfg.PeerAddress)
+	record := l.recordFor(s, start, term, holder, peer)
 	l.mu.Unlock()
 
 	written, err := l.putRecord(ctx, record, prev == nil)
-	if err != nil && (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)) {
-		// Another replica wrote first, or the sweep deleted it: read it again.
-		l.mu.Lock()
-		l.dropInherited(s, inherited)
-		l.mu.Unlock()
-		l.finishWrite(s, w, l.refresh(ctx, s.rev))
-		return
-	}
 	l.mu.Lock()
 	// The slowest recent write: a slower one at once, a faster one halves the gap.
 	took := l.clock.Since(start)
 	l.writeLatency, l.latencyKnown = max(took, (l.writeLatency+took)/2), true
-	if err == nil {
-		if prev == nil || holderOf(prev) != l.identity {
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
+		// Another replica wrote first, or the sweep deleted it: read it again.
+		l.dropInherited(s, inherited)
+		l.mu.Unlock()
+		l.finishWrite(s, w, l.refresh(ctx, s.rev))
+		return
+	case err != nil:
+		l.dropInherited(s, inherited)
+		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
+	case own:
+		if holderOf(prev) != l.identity {
 			l.metrics.ownership.WithLabelValues(from).Inc()
 		}
 		l.apply(s, written)
 		s.renewedAt, s.term = start, term
 		s.ownedUntil = start.Add(term / 2)
-	} else {
-		l.dropInherited(s, inherited)
-		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
+	default:
+		if !l.handedOver.IsZero() {
+			l.metrics.handovers.Inc()
+		}
+		l.apply(s, written)
 	}
 	l.mu.Unlock()
 	l.finishWrite(s, w, err)
@@ -280,18 +295,23 @@ func (l *Ledger) Handover(ctx context.Context, final bool) {
 // claim is handed the record then (handOver), and a release would race that write.
 func (l *Ledger) releaseIdle(ctx context.Context) {
 	l.mu.Lock()
-	var idle []*revState
-	var writes []*ownershipWrite
+	var releases []*ownershipWrite
 	now := l.clock.Now()
 	for _, s := range l.revs {
 		if (l.handedOver.IsZero() || l.final) && s.writing == nil && holderOf(s.record) == l.identity && !l.owns(s, now) {
-			s.writing = &ownershipWrite{done: make(chan struct{})}
-			idle, writes = append(idle, s), append(writes, s.writing)
+			releases = append(releases, l.startWrite(s, "", ""))
 		}
 	}
 	l.mu.Unlock()
-	for i, s := range idle {
-		l.handTo(ctx, s, writes[i], "", "")
+	for _, w := range releases {
+		select {
+		case <-w.done:
+			if w.err != nil {
+				l.log.WithError(w.err).Info("cannot release a seat record; it lapses")
+			}
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -311,9 +331,7 @@ func (l *Ledger) handOver(ctx context.Context, rev clusterview.Revision, caller,
 	for {
 		w := s.writing
 		if w == nil && !wrote && holderOf(s.record) == l.identity && !l.owns(s, l.clock.Now()) {
-			w, wrote = &ownershipWrite{done: make(chan struct{})}, true
-			s.writing = w
-			go l.handTo(l.ctx, s, w, caller, callerPeer)
+			w, wrote = l.startWrite(s, caller, callerPeer), true
 		}
 		if w == nil {
 			break
@@ -330,42 +348,6 @@ func (l *Ledger) handOver(ctx context.Context, rev clusterview.Revision, caller,
 		return nil
 	}
 	return s.record
-}
-
-// handTo writes the revision's record naming holder (at peer; "": released), listing
-// this replica's live reservations, finishes w (this replica's write in flight for it)
-// and counts it when stopping. It writes nothing where the record is not its own any
-// more, or it owns the revision again.
-func (l *Ledger) handTo(ctx context.Context, s *revState, w *ownershipWrite, holder, peer string) {
-	l.mu.Lock()
-	now := l.clock.Now()
-	if holderOf(s.record) != l.identity || l.owns(s, now) {
-		l.mu.Unlock()
-		l.finishWrite(s, w, nil)
-		return
-	}
-	record := l.recordFor(s, now, l.termFor(), holder, peer)
-	l.mu.Unlock()
-	written, err := l.putRecord(ctx, record, false)
-	switch {
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		if rerr := l.refresh(ctx, s.rev); rerr != nil {
-			l.log.WithError(rerr).WithField("record", record.Name).Debug("cannot read a seat record again")
-		}
-	case err != nil:
-		l.log.WithError(err).WithField("record", record.Name).Info("cannot hand a seat record over; it lapses")
-	default:
-		l.mu.Lock()
-		if !l.handedOver.IsZero() {
-			l.metrics.handovers.Inc()
-		}
-		if resourceVersion(written) > s.rv {
-			l.apply(s, written)
-		}
-		l.mu.Unlock()
-	}
-	// A failed hand-over is no claim's failure: they read the record again.
-	l.finishWrite(s, w, nil)
 }
 
 // observedReservations reads a record's reservations with expiries on this replica's
