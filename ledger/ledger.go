@@ -60,9 +60,8 @@ type Ledger struct {
 	duration  time.Duration
 	identity  string
 	peers     *http.Client // nil: claims are never forwarded
-	// peerShared is set once another process answered at the peer address, and fails
-	// every later self-check; peerReached once this process answered there.
-	peerShared, peerReached atomic.Bool
+	// peerReached is set once this process answered at its peer address.
+	peerReached atomic.Bool
 	// podsSeen reports whether the placed pods have all been fed (nil: not asked).
 	podsSeen func() bool
 	clock    clock.Clock

@@ -581,15 +581,15 @@ func BenchmarkClaim(b *testing.B) {
 func TestCheckPeerAddress(t *testing.T) {
 	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Config{})
 	ctx := context.Background()
-	if err := ls[0].checkPeerAddress(ctx); err != nil {
+	if err := ls[0].checkPeerAddress(ctx, false); err != nil {
 		t.Fatalf("at its own address: %v", err)
 	}
 	ls[0].cfg.PeerAddress = ls[1].cfg.PeerAddress
-	if err := ls[0].checkPeerAddress(ctx); err == nil || !strings.Contains(err.Error(), "PEER_ADDRESS") {
+	if err := ls[0].checkPeerAddress(ctx, false); err == nil || !strings.Contains(err.Error(), "PEER_ADDRESS") {
 		t.Fatalf("at another replica's address: %v, want an error naming PEER_ADDRESS", err)
 	}
 	ls[0].cfg.PeerAddress = "http://127.0.0.1:1"
-	if err := ls[0].checkPeerAddress(ctx); err == nil {
+	if err := ls[0].checkPeerAddress(ctx, false); err == nil {
 		t.Fatal("at an address nobody answers: no error")
 	}
 }
@@ -649,16 +649,20 @@ func TestCheckPeerAddressBehindABalancer(t *testing.T) {
 	t.Cleanup(balancer.Close)
 	own := ls[0].cfg.PeerAddress
 	ls[0].cfg.PeerAddress = balancer.URL
+	// As AwaitPeerAddress does, carry shared from one check to the next.
+	shared := false
 	for i := range 20 {
-		if err := ls[0].checkPeerAddress(ctx); !errors.Is(err, errPeerAddressShared) || !strings.Contains(err.Error(), "PEER_ADDRESS") {
+		err := ls[0].checkPeerAddress(ctx, shared)
+		if !errors.Is(err, errPeerAddressShared) || !strings.Contains(err.Error(), "PEER_ADDRESS") {
 			t.Fatalf("check %d behind a balancer: %v, want errPeerAddressShared naming PEER_ADDRESS", i, err)
 		}
+		shared = shared || errors.Is(err, errPeerAddressShared)
 	}
 	ls[0].cfg.PeerAddress = own
-	if err := ls[0].checkPeerAddress(ctx); !errors.Is(err, errPeerAddressShared) {
+	if err := ls[0].checkPeerAddress(ctx, shared); !errors.Is(err, errPeerAddressShared) {
 		t.Fatalf("after another process answered, the check passed: %v", err)
 	}
-	if err := ls[1].checkPeerAddress(ctx); err != nil {
+	if err := ls[1].checkPeerAddress(ctx, false); err != nil {
 		t.Fatalf("the other replica at its own address: %v", err)
 	}
 }

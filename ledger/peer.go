@@ -173,9 +173,9 @@ var errPeerAddressShared = errors.New("another process answers at this replica's
 // checkPeerAddress checks that a call to this replica's peer address reaches this
 // process. Other replicas take a refusal there, or another process answering, as proof
 // that this replica is gone: gate readiness on it. A Service's address reaches another
-// Ready replica (or none) and fails; once another process has answered, every later
-// check fails too.
-func (l *Ledger) checkPeerAddress(ctx context.Context) error {
+// Ready replica (or none) and fails; once another process has answered (shared), every
+// later check fails too.
+func (l *Ledger) checkPeerAddress(ctx context.Context, shared bool) error {
 	if l.cfg.PeerAddress == "" || l.peers == nil {
 		return nil
 	}
@@ -184,8 +184,7 @@ func (l *Ledger) checkPeerAddress(ctx context.Context) error {
 	if err != nil && !errors.Is(err, errAnotherProcess) {
 		return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.cfg.PeerAddress, err)
 	}
-	if err != nil || l.peerShared.Load() {
-		l.peerShared.Store(true)
+	if err != nil || shared {
 		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port)", errPeerAddressShared, l.cfg.PeerAddress)
 	}
 	return nil
@@ -195,15 +194,17 @@ func (l *Ledger) checkPeerAddress(ctx context.Context) error {
 // answers there, or ctx ends; PeerReached then reports it. The server takes a moment
 // to start: it complains only after that.
 func (l *Ledger) AwaitPeerAddress(ctx context.Context) {
+	shared := false
 	for attempt := 0; ; attempt++ {
 		check, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := l.checkPeerAddress(check)
+		err := l.checkPeerAddress(check, shared)
 		cancel()
 		if err == nil {
 			l.peerReached.Store(true)
 			return
 		}
-		if attempt%30 == 15 || (errors.Is(err, errPeerAddressShared) && attempt%30 == 0) {
+		shared = shared || errors.Is(err, errPeerAddressShared)
+		if attempt%30 == 15 || (shared && attempt%30 == 0) {
 			l.log.WithError(err).Error("not ready: other replicas cannot forward seat claims to this one; set PEER_ADDRESS or POD_IP")
 		}
 		wait := time.Second
