@@ -58,11 +58,15 @@ func (l *Ledger) recordSeen(obj any) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.state(rev)
-	if s.record != nil && resourceVersion(record) <= s.rv {
-		return // this replica's own write, already applied, or an older version
+	l.applyNewer(l.state(rev), record)
+}
+
+// applyNewer applies record where it is newer than the one known: not this replica's
+// own write, already applied, nor an older version.
+func (l *Ledger) applyNewer(s *revState, record *coordinationv1.Lease) {
+	if s.record == nil || resourceVersion(record) > s.rv {
+		l.apply(s, record)
 	}
-	l.apply(s, record)
 }
 
 // recordGone is the record informer's delete handler.

@@ -265,9 +265,7 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 func (l *Ledger) succeed(s *revState, record *coordinationv1.Lease, start time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if s.record == nil || resourceVersion(record) > s.rv {
-		l.apply(s, record)
-	}
+	l.applyNewer(s, record)
 	if holderOf(record) != l.identity || resourceVersion(record) != s.rv {
 		return
 	}

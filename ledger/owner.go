@@ -242,12 +242,10 @@ func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.state(rev)
-	switch {
-	case apierrors.IsNotFound(err):
+	if s := l.state(rev); apierrors.IsNotFound(err) {
 		l.apply(s, nil)
-	case s.record == nil || resourceVersion(fresh) > s.rv:
-		l.apply(s, fresh)
+	} else {
+		l.applyNewer(s, fresh)
 	}
 	return nil
 }
