@@ -16,8 +16,10 @@ import (
 
 // apply makes record (newer than the one known, nil: gone) the revision's record. A new
 // holder or renewal restarts this replica's clock on it; another holder ends this
-// replica's ownership.
+// replica's ownership. A record another replica wrote naming this one (a hand-over)
+// makes it hold the reservations listed, as taking the revision over does.
 func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
+	handed := record != nil && holderOf(record) == l.identity && holderOf(s.record) != l.identity
 	if record == nil || s.record == nil || holderOf(record) != holderOf(s.record) || !record.Spec.RenewTime.Equal(s.record.Spec.RenewTime) {
 		s.observed = l.clock.Now()
 		s.goneHolder = ""
@@ -29,6 +31,9 @@ func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
 	s.rv = 0
 	if record != nil {
 		s.rv = resourceVersion(record)
+	}
+	if handed {
+		l.takeOver(s, record, s.observed)
 	}
 }
 
@@ -53,11 +58,15 @@ func (l *Ledger) recordSeen(obj any) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.state(rev)
-	if s.record != nil && resourceVersion(record) <= s.rv {
-		return // this replica's own write, already applied, or an older version
+	l.applyNewer(l.state(rev), record)
+}
+
+// applyNewer applies record where it is newer than the one known: not this replica's
+// own write, already applied, nor an older version.
+func (l *Ledger) applyNewer(s *revState, record *coordinationv1.Lease) {
+	if s.record == nil || resourceVersion(record) > s.rv {
+		l.apply(s, record)
 	}
-	l.apply(s, record)
 }
 
 // recordGone is the record informer's delete handler.

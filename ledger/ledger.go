@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
@@ -58,9 +60,8 @@ type Ledger struct {
 	duration  time.Duration
 	identity  string
 	peers     *http.Client // nil: claims are never forwarded
-	// peerShared is set once another process answered at the peer address, and fails
-	// every later self-check; peerReached once this process answered there.
-	peerShared, peerReached atomic.Bool
+	// peerReached is set once this process answered at its peer address.
+	peerReached atomic.Bool
 	// podsSeen reports whether the placed pods have all been fed (nil: not asked).
 	podsSeen func() bool
 	clock    clock.Clock
@@ -218,27 +219,26 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 		holder, peer := l.liveHolder(s, now)
 		switch {
 		case holder != "" && holder != l.identity:
+			stopping := !l.handedOver.IsZero()
 			l.mu.Unlock()
 			if !forward {
 				return 0, false, errNotOwner
 			}
-			seat, err := l.forward(ctx, holder, peer, rev, hash)
-			if err == nil || errors.Is(err, errPeerRefused) {
+			seat, handed, err := l.forward(ctx, holder, peer, rev, hash, stopping)
+			switch {
+			case err == nil || errors.Is(err, errPeerRefused):
 				return seat, true, err
-			}
-			if err := l.ownerMissed(ctx, s, holder, err); err != nil {
-				return 0, false, err
+			case handed != nil:
+				l.succeed(s, handed, now)
+			default:
+				if err := l.ownerMissed(ctx, s, holder, err); err != nil {
+					return 0, false, err
+				}
 			}
 		case l.leavesToSuccessor(now, forward):
-			release := s.writing
 			l.mu.Unlock()
 			if !forward {
-				// The peer reads the record again on this answer: once the release
-				// landed, one read shows it.
-				if release != nil {
-					_ = waitWrite(ctx, release, rev)
-				}
-				return 0, false, errHandedOver
+				return 0, false, errHandedOver // the peer is handed the record (handOver)
 			}
 		default:
 			// Nobody owns it, or this replica's ownership lapsed: take it.
@@ -255,6 +255,26 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 			return 0, forward, fmt.Errorf("waiting for the seat owner %q of revision %s: %w", holder, rev.UID, ctx.Err())
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// succeed applies the record a stopping owner answered a forward with (handOver). One
+// naming this replica was written while the forward, started at start, waited: this
+// replica owns the revision from then for half the record's term, as after a write of
+// its own from that write's start, and answers from memory.
+func (l *Ledger) succeed(s *revState, record *coordinationv1.Lease, start time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.applyNewer(s, record)
+	if holderOf(record) != l.identity || resourceVersion(record) != s.rv {
+		return
+	}
+	term := time.Duration(ptr.Deref(record.Spec.LeaseDurationSeconds, 0)) * time.Second
+	if until := start.Add(term / 2); until.After(s.ownedUntil) {
+		if !l.owns(s, start) {
+			l.metrics.ownership.WithLabelValues(ownedReleased).Inc()
+		}
+		s.ownedUntil, s.renewedAt, s.term = until, start, term
 	}
 }
 

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -263,7 +264,7 @@ func TestLaggingReplicaKeepsSeeingTheReservation(t *testing.T) {
 	if s := claim(t, a, shopRS, "r2"); s != 2 {
 		t.Fatalf("second claim got %d", s)
 	}
-	a.Handover(ctx, false)
+	a.Handover(ctx, true) // the final one releases what no peer took
 	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -388,17 +389,17 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
 	caller := &Ledger{peers: srv.Client(), clock: clock.RealClock{}}
-	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 42)
+	_, _, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 42, false)
 	if !errors.Is(err, errOwnerGone) {
 		t.Fatalf("a claim for another process: %v, want errOwnerGone", err)
 	}
-	if seat, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, 42); err != nil || seat != 1 {
+	if seat, _, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, 42, false); err != nil || seat != 1 {
 		t.Fatalf("a claim for the process itself: seat %d, %v; want 1", seat, err)
 	}
 	// The owner's address leads back to the caller: the caller is the owner's
 	// container restarted, the owner is gone.
 	restarted := &Ledger{identity: l.identity, peers: caller.peers, clock: caller.clock}
-	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 43); !errors.Is(err, errOwnerGone) {
+	if _, _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 43, false); !errors.Is(err, errOwnerGone) {
 		t.Fatalf("an address leading back to the caller: %v, want errOwnerGone", err)
 	}
 }
@@ -580,15 +581,15 @@ func BenchmarkClaim(b *testing.B) {
 func TestCheckPeerAddress(t *testing.T) {
 	ls := ledgers(t, fake.NewClientset(), ledgerNS, 2, Config{})
 	ctx := context.Background()
-	if err := ls[0].checkPeerAddress(ctx); err != nil {
+	if err := ls[0].checkPeerAddress(ctx, false); err != nil {
 		t.Fatalf("at its own address: %v", err)
 	}
 	ls[0].cfg.PeerAddress = ls[1].cfg.PeerAddress
-	if err := ls[0].checkPeerAddress(ctx); err == nil || !strings.Contains(err.Error(), "PEER_ADDRESS") {
+	if err := ls[0].checkPeerAddress(ctx, false); err == nil || !strings.Contains(err.Error(), "PEER_ADDRESS") {
 		t.Fatalf("at another replica's address: %v, want an error naming PEER_ADDRESS", err)
 	}
 	ls[0].cfg.PeerAddress = "http://127.0.0.1:1"
-	if err := ls[0].checkPeerAddress(ctx); err == nil {
+	if err := ls[0].checkPeerAddress(ctx, false); err == nil {
 		t.Fatal("at an address nobody answers: no error")
 	}
 }
@@ -648,16 +649,20 @@ func TestCheckPeerAddressBehindABalancer(t *testing.T) {
 	t.Cleanup(balancer.Close)
 	own := ls[0].cfg.PeerAddress
 	ls[0].cfg.PeerAddress = balancer.URL
+	// As AwaitPeerAddress does, carry shared from one check to the next.
+	shared := false
 	for i := range 20 {
-		if err := ls[0].checkPeerAddress(ctx); !errors.Is(err, errPeerAddressShared) || !strings.Contains(err.Error(), "PEER_ADDRESS") {
+		err := ls[0].checkPeerAddress(ctx, shared)
+		if !errors.Is(err, errPeerAddressShared) || !strings.Contains(err.Error(), "PEER_ADDRESS") {
 			t.Fatalf("check %d behind a balancer: %v, want errPeerAddressShared naming PEER_ADDRESS", i, err)
 		}
+		shared = shared || errors.Is(err, errPeerAddressShared)
 	}
 	ls[0].cfg.PeerAddress = own
-	if err := ls[0].checkPeerAddress(ctx); !errors.Is(err, errPeerAddressShared) {
+	if err := ls[0].checkPeerAddress(ctx, shared); !errors.Is(err, errPeerAddressShared) {
 		t.Fatalf("after another process answered, the check passed: %v", err)
 	}
-	if err := ls[1].checkPeerAddress(ctx); err != nil {
+	if err := ls[1].checkPeerAddress(ctx, false); err != nil {
 		t.Fatalf("the other replica at its own address: %v", err)
 	}
 }
@@ -866,50 +871,144 @@ func TestHandoverAnswersUntilItsRenewalLands(t *testing.T) {
 	}
 	close(unblock)
 	<-handedOver
-	waitForHolder(t, next, shopRS, "")
+	waitForHolder(t, next, shopRS, old.identity)
 	if s := claim(t, next, shopRS, "after"); s != 4 {
 		t.Fatalf("the successor's first claim got seat %d, want 4 (1 to 3 are the handed-over reservations)", s)
 	}
 }
 
-// A handed-over owner tells a peer to read the record again only once its release has
-// landed, so that the peer's one read shows it.
-func TestHandedOverAnswerFollowsTheRelease(t *testing.T) {
+// A stopping owner hands a revision over in one write: a peer's forwarded claim names
+// that peer its successor in the record, and the peer answers it and later claims from
+// memory. A second peer forwarding at the same time is told the new holder: neither
+// reads the record, and no seat is handed out twice.
+func TestHandoverToAForwardingPeerCostsOneWrite(t *testing.T) {
+	client := fake.NewClientset()
+	writes := fakeleases.WithOptimisticConcurrency(client)
+	var reads atomic.Int64
+	client.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		reads.Add(1)
+		return false, nil, nil
+	})
+	ls := ledgers(t, client, ledgerNS, 3, Config{Ownership: time.Minute})
+	old, peers := ls[0], ls[1:]
+	claim(t, old, shopRS, "r1")
+	waitForWrites(t, old, shopRS)
+	for _, p := range peers {
+		waitForHolder(t, p, shopRS, old.identity)
+	}
+	before := writes.OK.Load()
+	old.Handover(context.Background(), false)
+	seats := make([]int, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Go(func() { seats[i] = claim(t, p, shopRS, types.UID(fmt.Sprintf("peer-%d", i))) })
+	}
+	wg.Wait()
+	if min(seats[0], seats[1]) != 2 || max(seats[0], seats[1]) != 3 {
+		t.Fatalf("the peers' claims got seats %v, want 2 and 3 (seat 1 is the handed-over reservation)", seats)
+	}
+	if n, r := writes.OK.Load()-before, reads.Load(); n != 1 || r != 0 {
+		t.Fatalf("the hand-over cost %d record writes and %d reads, want 1 write and no read", n, r)
+	}
+	for i := range 5 {
+		for j, p := range peers {
+			if s := claim(t, p, shopRS, types.UID(fmt.Sprintf("later-%d-%d", j, i))); s != 4+2*i+j {
+				t.Fatalf("a later claim got seat %d, want %d", s, 4+2*i+j)
+			}
+		}
+	}
+	if s := claim(t, old, shopRS, "through-the-old-owner"); s != 14 {
+		t.Fatalf("the stopping replica's own claim got seat %d, want 14 from its successor", s)
+	}
+	if n := writes.OK.Load() - before; n != 1 {
+		t.Fatalf("%d record writes after the hand-over, want 1: the successor answers from memory", n)
+	}
+}
+
+// Three replicas take a burst while the owner of the revision stops in the middle of
+// it: no seat is handed out twice across the hand-over.
+func TestHandoverMidBurstHandsNoSeatOutTwice(t *testing.T) {
+	client := fake.NewClientset()
+	fakeleases.WithOptimisticConcurrency(client)
+	ls := ledgers(t, client, ledgerNS, 3, Config{})
+	claim(t, ls[0], shopRS, "first")
+	const n = 300
+	seats := make([]int, n)
+	errs := make([]error, n)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			seats[i], errs[i] = ls[i%3].Claim(context.Background(), shopRS, types.UID(fmt.Sprintf("burst-%d", i)))
+			if done.Add(1) == n/3 {
+				ls[0].Handover(context.Background(), false)
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[int]bool{1: true}
+	for i, s := range seats {
+		if errs[i] != nil {
+			t.Fatalf("claim %d: %v", i, errs[i])
+		}
+		if seen[s] || s < 2 || s > n+1 {
+			t.Fatalf("seat %d handed out twice or out of 2..%d", s, n+1)
+		}
+		seen[s] = true
+	}
+}
+
+// A caller of an older release names no successor: the handed-over owner releases the
+// record for it and answers 409 only once the release has landed, so that the caller's
+// one read shows it.
+func TestOlderCallerGetsTheReleaseAnd409(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
 	old := ledgers(t, client, ledgerNS, 1, Config{Ownership: time.Minute})[0]
+	srv := httptest.NewServer(old.PeerHandler())
+	t.Cleanup(srv.Close)
 	ctx := context.Background()
 	claim(t, old, shopRS, "r1")
 	waitForWrites(t, old, shopRS)
 	unblock := blockLeaseUpdates(client)
-	go old.Handover(ctx, false)
-	waitFor(t, "the release to start", func() bool {
-		old.mu.Lock()
-		defer old.mu.Unlock()
-		return old.revs[shopRS].writing != nil
-	})
-	answered := make(chan error, 1)
+	old.Handover(ctx, false)
+	answered := make(chan *http.Response, 1)
 	go func() {
-		_, _, err := old.claim(ctx, shopRS, idHash("peer"), false)
-		answered <- err
+		body := fmt.Sprintf(`{"namespace":%q,"revision":%q,"id":%d,"owner":%q}`, shopRS.Namespace, shopRS.UID, idHash("peer"), old.identity)
+		resp, err := http.Post(srv.URL+PeerClaimPath, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			close(answered)
+			return
+		}
+		answered <- resp
 	}()
 	// Before the release lands there is no answer: a wrong one shows here, and a right
 	// one cannot (so this wait can only miss a fault, never fail a correct ledger).
 	select {
-	case err := <-answered:
-		t.Fatalf("the peer was answered (%v) before the release landed", err)
+	case resp := <-answered:
+		t.Fatalf("the older caller was answered (%v) before the release landed", resp)
 	case <-time.After(200 * time.Millisecond):
 	}
 	close(unblock)
-	if err := <-answered; !errors.Is(err, errHandedOver) {
-		t.Fatalf("a peer's claim at the handed-over owner: %v, want errHandedOver", err)
+	resp := <-answered
+	if resp == nil {
+		t.FailNow()
+	}
+	var answer peerResponse
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || answer.Handover != nil {
+		t.Fatalf("an older caller at the handed-over owner: %s with a record %v, want 409 without one", resp.Status, answer.Handover != nil)
 	}
 	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if holderOf(rec) != "" {
-		t.Fatalf("the peer was answered while the record still names %q", holderOf(rec))
+		t.Fatalf("the older caller was answered while the record still names %q", holderOf(rec))
 	}
 }
 
@@ -926,8 +1025,8 @@ func TestTakeoverAcrossSkewedClocks(t *testing.T) {
 	if s := claim(t, old, shopRS, "in-flight"); s != 1 {
 		t.Fatalf("first claim got %d", s)
 	}
+	waitForHolder(t, next, shopRS, old.identity)
 	old.Handover(context.Background(), false)
-	waitForHolder(t, next, shopRS, "")
 	if s := claim(t, next, shopRS, "after-handover"); s != 2 {
 		t.Fatalf("after the handover the next claim got seat %d, want 2: seat 1 is reserved for a pod not seen yet", s)
 	}

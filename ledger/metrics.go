@@ -42,7 +42,7 @@ func newLedgerMetrics() *ledgerMetrics {
 		}, []string{"from"}),
 		handovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seat_revisions_handed_over_total",
-			Help: "Revisions this replica released to the others when stopping.",
+			Help: "Revisions this replica handed to another replica, or released, when stopping.",
 		}),
 		unfulfilled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seat_reservations_expired_unfulfilled_total",

@@ -36,14 +36,20 @@ func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 	return h, s.record.Annotations[strategy.AnnotationPeer]
 }
 
+// startWrite starts a write of the revision's record naming holder (at peer), or
+// returns the write in flight; l.mu is held.
+func (l *Ledger) startWrite(s *revState, holder, peer string) *ownershipWrite {
+	if s.writing == nil {
+		s.writing = &ownershipWrite{done: make(chan struct{})}
+		go l.write(l.ctx, s, s.writing, holder, peer)
+	}
+	return s.writing
+}
+
 // acquire starts a write taking (or renewing) the revision's record for this replica,
 // or joins the one in flight; l.mu is held.
 func (l *Ledger) acquire(s *revState) *ownershipWrite {
-	if s.writing == nil {
-		s.writing = &ownershipWrite{done: make(chan struct{})}
-		go l.writeOwnership(l.ctx, s, s.writing)
-	}
-	return s.writing
+	return l.startWrite(s, l.identity, l.cfg.PeerAddress)
 }
 
 // renewIfDue renews the owner's record in the background a quarter of the term after
@@ -78,14 +84,19 @@ func (l *Ledger) termFor() time.Duration {
 	return min(max(l.duration, d), max(l.duration, maxOwnership))
 }
 
-// writeOwnership writes the record with this replica as holder; once it lands, this
-// replica answers for half the term from the write's start, so one taking over after
-// the whole term starts at least half of it after this one's last answer.
-func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWrite) {
+// write writes the revision's record naming holder (at peer; "": released), listing
+// this replica's live reservations, and finishes w, this replica's write of it in
+// flight. Naming itself, it takes or renews the revision: once the write lands it
+// answers for half the term from the write's start, so one taking over after the whole
+// term starts at least half of it after this one's last answer. Naming another replica
+// (a successor, handOver) or none, it writes only a record it holds and does not own.
+func (l *Ledger) write(ctx context.Context, s *revState, w *ownershipWrite, holder, peer string) {
 	l.mu.Lock()
 	start := l.clock.Now()
+	own := holder == l.identity
 	// The record may have shown up since the claim decided, held by a live replica.
-	if holder, _ := l.liveHolder(s, start); holder != "" && holder != l.identity {
+	live, _ := l.liveHolder(s, start)
+	if (own && live != "" && live != l.identity) || (!own && (holderOf(s.record) != l.identity || l.owns(s, start))) {
 		l.mu.Unlock()
 		l.finishWrite(s, w, nil)
 		return
@@ -94,37 +105,41 @@ func (l *Ledger) writeOwnership(ctx context.Context, s *revState, w *ownershipWr
 	term := l.termFor()
 	// Taking over: hold the listed reservations (undone if the write fails).
 	var inherited []uint64
-	if prev != nil && holderOf(prev) != l.identity {
+	if own && prev != nil && holderOf(prev) != l.identity {
 		inherited = l.takeOver(s, prev, start)
 	}
 	// Decided now: once the write lands, the informer may have cleared goneHolder.
 	from := takenFrom(s, holderOf(prev), prev != nil)
-	record := l.ownedRecord(s, start, term)
+	record := l.recordFor(s, start, term, holder, peer)
 	l.mu.Unlock()
 
 	written, err := l.putRecord(ctx, record, prev == nil)
-	if err != nil && (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)) {
-		// Another replica wrote first, or the sweep deleted it: read it again.
-		l.mu.Lock()
-		l.dropInherited(s, inherited)
-		l.mu.Unlock()
-		l.finishWrite(s, w, l.refresh(ctx, s.rev))
-		return
-	}
 	l.mu.Lock()
 	// The slowest recent write: a slower one at once, a faster one halves the gap.
 	took := l.clock.Since(start)
 	l.writeLatency, l.latencyKnown = max(took, (l.writeLatency+took)/2), true
-	if err == nil {
-		if prev == nil || holderOf(prev) != l.identity {
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
+		// Another replica wrote first, or the sweep deleted it: read it again.
+		l.dropInherited(s, inherited)
+		l.mu.Unlock()
+		l.finishWrite(s, w, l.refresh(ctx, s.rev))
+		return
+	case err != nil:
+		l.dropInherited(s, inherited)
+		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
+	case own:
+		if holderOf(prev) != l.identity {
 			l.metrics.ownership.WithLabelValues(from).Inc()
 		}
 		l.apply(s, written)
 		s.renewedAt, s.term = start, term
 		s.ownedUntil = start.Add(term / 2)
-	} else {
-		l.dropInherited(s, inherited)
-		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
+	default:
+		if !l.handedOver.IsZero() {
+			l.metrics.handovers.Inc()
+		}
+		l.apply(s, written)
 	}
 	l.mu.Unlock()
 	l.finishWrite(s, w, err)
@@ -179,21 +194,9 @@ func (l *Ledger) dropInherited(s *revState, added []uint64) {
 	}
 }
 
-// ownedRecord is the revision's next record with this replica as holder.
-func (l *Ledger) ownedRecord(s *revState, now time.Time, term time.Duration) *coordinationv1.Lease {
-	record := l.nextRecord(s, now)
-	record.Spec.LeaseDurationSeconds = ptr.To(int32((term + time.Second - 1) / time.Second))
-	if holderOf(s.record) != l.identity {
-		record.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
-		record.Spec.LeaseTransitions = ptr.To(ptr.Deref(record.Spec.LeaseTransitions, 0) + 1)
-	}
-	record.Spec.HolderIdentity = ptr.To(l.identity)
-	record.Annotations[strategy.AnnotationPeer] = l.cfg.PeerAddress
-	return record
-}
-
-// nextRecord is the revision's next record, listing this replica's live reservations.
-func (l *Ledger) nextRecord(s *revState, now time.Time) *coordinationv1.Lease {
+// recordFor is the revision's next record naming holder (at peer; "": released) for
+// term, listing this replica's live reservations.
+func (l *Ledger) recordFor(s *revState, now time.Time, term time.Duration, holder, peer string) *coordinationv1.Lease {
 	var record *coordinationv1.Lease
 	if s.record != nil {
 		record = s.record.DeepCopy()
@@ -211,8 +214,14 @@ func (l *Ledger) nextRecord(s *revState, now time.Time) *coordinationv1.Lease {
 	l.owner.Apply(&record.ObjectMeta)
 	s.expire(now)
 	record.Annotations[strategy.AnnotationReservations] = encodeReservations(s.reserved)
+	record.Annotations[strategy.AnnotationPeer] = peer
 	record.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-	record.Spec.LeaseDurationSeconds = ptr.To(int32((l.duration + time.Second - 1) / time.Second))
+	record.Spec.LeaseDurationSeconds = ptr.To(int32((term + time.Second - 1) / time.Second))
+	if holder != "" && holder != holderOf(s.record) {
+		record.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+		record.Spec.LeaseTransitions = ptr.To(ptr.Deref(record.Spec.LeaseTransitions, 0) + 1)
+	}
+	record.Spec.HolderIdentity = ptr.To(holder)
 	return record
 }
 
@@ -233,25 +242,24 @@ func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.state(rev)
-	switch {
-	case apierrors.IsNotFound(err):
+	if s := l.state(rev); apierrors.IsNotFound(err) {
 		l.apply(s, nil)
-	case s.record == nil || resourceVersion(fresh) > s.rv:
-		l.apply(s, fresh)
+	} else {
+		l.applyNewer(s, fresh)
 	}
 	return nil
 }
 
-// Handover releases every revision this replica owns, listing its live reservations,
-// so others take them over at once: call it when the drain begins, while this replica
-// still answers (a peer's claim gets 409, not a closed port that looks like a crash),
-// and again, final, as its server stops taking connections. It answers as owner until
-// its record writes in flight have landed (no claim renews after the hand-over), then
-// stops answering and starts the releases in one step: a peer's claim from then on gets
-// its 409 once the release landed (claim), so the peer's one read of the record shows
-// it. From then on this replica forwards its claims (leavesToSuccessor); after the
-// final call it takes no revision back, as no peer could reach it as owner.
+// Handover stops answering as owner: call it when the drain begins, while this
+// replica still answers (a peer's claim is then handed the revision, not a closed port
+// that looks like a crash), and again, final, as its server stops taking connections.
+// It answers as owner until its record writes in flight have landed (no claim renews
+// after the hand-over), then stops. Its records stay its own until a peer's forwarded
+// claim asks for one (handOver: the caller is named its successor in one write), so
+// that no release races that write; the final call releases what nobody took, listing
+// its live reservations. From the first call on this replica forwards its claims
+// (leavesToSuccessor); after the final one it takes no revision back, as no peer could
+// reach it as owner.
 func (l *Ledger) Handover(ctx context.Context, final bool) {
 	l.mu.Lock()
 	if l.handedOver.IsZero() {
@@ -272,76 +280,72 @@ func (l *Ledger) Handover(ctx context.Context, final bool) {
 	for _, s := range l.revs {
 		s.ownedUntil = time.Time{} // answer no more claims
 	}
-	idle, releases := l.startReleases(l.clock.Now())
 	l.mu.Unlock()
-	l.metrics.handovers.Add(float64(l.releaseAll(ctx, idle, releases)))
+	if final {
+		l.releaseIdle(ctx)
+	}
 }
 
-// releaseIdle releases the records this replica holds but no claim renewed, so the next
-// owner takes the revision at once knowing every seat answered; it counts the releases.
-func (l *Ledger) releaseIdle(ctx context.Context) int {
+// releaseIdle releases the records this replica holds but does not own any more,
+// listing their live reservations, so the next owner takes the revision at once knowing
+// every seat answered: those no claim renewed, and after the final Handover those no
+// peer took. Between the first Handover and the final one it releases nothing: a peer's
+// claim is handed the record then (handOver), and a release would race that write.
+func (l *Ledger) releaseIdle(ctx context.Context) {
 	l.mu.Lock()
-	idle, releases := l.startReleases(l.clock.Now())
-	l.mu.Unlock()
-	return l.releaseAll(ctx, idle, releases)
-}
-
-// startReleases marks a release in flight on each record this replica holds but does
-// not own any more, and returns them; l.mu is held.
-func (l *Ledger) startReleases(now time.Time) (idle []*revState, writes []*ownershipWrite) {
+	var releases []*ownershipWrite
+	now := l.clock.Now()
 	for _, s := range l.revs {
-		if s.writing == nil && holderOf(s.record) == l.identity && !l.owns(s, now) {
-			s.writing = &ownershipWrite{done: make(chan struct{})}
-			idle = append(idle, s)
-			writes = append(writes, s.writing)
+		if (l.handedOver.IsZero() || l.final) && s.writing == nil && holderOf(s.record) == l.identity && !l.owns(s, now) {
+			releases = append(releases, l.startWrite(s, "", ""))
 		}
 	}
-	return idle, writes
-}
-
-// releaseAll runs the releases startReleases marked and counts those that landed.
-func (l *Ledger) releaseAll(ctx context.Context, idle []*revState, writes []*ownershipWrite) int {
-	released := 0
-	for i, s := range idle {
-		if l.release(ctx, s, writes[i]) {
-			released++
-		}
-	}
-	return released
-}
-
-// release writes the revision's record with no holder, finishes w (this replica's write
-// in flight for it) and reports whether the release landed.
-func (l *Ledger) release(ctx context.Context, s *revState, w *ownershipWrite) bool {
-	l.mu.Lock()
-	if holderOf(s.record) != l.identity || l.owns(s, l.clock.Now()) {
-		l.mu.Unlock()
-		l.finishWrite(s, w, nil)
-		return false
-	}
-	record := l.nextRecord(s, l.clock.Now())
-	record.Spec.HolderIdentity = ptr.To("")
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	written, err := l.client.CoordinationV1().Leases(l.namespace).Update(ctx, record, metav1.UpdateOptions{})
-	switch {
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		if rerr := l.refresh(ctx, s.rev); rerr != nil {
-			l.log.WithError(rerr).WithField("record", record.Name).Debug("cannot read a seat record again")
+	for _, w := range releases {
+		select {
+		case <-w.done:
+			if w.err != nil {
+				l.log.WithError(w.err).Info("cannot release a seat record; it lapses")
+			}
+		case <-ctx.Done():
+			return
 		}
-	case err != nil:
-		l.log.WithError(err).WithField("record", record.Name).Info("cannot release a seat record; it lapses")
-	default:
-		l.mu.Lock()
-		if resourceVersion(written) > s.rv {
-			l.apply(s, written)
+	}
+}
+
+// handOver answers a peer's claim at this handed-over replica with the revision's
+// record. It waits for a write of the record in flight; a record it still holds it
+// writes naming the caller (at callerPeer) its successor, listing its live reservations:
+// one write, which the claims of other peers arriving meanwhile wait for too. The record
+// returned tells the caller who holds the revision now; one naming the caller is only
+// returned where its claim waited for that write, so the caller owns the revision from
+// its forward's start (succeed). A caller of an older release names no successor: the
+// record is released (holder "") for it to read again, and nil returned.
+func (l *Ledger) handOver(ctx context.Context, rev clusterview.Revision, caller, callerPeer string) *coordinationv1.Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.state(rev)
+	waited, wrote := false, false
+	for {
+		w := s.writing
+		if w == nil && !wrote && holderOf(s.record) == l.identity && !l.owns(s, l.clock.Now()) {
+			w, wrote = l.startWrite(s, caller, callerPeer), true
+		}
+		if w == nil {
+			break
 		}
 		l.mu.Unlock()
+		err := waitWrite(ctx, w, rev)
+		l.mu.Lock()
+		if err != nil {
+			return nil
+		}
+		waited = true
 	}
-	// A failed release is no claim's failure: they read the record again.
-	l.finishWrite(s, w, nil)
-	return err == nil
+	if caller == "" || (holderOf(s.record) == caller && !waited) {
+		return nil
+	}
+	return s.record
 }
 
 // observedReservations reads a record's reservations with expiries on this replica's

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
@@ -23,8 +24,9 @@ import (
 // PeerClaimPath is where a replica answers the claims other replicas forward to it.
 const PeerClaimPath = "/ledger/v1/claim"
 
-// maxPeerBody bounds a peer call's body: a forwarded claim is about 200 bytes.
-const maxPeerBody = 64 << 10
+// maxPeerBody bounds a peer call's body: a forwarded claim is about 200 bytes, an
+// answer handing a record over up to the API server's 256 KiB.
+const maxPeerBody = 512 << 10
 
 // peerRequest is a forwarded claim of one admission's seat; with no revision, the
 // peer-address self-check.
@@ -38,6 +40,11 @@ type peerRequest struct {
 	// Release comes from replicas of 0.2 and earlier: answered, not acted on (the
 	// reservation expires), so a rolling upgrade never takes it for a claim.
 	Release bool `json:"release,omitempty"`
+	// Caller and CallerPeer name the calling replica and its peer address: a stopping
+	// owner names it the revision's successor (handOver). Empty from older releases
+	// and from a stopping caller.
+	Caller     string `json:"caller,omitempty"`
+	CallerPeer string `json:"callerPeer,omitempty"`
 }
 
 // peerResponse is the owner's answer.
@@ -46,6 +53,9 @@ type peerResponse struct {
 	Error string `json:"error,omitempty"`
 	// Identity names the answering replica on 410 Gone.
 	Identity string `json:"identity,omitempty"`
+	// Handover is a stopping owner's answer (409) to a caller naming itself: the
+	// revision's record, which may name the caller its successor (handOver).
+	Handover *coordinationv1.Lease `json:"handover,omitempty"`
 }
 
 // errOwnerGone: the owner's address refuses connections, or another process answers.
@@ -79,7 +89,10 @@ func (l *Ledger) PeerHandler() http.Handler {
 		switch {
 		case err == nil:
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})
-		case errors.Is(err, errNotOwner), errors.Is(err, errHandedOver):
+		case errors.Is(err, errHandedOver):
+			handed := l.handOver(r.Context(), rev, req.Caller, req.CallerPeer)
+			writePeer(w, http.StatusConflict, peerResponse{Error: err.Error(), Handover: handed})
+		case errors.Is(err, errNotOwner):
 			writePeer(w, http.StatusConflict, peerResponse{Error: err.Error()})
 		default:
 			writePeer(w, http.StatusServiceUnavailable, peerResponse{Error: err.Error()})
@@ -94,10 +107,18 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 }
 
 // forward asks the owner, at peer, for a seat (errNotOwner, errPeerRefused, errOwnerGone
-// or a transient error).
-func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, hash uint64) (int, error) {
-	resp, err := l.callPeer(ctx, peer, peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: hash, Owner: to})
-	return resp.Seat, err
+// or a transient error). A stopping owner's errNotOwner may come with the revision's
+// record (handOver); a caller that is stopping too names itself no successor.
+func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, hash uint64, stopping bool) (int, *coordinationv1.Lease, error) {
+	req := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: hash, Owner: to}
+	if !stopping {
+		req.Caller, req.CallerPeer = l.identity, l.cfg.PeerAddress
+	}
+	resp, err := l.callPeer(ctx, peer, req)
+	if r := resp.Handover; r != nil && r.Name != recordName(rev.UID) {
+		return 0, nil, fmt.Errorf("%w: a record not of revision %s from %s", errPeerRefused, rev.UID, peer)
+	}
+	return resp.Seat, resp.Handover, err
 }
 
 func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (peerResponse, error) {
@@ -132,7 +153,7 @@ func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (pe
 		}
 		return resp, nil
 	case httpResp.StatusCode == http.StatusConflict:
-		return peerResponse{}, errNotOwner
+		return resp, errNotOwner
 	case httpResp.StatusCode == http.StatusGone:
 		// Another process at the owner's (unique: checkPeerAddress) address.
 		return peerResponse{}, fmt.Errorf("%w (%w): %s", errOwnerGone, errAnotherProcess, resp.Error)
@@ -152,9 +173,9 @@ var errPeerAddressShared = errors.New("another process answers at this replica's
 // checkPeerAddress checks that a call to this replica's peer address reaches this
 // process. Other replicas take a refusal there, or another process answering, as proof
 // that this replica is gone: gate readiness on it. A Service's address reaches another
-// Ready replica (or none) and fails; once another process has answered, every later
-// check fails too.
-func (l *Ledger) checkPeerAddress(ctx context.Context) error {
+// Ready replica (or none) and fails; once another process has answered (shared), every
+// later check fails too.
+func (l *Ledger) checkPeerAddress(ctx context.Context, shared bool) error {
 	if l.cfg.PeerAddress == "" || l.peers == nil {
 		return nil
 	}
@@ -163,8 +184,7 @@ func (l *Ledger) checkPeerAddress(ctx context.Context) error {
 	if err != nil && !errors.Is(err, errAnotherProcess) {
 		return fmt.Errorf("this replica does not answer at its peer address %s (PEER_ADDRESS) yet: %w", l.cfg.PeerAddress, err)
 	}
-	if err != nil || l.peerShared.Load() {
-		l.peerShared.Store(true)
+	if err != nil || shared {
 		return fmt.Errorf("%w: PEER_ADDRESS %s (default: the pod IP, POD_IP, and the webhook's port)", errPeerAddressShared, l.cfg.PeerAddress)
 	}
 	return nil
@@ -174,15 +194,17 @@ func (l *Ledger) checkPeerAddress(ctx context.Context) error {
 // answers there, or ctx ends; PeerReached then reports it. The server takes a moment
 // to start: it complains only after that.
 func (l *Ledger) AwaitPeerAddress(ctx context.Context) {
+	shared := false
 	for attempt := 0; ; attempt++ {
 		check, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := l.checkPeerAddress(check)
+		err := l.checkPeerAddress(check, shared)
 		cancel()
 		if err == nil {
 			l.peerReached.Store(true)
 			return
 		}
-		if attempt%30 == 15 || (errors.Is(err, errPeerAddressShared) && attempt%30 == 0) {
+		shared = shared || errors.Is(err, errPeerAddressShared)
+		if attempt%30 == 15 || (shared && attempt%30 == 0) {
 			l.log.WithError(err).Error("not ready: other replicas cannot forward seat claims to this one; set PEER_ADDRESS or POD_IP")
 		}
 		wait := time.Second
