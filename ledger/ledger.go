@@ -221,6 +221,10 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 		case holder != "" && holder != l.identity:
 			stopping := !l.handedOver.IsZero()
 			l.mu.Unlock()
+			if !forward && stopping {
+				// Handed over to another caller meanwhile: the answer names the successor.
+				return 0, false, errHandedOver
+			}
 			if !forward {
 				return 0, false, errNotOwner
 			}

@@ -317,12 +317,12 @@ func (r *replica) run(ctx, stop context.Context, start func() bool) error {
 	plainCtx, stopPlain := context.WithCancel(ctx)
 	plainDone := plain.serve(plainCtx, entry)
 	go r.seats.AwaitPeerAddress(ctx)
-	// The drain begins with the hand-over, while this replica still answers: the other
-	// replicas take its revisions over at once, with its reservations, and its own
-	// admissions are forwarded to them. As the drain ends, still answering, a final
-	// hand-over releases what it took back meanwhile (no other replica claimed it):
-	// from then on it takes nothing back, as no peer could reach it once its server
-	// stops. The last call covers a server that failed before its drain.
+	// The drain begins with the hand-over, while this replica still answers: it stops
+	// answering as owner, and the first replica to forward a claim of a revision is
+	// written its owner, with its reservations; its own admissions are forwarded to
+	// them. As the drain ends, still answering, a final hand-over releases what nobody
+	// took: from then on it takes nothing back, as no peer could reach it once its
+	// server stops. The last call covers a server that failed before its drain.
 	drain := webhook.Drain{Period: cfg.Serving.ShutdownDrain, Begin: func() {
 		r.draining.Store(true)
 		r.handover(ctx, false)
