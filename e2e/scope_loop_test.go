@@ -88,13 +88,17 @@ func TestLoopActsOnlyInScope(t *testing.T) {
 	settled(ctx, t, control, "control", 4)
 	// The loop saw every pod's admission and change; then, restarted, one round (its
 	// evictions count from 0 again).
+	restart := time.Now()
 	if err := conv.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	stopped := time.Since(restart)
 	if err := conv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	started := time.Since(restart)
 	waitRound(ctx, t, conv)
+	t.Logf("MEASURED restarted loop: stopped %s, ready %s, round done %s after the stop began", stopped.Round(100*time.Millisecond), started.Round(100*time.Millisecond), time.Since(restart).Round(100*time.Millisecond))
 	evicted := loopEvictions(ctx, t, conv)
 	if ok, why := exactNow(ctx, control, "control", fallbackStrategy, 4); !ok {
 		t.Errorf("the control workload in an enabled namespace is not exact: %s", why)
