@@ -19,8 +19,9 @@ import (
 )
 
 // waitRound waits until the loop of p, just started, has made one round over every
-// revision in the cluster: it leads (its predecessor released the Lease), it queued every
-// current revision at once when it started leading, and its queue is empty after a pass.
+// revision in the cluster: it leads (once its predecessor's Lease is free), it queued
+// every current revision at once when it started leading, and its queue is empty after
+// a pass.
 // An out-of-scope revision it took for in scope would have been passed in that round,
 // and an unplaced pod of it evicted at once.
 func waitRound(ctx context.Context, t *testing.T, p *harness.Serve) {
