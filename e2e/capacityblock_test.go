@@ -52,9 +52,10 @@ func patchNodes(ctx context.Context, t *testing.T, names []string, body string) 
 }
 
 // blockAhead is how far ahead of its warning the block ends in the test (the moves took
-// 8 s), blockCooldown the loop's FALLBACK_COOLDOWN there.
+// 8 s; they must be done by the end and the cool-down after it), blockCooldown the
+// loop's FALLBACK_COOLDOWN there.
 const (
-	blockAhead    = time.Minute
+	blockAhead    = 40 * time.Second
 	blockCooldown = 20 * time.Second
 )
 

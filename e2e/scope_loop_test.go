@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,19 +18,27 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/strategy"
 )
 
-// outOfScopeWatch is how long the loop is watched leaving namespaces that are not
-// enabled alone: the loop it replaces evicted such pods within seconds, round after
-// round (63 pods per 4-replica Deployment in 150 s, one every 2.4 s), and a pass moves
-// an unplaced pod at once, so 40 s would see a dozen. E2E_SCOPE_WATCH overrides it.
-func outOfScopeWatch(t *testing.T) time.Duration {
-	if v := os.Getenv("E2E_SCOPE_WATCH"); v != "" {
-		d, err := time.ParseDuration(v)
+// waitRound waits until the loop of p, just started, has made one round over every
+// revision in the cluster: it leads (once its predecessor's Lease is free), it queued
+// every current revision at once when it started leading, and its queue is empty after
+// a pass.
+// An out-of-scope revision it took for in scope would have been passed in that round,
+// and an unplaced pod of it evicted at once.
+func waitRound(ctx context.Context, t *testing.T, p *harness.Serve) {
+	t.Helper()
+	const m = "custom_kube_scheduler_webhook_"
+	var leader, passes, depth float64
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ms, err := p.Metrics(ctx)
 		if err != nil {
-			t.Fatalf("E2E_SCOPE_WATCH: %v", err)
+			return false, nil
 		}
-		return d
+		leader, passes, depth = ms.Sum(m+"converge_leader", nil), ms.Sum(m+"converge_revision_passes_total", nil), ms.Sum(m+"converge_queue_depth", nil)
+		return leader == 1 && passes >= 1 && depth == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the restarted loop made no round: leader %v, passes %v, queue depth %v", leader, passes, depth)
 	}
-	return 40 * time.Second
 }
 
 // The convergence loop acts only where the API server sends pods to the webhook. With
@@ -39,9 +46,10 @@ func outOfScopeWatch(t *testing.T) time.Duration {
 // that are not enabled, each in its own way: an annotated Deployment, an un-annotated
 // one a ClusterPlacementPolicy without a namespaceSelector selects, and one under its
 // Namespace's default. Their pods are admitted unplaced; the loop evicts none of them
-// (their UIDs stay, the eviction count stays), the policy's status says InScope False
-// naming the namespace, and a control workload in an enabled namespace stays exact.
-// Once the namespaces are labelled, the loop moves the three to their exact split.
+// (their UIDs stay, the eviction count stays: through their pods' admissions and a
+// round of the loop, restarted, over every revision), the policy's status says InScope
+// False naming the namespace, and a control workload in an enabled namespace stays
+// exact. Once the namespaces are labelled, the loop moves the three to their exact split.
 func TestLoopActsOnlyInScope(t *testing.T) {
 	ctx := context.Background()
 	if err := env.register(ctx, "full"); err != nil {
@@ -79,15 +87,22 @@ func TestLoopActsOnlyInScope(t *testing.T) {
 		}
 	}
 	settled(ctx, t, control, "control", 4)
-	evictedBefore := loopEvictions(ctx, t, conv)
-
-	watch := outOfScopeWatch(t)
-	deadline := time.Now().Add(watch)
-	for time.Now().Before(deadline) {
-		if ok, why := exactNow(ctx, control, "control", fallbackStrategy, 4); !ok && why != "" {
-			t.Errorf("the control workload in an enabled namespace is not exact: %s", why)
-		}
-		time.Sleep(5 * time.Second)
+	// The loop saw every pod's admission and change; then, restarted, one round (its
+	// evictions count from 0 again).
+	restart := time.Now()
+	if err := conv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Since(restart)
+	if err := conv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Since(restart)
+	waitRound(ctx, t, conv)
+	t.Logf("MEASURED restarted loop: stopped %s, ready %s, round done %s after the stop began", stopped.Round(100*time.Millisecond), started.Round(100*time.Millisecond), time.Since(restart).Round(100*time.Millisecond))
+	evicted := loopEvictions(ctx, t, conv)
+	if ok, why := exactNow(ctx, control, "control", fallbackStrategy, 4); !ok {
+		t.Errorf("the control workload in an enabled namespace is not exact: %s", why)
 	}
 	for _, w := range out {
 		list, err := env.client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + w.name})
@@ -101,18 +116,18 @@ func TestLoopActsOnlyInScope(t *testing.T) {
 			}
 		}
 		if replaced > 0 || len(list.Items) != 4 {
-			t.Errorf("%s/%s: %d of %d pods replaced in %s in a namespace that is not enabled; want none", w.ns, w.name, replaced, len(list.Items), watch)
+			t.Errorf("%s/%s: %d of %d pods replaced in a namespace that is not enabled; want none", w.ns, w.name, replaced, len(list.Items))
 		}
 	}
-	if n := loopEvictions(ctx, t, conv) - evictedBefore; n != 0 {
-		t.Errorf("the loop evicted %v pods in %s; want 0 (only out-of-scope workloads were off their target)", n, watch)
+	if evicted != 0 {
+		t.Errorf("the loop evicted %v pods; want 0 (only out-of-scope workloads were off their target)", evicted)
 	}
 	for _, w := range out {
 		if n := len(auditEvictions(t, w.ns)); n != 0 {
 			t.Errorf("the API server's audit log holds %d evictions by the webhook in %s, a namespace that is not enabled", n, w.ns)
 		}
 	}
-	t.Logf("out of scope for %s: 0 pods replaced in 3 workloads, 0 evictions", watch)
+	t.Logf("out of scope through the admissions and a round of the loop: 0 pods replaced in 3 workloads, 0 evictions")
 	// The policy says that it governs nothing there, and why.
 	msg := policyCondition(ctx, t, dyn, "", "e2e-out-cluster", v1alpha1.ConditionInScope, "False")
 	if !strings.Contains(msg, byPolicy) || !strings.Contains(msg, "not enabled") {

@@ -97,10 +97,14 @@ func waitBlocked(ctx context.Context, t *testing.T, ns, name, want string) strin
 }
 
 // A return waits for its window: held while the window is closed (one that never opens
-// during the test), then held until a window set to open a minute ahead opens, in
-// Asia/Kolkata's time; inside it the pods return and the Deployment ends exact. One
-// pod carries karpenter.sh/do-not-disrupt: it stays on its fallback through the return
-// and goes home once the annotation is removed.
+// during the test), then, the window set to one that opened a minute ago in
+// Asia/Kolkata's time (read as UTC it would be closed), the pods return and the
+// Deployment ends exact, none evicted before. One pod carries
+// karpenter.sh/do-not-disrupt: it stays on its fallback through the return and goes
+// home once the annotation is removed. A window still to open is held by the same
+// gate as the closed one; the pass at its opening is the requeue at the gate's "until"
+// that TestReturnWaitsForMinimumStay sees at a stay's end, and when it opens is
+// converge's and strategy's unit tests' (a window opening during the test cost 20-80 s).
 func TestReturnWaitsForItsWindow(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(ctx, t, "e2e-window")
@@ -124,15 +128,16 @@ func TestReturnWaitsForItsWindow(t *testing.T) {
 	}
 	waitMetric(ctx, t, p, "custom_kube_scheduler_webhook_converge_waiting_pods", harness.Labels{"for": "window"}, 1, time.Minute)
 
-	// A window that opens at the next whole minute at least 20 s ahead, for ten
-	// minutes, written in a time zone half an hour off UTC.
+	// A window that opened at the start of the previous minute, for an hour (longer than
+	// the waits below), written in a time zone half an hour off UTC.
 	loc, err := time.LoadLocation("Asia/Kolkata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opens := time.Now().Add(20 * time.Second).Truncate(time.Minute).Add(time.Minute)
-	local := opens.In(loc)
-	window := fmt.Sprintf("schedule=%d %d * * *; duration=10m; timeZone=Asia/Kolkata", local.Minute(), local.Hour())
+	opened := time.Now().Truncate(time.Minute).Add(-time.Minute)
+	local := opened.In(loc)
+	window := fmt.Sprintf("schedule=%d %d * * *; duration=1h; timeZone=Asia/Kolkata", local.Minute(), local.Hour())
+	set := time.Now()
 	annotate(ctx, t, ns, "windowed", map[string]any{strategy.AnnotationMoveWindow: window})
 	waitStaying(ctx, t, ns, "windowed", pinned)
 	setDoNotDisrupt(ctx, t, pinned, "")
@@ -143,11 +148,11 @@ func TestReturnWaitsForItsWindow(t *testing.T) {
 		t.Errorf("%d evictions, want one per pod on fallback at least", len(evictions))
 	}
 	for _, e := range evictions {
-		if e.At.Before(opens) {
-			t.Errorf("pod %s evicted at %s, before the window opened at %s", e.Pod, e.At.Format(time.RFC3339Nano), opens.Format(time.RFC3339))
+		if e.At.Before(set) {
+			t.Errorf("pod %s evicted at %s, while the window was closed (the open one was set at %s)", e.Pod, e.At.Format(time.RFC3339Nano), set.Format(time.RFC3339Nano))
 		}
 	}
-	t.Logf("window opened at %s; %d evictions, the first at %s", opens.Format(time.RFC3339), len(evictions), evictions[0].At.Format(time.RFC3339Nano))
+	t.Logf("open window set at %s; %d evictions, the first at %s", set.Format(time.RFC3339Nano), len(evictions), evictions[0].At.Format(time.RFC3339Nano))
 }
 
 // A return waits for the minimum stay on fallback: held while the stay is an hour,
@@ -163,7 +168,8 @@ func TestReturnWaitsForMinimumStay(t *testing.T) {
 	waitBlocked(ctx, t, ns, "staying", "returns wait for the minimum stay on fallback of 1h0m0s")
 	waitMetric(ctx, t, p, "custom_kube_scheduler_webhook_converge_waiting_pods", harness.Labels{"for": "min-fallback-stay"}, 1, time.Minute)
 
-	// A stay that ends 20 s from now for the youngest pod.
+	// A stay that ends 10 s from now for the youngest pod: the loop passes the workload
+	// on the annotation's change within its interval (2 s), inside the stay.
 	created := map[string]time.Time{}
 	var youngest time.Time
 	for _, pod := range pods {
@@ -172,7 +178,7 @@ func TestReturnWaitsForMinimumStay(t *testing.T) {
 			youngest = pod.CreationTimestamp.Time
 		}
 	}
-	stay := (time.Since(youngest) + 20*time.Second).Round(time.Second)
+	stay := (time.Since(youngest) + 10*time.Second).Round(time.Second)
 	annotate(ctx, t, ns, "staying", map[string]any{strategy.AnnotationMinFallbackStay: stay.String()})
 	waitExact(ctx, t, ns, "staying", returnStrategy, replicas, 4*time.Minute)
 
