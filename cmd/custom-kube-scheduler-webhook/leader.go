@@ -33,29 +33,33 @@ type leaderJobs struct {
 // once the caches have synced, the convergence loop (CONVERGE=on), the policies'
 // status, the cost refresher (jobs.costs, nil: off) and the interruption signals
 // (jobs.signals, nil: off). With CONVERGE=off there is no election and every replica
-// refreshes the costs.
-func (r *replica) startConverge(ctx context.Context, jobs leaderJobs) error {
+// refreshes the costs. The returned channel is closed once the election has ended
+// after ctx: the leader releases its Lease then, so the next replica leads at once
+// instead of after the Lease lapses.
+func (r *replica) startConverge(ctx context.Context, jobs leaderJobs) (elected <-chan struct{}, err error) {
 	entry := r.log.WithField("component", "converge")
+	done := make(chan struct{})
 	if !r.cfg.Converge {
 		entry.Info("convergence loop switched off (CONVERGE=off)")
 		if jobs.costs != nil {
 			go jobs.costs.Run(ctx)
 		}
-		return nil
+		close(done)
+		return done, nil
 	}
 	// What Karpenter is launching: a term whose pods wait is not called unavailable
 	// while NodeClaims for it are on their way.
 	dyn, err := dynamic.NewForConfig(r.restCfg)
 	if err != nil {
-		return fmt.Errorf("create dynamic client: %w", err)
+		return nil, fmt.Errorf("create dynamic client: %w", err)
 	}
 	claims, err := karpenter.NewNodeClaims(dyn, r.client.Discovery(), entry)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	loop, err := r.newLoop(claims, jobs, entry)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if jobs.signals != nil {
 		// A new signal passes every revision again (the poller starts only with the loop).
@@ -70,14 +74,17 @@ func (r *replica) startConverge(ctx context.Context, jobs leaderJobs) error {
 		}
 		loop.PoliciesChanged(ns)
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	if err := r.scope.OnChange(func() { loop.PoliciesChanged("") }); err != nil {
-		return err
+		return nil, err
 	}
 	go claims.Run(ctx)
-	go r.runElected(ctx, loop, dyn, jobs, entry)
-	return nil
+	go func() {
+		defer close(done)
+		r.runElected(ctx, loop, dyn, jobs, entry)
+	}()
+	return done, nil
 }
 
 // newLoop makes the convergence loop over the views, with a client and rate of its

@@ -159,10 +159,15 @@ func serve(stop context.Context, cfg *serveConfig, log *logrus.Logger) error {
 	if jobs.signals, err = interruption.NewSignals(ctx, cfg.Interruption, interruption.NodesOf(r.catalog), r.metrics.Registry, webhook.MetricsNamespace, log.WithField("component", "interruption")); err != nil {
 		return err
 	}
-	if err := r.startConverge(ctx, jobs); err != nil {
+	elected, err := r.startConverge(ctx, jobs)
+	if err != nil {
 		return err
 	}
-	return r.run(ctx, stop, start)
+	err = r.run(ctx, stop, start)
+	cancel()
+	// The leader's Lease release is one write, bounded by client-go (its renew deadline).
+	<-elected
+	return err
 }
 
 // lifetime returns the context serve's background parts run on: the stop signal
