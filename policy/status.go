@@ -282,9 +282,14 @@ type StatusWriter struct {
 	// Audited, when set, is told after each round what the sources in audit mode
 	// would do (the metrics).
 	Audited func(Audited)
-	// Every is the least time between two rounds of writes (default 30s).
+	// Every is the time between two rounds of writes (default 30s), for the workloads'
+	// changes.
 	Every time.Duration
-	Log   logrus.FieldLogger
+	// Changes, when set, wakes a round about a second after a policy or a namespace
+	// changed (Cache.OnChange): a user applying a policy reads its conditions within
+	// seconds, and a burst of changes makes one round.
+	Changes <-chan struct{}
+	Log     logrus.FieldLogger
 }
 
 // policyKey is one policy object. The UID tells a policy from one deleted before it
@@ -309,6 +314,12 @@ func (w *StatusWriter) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(every):
+		case <-w.Changes:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		}
 	}
 }

@@ -89,3 +89,42 @@ func cachedUID(c *Cache, namespace, name string) types.UID {
 	}
 	return ""
 }
+
+// TestStatusWriterRoundSoonAfterAChange: with rounds an hour apart, a policy created
+// after the first round gets its status once a change wakes the writer.
+func TestStatusWriterRoundSoonAfterAChange(t *testing.T) {
+	ns := namespace("shop", nil, "")
+	client := fake.NewClientset(&ns)
+	first := pp("shop", "web", "p=1", 0, map[string]string{"app": "web"})
+	dyn := policyDynamic(toUnstructured(t, &first, v1alpha1.KindPlacementPolicy))
+	c, err := NewCache(client, dyn, 0, logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := runCache(t, c)
+	changes := make(chan struct{}, 1)
+	w := &StatusWriter{Cache: c, Dyn: dyn, Log: logrus.New(), Workloads: func() []Governable { return nil }, Every: time.Hour, Changes: changes}
+	go w.Run(ctx)
+	patched := func(name string) error {
+		return wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return statusPatches(dyn, name) > 0, nil
+		})
+	}
+	if err := patched("web"); err != nil {
+		t.Fatalf("the first round wrote no status: %v", err)
+	}
+	api := pp("shop", "api", "p=1", 0, map[string]string{"app": "api"})
+	api.UID = "uid-api"
+	if _, err := dyn.Resource(v1alpha1.PlacementPolicies).Namespace("shop").Create(ctx, toUnstructured(t, &api, v1alpha1.KindPlacementPolicy), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return len(c.view.Load().namespaced["shop"]) == 2, nil
+	}); err != nil {
+		t.Fatalf("the cache's view never showed the new policy: %v", err)
+	}
+	changes <- struct{}{}
+	if err := patched("api"); err != nil {
+		t.Fatalf("a change did not wake a round within a minute (rounds an hour apart): %v", err)
+	}
+}

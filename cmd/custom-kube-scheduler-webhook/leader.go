@@ -126,10 +126,20 @@ func (r *replica) runElected(ctx context.Context, loop *converge.Loop, dyn dynam
 	case <-ctx.Done():
 		return
 	}
-	// The elected replica also writes the policies' status, at most every 30s.
+	// The elected replica also writes the policies' status: every 30s, and soon after a
+	// policy or namespace changed.
+	changes := make(chan struct{}, 1)
+	if err := r.policies.OnChange(func(string) {
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		entry.WithError(err).Warn("policy status written every 30s only")
+	}
 	unserved := policy.Unserved(r.catalog.Unserved)
 	stopped := policy.Stopped(r.policies.MovesOff, r.cfg.Namespaces.Own)
-	status := &policy.StatusWriter{Cache: r.policies, Dyn: dyn, Log: entry, Unserved: unserved,
+	status := &policy.StatusWriter{Cache: r.policies, Dyn: dyn, Log: entry, Unserved: unserved, Changes: changes,
 		Audited:   func(a policy.Audited) { jobs.metrics.Audited(a.Workloads, a.WouldMove) },
 		Stopped:   func() string { return stopped("") },
 		Workloads: r.caches.Governable(r.cfg.Namespaces.Skip, r.scope, clusterview.TermFacts{Unavailable: r.records.Unavailable, Unserved: unserved}, r.cfg.Loop.Timing)}
