@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -205,6 +206,9 @@ func (c *serveConfig) parseModes(v *viper.Viper) error {
 	c.Certs.Self = certMode == "self"
 	if err != nil {
 		return err
+	}
+	if c.Certs.Self && filepath.Dir(c.Certs.CertFile) != filepath.Dir(c.Certs.KeyFile) {
+		return fmt.Errorf("CERT_MODE=self writes the certificate and key into one directory: TLS_CERT_FILE and TLS_KEY_FILE must share it")
 	}
 	c.Admission.OnDemandAcceptsReserved, err = onOff(v, "on-demand-accepts-reserved", "ON_DEMAND_ACCEPTS_RESERVED")
 	return err

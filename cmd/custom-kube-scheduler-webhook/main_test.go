@@ -208,6 +208,15 @@ func TestServeConfigErrors(t *testing.T) {
 			}
 		})
 	}
+	// The self-managed certificate and key are written into one directory.
+	t.Run("TLS_KEY_FILE", func(t *testing.T) {
+		t.Setenv("CERT_MODE", "self")
+		t.Setenv("TLS_CERT_FILE", "/a/tls.crt")
+		t.Setenv("TLS_KEY_FILE", "/b/tls.key")
+		if _, err := loadServeConfig(serveFlags(t)); err == nil || !strings.Contains(err.Error(), "TLS_CERT_FILE and TLS_KEY_FILE must share it") {
+			t.Fatalf("CERT_MODE=self with two directories: %v", err)
+		}
+	})
 	// The original project's "INFO" and empty value still work.
 	t.Setenv("LOG_LEVEL", "INFO")
 	if _, err := loadServeConfig(serveFlags(t)); err != nil {

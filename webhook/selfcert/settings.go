@@ -2,7 +2,6 @@ package selfcert
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -31,14 +30,11 @@ type Settings struct {
 // Await runs the self-managed mode when the settings ask for it (Self): it bootstraps
 // (or loads) the CA and serving certificate kept in SecretName, writes them to
 // CertFile and KeyFile, keeps the webhook configurations' caBundle current and rotates
-// (Start), and returns once the files exist. Without Self the files are provided: it
-// returns at once.
+// (Start), and returns once the files exist; CertFile and KeyFile share a directory
+// (serve's settings check it). Without Self the files are provided: it returns at once.
 func (s Settings) Await(ctx context.Context, namespace string, restCfg *rest.Config, log logrus.FieldLogger) error {
 	if !s.Self {
 		return nil
-	}
-	if filepath.Dir(s.CertFile) != filepath.Dir(s.KeyFile) {
-		return errors.New("CERT_MODE=self writes the certificate and key into one directory: TLS_CERT_FILE and TLS_KEY_FILE must share it")
 	}
 	ready, err := Start(ctx, Config{
 		Namespace: namespace, SecretName: s.SecretName, ServiceName: s.ServiceName,
