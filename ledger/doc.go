@@ -2,7 +2,7 @@
 // exactly, with any number of webhook replicas and no API write per claim
 // (docs/design/seat-ledger.md). Ledger is the entry point: Claim, Peek and Release for
 // admission; PodVisible and PodGone to be fed placed pods; PeerHandler for the other
-// replicas, whose peer authentication (PeerTrust) lives here too. Open builds serve's
+// replicas (cmd guards it and builds the peer client with webhook/peerauth). Open builds serve's
 // ledger from its Config (Settings: RESERVATION_TTL, PEER_ADDRESS), fed and started;
 // Unsynced and PeerReached (after AwaitPeerAddress) gate readiness.
 //

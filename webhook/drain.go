@@ -48,7 +48,7 @@ func ServeDrain(stop context.Context, ln net.Listener, handler http.Handler, get
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12, GetCertificate: getCertificate,
 			// Asked, not required: other replicas present one on seat claims
-			// (RequirePeerCertificate); the API server and probes present none.
+			// (peerauth.Require); the API server and probes present none.
 			ClientAuth: tls.RequestClientCert,
 		},
 		ReadHeaderTimeout: 5 * time.Second,

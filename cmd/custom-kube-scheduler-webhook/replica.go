@@ -31,6 +31,7 @@ import (
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/unavailability"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/admissiontoken"
+	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/peerauth"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/placement"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/webhook/validation"
 )
@@ -51,7 +52,7 @@ type replica struct {
 	views
 	identity  string
 	owner     ownership.Owner
-	peerTrust ledger.PeerTrust
+	peerTrust peerauth.Trust
 	images    *imagearch.Resolver // nil with IMAGE_ARCHITECTURES=off
 
 	// Made by newHandlers.
@@ -108,12 +109,12 @@ func (r *replica) startViews(ctx context.Context) error {
 	}
 	// Peers: the same serving certificate, or one the webhook's CA (ca.crt beside
 	// tls.crt, as cert-manager and CERT_MODE=self write it) signed for the same names.
-	r.peerTrust = ledger.PeerTrust{Own: r.certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.Certs.CertFile), "ca.crt")}
+	r.peerTrust = peerauth.Trust{Own: r.certs.GetCertificate, CAFile: filepath.Join(filepath.Dir(cfg.Certs.CertFile), "ca.crt")}
 	if _, err := os.Stat(r.peerTrust.CAFile); err != nil && !cfg.Certs.Self { // CERT_MODE=self writes ca.crt
 		log.Warnf("no CA certificate at %s: with several replicas, seat claims forwarded between them fail while a renewed certificate spreads (docs/security.md#certificates)", r.peerTrust.CAFile)
 	}
 	if r.seats, err = ledger.Open(ctx, r.restCfg, r.caches, cfg.Namespaces.Own, log.WithField("component", "ledger"), ledger.Config{
-		Settings: cfg.Ledger, Identity: r.identity, PeerClient: ledger.NewPeerClient(r.peerTrust), Owner: r.owner,
+		Settings: cfg.Ledger, Identity: r.identity, PeerClient: peerauth.NewClient(r.peerTrust), Owner: r.owner,
 	}); err != nil {
 		return err
 	}
@@ -261,7 +262,7 @@ func (r *replica) newHandlers(recorder record.EventRecorder) {
 		Metrics:    r.metrics,
 		Log:        r.entry,
 		Limits:     cfg.Serving.Limits,
-		Peer:       ledger.RequirePeerCertificate(r.peerTrust, r.seats.PeerHandler()),
+		Peer:       peerauth.Require(r.peerTrust, r.seats.PeerHandler()),
 		PeerPath:   ledger.PeerClaimPath,
 		Profiling:  cfg.Serving.Profiling,
 	}

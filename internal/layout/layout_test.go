@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"webhook/validation":                {"strategy", "policy", "api/v1alpha1", "imagearch", "webhook", "webhook/placement"},
 	"webhook/selfcert":                  nil,
 	"webhook/admissiontoken":            nil,
+	"webhook/peerauth":                  nil,
 	"unavailability":                    {"strategy", "ownership"},
 	"interruption":                      {"strategy", "providerid"},
 	"converge":                          {"strategy", "clusterview", "karpenter", "ownership", "unavailability", "interruption"},

@@ -1,4 +1,4 @@
-package ledger
+package peerauth
 
 import (
 	"crypto/ecdsa"
@@ -65,11 +65,11 @@ func (ca *testCA) leaf(t *testing.T, serial int64, dnsNames ...string) Certifica
 
 // servePeer serves a peer endpoint answering 200 to the clients trust accepts, and
 // returns its URL.
-func servePeer(t *testing.T, trust PeerTrust) string {
+func servePeer(t *testing.T, trust Trust) string {
 	t.Helper()
-	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writePeer(w, http.StatusOK, peerResponse{Seat: 7}) })
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	// As the webhook serves peers: client certificates requested, checked by the handler.
-	srv := httptest.NewUnstartedServer(RequirePeerCertificate(trust, ok))
+	srv := httptest.NewUnstartedServer(Require(trust, ok))
 	cert, err := trust.Own(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func servePeer(t *testing.T, trust PeerTrust) string {
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return srv.URL + PeerClaimPath
+	return srv.URL
 }
 
 func postPeer(c *http.Client, url string) (int, error) {
@@ -96,9 +96,9 @@ func postPeer(c *http.Client, url string) (int, error) {
 // with another one is not trusted.
 func TestPeerCertificatePinnedBothWays(t *testing.T) {
 	own, other := certSource(t, 1), certSource(t, 2)
-	url := servePeer(t, PeerTrust{Own: own})
+	url := servePeer(t, Trust{Own: own})
 
-	if code, err := postPeer(NewPeerClient(PeerTrust{Own: own}), url); err != nil || code != http.StatusOK {
+	if code, err := postPeer(NewClient(Trust{Own: own}), url); err != nil || code != http.StatusOK {
 		t.Fatalf("a replica with the same certificate: %d, %v; want 200", code, err)
 	}
 	// A client trusting the server but presenting another certificate, or none.
@@ -115,7 +115,7 @@ func TestPeerCertificatePinnedBothWays(t *testing.T) {
 		}
 	}
 	// A server with another certificate is no replica: the handshake fails.
-	if _, err := postPeer(NewPeerClient(PeerTrust{Own: own}), servePeer(t, PeerTrust{Own: other})); err == nil || !strings.Contains(err.Error(), "serving certificate") {
+	if _, err := postPeer(NewClient(Trust{Own: own}), servePeer(t, Trust{Own: other})); err == nil || !strings.Contains(err.Error(), "serving certificate") {
 		t.Errorf("a server with another certificate: %v; want the pin to refuse it", err)
 	}
 }
@@ -131,14 +131,14 @@ func TestPeerRotatedOnOneReplicaIsTrusted(t *testing.T) {
 	}
 	const svc = "custom-kube-scheduler-webhook.custom-kube-scheduler-webhook.svc"
 	before, rotated := ca.leaf(t, 10, svc), ca.leaf(t, 11, svc)
-	trust := func(own CertificateSource) PeerTrust { return PeerTrust{Own: own, CAFile: caFile} }
+	trust := func(own CertificateSource) Trust { return Trust{Own: own, CAFile: caFile} }
 
 	for name, pair := range map[string][2]CertificateSource{
 		"rotated client, old server": {rotated, before},
 		"old client, rotated server": {before, rotated},
 	} {
 		url := servePeer(t, trust(pair[1]))
-		if code, err := postPeer(NewPeerClient(trust(pair[0])), url); err != nil || code != http.StatusOK {
+		if code, err := postPeer(NewClient(trust(pair[0])), url); err != nil || code != http.StatusOK {
 			t.Errorf("%s: %d, %v; want 200", name, code, err)
 		}
 	}
@@ -149,13 +149,13 @@ func TestPeerRotatedOnOneReplicaIsTrusted(t *testing.T) {
 	}
 	for name, cert := range strangers {
 		// The stranger as a client: refused by the server (403).
-		c := NewPeerClient(PeerTrust{Own: cert, CAFile: caFile})
+		c := NewClient(Trust{Own: cert, CAFile: caFile})
 		c.Transport.(*http.Transport).TLSClientConfig.VerifyPeerCertificate = nil // it trusts the server
 		if code, err := postPeer(c, url); err != nil || code != http.StatusForbidden {
 			t.Errorf("%s as a client: %d, %v; want 403", name, code, err)
 		}
 		// The stranger as a server: the replica's handshake refuses it.
-		if _, err := postPeer(NewPeerClient(trust(before)), servePeer(t, PeerTrust{Own: cert})); err == nil {
+		if _, err := postPeer(NewClient(trust(before)), servePeer(t, Trust{Own: cert})); err == nil {
 			t.Errorf("%s as a server: trusted", name)
 		}
 	}

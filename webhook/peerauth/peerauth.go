@@ -1,11 +1,10 @@
-package ledger
-
-// Replicas authenticate one another by the webhook's serving certificate (PeerTrust).
+package peerauth
 
 import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,10 +17,10 @@ import (
 // (certwatcher.CertWatcher.GetCertificate).
 type CertificateSource func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 
-// PeerTrust accepts another replica's certificate: this replica's own serving
+// Trust accepts another replica's certificate: this replica's own serving
 // certificate, or one the webhook's CA signed for the same names (so replicas holding
 // different leaves during a rotation accept each other).
-type PeerTrust struct {
+type Trust struct {
 	// Own returns the certificate this replica serves now.
 	Own CertificateSource
 	// CAFile is the signing CA's PEM (ca.crt beside tls.crt), read at each check.
@@ -30,7 +29,7 @@ type PeerTrust struct {
 }
 
 // verify accepts chain (leaf first, DER) as another replica's.
-func (p PeerTrust) verify(chain [][]byte) error {
+func (p Trust) verify(chain [][]byte) error {
 	if len(chain) == 0 {
 		return errors.New("the peer presented no certificate")
 	}
@@ -73,7 +72,7 @@ func (p PeerTrust) verify(chain [][]byte) error {
 }
 
 // roots reads the CA file (nil, nil: none configured or there).
-func (p PeerTrust) roots() (*x509.CertPool, error) {
+func (p Trust) roots() (*x509.CertPool, error) {
 	if p.CAFile == "" {
 		return nil, nil
 	}
@@ -105,9 +104,9 @@ func sameNames(a, b *x509.Certificate) bool {
 	return slices.Equal(dns(a), dns(b)) && slices.Equal(ips(a), ips(b))
 }
 
-// NewPeerClient returns the HTTPS client forwarding claims: it accepts only a server
+// NewClient returns the HTTPS client calling other replicas: it accepts only a server
 // trust accepts, and presents this replica's serving certificate.
-func NewPeerClient(trust PeerTrust) *http.Client {
+func NewClient(trust Trust) *http.Client {
 	transport := &http.Transport{
 		TLSClientConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
@@ -124,12 +123,13 @@ func NewPeerClient(trust PeerTrust) *http.Client {
 	return &http.Client{Transport: transport, Timeout: 3 * time.Second}
 }
 
-// RequirePeerCertificate serves next only to clients presenting a certificate trust
-// accepts (403 otherwise); the server must request client certificates.
-func RequirePeerCertificate(trust PeerTrust, next http.Handler) http.Handler {
+// Require serves next only to clients presenting a certificate trust accepts (403
+// otherwise, with a JSON {"error": ...} as the seat ledger's peer answers carry); the
+// server must request client certificates.
+func Require(trust Trust, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			writePeer(w, http.StatusForbidden, peerResponse{Error: "a webhook replica's client certificate is required"})
+			forbid(w, "a webhook replica's client certificate is required")
 			return
 		}
 		chain := make([][]byte, len(r.TLS.PeerCertificates))
@@ -137,9 +137,17 @@ func RequirePeerCertificate(trust PeerTrust, next http.Handler) http.Handler {
 			chain[i] = c.Raw
 		}
 		if err := trust.verify(chain); err != nil {
-			writePeer(w, http.StatusForbidden, peerResponse{Error: err.Error()})
+			forbid(w, err.Error())
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+func forbid(w http.ResponseWriter, reason string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusForbidden)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+	}{reason})
 }
