@@ -362,16 +362,3 @@ func (l *Ledger) Release(_ context.Context, rev clusterview.Revision, admission 
 		l.unreserve(s, idHash(admission))
 	}
 }
-
-// Reservations counts this replica's reservations whose pods are not seen yet.
-func (l *Ledger) Reservations() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.clock.Now()
-	n := 0
-	for _, s := range l.revs {
-		s.expire(now)
-		n += s.open
-	}
-	return n
-}

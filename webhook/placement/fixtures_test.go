@@ -161,3 +161,10 @@ func counter(t testing.TB, m *webhook.Metrics, name string, labels map[string]st
 	}
 	return 0
 }
+
+// firstSeatFree reports whether seat 1 of the test ReplicaSet is free in l: with none of
+// its pods placed, whether no reservation holds a seat.
+func firstSeatFree(l *ledger.Ledger) bool {
+	seat, _ := l.Peek(context.Background(), clusterview.Revision{Namespace: testNS, UID: testRSUID})
+	return seat == 1
+}

@@ -174,9 +174,8 @@ func TestConflictingNodeSelector(t *testing.T) {
 	resp := m.Admit(context.Background(), webhooktest.CreateRequest(t, pod))
 	expectUnchanged(t, resp, `karpenter.sh/capacity-type is "spot", the term wants "on-demand"`)
 	expectEvent(t, recorder, ReasonNodeSelectorConflict)
-	// The release is written in the background.
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return ledger.Reservations() == 0, nil
+		return firstSeatFree(ledger), nil
 	}); err != nil {
 		t.Fatalf("the conflicting pod's seat was not released: %v", err)
 	}
@@ -205,8 +204,8 @@ func TestDryRunReservesNothing(t *testing.T) {
 			t.Fatalf("dry-run got seat %d, nodeSelector %v; want the patch seat 1 would get", seat, pod.Spec.NodeSelector)
 		}
 	}
-	if n := ledger.Reservations(); n != 0 {
-		t.Fatalf("dry-run reserved %d seats", n)
+	if !firstSeatFree(ledger) {
+		t.Fatal("dry-run reserved a seat")
 	}
 	if len(recorder.Events) != 0 {
 		t.Fatalf("dry-run recorded an event")
