@@ -16,9 +16,11 @@ import (
 
 // apply makes record (newer than the one known, nil: gone) the revision's record. A new
 // holder or renewal restarts this replica's clock on it; another holder ends this
-// replica's ownership. A record another replica wrote naming this one (a hand-over)
-// makes it hold the reservations listed, as taking the revision over does.
+// replica's ownership; it ends a hand-over in memory either way (transfer, succeed). A
+// record another replica wrote naming this one makes it hold the reservations listed,
+// as taking the revision over does.
 func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
+	s.successor, s.successorPeer, s.handedBy = "", "", ""
 	handed := record != nil && holderOf(record) == l.identity && holderOf(s.record) != l.identity
 	if record == nil || s.record == nil || holderOf(record) != holderOf(s.record) || !record.Spec.RenewTime.Equal(s.record.Spec.RenewTime) {
 		s.observed = l.clock.Now()
@@ -33,7 +35,7 @@ func (l *Ledger) apply(s *revState, record *coordinationv1.Lease) {
 		s.rv = resourceVersion(record)
 	}
 	if handed {
-		l.takeOver(s, record, s.observed)
+		l.takeOver(s, record, s.observed, s.observed)
 	}
 }
 

@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/clusterview"
 	"github.com/custom-kube-scheduler/custom-kube-scheduler-webhook/ownership"
@@ -218,22 +217,28 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 		}
 		holder, peer := l.liveHolder(s, now)
 		switch {
+		case s.successor != "":
+			// Handed over (transfer): the successor answers, for this replica's claims
+			// and, until its record shows, for the peers that still call here.
+			to, at := s.successor, s.successorPeer
+			l.mu.Unlock()
+			resp, err := l.forward(ctx, to, at, rev, hash, true)
+			if err == nil || errors.Is(err, errPeerRefused) {
+				return resp.Seat, true, err
+			}
 		case holder != "" && holder != l.identity:
 			stopping := !l.handedOver.IsZero()
 			l.mu.Unlock()
-			if !forward && stopping {
-				// Handed over to another caller meanwhile: the answer names the successor.
-				return 0, false, errHandedOver
-			}
 			if !forward {
 				return 0, false, errNotOwner
 			}
-			seat, handed, err := l.forward(ctx, holder, peer, rev, hash, stopping)
+			resp, err := l.forward(ctx, holder, peer, rev, hash, stopping)
 			switch {
 			case err == nil || errors.Is(err, errPeerRefused):
-				return seat, true, err
-			case handed != nil:
-				l.succeed(s, handed, now)
+				return resp.Seat, true, err
+			case resp.Handover != nil:
+				l.succeed(s, resp.Handover, time.Duration(resp.Remaining)*time.Millisecond, now)
+				continue
 			default:
 				if err := l.ownerMissed(ctx, s, holder, err); err != nil {
 					return 0, false, err
@@ -242,7 +247,7 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 		case l.leavesToSuccessor(now, forward):
 			l.mu.Unlock()
 			if !forward {
-				return 0, false, errHandedOver // the peer is handed the record (handOver)
+				return 0, false, errHandedOver
 			}
 		default:
 			// Nobody owns it, or this replica's ownership lapsed: take it.
@@ -262,24 +267,28 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 	}
 }
 
-// succeed applies the record a stopping owner answered a forward with (handOver). One
-// naming this replica was written while the forward, started at start, waited: this
-// replica owns the revision from then for half the record's term, as after a write of
-// its own from that write's start, and answers from memory.
-func (l *Ledger) succeed(s *revState, record *coordinationv1.Lease, start time.Time) {
+// succeed takes the revision a stopping owner handed this replica in its answer
+// (transfer), whose forward started at start: it holds the reservations the record
+// lists, every one that owner answered, and answers as owner for the rest of that
+// owner's ownership, while its own write of the record, started now, lands. Where a
+// record newer than the handed one is known, somebody wrote since: nothing is taken.
+func (l *Ledger) succeed(s *revState, handed *coordinationv1.Lease, remaining time.Duration, start time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.applyNewer(s, record)
-	if holderOf(record) != l.identity || resourceVersion(record) != s.rv {
+	l.applyNewer(s, handed)
+	if resourceVersion(handed) != s.rv || holderOf(handed) == "" {
 		return
 	}
-	term := time.Duration(ptr.Deref(record.Spec.LeaseDurationSeconds, 0)) * time.Second
-	if until := start.Add(term / 2); until.After(s.ownedUntil) {
-		if !l.owns(s, start) {
+	now := l.clock.Now()
+	l.takeOver(s, handed, now, now)
+	s.handedBy = holderOf(handed)
+	if until := start.Add(remaining); until.After(s.ownedUntil) {
+		if !l.owns(s, now) {
 			l.metrics.ownership.WithLabelValues(ownedReleased).Inc()
 		}
-		s.ownedUntil, s.renewedAt, s.term = until, start, term
+		s.ownedUntil = until
 	}
+	l.acquire(s)
 }
 
 // ownerMissed handles a forward to holder that got no seat: a stale record is read

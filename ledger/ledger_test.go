@@ -389,17 +389,17 @@ func TestClaimForAnotherProcessIsGone(t *testing.T) {
 	srv := httptest.NewServer(l.PeerHandler())
 	t.Cleanup(srv.Close)
 	caller := &Ledger{peers: srv.Client(), clock: clock.RealClock{}}
-	_, _, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 42, false)
+	_, err := caller.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 42, false)
 	if !errors.Is(err, errOwnerGone) {
 		t.Fatalf("a claim for another process: %v, want errOwnerGone", err)
 	}
-	if seat, _, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, 42, false); err != nil || seat != 1 {
-		t.Fatalf("a claim for the process itself: seat %d, %v; want 1", seat, err)
+	if resp, err := caller.forward(context.Background(), l.identity, srv.URL, shopRS, 42, false); err != nil || resp.Seat != 1 {
+		t.Fatalf("a claim for the process itself: seat %d, %v; want 1", resp.Seat, err)
 	}
 	// The owner's address leads back to the caller: the caller is the owner's
 	// container restarted, the owner is gone.
 	restarted := &Ledger{identity: l.identity, peers: caller.peers, clock: caller.clock}
-	if _, _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 43, false); !errors.Is(err, errOwnerGone) {
+	if _, err := restarted.forward(context.Background(), "replica-0-before-restart", srv.URL, shopRS, 43, false); !errors.Is(err, errOwnerGone) {
 		t.Fatalf("an address leading back to the caller: %v, want errOwnerGone", err)
 	}
 }
@@ -768,11 +768,10 @@ func TestReleaseOfAnAbandonedAttemptKeepsTheRetrysSeat(t *testing.T) {
 	}
 }
 
-// The owner hands over when its drain begins, while it still answers: a peer that
-// forwards to it is told to read the record again and takes the revision at once with
-// its reservations, and the old owner's own claims are forwarded to the new one. A last
-// replica (none takes the revision) takes it back after half the ownership duration, and
-// its hand-over once its server stopped releases it again.
+// At the drain's start the owner stops renewing but answers from memory while it owns,
+// peers' claims too; the first peer that forwards a claim is handed the revision, and
+// the old owner's claims go to it. The last replica, with no peer to hand over to, takes
+// a revision back to answer through its drain, and releases it at the final call.
 func TestHandoverAtDrainStart(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
@@ -783,16 +782,16 @@ func TestHandoverAtDrainStart(t *testing.T) {
 	}
 	waitForHolder(t, next, shopRS, old.identity)
 	old.Handover(context.Background(), false)
-	if _, _, err := old.claim(context.Background(), shopRS, idHash("peer"), false); !errors.Is(err, errHandedOver) {
-		t.Fatalf("a peer's claim at the handed-over owner: %v, want errHandedOver", err)
+	if s, _, err := old.claim(context.Background(), shopRS, idHash("older-peer"), false); err != nil || s != 2 {
+		t.Fatalf("a peer's claim at the stopping owner: seat %d, %v; want 2 from memory", s, err)
 	}
-	if s := claim(t, next, shopRS, "r2"); s != 2 {
-		t.Fatalf("the claim forwarded to the old owner got seat %d, want 2 (seat 1 is its reservation)", s)
+	if s := claim(t, next, shopRS, "r3"); s != 3 {
+		t.Fatalf("the claim forwarded to the old owner got seat %d, want 3 (1 and 2 are its reservations)", s)
 	}
-	if s := claim(t, old, shopRS, "r3"); s != 3 {
-		t.Fatalf("the old owner's own claim got seat %d, want 3 from the new owner", s)
+	if s := claim(t, old, shopRS, "r4"); s != 4 {
+		t.Fatalf("the old owner's own claim got seat %d, want 4 from the new owner", s)
 	}
-	waitForHolder(t, next, shopRS, next.identity)
+	waitForHolder(t, old, shopRS, next.identity)
 
 	alone := clusterview.Revision{Namespace: testNS, UID: "rs-alone"}
 	last := ledgers(t, client, ledgerNS, 1, Config{Ownership: 200 * time.Millisecond})[0]
@@ -877,11 +876,13 @@ func TestHandoverAnswersUntilItsRenewalLands(t *testing.T) {
 	}
 }
 
-// A stopping owner hands a revision over in one write: a peer's forwarded claim names
-// that peer its successor in the record, and the peer answers it and later claims from
-// memory. A second peer forwarding at the same time is told the new holder: neither
-// reads the record, and no seat is handed out twice.
-func TestHandoverToAForwardingPeerCostsOneWrite(t *testing.T) {
+// A stopping owner hands a revision over with no write on anyone's path: the first
+// peer forwarding a claim gets the record listing every reservation and answers as
+// owner at once, while its own write of the record is held back; a second peer
+// forwarding at the same time is answered through it. Nobody reads the record, no
+// seat is handed out twice, and the successor's one write, when it lands, is the only
+// one.
+func TestHandoverWaitsForNoWrite(t *testing.T) {
 	client := fake.NewClientset()
 	writes := fakeleases.WithOptimisticConcurrency(client)
 	var reads atomic.Int64
@@ -897,6 +898,7 @@ func TestHandoverToAForwardingPeerCostsOneWrite(t *testing.T) {
 		waitForHolder(t, p, shopRS, old.identity)
 	}
 	before := writes.OK.Load()
+	unblock := blockLeaseUpdates(client)
 	old.Handover(context.Background(), false)
 	seats := make([]int, len(peers))
 	var wg sync.WaitGroup
@@ -907,22 +909,82 @@ func TestHandoverToAForwardingPeerCostsOneWrite(t *testing.T) {
 	if min(seats[0], seats[1]) != 2 || max(seats[0], seats[1]) != 3 {
 		t.Fatalf("the peers' claims got seats %v, want 2 and 3 (seat 1 is the handed-over reservation)", seats)
 	}
-	if n, r := writes.OK.Load()-before, reads.Load(); n != 1 || r != 0 {
-		t.Fatalf("the hand-over cost %d record writes and %d reads, want 1 write and no read", n, r)
+	if n, r := writes.OK.Load()-before, reads.Load(); n != 0 || r != 0 {
+		t.Fatalf("the hand-over waited for %d record writes and %d reads, want none", n, r)
+	}
+	if s := claim(t, old, shopRS, "through-the-successor"); s != 4 {
+		t.Fatalf("the stopping replica's own claim got seat %d, want 4 from its successor", s)
+	}
+	close(unblock)
+	waitFor(t, "the successor's write of the record", func() bool {
+		h := holderOf(currentRecord(t, client))
+		return h == peers[0].identity || h == peers[1].identity
+	})
+	for _, p := range append(peers, old) {
+		waitForHolder(t, p, shopRS, holderOf(currentRecord(t, client)))
 	}
 	for i := range 5 {
 		for j, p := range peers {
-			if s := claim(t, p, shopRS, types.UID(fmt.Sprintf("later-%d-%d", j, i))); s != 4+2*i+j {
-				t.Fatalf("a later claim got seat %d, want %d", s, 4+2*i+j)
+			if s := claim(t, p, shopRS, types.UID(fmt.Sprintf("later-%d-%d", j, i))); s != 5+2*i+j {
+				t.Fatalf("a later claim got seat %d, want %d", s, 5+2*i+j)
 			}
 		}
 	}
-	if s := claim(t, old, shopRS, "through-the-old-owner"); s != 14 {
-		t.Fatalf("the stopping replica's own claim got seat %d, want 14 from its successor", s)
+	if n, r := writes.OK.Load()-before, reads.Load(); n != 1 || r != 0 {
+		t.Fatalf("%d record writes and %d reads after the hand-over, want the successor's one write", n, r)
 	}
-	if n := writes.OK.Load() - before; n != 1 {
-		t.Fatalf("%d record writes after the hand-over, want 1: the successor answers from memory", n)
+}
+
+// A revision handed over in memory is its successor's only for a quarter of the
+// ownership before the successor's own write lands (a peer that finds the stopping
+// replica gone waits half), and the stopping replica's final hand-over leaves its
+// record alone: a release would let a third replica take the revision while the
+// successor answers.
+func TestTransferIsBoundedAndNotReleased(t *testing.T) {
+	client := fake.NewClientset()
+	fakeleases.WithOptimisticConcurrency(client)
+	ls := ledgers(t, client, ledgerNS, 2, Config{Ownership: 8 * time.Second})
+	old, next := ls[0], ls[1]
+	claim(t, old, shopRS, "r1")
+	waitForWrites(t, old, shopRS)
+	waitForHolder(t, next, shopRS, old.identity)
+	unblock := blockLeaseUpdates(client)
+	defer close(unblock)
+	old.Handover(context.Background(), false)
+	if s := claim(t, next, shopRS, "r2"); s != 2 {
+		t.Fatalf("the successor's claim got seat %d, want 2", s)
 	}
+	answered := time.Now() // after the forward's start, from which the successor owns
+	next.mu.Lock()
+	owned := next.revs[shopRS].ownedUntil.Sub(answered)
+	next.mu.Unlock()
+	if owned <= 0 || owned > 2*time.Second {
+		t.Fatalf("the successor owns the revision for %s before its write lands, want at most 2s (a quarter of 8s)", owned)
+	}
+	finished := make(chan struct{})
+	go func() {
+		old.Handover(context.Background(), true)
+		close(finished)
+	}()
+	// A release would wait for the blocked update: this wait can only miss a fault.
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the final hand-over writes the record it handed over in memory")
+	}
+	if h := holderOf(currentRecord(t, client)); h != old.identity {
+		t.Fatalf("the record names %q, want the stopping replica until the successor's write lands", h)
+	}
+}
+
+// currentRecord reads shopRS's seat record.
+func currentRecord(t *testing.T, client *fake.Clientset) *coordinationv1.Lease {
+	t.Helper()
+	rec, err := client.Tracker().Get(coordinationv1.SchemeGroupVersion.WithResource("leases"), ledgerNS, recordName(shopRS.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.(*coordinationv1.Lease)
 }
 
 // Three replicas take a burst while the owner of the revision stops in the middle of
@@ -958,10 +1020,10 @@ func TestHandoverMidBurstHandsNoSeatOutTwice(t *testing.T) {
 	}
 }
 
-// A caller of an older release names no successor: the handed-over owner releases the
-// record for it and answers 409 only once the release has landed, so that the caller's
-// one read shows it.
-func TestOlderCallerGetsTheReleaseAnd409(t *testing.T) {
+// A caller of an older release asks for no hand-over: a stopping owner answers it
+// from memory while it owns the revision; after the final hand-over it gets 409, with
+// no record, and reads the record released, listing the seat it was given.
+func TestOlderCallerIsAnsweredThenReleasedTo(t *testing.T) {
 	client := fake.NewClientset()
 	fakeleases.WithOptimisticConcurrency(client)
 	old := ledgers(t, client, ledgerNS, 1, Config{Ownership: time.Minute})[0]
@@ -970,45 +1032,31 @@ func TestOlderCallerGetsTheReleaseAnd409(t *testing.T) {
 	ctx := context.Background()
 	claim(t, old, shopRS, "r1")
 	waitForWrites(t, old, shopRS)
-	unblock := blockLeaseUpdates(client)
 	old.Handover(ctx, false)
-	answered := make(chan *http.Response, 1)
-	go func() {
-		body := fmt.Sprintf(`{"namespace":%q,"revision":%q,"id":%d,"owner":%q}`, shopRS.Namespace, shopRS.UID, idHash("peer"), old.identity)
+	ask := func() (int, peerResponse) {
+		t.Helper()
+		body := fmt.Sprintf(`{"namespace":%q,"revision":%q,"id":%d,"owner":%q}`, shopRS.Namespace, shopRS.UID, idHash("older-peer"), old.identity)
 		resp, err := http.Post(srv.URL+PeerClaimPath, "application/json", strings.NewReader(body))
 		if err != nil {
-			t.Error(err)
-			close(answered)
-			return
+			t.Fatal(err)
 		}
-		answered <- resp
-	}()
-	// Before the release lands there is no answer: a wrong one shows here, and a right
-	// one cannot (so this wait can only miss a fault, never fail a correct ledger).
-	select {
-	case resp := <-answered:
-		t.Fatalf("the older caller was answered (%v) before the release landed", resp)
-	case <-time.After(200 * time.Millisecond):
+		defer resp.Body.Close()
+		var answer peerResponse
+		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, answer
 	}
-	close(unblock)
-	resp := <-answered
-	if resp == nil {
-		t.FailNow()
+	if code, answer := ask(); code != http.StatusOK || answer.Seat != 2 || answer.Handover != nil {
+		t.Fatalf("an older caller at the stopping owner: %d, seat %d; want 200 and seat 2 from memory", code, answer.Seat)
 	}
-	var answer peerResponse
-	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
-		t.Fatal(err)
+	old.Handover(ctx, true)
+	if code, answer := ask(); code != http.StatusConflict || answer.Handover != nil {
+		t.Fatalf("an older caller after the final hand-over: %d with a record %v, want 409 without one", code, answer.Handover != nil)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusConflict || answer.Handover != nil {
-		t.Fatalf("an older caller at the handed-over owner: %s with a record %v, want 409 without one", resp.Status, answer.Handover != nil)
-	}
-	rec, err := client.CoordinationV1().Leases(ledgerNS).Get(ctx, recordName(shopRS.UID), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if holderOf(rec) != "" {
-		t.Fatalf("the older caller was answered while the record still names %q", holderOf(rec))
+	rec := currentRecord(t, client)
+	if holderOf(rec) != "" || len(decodeReservations(rec.Annotations[strategy.AnnotationReservations])) != 2 {
+		t.Fatalf("after the final hand-over the record names %q and lists %q, want released with both seats", holderOf(rec), rec.Annotations[strategy.AnnotationReservations])
 	}
 }
 

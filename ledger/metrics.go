@@ -85,11 +85,14 @@ func (m *ledgerMetrics) countClaim(err error, forwarded bool) {
 	}
 }
 
-// takenFrom names how a revision came to this replica (prev: its record's holder).
+// takenFrom names how a revision came to this replica (prev: its record's holder; "":
+// counted already, when handed over in memory: succeed).
 func takenFrom(s *revState, prev string, hadRecord bool) string {
 	switch {
 	case !hadRecord:
 		return ownedNew
+	case s.handedBy != "" && prev == s.handedBy:
+		return ""
 	case prev == "":
 		return ownedReleased
 	case s.goneHolder == prev:

@@ -36,6 +36,7 @@ func TestLedgerMetricsCountWhatHappened(t *testing.T) {
 	if s := claim(t, b, shopRS, "b2"); s != 4 {
 		t.Fatalf("b's claim after the handover got %d, want 4", s)
 	}
+	waitForWrites(t, b, shopRS)
 
 	for _, c := range []struct {
 		what string

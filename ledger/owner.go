@@ -19,13 +19,15 @@ import (
 
 // liveHolder returns the revision's owner by the newest record known and its peer URL:
 // "" when nobody owns it (no record, released, lapsed, or its holder gone for half the
-// configured ownership). This replica's own name comes back even when lapsed: the
-// record is still its to renew.
+// configured ownership). This replica's own name comes back even when lapsed, and for
+// a record handed to it (succeed): the record is its to renew.
 func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 	h := holderOf(s.record)
 	switch {
 	case h == "" || h == l.identity:
 		return h, ""
+	case h == s.handedBy:
+		return l.identity, ""
 	case !now.Before(s.observed.Add(l.recordDuration(s.record))):
 		return "", ""
 	case s.goneHolder == h && !now.Before(s.goneSince.Add(l.duration/2)):
@@ -89,7 +91,7 @@ func (l *Ledger) termFor() time.Duration {
 // flight. Naming itself, it takes or renews the revision: once the write lands it
 // answers for half the term from the write's start, so one taking over after the whole
 // term starts at least half of it after this one's last answer. Naming another replica
-// (a successor, handOver) or none, it writes only a record it holds and does not own.
+// or none (a release), it writes only a record it holds and does not own.
 func (l *Ledger) write(ctx context.Context, s *revState, w *ownershipWrite, holder, peer string) {
 	l.mu.Lock()
 	start := l.clock.Now()
@@ -106,7 +108,7 @@ func (l *Ledger) write(ctx context.Context, s *revState, w *ownershipWrite, hold
 	// Taking over: hold the listed reservations (undone if the write fails).
 	var inherited []uint64
 	if own && prev != nil && holderOf(prev) != l.identity {
-		inherited = l.takeOver(s, prev, start)
+		inherited = l.takeOver(s, prev, s.observed, start)
 	}
 	// Decided now: once the write lands, the informer may have cleared goneHolder.
 	from := takenFrom(s, holderOf(prev), prev != nil)
@@ -129,7 +131,7 @@ func (l *Ledger) write(ctx context.Context, s *revState, w *ownershipWrite, hold
 		l.dropInherited(s, inherited)
 		err = fmt.Errorf("write the seat record of revision %s: %w", s.rev.UID, err)
 	case own:
-		if holderOf(prev) != l.identity {
+		if holderOf(prev) != l.identity && from != "" {
 			l.metrics.ownership.WithLabelValues(from).Inc()
 		}
 		l.apply(s, written)
@@ -166,16 +168,17 @@ func (l *Ledger) finishWrite(s *revState, w *ownershipWrite, err error) {
 	close(w.done)
 }
 
-// takeOver holds the live reservations the previous holder's record lists whose pods
-// this replica does not see, and returns them. Seats a crashed holder answered after
-// its last write are not listed: a seat handed out twice is the loop's to move.
-func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, now time.Time) []uint64 {
+// takeOver holds the live reservations the previous holder's record, observed then,
+// lists whose pods this replica does not see, and returns them. Seats a crashed holder
+// answered after its last write are not listed: a seat handed out twice is the loop's
+// to move.
+func (l *Ledger) takeOver(s *revState, prev *coordinationv1.Lease, observed, now time.Time) []uint64 {
 	seen := make(map[uint64]bool, len(s.pods))
 	for _, p := range s.pods {
 		seen[p.hash] = true
 	}
 	var added []uint64
-	for h, e := range observedReservations(prev, s.observed) {
+	for h, e := range observedReservations(prev, observed) {
 		if now.Before(e.expires) && s.reserved[h] == nil && !seen[h] {
 			e.claims = 1
 			l.hold(s, h, e)
@@ -250,16 +253,15 @@ func (l *Ledger) refresh(ctx context.Context, rev clusterview.Revision) error {
 	return nil
 }
 
-// Handover stops answering as owner: call it when the drain begins, while this
-// replica still answers (a peer's claim is then handed the revision, not a closed port
-// that looks like a crash), and again, final, as its server stops taking connections.
-// It answers as owner until its record writes in flight have landed (no claim renews
-// after the hand-over), then stops. Its records stay its own until a peer's forwarded
-// claim asks for one (handOver: the caller is named its successor in one write), so
-// that no release races that write; the final call releases what nobody took, listing
-// its live reservations. From the first call on this replica forwards its claims
-// (leavesToSuccessor); after the final one it takes no revision back, as no peer could
-// reach it as owner.
+// Handover begins the hand-over: call it when the drain begins, while this replica
+// still answers, and again, final, as its server stops taking connections. From the
+// first call on nothing renews: this replica answers, from memory, the revisions it
+// owns until their ownership ends, and hands each to the first peer that forwards it a
+// claim (transfer), with no write. From then on this replica forwards its claims
+// (leavesToSuccessor) and releases the records whose ownership ended, listing their
+// live reservations, so that a peer takes them at once (releaseIdle). The final call
+// stops answering as owner and releases what nobody took; after it this replica takes
+// no revision back, as no peer could reach it as owner.
 func (l *Ledger) Handover(ctx context.Context, final bool) {
 	l.mu.Lock()
 	if l.handedOver.IsZero() {
@@ -271,32 +273,28 @@ func (l *Ledger) Handover(ctx context.Context, final bool) {
 		if s.writing != nil {
 			writes = append(writes, s.writing)
 		}
+		if final {
+			s.ownedUntil = time.Time{}
+		}
 	}
 	l.mu.Unlock()
 	for _, w := range writes {
 		<-w.done
 	}
-	l.mu.Lock()
-	for _, s := range l.revs {
-		s.ownedUntil = time.Time{} // answer no more claims
-	}
-	l.mu.Unlock()
 	if final {
 		l.releaseIdle(ctx)
 	}
 }
 
-// releaseIdle releases the records this replica holds but does not own any more,
-// listing their live reservations, so the next owner takes the revision at once knowing
-// every seat answered: those no claim renewed, and after the final Handover those no
-// peer took. Between the first Handover and the final one it releases nothing: a peer's
-// claim is handed the record then (handOver), and a release would race that write.
+// releaseIdle releases the records this replica holds but does not own any more and
+// did not hand over, listing their live reservations, so the next owner takes the
+// revision at once knowing every seat answered.
 func (l *Ledger) releaseIdle(ctx context.Context) {
 	l.mu.Lock()
 	var releases []*ownershipWrite
 	now := l.clock.Now()
 	for _, s := range l.revs {
-		if (l.handedOver.IsZero() || l.final) && s.writing == nil && holderOf(s.record) == l.identity && !l.owns(s, now) {
+		if s.writing == nil && s.successor == "" && holderOf(s.record) == l.identity && !l.owns(s, now) {
 			releases = append(releases, l.startWrite(s, "", ""))
 		}
 	}
@@ -313,39 +311,31 @@ func (l *Ledger) releaseIdle(ctx context.Context) {
 	}
 }
 
-// handOver answers a peer's claim at this handed-over replica with the revision's
-// record. It waits for a write of the record in flight; a record it still holds it
-// writes naming the caller (at callerPeer) its successor, listing its live reservations:
-// one write, which the claims of other peers arriving meanwhile wait for too. The record
-// returned tells the caller who holds the revision now; one naming the caller is only
-// returned where its claim waited for that write, so the caller owns the revision from
-// its forward's start (succeed). A caller of an older release names no successor: the
-// record is released (holder "") for it to read again, and nil returned.
-func (l *Ledger) handOver(ctx context.Context, rev clusterview.Revision, caller, callerPeer string) *coordinationv1.Lease {
+// transfer hands a revision this stopping replica owns to the peer caller (at
+// callerPeer) whose claim asks for it, with no write: it stops answering as owner and
+// returns the record listing every reservation it answered, and how long the caller
+// may answer as owner, from its forward's start, while its own write lands. That is
+// the rest of this replica's ownership, which no peer takes over (it waits a whole
+// term from this replica's last write), capped at a quarter of the configured
+// ownership: a peer that finds this replica gone waits half of it, so the caller's
+// last answers before its write lands are as old then as a dead owner's are. nil:
+// nothing to hand over (not stopping, not owning, a write in flight, or a caller of
+// an older release).
+func (l *Ledger) transfer(rev clusterview.Revision, caller, callerPeer string) (*coordinationv1.Lease, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.state(rev)
-	waited, wrote := false, false
-	for {
-		w := s.writing
-		if w == nil && !wrote && holderOf(s.record) == l.identity && !l.owns(s, l.clock.Now()) {
-			w, wrote = l.startWrite(s, caller, callerPeer), true
-		}
-		if w == nil {
-			break
-		}
-		l.mu.Unlock()
-		err := waitWrite(ctx, w, rev)
-		l.mu.Lock()
-		if err != nil {
-			return nil
-		}
-		waited = true
+	s, now := l.revs[rev], l.clock.Now()
+	if caller == "" || l.handedOver.IsZero() || s == nil || s.record == nil || s.writing != nil || !l.owns(s, now) {
+		return nil, 0
 	}
-	if caller == "" || (holderOf(s.record) == caller && !waited) {
-		return nil
-	}
-	return s.record
+	s.expire(now)
+	record := s.record.DeepCopy()
+	record.Annotations[strategy.AnnotationReservations] = encodeReservations(s.reserved)
+	record.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	remaining := min(s.ownedUntil.Sub(now), l.duration/4)
+	s.successor, s.successorPeer, s.ownedUntil = caller, callerPeer, time.Time{}
+	l.metrics.handovers.Inc()
+	return record, remaining
 }
 
 // observedReservations reads a record's reservations with expiries on this replica's

@@ -41,8 +41,8 @@ type peerRequest struct {
 	// reservation expires), so a rolling upgrade never takes it for a claim.
 	Release bool `json:"release,omitempty"`
 	// Caller and CallerPeer name the calling replica and its peer address: a stopping
-	// owner names it the revision's successor (handOver). Empty from older releases
-	// and from a stopping caller.
+	// owner hands it the revision (transfer). Empty from older releases and from a
+	// stopping caller.
 	Caller     string `json:"caller,omitempty"`
 	CallerPeer string `json:"callerPeer,omitempty"`
 }
@@ -54,8 +54,10 @@ type peerResponse struct {
 	// Identity names the answering replica on 410 Gone.
 	Identity string `json:"identity,omitempty"`
 	// Handover is a stopping owner's answer (409) to a caller naming itself: the
-	// revision's record, which may name the caller its successor (handOver).
-	Handover *coordinationv1.Lease `json:"handover,omitempty"`
+	// revision's record listing every reservation answered, and the milliseconds the
+	// caller may answer as owner from its forward's start (transfer).
+	Handover  *coordinationv1.Lease `json:"handover,omitempty"`
+	Remaining int64                 `json:"remaining,omitempty"`
 }
 
 // errOwnerGone: the owner's address refuses connections, or another process answers.
@@ -85,14 +87,15 @@ func (l *Ledger) PeerHandler() http.Handler {
 			return
 		}
 		rev := clusterview.Revision{Namespace: req.Namespace, UID: req.Revision}
+		if handed, remaining := l.transfer(rev, req.Caller, req.CallerPeer); handed != nil {
+			writePeer(w, http.StatusConflict, peerResponse{Error: errHandedOver.Error(), Handover: handed, Remaining: remaining.Milliseconds()})
+			return
+		}
 		seat, _, err := l.claim(r.Context(), rev, req.ID, false)
 		switch {
 		case err == nil:
 			writePeer(w, http.StatusOK, peerResponse{Seat: seat})
-		case errors.Is(err, errHandedOver):
-			handed := l.handOver(r.Context(), rev, req.Caller, req.CallerPeer)
-			writePeer(w, http.StatusConflict, peerResponse{Error: err.Error(), Handover: handed})
-		case errors.Is(err, errNotOwner):
+		case errors.Is(err, errHandedOver) || errors.Is(err, errNotOwner):
 			writePeer(w, http.StatusConflict, peerResponse{Error: err.Error()})
 		default:
 			writePeer(w, http.StatusServiceUnavailable, peerResponse{Error: err.Error()})
@@ -107,18 +110,18 @@ func writePeer(w http.ResponseWriter, status int, resp peerResponse) {
 }
 
 // forward asks the owner, at peer, for a seat (errNotOwner, errPeerRefused, errOwnerGone
-// or a transient error). A stopping owner's errNotOwner may come with the revision's
-// record (handOver); a caller that is stopping too names itself no successor.
-func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, hash uint64, stopping bool) (int, *coordinationv1.Lease, error) {
+// or a transient error). A stopping owner's errNotOwner may hand the revision over
+// (transfer); a caller that is stopping too asks for no hand-over.
+func (l *Ledger) forward(ctx context.Context, to, peer string, rev clusterview.Revision, hash uint64, stopping bool) (peerResponse, error) {
 	req := peerRequest{Namespace: rev.Namespace, Revision: rev.UID, ID: hash, Owner: to}
 	if !stopping {
 		req.Caller, req.CallerPeer = l.identity, l.cfg.PeerAddress
 	}
 	resp, err := l.callPeer(ctx, peer, req)
-	if r := resp.Handover; r != nil && r.Name != recordName(rev.UID) {
-		return 0, nil, fmt.Errorf("%w: a record not of revision %s from %s", errPeerRefused, rev.UID, peer)
+	if r := resp.Handover; r != nil && (r.Name != recordName(rev.UID) || holderOf(r) != to) {
+		return peerResponse{}, fmt.Errorf("%w: a record not of revision %s held by %s from %s", errPeerRefused, rev.UID, to, peer)
 	}
-	return resp.Seat, resp.Handover, err
+	return resp, err
 }
 
 func (l *Ledger) callPeer(ctx context.Context, peer string, req peerRequest) (peerResponse, error) {

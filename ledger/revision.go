@@ -32,6 +32,11 @@ type revState struct {
 	// goneHolder is a holder found gone (ownerMissed) since goneSince.
 	goneHolder string
 	goneSince  time.Time
+	// successor (at successorPeer) is who this stopping replica handed the revision to
+	// (transfer) until a newer record shows; handedBy is who handed it to this one
+	// (succeed): its record is this replica's to write.
+	successor, successorPeer string
+	handedBy                 string
 
 	// reserved holds this replica's reservations by id hash; open counts those whose
 	// pod is not seen yet.
