@@ -216,20 +216,14 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 			return seat, false, nil
 		}
 		holder, peer := l.liveHolder(s, now)
+		// Handed over (transfer): the successor answers, for this replica's claims and,
+		// until its record shows, for the peers that still call here.
+		through := s.successor != ""
 		switch {
-		case s.successor != "":
-			// Handed over (transfer): the successor answers, for this replica's claims
-			// and, until its record shows, for the peers that still call here.
-			to, at := s.successor, s.successorPeer
-			l.mu.Unlock()
-			resp, err := l.forward(ctx, to, at, rev, hash, true)
-			if err == nil || errors.Is(err, errPeerRefused) {
-				return resp.Seat, true, err
-			}
 		case holder != "" && holder != l.identity:
 			stopping := !l.handedOver.IsZero()
 			l.mu.Unlock()
-			if !forward {
+			if !forward && !through {
 				return 0, false, errNotOwner
 			}
 			resp, err := l.forward(ctx, holder, peer, rev, hash, stopping)
@@ -239,7 +233,7 @@ func (l *Ledger) claim(ctx context.Context, rev clusterview.Revision, hash uint6
 			case resp.Handover != nil:
 				l.succeed(s, resp.Handover, time.Duration(resp.Remaining)*time.Millisecond, now)
 				continue
-			default:
+			case !through:
 				if err := l.ownerMissed(ctx, s, holder, err); err != nil {
 					return 0, false, err
 				}

@@ -20,10 +20,13 @@ import (
 // liveHolder returns the revision's owner by the newest record known and its peer URL:
 // "" when nobody owns it (no record, released, lapsed, or its holder gone for half the
 // configured ownership). This replica's own name comes back even when lapsed, and for
-// a record handed to it (succeed): the record is its to renew.
+// a record handed to it (succeed): the record is its to renew. A revision this replica
+// handed over (transfer) is its successor's until a newer record shows.
 func (l *Ledger) liveHolder(s *revState, now time.Time) (holder, peer string) {
 	h := holderOf(s.record)
 	switch {
+	case s.successor != "":
+		return s.successor, s.successorPeer
 	case h == "" || h == l.identity:
 		return h, ""
 	case h == s.handedBy:
