@@ -259,32 +259,35 @@ func countUnplacedCreations(ctx context.Context, t *testing.T, ns string) func()
 // webhook since before (its metrics then).
 func admissionLatencySince(ctx context.Context, t *testing.T, before harness.Metrics) harness.Histogram {
 	t.Helper()
-	return apiServerHistogramSince(ctx, t, before, "apiserver_admission_webhook_admission_duration_seconds",
-		harness.Labels{"name": "pods.custom-kube-scheduler-webhook.io"})
+	after := apiServerMetrics(ctx, t)
+	sel := harness.Labels{"name": "pods.custom-kube-scheduler-webhook.io"}
+	return after.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel).
+		Sub(before.Histogram("apiserver_admission_webhook_admission_duration_seconds", sel))
 }
 
 // logAPIServerLatency logs the API server's whole time per pod creation since before:
 // an upper bound of its time in admission, read from a histogram with buckets of 1 s
 // around the pod-startup SLO's 5 s, where the webhook's has one from 2.5 to 10 s. Beside
 // it, what a Lease write cost meanwhile (every Lease's: nodes' and leaders' too), the
-// price of a seat record's takeover or hand-over.
+// price of a seat record's takeover or hand-over. One scrape serves both.
 func logAPIServerLatency(ctx context.Context, t *testing.T, what string, before harness.Metrics) {
 	t.Helper()
+	after := apiServerMetrics(ctx, t)
 	for _, call := range []struct{ name, verb, resource string }{{"pod creations (admission included)", "POST", "pods"}, {"Lease writes", "PUT", "leases"}} {
-		h := apiServerHistogramSince(ctx, t, before, "apiserver_request_duration_seconds",
-			harness.Labels{"verb": call.verb, "resource": call.resource, "subresource": ""})
+		sel := harness.Labels{"verb": call.verb, "resource": call.resource, "subresource": ""}
+		h := after.Histogram("apiserver_request_duration_seconds", sel).Sub(before.Histogram("apiserver_request_duration_seconds", sel))
 		t.Logf("MEASURED %s, %s at the API server: %.0f, p50 %s, p99 %s, max in %s",
 			what, call.name, h.Count(), h.FormatQuantile(0.5), h.FormatQuantile(0.99), h.FormatQuantile(1))
 	}
 }
 
-func apiServerHistogramSince(ctx context.Context, t *testing.T, before harness.Metrics, name string, sel harness.Labels) harness.Histogram {
+func apiServerMetrics(ctx context.Context, t *testing.T) harness.Metrics {
 	t.Helper()
-	after, err := harness.APIServerMetrics(ctx, env.client)
+	ms, err := harness.APIServerMetrics(ctx, env.client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return after.Histogram(name, sel).Sub(before.Histogram(name, sel))
+	return ms
 }
 
 // seatOwner returns the process holding the seat record of the Deployment's
