@@ -977,7 +977,8 @@ func TestTransferIsBoundedAndNotReleased(t *testing.T) {
 	}
 }
 
-// currentRecord reads shopRS's seat record.
+// currentRecord reads shopRS's seat record from the fake's tracker, so that the tests
+// counting the ledger's reads through the client do not count it.
 func currentRecord(t *testing.T, client *fake.Clientset) *coordinationv1.Lease {
 	t.Helper()
 	rec, err := client.Tracker().Get(coordinationv1.SchemeGroupVersion.WithResource("leases"), ledgerNS, recordName(shopRS.UID))

@@ -93,8 +93,8 @@ func (l *Ledger) termFor() time.Duration {
 // this replica's live reservations, and finishes w, this replica's write of it in
 // flight. Naming itself, it takes or renews the revision: once the write lands it
 // answers for half the term from the write's start, so one taking over after the whole
-// term starts at least half of it after this one's last answer. Naming another replica
-// or none (a release), it writes only a record it holds and does not own.
+// term starts at least half of it after this one's last answer. Naming none (a
+// release), it writes only a record it holds and does not own.
 func (l *Ledger) write(ctx context.Context, s *revState, w *ownershipWrite, holder, peer string) {
 	l.mu.Lock()
 	start := l.clock.Now()
